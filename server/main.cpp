@@ -1,0 +1,30 @@
+// octet: FP8 LLM inference server. `octet <command> [flags]`; see README.md.
+#include <cstring>
+#include <iostream>
+#include <string>
+
+#include "server/commands.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: octet <command> [options]\n"
+    "commands:\n"
+    "  generate   generate text from one prompt (--model PATH --prompt TEXT | --prompt-ids 1,2)\n"
+    "  bench      benchmarks: `octet bench latency --model PATH`\n"
+    "run `octet <command> --help` for its options\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  // program_options expects argv[0] to be the program: pass the subcommand in its place.
+  if (cmd == "generate") return octet::run_generate(argc - 1, argv + 1);
+  if (cmd == "bench") return octet::run_bench(argc - 1, argv + 1);
+  std::cerr << "octet: unknown command '" << cmd << "'\n" << kUsage;
+  return 2;
+}
