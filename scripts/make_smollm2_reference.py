@@ -5,7 +5,7 @@ transformers loads the same GGUF file octet reads (dequantizing Q4_1/Q8_0 to flo
 `gguf` package, un-permuting Q/K to the HF half-split RoPE layout) and runs LlamaForCausalLM in
 float32. For each fixed prompt we record:
   - prompt_token_ids: the HF tokenizer's ids of the prompt (from the same GGUF),
-  - greedy_token_ids: 32 tokens of greedy decoding,
+  - greedy_token_ids: 32 tokens of greedy decoding (argmax, EOS not special),
   - per position of prompt+generated (the full sequence run once, no KV cache): the argmax, the
     top-16 (id, logit) pairs, the logits at 64 fixed vocab ids, and the top1-top2 margin.
 The full 49152-wide logits do not fit a small JSON; top-16 plus 64 fixed ids sample the head and
@@ -39,7 +39,7 @@ def main():
     d, f = os.path.split(os.path.abspath(gguf_path))
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32)
     model.eval()
     vocab = model.config.vocab_size
     gen = torch.Generator().manual_seed(1234)
@@ -51,9 +51,15 @@ def main():
         ids = tok(p["text"], add_special_tokens=False)["input_ids"]
         x = torch.tensor([ids])
         with torch.no_grad():
-            g = model.generate(x, max_new_tokens=NUM_NEW, do_sample=False, num_beams=1,
-                               min_new_tokens=NUM_NEW, eos_token_id=None, pad_token_id=2)
-            new_ids = g[0, len(ids):].tolist()
+            # Plain greedy argmax with the KV cache, written out: model.generate() applies
+            # generation-config processors that are not pure argmax (it picked a different token
+            # than argmax at a position with a 0.06 margin).
+            step = model(x, use_cache=True)
+            new_ids = [int(step.logits[0, -1].argmax())]
+            while len(new_ids) < NUM_NEW:
+                step = model(torch.tensor([[new_ids[-1]]]), past_key_values=step.past_key_values,
+                             use_cache=True)
+                new_ids.append(int(step.logits[0, -1].argmax()))
             full = torch.tensor([ids + new_ids])
             logits = model(full).logits[0].float()  # [T, vocab]
         positions = []
