@@ -1,0 +1,185 @@
+// Tokenizer::from_gguf (reads and validates tokenizer.ggml.*) and StreamingDetokenizer.
+#include "models/tokenizer.h"
+
+#include "models/gguf.h"
+#include "models/model_file_error.h"
+#include "models/tokenizer_impl.h"
+#include "models/unicode_utf8.h"
+
+namespace octet {
+
+namespace {
+
+using tokenizer_detail::TokenizerData;
+
+class MetadataReader {
+ public:
+  explicit MetadataReader(const GGUFFile& file) : file_(file) {}
+
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw ModelFileError(file_.path(), problem);
+  }
+
+  /// The array at `key` with elements of a kind accepted by `ok`; nullptr when absent.
+  template <typename Ok>
+  const std::vector<GGUFValue>* array(const std::string& key, bool required, Ok ok,
+                                      const char* kind) const {
+    const GGUFValue* v = file_.find(key);
+    if (!v) {
+      if (required) fail("missing " + key);
+      return nullptr;
+    }
+    if (v->type != GGUFValueType::ARRAY) fail(key + " is not an array");
+    const auto& elems = v->as_array();
+    for (const GGUFValue& e : elems) {
+      if (!ok(e)) fail(key + " must be an array of " + kind);
+    }
+    return &elems;
+  }
+
+  std::vector<std::string> strings(const std::string& key, bool required) const {
+    std::vector<std::string> out;
+    const auto* a = array(key, required, [](const GGUFValue& e) {
+      return e.type == GGUFValueType::STRING;
+    }, "strings");
+    if (!a) return out;
+    out.reserve(a->size());
+    for (const GGUFValue& e : *a) out.push_back(e.as_string());
+    return out;
+  }
+
+  std::vector<float> floats(const std::string& key) const {
+    std::vector<float> out;
+    const auto* a = array(key, false, [](const GGUFValue& e) {
+      return e.is_float() || e.is_integer();
+    }, "numbers");
+    if (!a) return out;
+    out.reserve(a->size());
+    for (const GGUFValue& e : *a) out.push_back(float(e.as_float()));
+    return out;
+  }
+
+  std::vector<int32_t> ints(const std::string& key) const {
+    std::vector<int32_t> out;
+    const auto* a = array(key, false, [](const GGUFValue& e) { return e.is_integer(); },
+                          "integers");
+    if (!a) return out;
+    out.reserve(a->size());
+    for (const GGUFValue& e : *a) out.push_back(int32_t(e.as_int()));
+    return out;
+  }
+
+  std::string string(const std::string& key, bool required) const {
+    const GGUFValue* v = file_.find(key);
+    if (!v) {
+      if (required) fail("missing " + key);
+      return {};
+    }
+    if (v->type != GGUFValueType::STRING) fail(key + " is not a string");
+    return v->as_string();
+  }
+
+  bool boolean(const std::string& key, bool fallback) const {
+    const GGUFValue* v = file_.find(key);
+    if (!v) return fallback;
+    if (v->type != GGUFValueType::BOOL) fail(key + " is not a bool");
+    return v->as_bool();
+  }
+
+  /// A token id; absent or outside [0, vocab) (llama.cpp writes 4294967295 for "none") -> -1.
+  int32_t token_id(const std::string& key, int32_t fallback, size_t vocab) const {
+    const GGUFValue* v = file_.find(key);
+    if (!v) return fallback;
+    if (!v->is_integer()) fail(key + " is not an integer");
+    if (const auto* u = std::get_if<uint64_t>(&v->value); u && *u > uint64_t(INT64_MAX)) {
+      return -1;
+    }
+    const int64_t id = v->as_int();
+    return id >= 0 && uint64_t(id) < vocab ? int32_t(id) : -1;
+  }
+
+ private:
+  const GGUFFile& file_;
+};
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GGUFFile& file) {
+  const MetadataReader md(file);
+  TokenizerData d;
+  d.path = file.path();
+  d.model = md.string("tokenizer.ggml.model", true);
+  const bool llama = d.model == "llama", gpt2 = d.model == "gpt2";
+  if (!llama && !gpt2) {
+    md.fail("unsupported tokenizer.ggml.model '" + d.model + "' (supported: llama, gpt2)");
+  }
+  d.pre = md.string("tokenizer.ggml.pre", false);
+  d.tokens = md.strings("tokenizer.ggml.tokens", true);
+  const size_t n = d.tokens.size();
+  if (n == 0) md.fail("tokenizer.ggml.tokens is empty");
+  if (n > size_t(INT32_MAX)) md.fail("tokenizer.ggml.tokens is too long");
+
+  d.scores = md.floats("tokenizer.ggml.scores");
+  if (llama && d.scores.empty()) md.fail("missing tokenizer.ggml.scores (the llama tokenizer needs them)");
+  if (!d.scores.empty() && d.scores.size() != n) {
+    md.fail("tokenizer.ggml.scores has " + std::to_string(d.scores.size()) + " entries for " +
+            std::to_string(n) + " tokens");
+  }
+  d.types = md.ints("tokenizer.ggml.token_type");
+  if (d.types.empty()) d.types.assign(n, tokenizer_detail::kNormal);
+  if (d.types.size() != n) {
+    md.fail("tokenizer.ggml.token_type has " + std::to_string(d.types.size()) + " entries for " +
+            std::to_string(n) + " tokens");
+  }
+  d.merges = md.strings("tokenizer.ggml.merges", gpt2);
+
+  // llama.cpp's defaults for SentencePiece vocabularies: <unk> 0, <s> 1, </s> 2, add BOS.
+  d.bos_id = md.token_id("tokenizer.ggml.bos_token_id", llama ? 1 : -1, n);
+  d.eos_id = md.token_id("tokenizer.ggml.eos_token_id", llama ? 2 : -1, n);
+  d.unk_id = md.token_id("tokenizer.ggml.unknown_token_id", llama ? 0 : -1, n);
+  const int32_t pad_id = md.token_id("tokenizer.ggml.padding_token_id", -1, n);
+  d.add_bos = md.boolean("tokenizer.ggml.add_bos_token", llama);
+  d.add_eos = md.boolean("tokenizer.ggml.add_eos_token", false);
+  d.add_space_prefix = md.boolean("tokenizer.ggml.add_space_prefix", true);
+  // HF makes the named BOS/EOS/UNK/PAD tokens special whatever their stored type.
+  for (int32_t id : {d.bos_id, d.eos_id, d.unk_id, pad_id}) {
+    if (id >= 0 && d.types[size_t(id)] != tokenizer_detail::kControl &&
+        d.types[size_t(id)] != tokenizer_detail::kUnknown) {
+      d.types[size_t(id)] = tokenizer_detail::kControl;
+    }
+  }
+  return llama ? tokenizer_detail::make_llama_tokenizer(std::move(d))
+               : tokenizer_detail::make_gpt2_tokenizer(std::move(d));
+}
+
+StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special)
+    : tokenizer_(tokenizer), skip_special_(skip_special) {}
+
+StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tokenizer, bool skip_special,
+                                           const std::vector<int32_t>& context_ids)
+    : tokenizer_(tokenizer), skip_special_(skip_special) {
+  for (int32_t id : context_ids) push(id);  // text discarded; state (held bytes) kept
+}
+
+std::string StreamingDetokenizer::push(int32_t id) {
+  std::string bytes = tokenizer_.token_bytes(id);  // throws for a bad id
+  if (skip_special_ && tokenizer_.is_special(id)) return {};
+  if (at_start_ && !bytes.empty()) {
+    if (tokenizer_.strips_leading_space() && bytes[0] == ' ') bytes.erase(0, 1);
+    at_start_ = false;
+  }
+  pending_ += bytes;
+  std::string out;
+  const size_t used = utf8::append_lossy(pending_, out, /*final=*/false);
+  pending_.erase(0, used);
+  return out;
+}
+
+std::string StreamingDetokenizer::finish() {
+  std::string out;
+  utf8::append_lossy(pending_, out, /*final=*/true);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace octet

@@ -1,0 +1,60 @@
+// Shared pieces of the FP8 tests: the two formats with their reference specs, and expected
+// results computed by the independent reference (never by kernels/cpu).
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <vector>
+
+#include "fp8_test_values.h"
+#include "kernels/cpu/fp8.h"
+#include "minifloat_reference.h"
+#include "mismatch_log.h"
+
+namespace octet_test {
+
+struct Fp8FormatCase {
+  octet::Fp8Format format;
+  MiniFloat spec;
+  const char* name;
+};
+inline constexpr Fp8FormatCase kFp8Formats[] = {{octet::Fp8Format::E4M3, kE4M3, "E4M3"},
+                                                {octet::Fp8Format::E5M2, kE5M2, "E5M2"}};
+
+/// fp32 bits a decoder must return for `code`: the exact value, or 0x7FFFFFFF for NaN codes
+/// (what cuda_fp8.h's fp8 -> half -> float gives).
+inline uint32_t expected_fp8_decode_bits(const MiniFloat& f, uint8_t code) {
+  if (f.is_nan(code)) return 0x7FFFFFFFu;
+  return std::bit_cast<uint32_t>(static_cast<float>(code_value(f, code)));
+}
+
+/// Reference codes of fp8_stress_floats(), per format, computed once per process.
+inline const std::vector<uint8_t>& reference_stress_codes(const Fp8FormatCase& fc) {
+  static std::vector<uint8_t> cache[2];
+  std::vector<uint8_t>& codes = cache[fc.format == octet::Fp8Format::E4M3 ? 0 : 1];
+  if (codes.empty()) {
+    const std::vector<float>& floats = fp8_stress_floats();
+    codes.reserve(floats.size());
+    for (float x : floats) codes.push_back(reference_fp8(fc.spec, static_cast<double>(x)));
+  }
+  return codes;
+}
+
+/// Logs every i where actual[i] != expected[i] (inputs[i] printed as the input bits).
+template <typename Input>
+void compare_fp8_codes(const std::vector<Input>& inputs, const std::vector<uint8_t>& expected,
+                       const std::vector<uint8_t>& actual, MismatchLog& log) {
+  if (actual.size() != expected.size() || inputs.size() != expected.size()) {
+    log.add("size mismatch: %zu inputs, %zu expected, %zu actual", inputs.size(),
+            expected.size(), actual.size());
+    return;
+  }
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (actual[i] != expected[i]) {
+      log.add("input 0x%08X: expected 0x%02X, got 0x%02X", static_cast<unsigned>(inputs[i]),
+              expected[i], actual[i]);
+    }
+  }
+}
+
+}  // namespace octet_test

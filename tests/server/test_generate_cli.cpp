@@ -1,0 +1,102 @@
+// `octet generate` end to end: runs the real binary and checks its output and exit codes.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+RunResult run(const std::string& args) {
+  const std::string cmd = std::string(OCTET_BINARY) + " " + args + " 2>&1";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+const std::string kStories = std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf";
+
+}  // namespace
+
+TEST_CASE("generate --json reproduces the stories260K golden tokens", "[cli][golden]") {
+  std::ifstream in(std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.greedy.json");
+  REQUIRE(in.good());
+  const auto golden = nlohmann::json::parse(in);
+  const RunResult r = run("generate --model " + kStories +
+                          " --prompt-ids 1 --max-tokens 200 --temperature 0 --json");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.output);
+  CHECK(j["prompt_token_ids"] == std::vector<int>{1});
+  CHECK(j["token_ids"] == golden["expected_token_ids"]);
+  CHECK(j["tokens_per_second"].get<double>() > 0.0);
+  const std::string text = j["text"];
+  const std::string starts = golden["expected_text_starts_with"];
+  CHECK(text.rfind(starts, 0) == 0);
+}
+
+TEST_CASE("generate with a text prompt and a seed is reproducible", "[cli]") {
+  const std::string args = "generate --model " + kStories +
+                           " --prompt 'Once upon a time' --max-tokens 20 --temperature 0.8 "
+                           "--top-p 0.9 --seed 7 --json";
+  const RunResult a = run(args), b = run(args);
+  INFO(a.output);
+  REQUIRE(a.exit_code == 0);
+  const auto ja = nlohmann::json::parse(a.output), jb = nlohmann::json::parse(b.output);
+  CHECK(ja["token_ids"] == jb["token_ids"]);
+  CHECK(ja["token_ids"].size() <= 20);
+  CHECK(ja["prompt_token_ids"][0] == 1);  // BOS added for the llama tokenizer
+}
+
+TEST_CASE("generate reports bad input clearly and never crashes", "[cli][errors]") {
+  SECTION("missing model file") {
+    const RunResult r = run("generate --model /nonexistent/model.gguf --prompt-ids 1");
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find("/nonexistent/model.gguf") != std::string::npos);
+  }
+  SECTION("token id outside the vocabulary") {
+    const RunResult r = run("generate --model " + kStories + " --prompt-ids 1,99999");
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("99999") != std::string::npos);
+  }
+  SECTION("malformed --prompt-ids") {
+    const RunResult r = run("generate --model " + kStories + " --prompt-ids 1,x");
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("'x'") != std::string::npos);
+  }
+  SECTION("both prompt forms") {
+    const RunResult r = run("generate --model " + kStories + " --prompt hi --prompt-ids 1");
+    CHECK(r.exit_code == 2);
+  }
+  SECTION("unknown flag") {
+    const RunResult r = run("generate --model " + kStories + " --prompt hi --bogus 3");
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("bogus") != std::string::npos);
+  }
+  SECTION("prompt plus max_tokens beyond the context") {
+    const RunResult r = run("generate --model " + kStories + " --prompt-ids 1 --max-tokens 100000");
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("context length") != std::string::npos);
+  }
+  SECTION("temperature out of range") {
+    const RunResult r = run("generate --model " + kStories + " --prompt-ids 1 --temperature -1");
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("temperature") != std::string::npos);
+  }
+}
