@@ -72,7 +72,7 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
   r.finish_reason = "length";
   std::mt19937_64 rng(params.seed >= 0 ? static_cast<uint64_t>(params.seed)
                                        : std::random_device{}());
-  StreamingDetokenizer detok(tok, /*skip_special=*/true);
+  StreamingDetokenizer detok(tok, /*skip_special=*/true, prompt_ids);
   DenseKVCache cache = model.new_cache(n_prompt + params.max_tokens);
 
   const auto t0 = Clock::now();

@@ -5,7 +5,9 @@
 //     prepend_scheme "first"); tokenizer.ggml.add_space_prefix = false turns this off
 //     (HF ignores that key; llama.cpp honours it);
 //   - the fragment's characters are looked up in the vocabulary, a missing one becomes its
-//     UTF-8 bytes as <0xNN> tokens (byte fallback), or <unk> when those are missing too;
+//     UTF-8 bytes as <0xNN> tokens (byte fallback), or <unk> when those are missing too
+//     (consecutive ones fused; as SentencePiece and llama.cpp; HF's conversion has no unk
+//     token and drops the character);
 //   - merges are derived from the vocabulary and scores (transformers' generate_merges): every
 //     split of a token into two vocabulary tokens, ordered by the token's score (descending),
 //     then by the length in code points of the left and then the right part (descending), ties

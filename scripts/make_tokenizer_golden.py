@@ -42,7 +42,7 @@ stories260K (tokenizer.ggml.model = "llama", no merges in the file):
     real sentencepiece gives for a ModelProto built from the same GGUF (BPE, scores, piece types,
     byte_fallback, add_dummy_prefix=True, remove_extra_whitespaces=False, identity normalizer),
     encoded without BOS and without special-token parsing. They differ from nobos_noparse only
-    for text that starts with a space or contains special-token text.
+    for text that starts with a space (or a literal "▁").
 
 SmolLM2 (tokenizer.ggml.model = "gpt2", tokenizer.ggml.pre = "smollm"):
   - transformers' conversion builds GPT2Tokenizer: BPE over vocab + merges from the file,
@@ -53,8 +53,9 @@ SmolLM2 (tokenizer.ggml.model = "gpt2", tokenizer.ggml.pre = "smollm"):
   - "smollm" in llama.cpp (LLAMA_VOCAB_PRE_TYPE_SMOLLM) means two regexes: "\\p{N}" first, then
     the GPT-2 pattern; SmolLM2's real tokenizer.json has the same effect:
     Sequence[Digits(individual_digits=True), ByteLevel(add_prefix_space=False, use_regex=True)].
-    The difference shows where digits follow spaces: "  3" is ["Ġ", "Ġ3"->"Ġ","3"] without the
-    digit split but ["ĠĠ", "3"] with it.
+    The difference shows where digits follow spaces: "  3" pre-tokenizes to ["Ġ", "Ġ3"]
+    without the digit split but to ["ĠĠ", "3"] with it (different ids), and on numeric
+    characters such as "½²" that the GPT-2 pattern keeps together.
   - So the reference here is HF's conversion with the pre-tokenizer replaced by the one the real
     tokenizer.json has (same vocab, merges, added tokens, decoder). Each case also records
     "hf_gguf_ids" (HF's unmodified GGUF conversion, bos_parse mode) so the difference is visible.

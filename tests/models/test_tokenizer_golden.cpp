@@ -1,6 +1,6 @@
 // Golden token ids from Hugging Face tokenizers/transformers reading the same GGUF files
 // (scripts/make_tokenizer_golden.py -> tests/models/golden/tokenizer_*.json): encode in all four
-// modes (BOS or not x special-token parsing or not) and decode, for 57 tricky strings on
+// modes (BOS or not x special-token parsing or not) and decode, for 59 tricky strings on
 // stories260K ("llama") and SmolLM2-135M-Instruct ("gpt2", pre "smollm"). Exact match required.
 #include <catch2/catch.hpp>
 
@@ -94,7 +94,7 @@ std::string spelled(std::string_view bytes) {
 
 }  // namespace
 
-TEST_CASE("Pre-tokenizer pieces match HF (smollm and plain GPT-2 ByteLevel)", "[tokenizer][golden]") {
+TEST_CASE("tokenizer: Pre-tokenizer pieces match HF (smollm and plain GPT-2 ByteLevel)", "[tokenizer][golden]") {
   const json golden = load_golden("tokenizer_smollm2.json");
   const auto smollm = tokenizer_detail::PreTokenizer::for_pre("smollm");
   const auto gpt2 = tokenizer_detail::PreTokenizer::for_pre("gpt2");
@@ -111,7 +111,7 @@ TEST_CASE("Pre-tokenizer pieces match HF (smollm and plain GPT-2 ByteLevel)", "[
   }
 }
 
-TEST_CASE("stories260K llama tokenizer matches transformers' GGUF conversion", "[tokenizer][golden]") {
+TEST_CASE("tokenizer: stories260K llama tokenizer matches transformers' GGUF conversion", "[tokenizer][golden]") {
   const json golden = load_golden("tokenizer_stories260K.json");
   REQUIRE(golden["cases"].size() >= 40);
   const GGUFFile file = GGUFFile::open(std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf");
@@ -123,7 +123,7 @@ TEST_CASE("stories260K llama tokenizer matches transformers' GGUF conversion", "
   CHECK(check_golden(*tok, golden) == 0);
 }
 
-TEST_CASE("SmolLM2 gpt2 tokenizer matches HF with the smollm pre-tokenizer", "[tokenizer][golden]") {
+TEST_CASE("tokenizer: SmolLM2 gpt2 tokenizer matches HF with the smollm pre-tokenizer", "[tokenizer][golden]") {
   const json golden = load_golden("tokenizer_smollm2.json");
   REQUIRE(golden["cases"].size() >= 40);
   const GGUFFile file = GGUFFile::open(smollm2_path());
@@ -147,7 +147,7 @@ TEST_CASE("SmolLM2 gpt2 tokenizer matches HF with the smollm pre-tokenizer", "[t
   CHECK(differing >= 1);
 }
 
-TEST_CASE("Golden round trips: decode(encode(s)) == s", "[tokenizer][golden]") {
+TEST_CASE("tokenizer: Golden round trips: decode(encode(s)) == s", "[tokenizer][golden]") {
   SECTION("SmolLM2: every string, both parse modes") {
     const GGUFFile file = GGUFFile::open(smollm2_path());
     const auto tok = Tokenizer::from_gguf(file);
