@@ -66,6 +66,10 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
   const LlamaModel& model = impl_->model;
   const Tokenizer& tok = *impl_->tokenizer;
   const int64_t vocab = model.config().vocab_size;
+  for (int32_t id : prompt_ids)
+    if (id < 0 || id >= vocab)
+      throw std::invalid_argument("prompt token id " + std::to_string(id) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
 
   GenerateResult r;
   r.prompt_token_ids = prompt_ids;
