@@ -36,7 +36,8 @@ struct Fp8Traits {
   static constexpr uint32_t kMinNormalBits = (kRebias + 1) << 23;  // fp32 bits of 2^(1-bias)
   // Subnormal fp8 = m * 2^(1 - bias - mantissa_bits); an fp32 m * 2^(e - 150) holds
   // m >> (kSubnormalShiftBase - e) such units.
-  static constexpr uint32_t kSubnormalShiftBase = static_cast<uint32_t>(151 - kBias - kMantissaBits);
+  static constexpr uint32_t kSubnormalShiftBase =
+      static_cast<uint32_t>(151 - kBias - kMantissaBits);
   static constexpr int kSubnormalUnitExponent = 1 - kBias - kMantissaBits;  // -9 or -16
 };
 using E4M3Traits = Fp8Traits<3, 7>;
@@ -53,7 +54,8 @@ constexpr uint8_t encode_bits(uint32_t u) {
   if (a > kMaxBits) a = kMaxBits;    // saturate; everything in (max, inf] ends on max
   if (a >= Traits::kMinNormalBits) {
     a += (1u << (Traits::kShift - 1)) - 1u + ((a >> Traits::kShift) & 1u);
-    return static_cast<uint8_t>(sign | ((a >> Traits::kShift) - (Traits::kRebias << (23 - Traits::kShift))));
+    return static_cast<uint8_t>(
+        sign | ((a >> Traits::kShift) - (Traits::kRebias << (23 - Traits::kShift))));
   }
   // fp8 subnormal (or zero): round m * 2^(e-150) to a whole number of subnormal units.
   uint32_t shift = Traits::kSubnormalShiftBase - (a >> 23);
@@ -105,9 +107,13 @@ constexpr uint8_t fp8_e5m2_from_bf16(uint16_t bits) {
 
 /// fp16 bits -> E4M3 code. fp16 widens to fp32 exactly; equals
 /// __nv_cvt_halfraw_to_fp8(.., __NV_SATFINITE, __NV_E4M3).
-inline uint8_t fp8_e4m3_from_fp16(uint16_t bits) { return fp8_e4m3_from_float(fp16_to_float(bits)); }
+inline uint8_t fp8_e4m3_from_fp16(uint16_t bits) {
+  return fp8_e4m3_from_float(fp16_to_float(bits));
+}
 /// fp16 bits -> E5M2 code; equals __nv_cvt_halfraw_to_fp8(.., __NV_SATFINITE, __NV_E5M2).
-inline uint8_t fp8_e5m2_from_fp16(uint16_t bits) { return fp8_e5m2_from_float(fp16_to_float(bits)); }
+inline uint8_t fp8_e5m2_from_fp16(uint16_t bits) {
+  return fp8_e5m2_from_float(fp16_to_float(bits));
+}
 
 /// E4M3 code -> fp32, exact. 0x7F/0xFF (NaN) -> 0x7FFFFFFF.
 constexpr float fp8_e4m3_to_float(uint8_t code) {

@@ -11,6 +11,7 @@
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define OCTET_FP8_AVX2_BUILT 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define OCTET_FP8_AVX2_BUILT 0
@@ -76,13 +77,14 @@ OCTET_AVX2 inline __m256 decode8(__m256i codes) {
   constexpr int kMantissaBits = 23 - Traits::kShift;
   const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(codes, _mm256_set1_epi32(0x80)), 24);
   const __m256i a = _mm256_and_si256(codes, _mm256_set1_epi32(0x7F));
-  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(a, Traits::kShift),
-                                          _mm256_set1_epi32(static_cast<int>(Traits::kRebias << 23)));
+  const __m256i normal =
+      _mm256_add_epi32(_mm256_slli_epi32(a, Traits::kShift),
+                       _mm256_set1_epi32(static_cast<int>(Traits::kRebias << 23)));
   // Subnormal: mantissa * 2^unit_exponent; the product is a normal fp32, so no FTZ/DAZ effect.
   const __m256i mantissa = _mm256_and_si256(a, _mm256_set1_epi32((1 << kMantissaBits) - 1));
   constexpr float kUnit = static_cast<float>(1.0 / (1ull << -Traits::kSubnormalUnitExponent));
-  const __m256i subnormal = _mm256_castps_si256(
-      _mm256_mul_ps(_mm256_cvtepi32_ps(mantissa), _mm256_set1_ps(kUnit)));
+  const __m256i subnormal =
+      _mm256_castps_si256(_mm256_mul_ps(_mm256_cvtepi32_ps(mantissa), _mm256_set1_ps(kUnit)));
   const __m256i is_subnormal = _mm256_cmpgt_epi32(_mm256_set1_epi32(1 << kMantissaBits), a);
   __m256i bits = _mm256_or_si256(_mm256_blendv_epi8(normal, subnormal, is_subnormal), sign);
   const __m256i nan = _mm256_set1_epi32(static_cast<int>(kFp8CanonicalNanBits));
@@ -123,8 +125,8 @@ struct LoadFp16 {
 OCTET_AVX2 inline void store8(uint8_t* dst, __m256i codes) {
   __m256i packed = _mm256_packs_epi32(codes, codes);  // per 128-bit half: c0..3 twice, int16
   packed = _mm256_packus_epi16(packed, packed);       // dword 0 = c0..3, dword 4 = c4..7
-  const __m128i both = _mm_unpacklo_epi32(_mm256_castsi256_si128(packed),
-                                          _mm256_extracti128_si256(packed, 1));
+  const __m128i both =
+      _mm_unpacklo_epi32(_mm256_castsi256_si128(packed), _mm256_extracti128_si256(packed, 1));
   _mm_storel_epi64(reinterpret_cast<__m128i*>(dst), both);
 }
 
@@ -200,8 +202,11 @@ bool fp8_avx2_available() {
 #if OCTET_FP8_AVX2_BUILT
   static const bool available = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    // "avx2" also checks that the OS saves YMM state. F16C is read from CPUID leaf 1 (ECX bit
+    // 29) because older clang's __builtin_cpu_supports does not know "f16c".
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   }();
   return available;
 #else

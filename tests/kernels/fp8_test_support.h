@@ -11,6 +11,11 @@
 #include "minifloat_reference.h"
 #include "mismatch_log.h"
 
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#define OCTET_TEST_HAVE_MXCSR 1
+#endif
+
 namespace octet_test {
 
 struct Fp8FormatCase {
@@ -45,8 +50,8 @@ template <typename Input>
 void compare_fp8_codes(const std::vector<Input>& inputs, const std::vector<uint8_t>& expected,
                        const std::vector<uint8_t>& actual, MismatchLog& log) {
   if (actual.size() != expected.size() || inputs.size() != expected.size()) {
-    log.add("size mismatch: %zu inputs, %zu expected, %zu actual", inputs.size(),
-            expected.size(), actual.size());
+    log.add("size mismatch: %zu inputs, %zu expected, %zu actual", inputs.size(), expected.size(),
+            actual.size());
     return;
   }
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -56,5 +61,19 @@ void compare_fp8_codes(const std::vector<Input>& inputs, const std::vector<uint8
     }
   }
 }
+
+#if OCTET_TEST_HAVE_MXCSR
+/// Sets FTZ and DAZ (as -ffast-math's startup code does) for its lifetime, then restores MXCSR.
+class FlushDenormalsScope {
+ public:
+  FlushDenormalsScope() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040u); }  // FTZ | DAZ
+  ~FlushDenormalsScope() { _mm_setcsr(saved_); }
+  FlushDenormalsScope(const FlushDenormalsScope&) = delete;
+  FlushDenormalsScope& operator=(const FlushDenormalsScope&) = delete;
+
+ private:
+  unsigned saved_;
+};
+#endif
 
 }  // namespace octet_test

@@ -63,8 +63,8 @@ inline const std::vector<uint32_t>& fp8_stress_bits() {
     push_range(out, 440.0f, 470.0f);
     push_range(out, 57000.0f, 62000.0f);
     for (uint32_t b = 0; b <= 0x007FFFFFu; b += 37) push_both_signs(out, b);
-    for (uint32_t b : {0x00000001u, 0x007FFFFFu, 0x00800000u, 0x7F7FFFFFu, 0x7F800000u,
-                       0x7F800001u, 0x7FBFFFFFu, 0x7FC00000u, 0x7FC00001u, 0x7FFFFFFFu}) {
+    for (uint32_t b : {0x00000001u, 0x007FFFFFu, 0x00800000u, 0x7F7FFFFFu, 0x7F800000u, 0x7F800001u,
+                       0x7FBFFFFFu, 0x7FC00000u, 0x7FC00001u, 0x7FFFFFFFu}) {
       push_both_signs(out, b);
     }
     std::mt19937 rng(20240229u);

@@ -60,7 +60,8 @@ std::vector<uint8_t> gpu_encode(Fp8Format format, const float* src, size_t n) {
   DeviceBuffer<float> d_src(n);
   DeviceBuffer<uint8_t> d_dst(n);
   CUDA_REQUIRE(cudaMemcpy(d_src.ptr, src, n * sizeof(float), cudaMemcpyHostToDevice));
-  CUDA_REQUIRE(static_cast<cudaError_t>(octet::fp8_encode_cuda(format, d_src.ptr, d_dst.ptr, n, nullptr)));
+  CUDA_REQUIRE(
+      static_cast<cudaError_t>(octet::fp8_encode_cuda(format, d_src.ptr, d_dst.ptr, n, nullptr)));
   std::vector<uint8_t> out(n);
   CUDA_REQUIRE(cudaMemcpy(out.data(), d_dst.ptr, n, cudaMemcpyDeviceToHost));
   return out;
@@ -71,7 +72,8 @@ std::vector<float> gpu_decode(Fp8Format format, const uint8_t* codes, size_t n) 
   DeviceBuffer<uint8_t> d_src(n);
   DeviceBuffer<float> d_dst(n);
   CUDA_REQUIRE(cudaMemcpy(d_src.ptr, codes, n, cudaMemcpyHostToDevice));
-  CUDA_REQUIRE(static_cast<cudaError_t>(octet::fp8_decode_cuda(format, d_src.ptr, d_dst.ptr, n, nullptr)));
+  CUDA_REQUIRE(
+      static_cast<cudaError_t>(octet::fp8_decode_cuda(format, d_src.ptr, d_dst.ptr, n, nullptr)));
   std::vector<float> out(n);
   CUDA_REQUIRE(cudaMemcpy(out.data(), d_dst.ptr, n * sizeof(float), cudaMemcpyDeviceToHost));
   return out;
@@ -129,10 +131,10 @@ TEST_CASE("fp8 cuda: odd lengths and unaligned device pointers", "[fp8][cuda]") 
         CUDA_REQUIRE(cudaMemset(d_codes.ptr, 0xAB, n + offset + 1));
         CUDA_REQUIRE(cudaMemcpy(d_src.ptr + offset, floats.data() + 1000 * n, n * sizeof(float),
                                 cudaMemcpyHostToDevice));
-        CUDA_REQUIRE(static_cast<cudaError_t>(
-            octet::fp8_encode_cuda(fc.format, d_src.ptr + offset, d_codes.ptr + offset, n, nullptr)));
-        CUDA_REQUIRE(static_cast<cudaError_t>(
-            octet::fp8_decode_cuda(fc.format, d_codes.ptr + offset, d_back.ptr + offset, n, nullptr)));
+        CUDA_REQUIRE(static_cast<cudaError_t>(octet::fp8_encode_cuda(
+            fc.format, d_src.ptr + offset, d_codes.ptr + offset, n, nullptr)));
+        CUDA_REQUIRE(static_cast<cudaError_t>(octet::fp8_decode_cuda(
+            fc.format, d_codes.ptr + offset, d_back.ptr + offset, n, nullptr)));
         std::vector<uint8_t> codes(n + offset + 1);
         std::vector<float> back(n + offset);
         CUDA_REQUIRE(cudaMemcpy(codes.data(), d_codes.ptr, codes.size(), cudaMemcpyDeviceToHost));

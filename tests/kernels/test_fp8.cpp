@@ -2,7 +2,7 @@
 // dispatching array functions, held bit for bit (no tolerance) to
 //   - values worked out by hand from the OCP FP8 definitions, and
 //   - the independent reference in minifloat_reference.h (ldexp value tables + nearest search).
-// The AVX2 path is tested in test_fp8_avx2.cpp, cuda_fp8.h as oracle in test_fp8_cuda_h.cpp.
+// The AVX2 path is tested in test_fp8_avx2.cpp; cuda_fp8.h is the oracle in test_fp8_oracle.cpp.
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -38,10 +38,11 @@ TEST_CASE("fp8 decode: all 256 codes give the exact value of the format definiti
     octet::fp8_decode(fc.format, codes.data(), dispatched.data(), 256);
     MismatchLog log;
     for (int c = 0; c < 256; ++c) {
-      const uint32_t expected = octet_test::expected_fp8_decode_bits(fc.spec, static_cast<uint8_t>(c));
-      const uint32_t by_name = bits_of(fc.format == Fp8Format::E4M3
-                                           ? octet::fp8_e4m3_to_float(static_cast<uint8_t>(c))
-                                           : octet::fp8_e5m2_to_float(static_cast<uint8_t>(c)));
+      const uint32_t expected =
+          octet_test::expected_fp8_decode_bits(fc.spec, static_cast<uint8_t>(c));
+      const uint32_t by_name =
+          bits_of(fc.format == Fp8Format::E4M3 ? octet::fp8_e4m3_to_float(static_cast<uint8_t>(c))
+                                               : octet::fp8_e5m2_to_float(static_cast<uint8_t>(c)));
       const uint32_t got[] = {by_name, bits_of(octet::fp8_to_float(fc.format, codes[c])),
                               bits_of(scalar_array[c]), bits_of(dispatched[c])};
       for (uint32_t g : got) {
@@ -140,7 +141,7 @@ TEST_CASE("fp8 encode: hand-checked values", "[fp8]") {
   }
 }
 
-TEST_CASE("fp8 encode: 13M stress fp32 values match the reference, scalar paths", "[fp8]") {
+TEST_CASE("fp8 encode: 13M stress fp32 values match the reference (scalar paths)", "[fp8]") {
   const std::vector<uint32_t>& inputs = octet_test::fp8_stress_bits();
   const std::vector<float>& floats = octet_test::fp8_stress_floats();
   REQUIRE(inputs.size() >= 10'000'000);
@@ -163,14 +164,15 @@ TEST_CASE("fp8 encode: 13M stress fp32 values match the reference, scalar paths"
   }
 }
 
-TEST_CASE("fp8 encode: 13M stress fp32 values match the reference, dispatched array", "[fp8]") {
+TEST_CASE("fp8 encode: 13M stress fp32 values match the reference (dispatched)", "[fp8]") {
   const std::vector<float>& floats = octet_test::fp8_stress_floats();
   for (const FormatCase& fc : kFormats) {
     INFO(fc.name << (octet::fp8_avx2_available() ? " (AVX2 chosen)" : " (scalar chosen)"));
     std::vector<uint8_t> got(floats.size());
     octet::fp8_encode(fc.format, floats.data(), got.data(), floats.size());
     MismatchLog log;
-    octet_test::compare_fp8_codes(octet_test::fp8_stress_bits(), octet_test::reference_stress_codes(fc), got, log);
+    octet_test::compare_fp8_codes(octet_test::fp8_stress_bits(),
+                                  octet_test::reference_stress_codes(fc), got, log);
     INFO(log.summary());
     CHECK(log.count() == 0);
   }
@@ -232,7 +234,8 @@ TEST_CASE("fp8 round trip: encode of decode gives back every non-NaN code", "[fp
       if (fc.spec.is_nan(code)) continue;
       INFO("code 0x" << std::hex << c);
       // E5M2 inf decodes to inf, which SATFINITE encodes as max with its sign.
-      const uint8_t expected = fc.spec.is_inf(code) ? static_cast<uint8_t>((c & 0x80) | 0x7B) : code;
+      const uint8_t expected =
+          fc.spec.is_inf(code) ? static_cast<uint8_t>((c & 0x80) | 0x7B) : code;
       CHECK(int{octet::fp8_from_float(fc.format, octet::fp8_to_float(fc.format, code))} ==
             int{expected});
     }
@@ -260,10 +263,51 @@ TEST_CASE("fp8 arrays: every length 0..100 at odd offsets writes exactly n eleme
         for (size_t i = 0; i < 8 + offset; ++i) REQUIRE(decoded[i] == -1.25f);
         for (size_t i = 0; i < 8; ++i) REQUIRE(out[n + i] == -1.25f);
         for (size_t i = 0; i < n; ++i) {
-          REQUIRE(int{dst[i]} == int{octet::fp8_from_float(fc.format, src[i])});
-          REQUIRE(bits_of(out[i]) == bits_of(octet::fp8_to_float(fc.format, dst[i])));
+          REQUIRE(int{dst[i]} == int{octet_test::reference_fp8(fc.spec, src[i])});
+          REQUIRE(bits_of(out[i]) == octet_test::expected_fp8_decode_bits(fc.spec, dst[i]));
         }
       }
     }
   }
 }
+
+#if OCTET_TEST_HAVE_MXCSR
+TEST_CASE("fp8 scalar: FTZ and DAZ change no result", "[fp8]") {
+  // Subnormal fp32 inputs, fp16 subnormals and fp8 subnormal codes are where flushing would bite.
+  const std::vector<float>& floats = octet_test::fp8_stress_floats();
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t h = 0; h < 65536; ++h) halves[h] = static_cast<uint16_t>(h);
+  std::vector<uint8_t> codes(256);
+  for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
+  for (const FormatCase& fc : kFormats) {
+    INFO(fc.name);
+    std::vector<uint8_t> encoded(floats.size()), from_bf16(65536), from_fp16(65536);
+    std::vector<float> decoded(256);
+    {
+      octet_test::FlushDenormalsScope flush;
+      octet::fp8_encode_scalar(fc.format, floats.data(), encoded.data(), floats.size());
+      octet::fp8_encode_bf16_scalar(fc.format, halves.data(), from_bf16.data(), 65536);
+      octet::fp8_encode_fp16_scalar(fc.format, halves.data(), from_fp16.data(), 65536);
+      octet::fp8_decode_scalar(fc.format, codes.data(), decoded.data(), 256);
+    }
+    MismatchLog log;
+    octet_test::compare_fp8_codes(octet_test::fp8_stress_bits(),
+                                  octet_test::reference_stress_codes(fc), encoded, log);
+    for (uint32_t h = 0; h < 65536; ++h) {
+      if (from_bf16[h] !=
+              octet_test::reference_fp8(fc.spec, octet_test::code_value(octet_test::kBf16, h)) ||
+          from_fp16[h] !=
+              octet_test::reference_fp8(fc.spec, octet_test::code_value(octet_test::kFp16, h))) {
+        log.add("16-bit pattern 0x%04X", h);
+      }
+    }
+    for (int c = 0; c < 256; ++c) {
+      if (bits_of(decoded[c]) != octet_test::expected_fp8_decode_bits(fc.spec, codes[c])) {
+        log.add("decode 0x%02X", c);
+      }
+    }
+    INFO(log.summary());
+    CHECK(log.count() == 0);
+  }
+}
+#endif  // OCTET_TEST_HAVE_MXCSR

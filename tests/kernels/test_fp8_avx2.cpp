@@ -31,7 +31,7 @@ void skip_unless_avx2() {
 
 }  // namespace
 
-TEST_CASE("fp8 avx2: decode of all 256 codes, every array length 0..300", "[fp8][avx2]") {
+TEST_CASE("fp8 avx2: decode of all 256 codes at every array length 0..300", "[fp8][avx2]") {
   skip_unless_avx2();
   for (const FormatCase& fc : kFormats) {
     INFO(fc.name);
@@ -107,7 +107,8 @@ TEST_CASE("fp8 avx2: every length 0..100 at odd offsets writes exactly n codes",
   const std::vector<float>& floats = octet_test::fp8_stress_floats();
   std::vector<uint16_t> halves(floats.size() < 4096 ? floats.size() : 4096);
   for (size_t i = 0; i < halves.size(); ++i) {
-    halves[i] = static_cast<uint16_t>(octet_test::fp8_stress_bits()[i * 2654435761u % floats.size()]);
+    halves[i] =
+        static_cast<uint16_t>(octet_test::fp8_stress_bits()[i * 2654435761u % floats.size()]);
   }
   for (const FormatCase& fc : kFormats) {
     INFO(fc.name);
@@ -130,10 +131,9 @@ TEST_CASE("fp8 avx2: every length 0..100 at odd offsets writes exactly n codes",
             if (!inside && buffer[i] != 0xAB) log.add("kind %d n %zu: wrote at %zu", kind, n, i);
           }
           for (size_t i = 0; i < n; ++i) {
-            const double x =
-                kind == 0   ? static_cast<double>(src[i])
-                : kind == 1 ? octet_test::code_value(octet_test::kBf16, half_src[i])
-                            : octet_test::code_value(octet_test::kFp16, half_src[i]);
+            const double x = kind == 0   ? static_cast<double>(src[i])
+                             : kind == 1 ? octet_test::code_value(octet_test::kBf16, half_src[i])
+                                         : octet_test::code_value(octet_test::kFp16, half_src[i]);
             const uint8_t expected = octet_test::reference_fp8(fc.spec, x);
             if (dst[i] != expected) {
               log.add("kind %d n %zu i %zu: expected 0x%02X, got 0x%02X", kind, n, i, expected,
@@ -147,3 +147,44 @@ TEST_CASE("fp8 avx2: every length 0..100 at odd offsets writes exactly n codes",
     CHECK(log.count() == 0);
   }
 }
+
+#if OCTET_TEST_HAVE_MXCSR
+TEST_CASE("fp8 avx2: FTZ and DAZ change no result", "[fp8][avx2]") {
+  skip_unless_avx2();
+  const std::vector<float>& floats = octet_test::fp8_stress_floats();
+  std::vector<uint16_t> halves(65536);
+  for (uint32_t h = 0; h < 65536; ++h) halves[h] = static_cast<uint16_t>(h);
+  std::vector<uint8_t> codes(256);
+  for (int c = 0; c < 256; ++c) codes[c] = static_cast<uint8_t>(c);
+  for (const FormatCase& fc : kFormats) {
+    INFO(fc.name);
+    std::vector<uint8_t> encoded(floats.size()), from_bf16(65536), from_fp16(65536);
+    std::vector<float> decoded(256);
+    {
+      octet_test::FlushDenormalsScope flush;
+      octet::fp8_encode_avx2(fc.format, floats.data(), encoded.data(), floats.size());
+      octet::fp8_encode_bf16_avx2(fc.format, halves.data(), from_bf16.data(), 65536);
+      octet::fp8_encode_fp16_avx2(fc.format, halves.data(), from_fp16.data(), 65536);
+      octet::fp8_decode_avx2(fc.format, codes.data(), decoded.data(), 256);
+    }
+    MismatchLog log;
+    octet_test::compare_fp8_codes(octet_test::fp8_stress_bits(),
+                                  octet_test::reference_stress_codes(fc), encoded, log);
+    for (uint32_t h = 0; h < 65536; ++h) {
+      if (from_bf16[h] !=
+              octet_test::reference_fp8(fc.spec, octet_test::code_value(octet_test::kBf16, h)) ||
+          from_fp16[h] !=
+              octet_test::reference_fp8(fc.spec, octet_test::code_value(octet_test::kFp16, h))) {
+        log.add("16-bit pattern 0x%04X", h);
+      }
+    }
+    for (int c = 0; c < 256; ++c) {
+      if (bits_of(decoded[c]) != octet_test::expected_fp8_decode_bits(fc.spec, codes[c])) {
+        log.add("decode 0x%02X", c);
+      }
+    }
+    INFO(log.summary());
+    CHECK(log.count() == 0);
+  }
+}
+#endif  // OCTET_TEST_HAVE_MXCSR

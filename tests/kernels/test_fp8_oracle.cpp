@@ -144,10 +144,12 @@ TEST_CASE("fp8 oracle: all bf16 and fp16 patterns equal the cuda_fp8.h conversio
       const uint8_t fp16_reference =
           octet_test::reference_fp8(fc.spec, octet_test::code_value(octet_test::kFp16, h));
       for (uint8_t got : {bf16_function, arrays[0][h], bf16_reference}) {
-        if (got != bf16_oracle) log.add("bf16 0x%04X: oracle 0x%02X, got 0x%02X", h, bf16_oracle, got);
+        if (got != bf16_oracle)
+          log.add("bf16 0x%04X: oracle 0x%02X, got 0x%02X", h, bf16_oracle, got);
       }
       for (uint8_t got : {fp16_function, arrays[1][h], fp16_reference}) {
-        if (got != fp16_oracle) log.add("fp16 0x%04X: oracle 0x%02X, got 0x%02X", h, fp16_oracle, got);
+        if (got != fp16_oracle)
+          log.add("fp16 0x%04X: oracle 0x%02X, got 0x%02X", h, fp16_oracle, got);
       }
       if (avx2 && arrays[2][h] != bf16_oracle) log.add("avx2 bf16 0x%04X", h);
       if (avx2 && arrays[3][h] != fp16_oracle) log.add("avx2 fp16 0x%04X", h);
