@@ -5,8 +5,19 @@
 
 namespace octet {
 
+void validate_quantization_flags(const std::string& quantization,
+                                 const std::string& weight_strategy) {
+  if (quantization != "auto" && quantization != "fp8" && quantization != "none")
+    throw std::invalid_argument("--quantization must be auto, fp8 or none, got '" +
+                                quantization + "'");
+  if (weight_strategy != "channel" && weight_strategy != "tensor")
+    throw std::invalid_argument("--weight-strategy must be channel or tensor, got '" +
+                                weight_strategy + "'");
+}
+
 void GenerateConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
+  validate_quantization_flags(quantization, weight_strategy);
   if (prompt.empty() == prompt_ids.empty())
     throw std::invalid_argument("give exactly one of --prompt and --prompt-ids");
   if (max_tokens < 0) throw std::invalid_argument("--max-tokens must be >= 0");
@@ -17,8 +28,22 @@ void GenerateConfig::validate() const {
 
 void BenchLatencyConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
+  validate_quantization_flags(quantization, weight_strategy);
   if (input_len <= 0 || output_len <= 0 || num_iters <= 0)
     throw std::invalid_argument("--input-len, --output-len and --num-iters must be positive");
+}
+
+void PerplexityConfig::validate() const {
+  if (model.empty()) throw std::invalid_argument("--model is required");
+  if (text.empty()) throw std::invalid_argument("--text is required");
+  validate_quantization_flags(quantization, weight_strategy);
+  if (max_tokens < 2) throw std::invalid_argument("--max-tokens must be at least 2");
+}
+
+void QuantizeConfig::validate() const {
+  if (model.empty()) throw std::invalid_argument("--model is required");
+  if (output.empty()) throw std::invalid_argument("--output is required");
+  validate_quantization_flags("fp8", weight_strategy);
 }
 
 }  // namespace octet

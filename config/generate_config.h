@@ -7,8 +7,21 @@
 
 namespace octet {
 
+inline constexpr const char* kQuantizationHelp =
+    "linear layers: auto (the checkpoint's FP8 weights, else FP8 W8A8 quantized at load), "
+    "fp8 (same), none (unquantized FP32 reference)";
+inline constexpr const char* kWeightStrategyHelp =
+    "scales of weights quantized at load: channel (one per output channel) or tensor";
+
+/// Throws std::invalid_argument naming the flag for values outside auto|fp8|none and
+/// channel|tensor.
+void validate_quantization_flags(const std::string& quantization,
+                                 const std::string& weight_strategy);
+
 struct GenerateConfig {
   std::string model;
+  std::string quantization = "auto";
+  std::string weight_strategy = "channel";
   std::string prompt;
   std::string prompt_ids;
   int64_t max_tokens = 128;
@@ -21,7 +34,9 @@ struct GenerateConfig {
   /// Calls v(field, "snake_case_name", "help") for every option, in flag order.
   template <class Visitor>
   static void visit(GenerateConfig& c, Visitor&& v) {
-    v(c.model, "model", "path to a GGUF model file (required)");
+    v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
+    v(c.quantization, "quantization", kQuantizationHelp);
+    v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.prompt, "prompt", "prompt text (special tokens such as <|im_start|> are recognised)");
     v(c.prompt_ids, "prompt_ids", "prompt as comma-separated token ids, e.g. 1,2,3");
     v(c.max_tokens, "max_tokens", "maximum number of tokens to generate (>= 0)");
@@ -41,6 +56,8 @@ struct GenerateConfig {
 /// Options of `octet bench latency`: prefill and decode tokens/s of one sequence.
 struct BenchLatencyConfig {
   std::string model;
+  std::string quantization = "auto";
+  std::string weight_strategy = "channel";
   int64_t input_len = 128;
   int64_t output_len = 64;
   int64_t num_iters = 3;
@@ -48,13 +65,54 @@ struct BenchLatencyConfig {
 
   template <class Visitor>
   static void visit(BenchLatencyConfig& c, Visitor&& v) {
-    v(c.model, "model", "path to a GGUF model file (required)");
+    v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
+    v(c.quantization, "quantization", kQuantizationHelp);
+    v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.input_len, "input_len", "prompt tokens per prefill (random ids)");
     v(c.output_len, "output_len", "greedy decode steps after the prefill");
     v(c.num_iters, "num_iters", "repetitions; the best run is reported");
     v(c.json, "json", "print one JSON object");
   }
 
+  void validate() const;
+};
+
+/// Options of `octet perplexity`.
+struct PerplexityConfig {
+  std::string model;
+  std::string text;
+  std::string quantization = "auto";
+  std::string weight_strategy = "channel";
+  int64_t max_tokens = 2048;
+  bool compare = false;
+  bool json = false;
+
+  template <class Visitor>
+  static void visit(PerplexityConfig& c, Visitor&& v) {
+    v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
+    v(c.text, "text", "text file to score (standard corpus: /usr/share/common-licenses/GPL-3)");
+    v(c.quantization, "quantization", kQuantizationHelp);
+    v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
+    v(c.max_tokens, "max_tokens", "tokens scored from the start of the text");
+    v(c.compare, "compare", "also run the unquantized model on the same tokens and print the "
+                            "KL divergence and top-1 agreement of the next-token distributions");
+    v(c.json, "json", "print one JSON object");
+  }
+  void validate() const;
+};
+
+/// Options of `octet quantize`: writes an FP8_DYNAMIC compressed-tensors checkpoint.
+struct QuantizeConfig {
+  std::string model;
+  std::string output;
+  std::string weight_strategy = "channel";
+
+  template <class Visitor>
+  static void visit(QuantizeConfig& c, Visitor&& v) {
+    v(c.model, "model", "input: Hugging Face checkpoint directory or GGUF file (required)");
+    v(c.output, "output", "output directory, created; must not hold a checkpoint (required)");
+    v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
+  }
   void validate() const;
 };
 

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace octet {
 
 class GGUFFile;
@@ -46,6 +48,14 @@ struct ModelConfig {
   /// file does not store it (llama.cpp's default). Throws ModelFileError naming the file for an
   /// unsupported architecture or missing/inconsistent values (e.g. heads not dividing hidden).
   static ModelConfig from_gguf(const GGUFFile& file);
+
+  /// Reads a Hugging Face config.json (LlamaForCausalLM): hidden_size, num_hidden_layers,
+  /// num_attention_heads, num_key_value_heads (default = heads), head_dim (default
+  /// hidden/heads), intermediate_size, vocab_size, rms_norm_eps, rope_theta (default 10000),
+  /// rope_scaling (linear, llama3; rope_type or legacy type), tie_word_embeddings (default
+  /// false), max_position_embeddings. Throws ModelFileError(config_path, problem naming the key)
+  /// for an unsupported `architectures` entry or model_type, or missing/invalid values.
+  static ModelConfig from_hf_config(const nlohmann::json& config, const std::string& config_path);
 
   /// RoPE inverse frequencies [rotary_dim/2] with rope_scaling applied (Linear divides every
   /// frequency by factor, which equals dividing positions by it).

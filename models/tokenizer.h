@@ -29,6 +29,15 @@ class Tokenizer {
   /// 4294967295 for "none") read as -1. SmolLM2's 49152 tokens load in ~0.1 s.
   static std::unique_ptr<Tokenizer> from_gguf(const GGUFFile& file);
 
+  /// Build from a Hugging Face model directory: tokenizer.json (model BPE with byte-level
+  /// pre-tokenizer/decoder as GPT-2/Llama-3/SmolLM/Qwen use, or SentencePiece-style BPE with
+  /// byte_fallback, Metaspace/Replace("▁") normalizer and decoders as Llama-2/TinyLlama/Mistral
+  /// use; added_tokens as special tokens), tokenizer_config.json (bos_token, eos_token,
+  /// add_bos_token, chat_template kept elsewhere), generation_config.json is not read here.
+  /// Throws ModelFileError naming the file for a missing tokenizer.json or an unsupported
+  /// model type / pipeline component.
+  static std::unique_ptr<Tokenizer> from_hf_dir(const std::string& dir);
+
   /// Text -> ids. add_special: prepend BOS when the model asks for it
   /// (tokenizer.ggml.add_bos_token; "llama" files without the key: yes) and append EOS when
   /// tokenizer.ggml.add_eos_token says so. parse_special: match special/control token texts

@@ -142,6 +142,8 @@ PreTokenizer PreTokenizer::for_pre(std::string_view pre) {
   throw std::invalid_argument("unsupported tokenizer.ggml.pre '" + std::string(pre) + "'");
 }
 
+const char* byte_level_pattern() { return kGpt2; }
+
 std::vector<std::string_view> PreTokenizer::split(std::string_view text) const {
   std::vector<std::string_view> pieces{text}, next;
   if (text.empty()) return {};

@@ -33,4 +33,7 @@ class PreTokenizer {
 /// PCRE2 (UTF + UCP) matches what Oniguruma's Unicode \s matches.
 std::string onig_to_pcre2(std::string_view pattern);
 
+/// HF tokenizers' ByteLevel(use_regex=true) pattern (= OpenAI GPT-2), in Oniguruma syntax.
+const char* byte_level_pattern();
+
 }  // namespace octet::tokenizer_detail

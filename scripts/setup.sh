@@ -40,7 +40,21 @@ PY
   echo "$MODEL_SHA256  $MODEL" | sha256sum --check --quiet >&2
 fi
 
+# Hugging Face checkpoints of the same model for the tests (bf16, single file and 3 shards),
+# converted from the GGUF by scripts/make_hf_checkpoint.py in a small virtualenv (no torch).
+HF="$CACHE/hf/SmolLM2-135M-Instruct-bf16"
+if [ ! -f "$HF/config.json" ] || [ ! -f "$HF-sharded/config.json" ]; then
+  echo "setup: converting the GGUF to Hugging Face checkpoints in $CACHE/hf" >&2
+  if [ ! -x "$CACHE/venv/bin/python" ]; then
+    python3 -m venv "$CACHE/venv" >&2
+  fi
+  "$CACHE/venv/bin/pip" install --quiet numpy==2.4.6 gguf==0.19.0 tokenizers==0.23.3 \
+      transformers==5.24.0 >&2
+  "$CACHE/venv/bin/python" scripts/make_hf_checkpoint.py "$MODEL" "$HF" >&2
+  "$CACHE/venv/bin/python" scripts/make_hf_checkpoint.py "$MODEL" "$HF-sharded" --shards 3 >&2
+fi
+
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DOCTET_CUDA="${OCTET_CUDA:-AUTO}" \
-      -DOCTET_SMOLLM2_GGUF="$MODEL" >&2
+      -DOCTET_SMOLLM2_GGUF="$MODEL" -DOCTET_HF_SMOLLM2_DIR="$HF" >&2
 cmake --build build -j "$(nproc)" >&2
 echo "$MODEL"

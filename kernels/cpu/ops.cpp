@@ -1,0 +1,63 @@
+// Run-time choice between the AVX2 ops (ops_avx2.cpp) and the plain references, and the
+// multi-row wrappers.
+#include "kernels/cpu/ops.h"
+
+#include "kernels/cpu/fp8.h"
+
+namespace octet::cpu {
+
+void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps) {
+  if (fp8_avx2_available()) {
+    avx2::rms_norm(x, weight, y, n, eps);
+  } else {
+    ref::rms_norm(x, weight, y, n, eps);
+  }
+}
+
+void rms_norm_rows(const float* x, const float* weight, float* y, int64_t m, int64_t n,
+                   float eps) {
+#pragma omp parallel for schedule(static) if (m * n >= 32768)
+  for (int64_t i = 0; i < m; ++i) rms_norm(x + i * n, weight, y + i * n, n, eps);
+}
+
+void linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
+            int64_t k) {
+  if (fp8_avx2_available()) {
+    avx2::linear(x, w, bias, y, m, n, k);
+  } else {
+    ref::linear(x, w, bias, y, m, n, k);
+  }
+}
+
+void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t rot_dim, int64_t pos,
+          const float* inv_freq, RopeLayout layout) {
+  if (fp8_avx2_available()) {
+    avx2::rope(x, num_heads, head_dim, rot_dim, pos, inv_freq, layout);
+  } else {
+    ref::rope(x, num_heads, head_dim, rot_dim, pos, inv_freq, layout);
+  }
+}
+
+void rope_rows(float* x, int64_t num_tokens, int64_t row_stride, int64_t num_heads,
+               int64_t head_dim, int64_t rot_dim, const int64_t* positions,
+               const float* inv_freq, RopeLayout layout) {
+#pragma omp parallel for schedule(static) if (num_tokens * num_heads * head_dim >= 32768)
+  for (int64_t t = 0; t < num_tokens; ++t)
+    cpu::rope(x + t * row_stride, num_heads, head_dim, rot_dim, positions[t], inv_freq, layout);
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
+  if (!fp8_avx2_available()) {
+    ref::silu_mul(gate, up, out, n);
+    return;
+  }
+  constexpr int64_t kChunk = 8192;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static) if (chunks > 4)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t i0 = c * kChunk, len = n - i0 < kChunk ? n - i0 : kChunk;
+    avx2::silu_mul(gate + i0, up + i0, out + i0, len);
+  }
+}
+
+}  // namespace octet::cpu

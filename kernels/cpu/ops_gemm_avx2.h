@@ -1,0 +1,96 @@
+// Internal to kernels/cpu (included by ops_linear.cpp and w8a8_linear_avx2.cpp only): the AVX2
+// FP32 dot-product tile shared by the FP32 linear and the W8A8 GEMM, and the thread-blocking
+// rule. Both operands are k-contiguous rows (x: [m, k], w: [n, k]), as nn.Linear stores them.
+// Every function is compiled for AVX2+FMA via a target attribute; callers check
+// fp8_avx2_available() first.
+#pragma once
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define OCTET_GEMM_AVX2_BUILT 1
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#define OCTET_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+namespace octet::gemm_avx2 {
+
+/// Mask for the last k % 8 lanes of a row (lane i active when i < r), r in [0, 8).
+OCTET_AVX2 inline __m256i tail_mask(int64_t r) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(r)),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/// Sums of each of 4 vectors, as one __m128: [sum(v0), sum(v1), sum(v2), sum(v3)].
+OCTET_AVX2 inline __m128 hsum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
+  const __m256 h01 = _mm256_hadd_ps(v0, v1);
+  const __m256 h23 = _mm256_hadd_ps(v2, v3);
+  const __m256 h = _mm256_hadd_ps(h01, h23);
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/// out[i * ldo + j] = sum_t a[i * lda + t] * b[j * ldb + t] for i < MR, j < NR, t < k.
+/// FP32 FMA accumulation, 8 lanes per row pair, lanes summed at the end.
+template <int MR, int NR>
+OCTET_AVX2 inline void dot_tile(const float* a, int64_t lda, const float* b, int64_t ldb,
+                                int64_t k, float* out, int64_t ldo) {
+  static_assert(MR >= 1 && MR <= 3 && NR >= 1 && NR <= 4, "tile fits 16 registers");
+  __m256 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+  int64_t t = 0;
+  for (; t + 8 <= k; t += 8) {
+    __m256 av[MR];
+    for (int i = 0; i < MR; ++i) av[i] = _mm256_loadu_ps(a + i * lda + t);
+    for (int j = 0; j < NR; ++j) {
+      const __m256 bv = _mm256_loadu_ps(b + j * ldb + t);
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(av[i], bv, acc[i][j]);
+    }
+  }
+  if (t < k) {
+    const __m256i mask = tail_mask(k - t);
+    __m256 av[MR];
+    for (int i = 0; i < MR; ++i) av[i] = _mm256_maskload_ps(a + i * lda + t, mask);
+    for (int j = 0; j < NR; ++j) {
+      const __m256 bv = _mm256_maskload_ps(b + j * ldb + t, mask);
+      for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(av[i], bv, acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    const __m256 z = _mm256_setzero_ps();
+    const __m128 s = hsum4(acc[i][0], NR > 1 ? acc[i][1 % NR] : z, NR > 2 ? acc[i][2 % NR] : z,
+                           NR > 3 ? acc[i][3 % NR] : z);
+    alignas(16) float tmp[4];
+    _mm_store_ps(tmp, s);
+    for (int j = 0; j < NR; ++j) out[i * ldo + j] = tmp[j];
+  }
+}
+
+/// Tiles rows [0, m) x cols [0, nb) of out (ldo) with dot_tile: MR = 3, NR = 4 and the edges.
+OCTET_AVX2 inline void dot_block(const float* a, int64_t lda, int64_t m, const float* b,
+                                 int64_t ldb, int64_t nb, int64_t k, float* out, int64_t ldo) {
+  auto row_block = [&](auto mr_tag, int64_t i) {
+    constexpr int MR = decltype(mr_tag)::value;
+    int64_t j = 0;
+    for (; j + 4 <= nb; j += 4)
+      dot_tile<MR, 4>(a + i * lda, lda, b + j * ldb, ldb, k, out + i * ldo + j, ldo);
+    switch (nb - j) {
+      case 3: dot_tile<MR, 3>(a + i * lda, lda, b + j * ldb, ldb, k, out + i * ldo + j, ldo); break;
+      case 2: dot_tile<MR, 2>(a + i * lda, lda, b + j * ldb, ldb, k, out + i * ldo + j, ldo); break;
+      case 1: dot_tile<MR, 1>(a + i * lda, lda, b + j * ldb, ldb, k, out + i * ldo + j, ldo); break;
+      default: break;
+    }
+  };
+  int64_t i = 0;
+  for (; i + 3 <= m; i += 3) row_block(std::integral_constant<int, 3>{}, i);
+  if (m - i == 2) row_block(std::integral_constant<int, 2>{}, i);
+  if (m - i == 1) row_block(std::integral_constant<int, 1>{}, i);
+}
+
+}  // namespace octet::gemm_avx2
+
+#else
+#define OCTET_GEMM_AVX2_BUILT 0
+#endif

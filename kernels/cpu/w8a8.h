@@ -1,0 +1,113 @@
+#pragma once
+// FP8 W8A8 linear layers on the CPU: E4M3 weights and activations with FP32 scales and FP32
+// accumulation, computing what an FP8 tensor core computes (DESIGN.md "Numerics conventions"):
+//   y[m, n] = acc[m, n] * (s_a[m] * s_w[n])  (+ bias[n]),  acc = sum_k fp32(qa[m,k]) * fp32(qw[n,k])
+// The product of two E4M3 values is exact in FP32; only the accumulation order differs from the
+// plain reference (ref::linear_w8a8), so results agree to FP32 rounding of the sum.
+// Scales multiply on dequantization: q = fp8(x / s), x_hat = fp32(q) * s.
+//
+// Quantization rules mirrored here (checked against the upstream sources named):
+//  * Weights, compressed-tensors `calculate_qparams` + `_quantize` (neuralmagic/compressed-
+//    tensors 0.19.0, the version llmcompressor 0.14.0.1 pins, identical in 0.20.1: quantization/
+//    utils/helpers.py and lifecycle/forward_helpers.py), as llm-compressor's min-max observer
+//    calls them (min/max over the row or the tensor), symmetric FP8, on the CPU torch path:
+//      amax  = max(|min(w, 0)|, max(w, 0))             over the row (channel) or the tensor
+//      s     = amax / (896 / 2)                        (division by 448)
+//      s     = (s == 0) ? torch.finfo(dtype).eps : s  (only exact zeros are replaced)
+//      q     = float8_e4m3fn(clamp(w / s + 0, -448, 448))  (division, RNE); the + 0 is the
+//              zero_point (zeros) llm-compressor registers and the compressor adds: -0 -> +0
+//    All arithmetic is done in the weight's own dtype (torch: FP32 math rounded to bf16/fp16 for
+//    16-bit weights; the scale tensor has the weight's dtype, initialize.py "scale_dtype =
+//    observed_dtype"). quantize_weight_e4m3 is the FP32-weight case (eps 2^-23);
+//    quantize_weight_e4m3_as reproduces BF16 (eps 2^-7) and FP16 (eps 2^-10) bit for bit, tested
+//    against codes made by compressed-tensors (tests/kernels/golden/w8a8_weight_quant.json).
+//    Older compressed-tensors (<= 0.12) clamped every scale to >= 2^-23 instead; the results
+//    differ only for rows with amax < 448 * 2^-23. On CUDA (SM90+) 0.19 runs a Triton kernel
+//    that divides in FP32 without rounding w / s to bf16; that variant is not reproduced here.
+//    A NaN in a row gives a NaN scale (torch.amax propagates NaN) and NaN codes for that row;
+//    callers that load weights reject non-finite scales.
+//  * Dynamic per-token activations, vLLM `dynamic_per_token_scaled_fp8_quant` (vllm-project/
+//    vllm, csrc/quantization/w8a8/fp8/common.cu, scaled_fp8_conversion<false> in common.cuh):
+//      amax  = fmaxf over |x| (NaN ignored),  s = max(amax / 448.0f, 1 / (448 * 512))
+//      q     = fp8(clamp(x / s, -448, 448))     (true division; satfinite RNE conversion)
+//    One deliberate difference: vLLM's fminf/fmaxf clamp turns a NaN element into +448; here a
+//    NaN element stays NaN (code 0x7F), as DESIGN.md says NaN stays NaN. Finite rows: identical.
+//  * Static per-tensor activations, vLLM `static_scaled_fp8_quant` (same file): q =
+//    fp8(clamp(x * (1.0f / s), -448, 448)) — vLLM multiplies by the FP32 reciprocal here.
+#include <cstdint>
+
+namespace octet {
+
+/// Scale granularity of a quantized tensor.
+enum class ScaleGranularity { PerTensor, PerRow };  // PerRow = per output channel / per token
+
+/// An E4M3 weight matrix: data [n, k] row-major ([out, in]), scale [n] (PerRow) or [1].
+struct Fp8WeightView {
+  const uint8_t* data = nullptr;
+  const float* scale = nullptr;
+  ScaleGranularity granularity = ScaleGranularity::PerRow;
+  int64_t n = 0;  // out features
+  int64_t k = 0;  // in features
+};
+
+/// Smallest dynamic activation scale vLLM produces: 1 / (448 * 512) in FP32
+/// (min_scaling_factor<Float8_e4m3fn>). An all-zero token gets this scale and zero codes.
+inline constexpr float kActivationScaleMin = 1.0f / (448.0f * 512.0f);
+
+/// The dtype in which compressed-tensors does the weight arithmetic (= the weight's dtype).
+enum class QuantArithmetic { Float32, BFloat16, Float16 };
+
+/// The weight scale compressed-tensors gives an all-zero row or tensor (whose codes are all 0):
+/// torch.finfo(dtype).eps, 2^-23 (FP32), 2^-7 (BF16), 2^-10 (FP16).
+constexpr float zero_weight_scale(QuantArithmetic arithmetic) {
+  return arithmetic == QuantArithmetic::BFloat16  ? 0x1p-7f
+         : arithmetic == QuantArithmetic::Float16 ? 0x1p-10f
+                                                  : 0x1p-23f;
+}
+
+/// Quantizes a weight w: [n, k] FP32 to E4M3 with the compressed-tensors rule above, FP32
+/// arithmetic. q: [n, k]; scale: [n] (PerRow) or [1] (PerTensor). Multithreaded over rows.
+void quantize_weight_e4m3(const float* w, int64_t n, int64_t k, ScaleGranularity granularity,
+                          uint8_t* q, float* scale);
+
+/// Same rule with the arithmetic of a 16-bit weight: w must hold values exactly representable in
+/// `arithmetic` (e.g. a BF16 checkpoint widened to FP32); the scale (returned widened to FP32)
+/// and each w / s are rounded to that dtype (RNE) as torch does. Float32 = quantize_weight_e4m3.
+void quantize_weight_e4m3_as(const float* w, int64_t n, int64_t k, ScaleGranularity granularity,
+                             QuantArithmetic arithmetic, uint8_t* q, float* scale);
+
+/// Dynamic per-token quantization of activations x: [m, k] -> q: [m, k] E4M3, scale: [m], with
+/// vLLM's rule above: scale[i] = max(amax(x[i, :]) / 448, kActivationScaleMin), q = fp8(x / s).
+void quantize_per_token_e4m3(const float* x, int64_t m, int64_t k, uint8_t* q, float* scale);
+
+/// Static per-tensor quantization with a given input_scale (> 0, finite; CHECKed):
+/// q = fp8(x * (1 / scale)), vLLM's static rule above.
+void quantize_static_e4m3(const float* x, int64_t m, int64_t k, float scale, uint8_t* q);
+
+/// y: [m, n] = acc * (s_a * s_w) (+ bias: [n] or nullptr), see the file comment. qa: [m, k]
+/// E4M3; a_scale: [m] (a_granularity PerRow) or [1] (PerTensor). Multithreaded (OpenMP),
+/// AVX2+FMA+F16C when the CPU has them, scalar otherwise. m == 1 takes the GEMV path (weights
+/// streamed once, decoded in registers), larger m a cache-blocked GEMM (each decoded weight tile
+/// reused for every row). Codes must not be NaN (0x7F/0xFF): the fast path decodes them as 480.
+void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
+                 const Fp8WeightView& w, const float* bias, float* y, int64_t m);
+
+// Explicit paths, for tests and benchmarks; results equal linear_w8a8 / quantize_per_token_e4m3
+// up to FP32 accumulation order. The _avx2 ones abort when fp8_avx2_available() is false.
+void linear_w8a8_scalar(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
+                        const Fp8WeightView& w, const float* bias, float* y, int64_t m);
+void linear_w8a8_avx2(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
+                      const Fp8WeightView& w, const float* bias, float* y, int64_t m);
+void quantize_per_token_e4m3_scalar(const float* x, int64_t m, int64_t k, uint8_t* q,
+                                    float* scale);
+void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, uint8_t* q,
+                                  float* scale);
+
+namespace ref {
+/// Plain reference of linear_w8a8: decode every code to FP32, double loop, FP32 accumulation
+/// in index order, y = acc * (s_a * s_w) + bias.
+void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
+                 const Fp8WeightView& w, const float* bias, float* y, int64_t m);
+}  // namespace ref
+
+}  // namespace octet

@@ -1,0 +1,61 @@
+#pragma once
+// QuantConfig: how a checkpoint's linear layers are quantized, parsed from config.json
+// `quantization_config`:
+//  - compressed-tensors (quant_method "compressed-tensors", format "float-quantized" or
+//    "naive-quantized"): config_groups (any key) with targets, weights {num_bits 8, type float,
+//    strategy channel|tensor, symmetric}, input_activations {dynamic true + strategy token, or
+//    dynamic false + strategy tensor} or null (weight-only), `ignore` (names or "re:" regexes),
+//    kv_cache_scheme (kept for the KV cache). Spec: github.com/neuralmagic/compressed-tensors.
+//  - quant_method "fp8" (HF transformers / vLLM Fp8Config): activation_scheme dynamic|static,
+//    per-tensor weight_scale, ignored_layers / modules_to_not_convert.
+//  - none: an unquantized checkpoint (octet may quantize online at load).
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "kernels/cpu/w8a8.h"
+
+namespace octet {
+
+enum class ActivationScheme {
+  None,             // weight-only or unquantized: activations stay FP32
+  DynamicPerToken,  // FP8_DYNAMIC: scale per token computed at run time
+  StaticPerTensor,  // input_scale tensor from the checkpoint
+};
+
+/// compressed-tensors kv_cache_scheme, kept for the KV cache issue.
+struct KVCacheScheme {
+  int num_bits = 8;
+  std::string type = "float";
+  std::string strategy = "tensor";  // tensor | attn_head
+  bool dynamic = false;
+  bool symmetric = true;
+};
+
+struct QuantConfig {
+  std::string quant_method = "none";  // "none" | "compressed-tensors" | "fp8"
+  bool weights_fp8 = false;           // linear weights stored / computed as E4M3
+  ScaleGranularity weight_granularity = ScaleGranularity::PerRow;
+  ActivationScheme activation_scheme = ActivationScheme::None;
+  std::vector<std::string> targets;   // e.g. {"Linear"}
+  std::vector<std::string> ignore;    // module names or "re:<regex>", e.g. "lm_head"
+  std::optional<KVCacheScheme> kv_cache_scheme;
+
+  /// Parses config.json's "quantization_config" (absent -> quant_method "none").
+  /// Throws ModelFileError(config_path, problem naming the key) for an unknown quant_method,
+  /// format, strategy or type, num_bits != 8, a config group without targets, or a scheme octet
+  /// cannot run (e.g. int8 weights).
+  static QuantConfig from_hf_config(const nlohmann::json& config, const std::string& config_path);
+
+  /// Whether module `name` (e.g. "model.layers.0.mlp.down_proj") is quantized: matched by a
+  /// target and by no `ignore` entry. Target "Linear" matches the linear modules of
+  /// LlamaForCausalLM (names ending in "_proj", and "lm_head"); other targets and ignore entries
+  /// are exact module names or "re:<regex>" matched as Python's re.match does (anchored at the
+  /// start only), as compressed-tensors and vLLM match them. quant_method "fp8" never quantizes
+  /// lm_head (vLLM's Fp8Config applies to LinearBase layers only).
+  bool is_quantized(const std::string& module_name) const;
+};
+
+}  // namespace octet

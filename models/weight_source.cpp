@@ -1,0 +1,98 @@
+#include "models/weight_source.h"
+
+#include <regex>
+
+#include "models/checkpoint.h"
+#include "models/gguf.h"
+
+namespace octet {
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string gguf_tensor_name(const std::string& hf_name) {
+  static const std::pair<const char*, const char*> kTop[] = {
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"},
+  };
+  for (const auto& [hf, gg] : kTop)
+    if (hf_name == hf) return gg;
+  static const std::regex kLayer(R"(model\.layers\.(\d+)\.(.+)\.(weight|bias))");
+  static const std::pair<const char*, const char*> kLayerParts[] = {
+      {"input_layernorm", "attn_norm"},      {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},        {"self_attn.v_proj", "attn_v"},
+      {"self_attn.o_proj", "attn_output"},   {"post_attention_layernorm", "ffn_norm"},
+      {"mlp.gate_proj", "ffn_gate"},         {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"},
+  };
+  std::smatch m;
+  if (!std::regex_match(hf_name, m, kLayer)) return "";
+  for (const auto& [hf, gg] : kLayerParts)
+    if (m[2] == hf) return "blk." + m[1].str() + "." + gg + "." + m[3].str();
+  return "";
+}
+
+namespace {
+
+class GGUFWeightSource final : public WeightSource {
+ public:
+  explicit GGUFWeightSource(const GGUFFile& f) : file_(f) {}
+  const std::string& path() const override { return file_.path(); }
+  bool has(const std::string& name) const override {
+    const std::string g = gguf_tensor_name(name);
+    return !g.empty() && file_.find_tensor(g) != nullptr;
+  }
+  std::vector<float> load_f32(const std::string& name,
+                              const std::vector<int64_t>& shape) const override {
+    const std::string g = gguf_tensor_name(name);
+    if (g.empty()) throw ModelFileError(path(), "no GGUF name for tensor " + name);
+    const GGUFTensorInfo& t = file_.tensor(g);
+    // GGUF dims are ne[0] (fastest) first: the reverse of the PyTorch shape.
+    const std::vector<int64_t> expected(shape.rbegin(), shape.rend());
+    if (t.dims != expected)
+      throw ModelFileError(path(), "tensor " + g + " has shape " + shape_str(t.dims) +
+                                       ", expected " + shape_str(expected));
+    return file_.dequantize(t);
+  }
+  const TensorView* raw(const std::string&) const override { return nullptr; }
+  // llama.cpp's converter permutes Q/K rows so that GGUF llama weights rotate adjacent pairs.
+  ref::RopeLayout rope_layout() const override { return ref::RopeLayout::AdjacentPairs; }
+
+ private:
+  const GGUFFile& file_;
+};
+
+class HFWeightSource final : public WeightSource {
+ public:
+  explicit HFWeightSource(const HFCheckpoint& c) : ckpt_(c) {}
+  const std::string& path() const override { return ckpt_.dir(); }
+  bool has(const std::string& name) const override { return ckpt_.find(name) != nullptr; }
+  std::vector<float> load_f32(const std::string& name,
+                              const std::vector<int64_t>& shape) const override {
+    const TensorView& t = ckpt_.tensor(name);
+    if (t.shape != shape)
+      throw ModelFileError(t.file, "tensor " + name + " has shape " + shape_str(t.shape) +
+                                       ", expected " + shape_str(shape));
+    return t.to_f32();
+  }
+  const TensorView* raw(const std::string& name) const override { return ckpt_.find(name); }
+  ref::RopeLayout rope_layout() const override { return ref::RopeLayout::HalfSplit; }
+
+ private:
+  const HFCheckpoint& ckpt_;
+};
+
+}  // namespace
+
+std::unique_ptr<WeightSource> make_gguf_weight_source(const GGUFFile& file) {
+  return std::make_unique<GGUFWeightSource>(file);
+}
+std::unique_ptr<WeightSource> make_hf_weight_source(const HFCheckpoint& checkpoint) {
+  return std::make_unique<HFWeightSource>(checkpoint);
+}
+
+}  // namespace octet
