@@ -43,7 +43,6 @@ void PerplexityConfig::validate() const {
 void QuantizeConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
   if (output.empty()) throw std::invalid_argument("--output is required");
-  validate_quantization_flags("fp8", weight_strategy);
 }
 
 }  // namespace octet

@@ -101,17 +101,16 @@ struct PerplexityConfig {
   void validate() const;
 };
 
-/// Options of `octet quantize`: writes an FP8_DYNAMIC compressed-tensors checkpoint.
+/// Options of `octet quantize`: writes an FP8_DYNAMIC compressed-tensors checkpoint (weights
+/// per output channel, as that scheme defines).
 struct QuantizeConfig {
   std::string model;
   std::string output;
-  std::string weight_strategy = "channel";
 
   template <class Visitor>
   static void visit(QuantizeConfig& c, Visitor&& v) {
-    v(c.model, "model", "input: Hugging Face checkpoint directory or GGUF file (required)");
+    v(c.model, "model", "input: unquantized Hugging Face checkpoint directory (required)");
     v(c.output, "output", "output directory, created; must not hold a checkpoint (required)");
-    v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
   }
   void validate() const;
 };

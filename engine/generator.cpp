@@ -4,10 +4,8 @@
 #include <random>
 #include <stdexcept>
 
+#include "engine/model_loader.h"
 #include "engine/sampler.h"
-#include "models/gguf.h"
-#include "models/llama.h"
-#include "models/tokenizer.h"
 
 namespace octet {
 
@@ -19,37 +17,48 @@ double seconds_since(Clock::time_point t0) {
 }  // namespace
 
 struct Generator::Impl {
-  std::string path;
-  GGUFFile file;
-  LlamaModel model;
-  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<LoadedModel> loaded;
+  const LlamaModel& model() const { return *loaded->model; }
+  const Tokenizer& tokenizer() const { return *loaded->tokenizer; }
+  bool is_eos(int32_t id) const {
+    for (int32_t e : loaded->eos_token_ids)
+      if (e == id) return true;
+    return false;
+  }
 };
 
 Generator::Generator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Generator::~Generator() = default;
 
-std::unique_ptr<Generator> Generator::load(const std::string& model_path) {
-  GGUFFile file = GGUFFile::open(model_path);
-  LlamaModel model = LlamaModel::load(file);
-  std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(file);
-  if (tok->vocab_size() != model.config().vocab_size)
-    throw ModelFileError(model_path, "tokenizer has " + std::to_string(tok->vocab_size()) +
-                                         " tokens but the model's vocab_size is " +
-                                         std::to_string(model.config().vocab_size));
-  auto impl = std::unique_ptr<Impl>(
-      new Impl{model_path, std::move(file), std::move(model), std::move(tok)});
+std::unique_ptr<Generator> Generator::load(const std::string& model_path,
+                                           const GeneratorOptions& options) {
+  LoadOptions lo;
+  lo.quantization = options.quantization;
+  if (options.weight_strategy == "channel") {
+    lo.weight_granularity = ScaleGranularity::PerRow;
+  } else if (options.weight_strategy == "tensor") {
+    lo.weight_granularity = ScaleGranularity::PerTensor;
+  } else {
+    throw std::invalid_argument("weight strategy must be channel or tensor, got '" +
+                                options.weight_strategy + "'");
+  }
+  auto impl = std::unique_ptr<Impl>(new Impl{load_model(model_path, lo)});
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
 }
 
 std::vector<int32_t> Generator::tokenize(const std::string& text) const {
-  return impl_->tokenizer->encode(text, /*add_special=*/true, /*parse_special=*/true);
+  return impl_->tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/true);
 }
 
 int64_t Generator::max_model_len() const {
-  return impl_->model.config().max_position_embeddings;
+  return impl_->model().config().max_position_embeddings;
 }
 
-const std::string& Generator::model_path() const { return impl_->path; }
+const std::string& Generator::model_path() const { return impl_->loaded->path; }
+
+std::string Generator::linear_format() const { return impl_->model().linear_format(); }
+
+int64_t Generator::decode_weight_bytes() const { return impl_->model().decode_weight_bytes(); }
 
 GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
                                    const SamplingParams& params,
@@ -63,8 +72,8 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
                                 "max_tokens (" + std::to_string(params.max_tokens) +
                                 ") exceeds the model's context length of " +
                                 std::to_string(max_len) + " tokens");
-  const LlamaModel& model = impl_->model;
-  const Tokenizer& tok = *impl_->tokenizer;
+  const LlamaModel& model = impl_->model();
+  const Tokenizer& tok = impl_->tokenizer();
   const int64_t vocab = model.config().vocab_size;
   for (int32_t id : prompt_ids)
     if (id < 0 || id >= vocab)
@@ -94,7 +103,7 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
       std::string piece = detok.push(next);
       if (on_text && !piece.empty()) on_text(piece);
       r.text += piece;
-      if (next == tok.eos_id() && !params.ignore_eos) {
+      if (impl_->is_eos(next) && !params.ignore_eos) {
         r.finish_reason = "stop";
         break;
       }
@@ -112,13 +121,17 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
 ThroughputResult Generator::bench(int64_t input_len, int64_t output_len) const {
   if (input_len <= 0 || output_len <= 0)
     throw std::invalid_argument("bench: input_len and output_len must be positive");
-  const LlamaModel& model = impl_->model;
+  const LlamaModel& model = impl_->model();
   const int64_t vocab = model.config().vocab_size;
   std::vector<int32_t> ids(input_len);
   std::mt19937_64 rng(0);
   for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
   DenseKVCache cache = model.new_cache(input_len + output_len);
-  ThroughputResult r{input_len, output_len, 0.0, 0.0};
+  ThroughputResult r;
+  r.input_len = input_len;
+  r.output_len = output_len;
+  r.linear_format = model.linear_format();
+  r.decode_weight_bytes = model.decode_weight_bytes();
 
   auto t0 = Clock::now();
   std::vector<float> logits = model.forward(ids.data(), input_len, 0, cache, false);

@@ -25,15 +25,26 @@ struct GenerateResult {
 /// Prefill and decode throughput of one sequence (batch 1), from `bench`.
 struct ThroughputResult {
   int64_t input_len = 0, output_len = 0;
+  std::string linear_format;
+  int64_t decode_weight_bytes = 0;  // read per decode step
   double prefill_tokens_per_second = 0.0;
   double decode_tokens_per_second = 0.0;
 };
 
+/// How to load the model: quantization auto | fp8 | none; weight_strategy channel | tensor (for
+/// online FP8 quantization).
+struct GeneratorOptions {
+  std::string quantization = "auto";
+  std::string weight_strategy = "channel";
+};
+
 class Generator {
  public:
-  /// Loads a GGUF model (weights, config, tokenizer). Throws octet::ModelFileError-derived
-  /// std::runtime_error naming the file on any problem with it.
-  static std::unique_ptr<Generator> load(const std::string& model_path);
+  /// Loads a model (GGUF file or Hugging Face directory: weights, config, tokenizer). Throws
+  /// octet::ModelFileError (a std::runtime_error) naming the file on any problem with it,
+  /// std::invalid_argument for bad options.
+  static std::unique_ptr<Generator> load(const std::string& model_path,
+                                         const GeneratorOptions& options = {});
   ~Generator();
 
   /// Prompt text -> ids (BOS when the model asks for it; special tokens such as <|im_start|>
@@ -52,6 +63,10 @@ class Generator {
 
   int64_t max_model_len() const;
   const std::string& model_path() const;
+  /// "fp32", "fp8-w8a8-dynamic-channel", ...
+  std::string linear_format() const;
+  /// Weight bytes read per decode step (all linears and lm_head).
+  int64_t decode_weight_bytes() const;
 
  private:
   struct Impl;

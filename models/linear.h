@@ -44,7 +44,9 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t m, float* y,
                     LinearScratch& scratch);
 
 /// Quantizes an F32 weight to FP8 E4M3 in place (scale = amax/448 per output channel or per
-/// tensor, compressed-tensors' rule; see kernels/cpu/w8a8.h); activations dynamic per token.
-void quantize_linear_fp8(LinearWeight& w, ScaleGranularity granularity);
+/// tensor, compressed-tensors' rule in the arithmetic of the checkpoint's dtype, so the codes
+/// equal llm-compressor's; see kernels/cpu/w8a8.h); activations dynamic per token.
+void quantize_linear_fp8(LinearWeight& w, ScaleGranularity granularity,
+                         QuantArithmetic arithmetic = QuantArithmetic::Float32);
 
 }  // namespace octet

@@ -4,58 +4,162 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "kernels/cpu/fp8.h"
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/ops.h"
+#include "models/checkpoint.h"
 #include "models/gguf.h"
+#include "models/quant_validate.h"
+#include "models/weight_source.h"
 
 namespace octet {
 
 namespace {
 
-std::string dims_str(const std::vector<int64_t>& d) {
-  std::string s = "[";
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-  return s + "]";
+bool online_fp8(const LoadOptions& o, const QuantConfig& q) {
+  return o.quantization != "none" && !q.weights_fp8;
 }
 
-// Loads tensor `name` as FP32 after checking its GGUF dims (ne[0] first, i.e. [in, out]).
-std::vector<float> load_tensor(const GGUFFile& file, const std::string& name,
-                               const std::vector<int64_t>& expected_dims) {
-  const GGUFTensorInfo& t = file.tensor(name);
-  if (t.dims != expected_dims)
-    throw ModelFileError(file.path(), "tensor " + name + " has shape " + dims_str(t.dims) +
-                                          ", expected " + dims_str(expected_dims));
-  return file.dequantize(t);
+// A linear layer stored as FP8 in the checkpoint (compressed-tensors / fp8): codes, scales
+// and, for static activations, input_scale; shapes were checked by validate_quantized_tensors.
+LinearWeight load_fp8_linear(const WeightSource& src, const QuantConfig& q,
+                             const LoadOptions& o, LinearWeight w) {
+  const std::string wname = w.name + ".weight";
+  const TensorView* t = src.raw(wname);
+  const TensorView* s = src.raw(w.name + ".weight_scale");
+  if (!t || t->dtype != DType::F8_E4M3 || !s)
+    throw ModelFileError(src.path(), "quantized tensor " + wname + " or its weight_scale is "
+                                     "missing or not F8_E4M3");
+  w.w_fp8.assign(t->data, t->data + t->nbytes);
+  w.w_scale = s->to_f32();
+  w.w_granularity = static_cast<int64_t>(w.w_scale.size()) == w.out_features
+                        ? ScaleGranularity::PerRow
+                        : ScaleGranularity::PerTensor;
+  w.format = WeightFormat::FP8;
+  if (q.activation_scheme == ActivationScheme::StaticPerTensor) {
+    const TensorView* in = src.raw(w.name + ".input_scale");
+    if (!in) throw ModelFileError(src.path(), "missing tensor " + w.name + ".input_scale");
+    w.static_input = true;
+    w.input_scale = in->to_f32().at(0);
+  }
+  if (q.activation_scheme == ActivationScheme::None || o.quantization == "none") {
+    // Weight-only FP8, or FP32 requested: dequantize once (w = q * s) and run FP32.
+    w.w_f32.resize(w.w_fp8.size());
+    for (int64_t r = 0; r < w.out_features; ++r) {
+      const float sc = w.w_scale[w.w_granularity == ScaleGranularity::PerRow ? r : 0];
+      for (int64_t c = 0; c < w.in_features; ++c)
+        w.w_f32[r * w.in_features + c] = fp8_e4m3_to_float(w.w_fp8[r * w.in_features + c]) * sc;
+    }
+    w.format = WeightFormat::F32;
+    w.w_fp8.clear();
+    w.w_scale.clear();
+    w.static_input = false;
+  }
+  return w;
+}
+
+LinearWeight load_linear(const WeightSource& src, const QuantConfig& q, const LoadOptions& o,
+                         const std::string& module, int64_t out, int64_t in) {
+  LinearWeight w;
+  w.name = module;
+  w.out_features = out;
+  w.in_features = in;
+  if (q.weights_fp8 && q.is_quantized(module)) return load_fp8_linear(src, q, o, std::move(w));
+  w.w_f32 = src.load_f32(module + ".weight", {out, in});
+  w.format = WeightFormat::F32;
+  if (online_fp8(o, q))
+    quantize_linear_fp8(w, o.weight_granularity, src.arithmetic(module + ".weight"));
+  return w;
+}
+
+void to_bf16(LinearWeight& w) {
+  w.w_bf16.resize(w.w_f32.size());
+  for (size_t i = 0; i < w.w_f32.size(); ++i) w.w_bf16[i] = float_to_bf16(w.w_f32[i]);
+  w.format = WeightFormat::BF16;
+  w.w_f32.clear();
+  w.w_f32.shrink_to_fit();
 }
 
 }  // namespace
 
-LlamaModel LlamaModel::load(const GGUFFile& file) {
+LlamaModel LlamaModel::load(const GGUFFile& file, const LoadOptions& options) {
+  return build(*make_gguf_weight_source(file), ModelConfig::from_gguf(file), QuantConfig{},
+               options);
+}
+
+LlamaModel LlamaModel::load(const HFCheckpoint& checkpoint, const LoadOptions& options) {
+  const std::string config_path = checkpoint.dir() + "/config.json";
+  ModelConfig config = ModelConfig::from_hf_config(checkpoint.config(), config_path);
+  QuantConfig quant = QuantConfig::from_hf_config(checkpoint.config(), config_path);
+  if (quant.weights_fp8) validate_quantized_tensors(quant, checkpoint, config);
+  return build(*make_hf_weight_source(checkpoint), std::move(config), std::move(quant), options);
+}
+
+LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantConfig quant,
+                             const LoadOptions& options) {
+  if (options.quantization != "auto" && options.quantization != "fp8" &&
+      options.quantization != "none")
+    throw std::invalid_argument("quantization must be auto, fp8 or none, got '" +
+                                options.quantization + "'");
   LlamaModel m;
-  m.config_ = ModelConfig::from_gguf(file);
+  m.config_ = std::move(config);
+  m.quant_ = std::move(quant);
   const ModelConfig& c = m.config_;
+  const QuantConfig& q = m.quant_;
   const int64_t h = c.hidden_size, q_dim = c.num_attention_heads * c.head_dim,
                 kv_dim = c.num_key_value_heads * c.head_dim, ffn = c.intermediate_size;
   LlamaWeights& w = m.weights_;
-  w.embed_tokens = load_tensor(file, "token_embd.weight", {h, c.vocab_size});
-  w.norm = load_tensor(file, "output_norm.weight", {h});
-  if (!c.tie_word_embeddings) w.lm_head = load_tensor(file, "output.weight", {h, c.vocab_size});
+  w.embed_tokens = src.load_f32("model.embed_tokens.weight", {c.vocab_size, h});
+  w.norm = src.load_f32("model.norm.weight", {h});
+  if (!c.tie_word_embeddings && !src.has("lm_head.weight"))
+    throw ModelFileError(src.path(), "missing tensor lm_head.weight (tie_word_embeddings is "
+                                     "false)");
+  if (c.tie_word_embeddings) {
+    w.lm_head.name = "lm_head";
+    w.lm_head.out_features = c.vocab_size;
+    w.lm_head.in_features = h;
+    w.lm_head.w_f32 = w.embed_tokens;
+  } else {
+    LoadOptions keep = options;
+    keep.quantization = "none";  // lm_head stays 16-bit unless the checkpoint quantizes it
+    w.lm_head = load_linear(src, q, q.weights_fp8 ? options : keep, "lm_head", c.vocab_size, h);
+  }
+  // lm_head "stays 16-bit" on the FP8 path; FP32 on the reference path.
+  if (options.quantization != "none" && w.lm_head.format == WeightFormat::F32) to_bf16(w.lm_head);
+
   w.layers.resize(c.num_hidden_layers);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-    const std::string p = "blk." + std::to_string(i) + ".";
+    const std::string p = "model.layers." + std::to_string(i) + ".";
     LlamaLayerWeights& l = w.layers[i];
-    l.attn_norm = load_tensor(file, p + "attn_norm.weight", {h});
-    l.q_proj = load_tensor(file, p + "attn_q.weight", {h, q_dim});
-    l.k_proj = load_tensor(file, p + "attn_k.weight", {h, kv_dim});
-    l.v_proj = load_tensor(file, p + "attn_v.weight", {h, kv_dim});
-    l.o_proj = load_tensor(file, p + "attn_output.weight", {q_dim, h});
-    l.ffn_norm = load_tensor(file, p + "ffn_norm.weight", {h});
-    l.gate_proj = load_tensor(file, p + "ffn_gate.weight", {h, ffn});
-    l.up_proj = load_tensor(file, p + "ffn_up.weight", {h, ffn});
-    l.down_proj = load_tensor(file, p + "ffn_down.weight", {ffn, h});
+    l.attn_norm = src.load_f32(p + "input_layernorm.weight", {h});
+    l.q_proj = load_linear(src, q, options, p + "self_attn.q_proj", q_dim, h);
+    l.k_proj = load_linear(src, q, options, p + "self_attn.k_proj", kv_dim, h);
+    l.v_proj = load_linear(src, q, options, p + "self_attn.v_proj", kv_dim, h);
+    l.o_proj = load_linear(src, q, options, p + "self_attn.o_proj", h, q_dim);
+    l.ffn_norm = src.load_f32(p + "post_attention_layernorm.weight", {h});
+    l.gate_proj = load_linear(src, q, options, p + "mlp.gate_proj", ffn, h);
+    l.up_proj = load_linear(src, q, options, p + "mlp.up_proj", ffn, h);
+    l.down_proj = load_linear(src, q, options, p + "mlp.down_proj", h, ffn);
   }
   m.inv_freq_ = c.rope_inv_freq();
-  // llama.cpp's converter permutes Q/K rows so that GGUF llama weights rotate adjacent pairs.
-  m.rope_layout_ = ref::RopeLayout::AdjacentPairs;
+  m.rope_layout_ = src.rope_layout();
   return m;
+}
+
+std::string LlamaModel::linear_format() const {
+  const LinearWeight& w = weights_.layers.at(0).q_proj;
+  if (w.format != WeightFormat::FP8) return "fp32";
+  return std::string("fp8-w8a8-") + (w.static_input ? "static" : "dynamic") +
+         (w.w_granularity == ScaleGranularity::PerRow ? "-channel" : "-tensor");
+}
+
+int64_t LlamaModel::decode_weight_bytes() const {
+  int64_t bytes = weights_.lm_head.weight_bytes();
+  for (const LlamaLayerWeights& l : weights_.layers)
+    for (const LinearWeight* w : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj,
+                                  &l.up_proj, &l.down_proj})
+      bytes += w->weight_bytes();
+  return bytes;
 }
 
 DenseKVCache LlamaModel::new_cache(int64_t max_tokens) const {
@@ -87,6 +191,7 @@ std::vector<float> LlamaModel::forward(const int32_t* tokens, int64_t n, int64_t
                 nkv = c.num_key_value_heads, q_dim = nh * hd, kv_dim = nkv * hd,
                 ffn = c.intermediate_size;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  LinearScratch scratch;
 
   std::vector<float> x(n * h), xn(n * h), q(n * q_dim), k(n * kv_dim), v(n * kv_dim),
       attn(n * q_dim), proj(n * h), gate(n * ffn), up(n * ffn);
@@ -100,18 +205,19 @@ std::vector<float> LlamaModel::forward(const int32_t* tokens, int64_t n, int64_t
     float* v_cache = cache.v.data() + layer * cache.max_tokens * kv_dim;
 
     for (int64_t i = 0; i < n; ++i)
-      ref::rms_norm(x.data() + i * h, w.attn_norm.data(), xn.data() + i * h, h, c.rms_norm_eps);
-    ref::linear(xn.data(), w.q_proj.data(), nullptr, q.data(), n, q_dim, h);
-    ref::linear(xn.data(), w.k_proj.data(), nullptr, k.data(), n, kv_dim, h);
-    ref::linear(xn.data(), w.v_proj.data(), nullptr, v.data(), n, kv_dim, h);
+      cpu::rms_norm(x.data() + i * h, w.attn_norm.data(), xn.data() + i * h, h, c.rms_norm_eps);
+    linear_forward(w.q_proj, xn.data(), n, q.data(), scratch);
+    linear_forward(w.k_proj, xn.data(), n, k.data(), scratch);
+    linear_forward(w.v_proj, xn.data(), n, v.data(), scratch);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t pos = start_pos + i;
-      ref::rope(q.data() + i * q_dim, nh, hd, c.rotary_dim, pos, inv_freq_.data(), rope_layout_);
-      ref::rope(k.data() + i * kv_dim, nkv, hd, c.rotary_dim, pos, inv_freq_.data(),
+      cpu::rope(q.data() + i * q_dim, nh, hd, c.rotary_dim, pos, inv_freq_.data(), rope_layout_);
+      cpu::rope(k.data() + i * kv_dim, nkv, hd, c.rotary_dim, pos, inv_freq_.data(),
                 rope_layout_);
       std::copy_n(k.data() + i * kv_dim, kv_dim, k_cache + pos * kv_dim);
       std::copy_n(v.data() + i * kv_dim, kv_dim, v_cache + pos * kv_dim);
     }
+#pragma omp parallel for schedule(dynamic) if (n > 1)
     for (int64_t i = 0; i < n; ++i) {
       const int64_t window = c.layer_sliding_window[layer];
       const int64_t end = start_pos + i + 1;  // causal: positions < end
@@ -119,25 +225,23 @@ std::vector<float> LlamaModel::forward(const int32_t* tokens, int64_t n, int64_t
       ref::attention(q.data() + i * q_dim, k_cache + begin * kv_dim, v_cache + begin * kv_dim,
                      attn.data() + i * q_dim, nh, nkv, hd, end - begin, scale);
     }
-    ref::linear(attn.data(), w.o_proj.data(), nullptr, proj.data(), n, h, q_dim);
+    linear_forward(w.o_proj, attn.data(), n, proj.data(), scratch);
     for (int64_t j = 0; j < n * h; ++j) x[j] += proj[j];
 
     for (int64_t i = 0; i < n; ++i)
-      ref::rms_norm(x.data() + i * h, w.ffn_norm.data(), xn.data() + i * h, h, c.rms_norm_eps);
-    ref::linear(xn.data(), w.gate_proj.data(), nullptr, gate.data(), n, ffn, h);
-    ref::linear(xn.data(), w.up_proj.data(), nullptr, up.data(), n, ffn, h);
-    ref::silu_mul(gate.data(), up.data(), gate.data(), n * ffn);
-    ref::linear(gate.data(), w.down_proj.data(), nullptr, proj.data(), n, h, ffn);
+      cpu::rms_norm(x.data() + i * h, w.ffn_norm.data(), xn.data() + i * h, h, c.rms_norm_eps);
+    linear_forward(w.gate_proj, xn.data(), n, gate.data(), scratch);
+    linear_forward(w.up_proj, xn.data(), n, up.data(), scratch);
+    cpu::silu_mul(gate.data(), up.data(), gate.data(), n * ffn);
+    linear_forward(w.down_proj, gate.data(), n, proj.data(), scratch);
     for (int64_t j = 0; j < n * h; ++j) x[j] += proj[j];
   }
 
   const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
   for (int64_t i = first; i < n; ++i)
-    ref::rms_norm(x.data() + i * h, weights_.norm.data(), xn.data() + i * h, h, c.rms_norm_eps);
-  const std::vector<float>& head = weights_.lm_head.empty() ? weights_.embed_tokens
-                                                            : weights_.lm_head;
+    cpu::rms_norm(x.data() + i * h, weights_.norm.data(), xn.data() + i * h, h, c.rms_norm_eps);
   std::vector<float> logits(rows * c.vocab_size);
-  ref::linear(xn.data() + first * h, head.data(), nullptr, logits.data(), rows, c.vocab_size, h);
+  linear_forward(weights_.lm_head, xn.data() + first * h, rows, logits.data(), scratch);
   return logits;
 }
 

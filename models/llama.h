@@ -1,39 +1,52 @@
 #pragma once
-// The Llama-family decoder in plain FP32: the readable reference forward pass that every later
-// kernel and execution path (FP8 W8A8, paged KV, CUDA) is tested against.
+// The Llama-family decoder (LlamaForCausalLM):
 //   x = embed(tokens)
 //   per layer: h = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = rms(x)
 //              x = h + down(silu(gate(rms(h))) * up(rms(h)))
 //   logits = lm_head(rms(x))          (lm_head = embed when tie_word_embeddings)
 // Source: Touvron et al. 2023 (LLaMA), HF transformers modeling_llama.py.
+// Linear layers run in FP32 (quantization "none", the reference that goldens check) or FP8 W8A8
+// (models/linear.h); norms, RoPE, attention and the residual stream are FP32 throughout.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu/ops_ref.h"
+#include "models/linear.h"
 #include "models/model_config.h"
+#include "models/quant_config.h"
 
 namespace octet {
 
 class GGUFFile;
+class HFCheckpoint;
+class WeightSource;
 
-/// FP32 weights of one decoder layer. Linear weights are [out, in] row-major.
+/// How to load weights. quantization: "auto" (use the checkpoint's FP8 weights when it has
+/// them, else quantize online to FP8), "fp8" (same as auto), "none" (FP32 everything; an FP8
+/// checkpoint's weights are dequantized, w * scale). weight_granularity applies to online
+/// quantization (per output channel by default, or one scale per tensor).
+struct LoadOptions {
+  std::string quantization = "auto";
+  ScaleGranularity weight_granularity = ScaleGranularity::PerRow;
+};
+
 struct LlamaLayerWeights {
   std::vector<float> attn_norm;  // [hidden]
-  std::vector<float> q_proj;     // [num_heads*head_dim, hidden]
-  std::vector<float> k_proj;     // [num_kv_heads*head_dim, hidden]
-  std::vector<float> v_proj;     // [num_kv_heads*head_dim, hidden]
-  std::vector<float> o_proj;     // [hidden, num_heads*head_dim]
+  LinearWeight q_proj;           // [num_heads*head_dim, hidden]
+  LinearWeight k_proj;           // [num_kv_heads*head_dim, hidden]
+  LinearWeight v_proj;           // [num_kv_heads*head_dim, hidden]
+  LinearWeight o_proj;           // [hidden, num_heads*head_dim]
   std::vector<float> ffn_norm;   // [hidden]
-  std::vector<float> gate_proj;  // [intermediate, hidden]
-  std::vector<float> up_proj;    // [intermediate, hidden]
-  std::vector<float> down_proj;  // [hidden, intermediate]
+  LinearWeight gate_proj;        // [intermediate, hidden]
+  LinearWeight up_proj;          // [intermediate, hidden]
+  LinearWeight down_proj;        // [hidden, intermediate]
 };
 
 struct LlamaWeights {
-  std::vector<float> embed_tokens;  // [vocab, hidden]
+  std::vector<float> embed_tokens;  // [vocab, hidden] FP32 (rows are looked up)
   std::vector<float> norm;          // [hidden]
-  std::vector<float> lm_head;       // [vocab, hidden]; empty when tied to embed_tokens
+  LinearWeight lm_head;             // [vocab, hidden]: FP32 unquantized, else BF16 or FP8
   std::vector<LlamaLayerWeights> layers;
 };
 
@@ -47,13 +60,23 @@ struct DenseKVCache {
 
 class LlamaModel {
  public:
-  /// Loads config and weights from a GGUF file, dequantizing every tensor to FP32.
-  /// Throws ModelFileError naming the file for an unsupported architecture, a missing tensor,
-  /// a tensor whose shape does not match the config, or an unsupported tensor type.
-  static LlamaModel load(const GGUFFile& file);
+  /// Loads config and weights from a GGUF file (dequantized to FP32, then quantized per
+  /// `options`). Throws ModelFileError naming the file for an unsupported architecture, a
+  /// missing tensor, a tensor whose shape does not match the config, or an unsupported type.
+  static LlamaModel load(const GGUFFile& file, const LoadOptions& options = {});
+  /// Loads a Hugging Face checkpoint (config.json + safetensors), FP8 or not. Additionally
+  /// throws ModelFileError for a malformed quantization_config or quantized tensors
+  /// (missing/ill-shaped/non-finite scales).
+  static LlamaModel load(const HFCheckpoint& checkpoint, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
+  const QuantConfig& quant_config() const { return quant_; }
   ref::RopeLayout rope_layout() const { return rope_layout_; }
+  const LlamaWeights& weights() const { return weights_; }
+  /// "fp8-w8a8-dynamic", "fp8-w8a8-static", "fp32", ... for logs and benchmarks.
+  std::string linear_format() const;
+  /// Bytes of weights read per decode step (every linear + lm_head; embedding rows excluded).
+  int64_t decode_weight_bytes() const;
 
   /// A zeroed cache for up to max_tokens positions (bytes: 2*layers*max_tokens*kv_dim*4).
   DenseKVCache new_cache(int64_t max_tokens) const;
@@ -66,7 +89,11 @@ class LlamaModel {
                              DenseKVCache& cache, bool all_logits) const;
 
  private:
+  static LlamaModel build(const WeightSource& src, ModelConfig config, QuantConfig quant,
+                          const LoadOptions& options);
+
   ModelConfig config_;
+  QuantConfig quant_;
   LlamaWeights weights_;
   std::vector<float> inv_freq_;  // [rotary_dim/2]
   ref::RopeLayout rope_layout_ = ref::RopeLayout::AdjacentPairs;

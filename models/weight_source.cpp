@@ -59,6 +59,9 @@ class GGUFWeightSource final : public WeightSource {
     return file_.dequantize(t);
   }
   const TensorView* raw(const std::string&) const override { return nullptr; }
+  QuantArithmetic arithmetic(const std::string&) const override {
+    return QuantArithmetic::Float32;
+  }
   // llama.cpp's converter permutes Q/K rows so that GGUF llama weights rotate adjacent pairs.
   ref::RopeLayout rope_layout() const override { return ref::RopeLayout::AdjacentPairs; }
 
@@ -80,6 +83,12 @@ class HFWeightSource final : public WeightSource {
     return t.to_f32();
   }
   const TensorView* raw(const std::string& name) const override { return ckpt_.find(name); }
+  QuantArithmetic arithmetic(const std::string& name) const override {
+    const TensorView* t = ckpt_.find(name);
+    if (t && t->dtype == DType::BF16) return QuantArithmetic::BFloat16;
+    if (t && t->dtype == DType::F16) return QuantArithmetic::Float16;
+    return QuantArithmetic::Float32;
+  }
   ref::RopeLayout rope_layout() const override { return ref::RopeLayout::HalfSplit; }
 
  private:

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/ops_ref.h"
+#include "kernels/cpu/w8a8.h"
 
 namespace octet {
 
@@ -30,6 +31,9 @@ class WeightSource {
   /// The stored tensor, when the source keeps safetensors tensors (FP8 checkpoints); nullptr
   /// for GGUF or when absent.
   virtual const TensorView* raw(const std::string& name) const = 0;
+  /// The dtype compressed-tensors would do quantization arithmetic in for tensor `name`: the
+  /// stored dtype for 16-bit safetensors, Float32 otherwise (GGUF values are dequantized FP32).
+  virtual QuantArithmetic arithmetic(const std::string& name) const = 0;
   /// How this source's Q/K rows pair dimensions for RoPE.
   virtual ref::RopeLayout rope_layout() const = 0;
 };

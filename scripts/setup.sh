@@ -43,7 +43,8 @@ fi
 # Hugging Face checkpoints of the same model for the tests (bf16, single file and 3 shards),
 # converted from the GGUF by scripts/make_hf_checkpoint.py in a small virtualenv (no torch).
 HF="$CACHE/hf/SmolLM2-135M-Instruct-bf16"
-if [ ! -f "$HF/config.json" ] || [ ! -f "$HF-sharded/config.json" ]; then
+HF32="$CACHE/hf/SmolLM2-135M-Instruct-f32"
+if [ ! -f "$HF/config.json" ] || [ ! -f "$HF-sharded/config.json" ] || [ ! -f "$HF32/config.json" ]; then
   echo "setup: converting the GGUF to Hugging Face checkpoints in $CACHE/hf" >&2
   if [ ! -x "$CACHE/venv/bin/python" ]; then
     python3 -m venv "$CACHE/venv" >&2
@@ -52,9 +53,11 @@ if [ ! -f "$HF/config.json" ] || [ ! -f "$HF-sharded/config.json" ]; then
       transformers==5.24.0 >&2
   "$CACHE/venv/bin/python" scripts/make_hf_checkpoint.py "$MODEL" "$HF" >&2
   "$CACHE/venv/bin/python" scripts/make_hf_checkpoint.py "$MODEL" "$HF-sharded" --shards 3 >&2
+  "$CACHE/venv/bin/python" scripts/make_hf_checkpoint.py "$MODEL" "$HF32" --dtype f32 >&2
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DOCTET_CUDA="${OCTET_CUDA:-AUTO}" \
-      -DOCTET_SMOLLM2_GGUF="$MODEL" -DOCTET_HF_SMOLLM2_DIR="$HF" >&2
+      -DOCTET_SMOLLM2_GGUF="$MODEL" -DOCTET_HF_SMOLLM2_DIR="$HF" \
+      -DOCTET_HF_SMOLLM2_F32_DIR="$HF32" >&2
 cmake --build build -j "$(nproc)" >&2
 echo "$MODEL"

@@ -1,4 +1,5 @@
 // `octet bench latency`: prefill and decode tokens/s of one sequence (batch 1).
+#include <cstdio>
 #include <iostream>
 #include <stdexcept>
 #include <string>
@@ -6,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/generate_config.h"
+#include "engine/benchmarks.h"
 #include "engine/generator.h"
 #include "server/cli.h"
 #include "server/commands.h"
@@ -28,7 +30,10 @@ int run_bench_latency(int argc, const char* const* argv) {
     return 2;
   }
   try {
-    auto gen = Generator::load(cfg.model);
+    GeneratorOptions go;
+    go.quantization = cfg.quantization;
+    go.weight_strategy = cfg.weight_strategy;
+    auto gen = Generator::load(cfg.model, go);
     ThroughputResult best;
     for (int64_t i = 0; i < cfg.num_iters; ++i) {
       ThroughputResult r = gen->bench(cfg.input_len, cfg.output_len);
@@ -38,21 +43,32 @@ int run_bench_latency(int argc, const char* const* argv) {
       best.decode_tokens_per_second =
           std::max(best.decode_tokens_per_second, r.decode_tokens_per_second);
     }
+    // Floor: a decode step reads every weight byte once (KV and activations are small at
+    // these lengths), so tokens/s <= bandwidth / weight bytes.
+    const double bw = read_bandwidth_gbs();
+    const double weight_mb = static_cast<double>(best.decode_weight_bytes) / 1e6;
+    const double floor_tps = bw * 1e9 / static_cast<double>(best.decode_weight_bytes);
+    nlohmann::json j;
+    j["model"] = cfg.model;
+    j["linear_format"] = best.linear_format;
+    j["input_len"] = best.input_len;
+    j["output_len"] = best.output_len;
+    j["prefill_tokens_per_second"] = best.prefill_tokens_per_second;
+    j["decode_tokens_per_second"] = best.decode_tokens_per_second;
+    j["decode_weight_mb"] = weight_mb;
+    j["read_bandwidth_gbs"] = bw;
+    j["decode_floor_tokens_per_second"] = floor_tps;
+    j["fraction_of_floor"] = best.decode_tokens_per_second / floor_tps;
     if (cfg.json) {
-      nlohmann::json j;
-      j["model"] = cfg.model;
-      j["path"] = "fp32-reference";
-      j["input_len"] = best.input_len;
-      j["output_len"] = best.output_len;
-      j["prefill_tokens_per_second"] = best.prefill_tokens_per_second;
-      j["decode_tokens_per_second"] = best.decode_tokens_per_second;
       std::cout << j.dump() << "\n";
     } else {
-      std::cout << "model " << cfg.model << " (fp32 reference)\n"
-                << "prefill " << best.input_len << " tokens: " << best.prefill_tokens_per_second
-                << " tokens/s\n"
-                << "decode  " << best.output_len << " tokens: " << best.decode_tokens_per_second
-                << " tokens/s\n";
+      std::printf("model %s (%s)\n", cfg.model.c_str(), best.linear_format.c_str());
+      std::printf("prefill %4lld tokens: %8.1f tokens/s\n", (long long)best.input_len,
+                  best.prefill_tokens_per_second);
+      std::printf("decode  %4lld tokens: %8.1f tokens/s  (floor %.1f tokens/s = %.1f GB/s / "
+                  "%.1f MB of weights per token; %.0f%% of it)\n",
+                  (long long)best.output_len, best.decode_tokens_per_second, floor_tps, bw,
+                  weight_mb, 100.0 * best.decode_tokens_per_second / floor_tps);
     }
   } catch (const std::exception& e) {
     std::cerr << "octet bench latency: " << e.what() << "\n";
@@ -66,7 +82,13 @@ int run_bench_latency(int argc, const char* const* argv) {
 int run_bench(int argc, const char* const* argv) {
   const std::string sub = argc > 1 ? argv[1] : "";
   if (sub == "latency") return run_bench_latency(argc - 1, argv + 1);
-  std::cerr << "usage: octet bench latency --model PATH [--input-len N] [--output-len N]\n";
+  if (sub == "kernels") {
+    std::cout << kernel_benchmark_table(128);
+    return 0;
+  }
+  std::cerr << "usage: octet bench latency --model PATH [--quantization auto|fp8|none] "
+               "[--input-len N] [--output-len N]\n"
+               "       octet bench kernels\n";
   return 2;
 }
 

@@ -53,7 +53,10 @@ int run_generate(int argc, const char* const* argv) {
     return 2;
   }
   try {
-    auto gen = Generator::load(cfg.model);
+    GeneratorOptions go;
+    go.quantization = cfg.quantization;
+    go.weight_strategy = cfg.weight_strategy;
+    auto gen = Generator::load(cfg.model, go);
     if (prompt_ids.empty()) prompt_ids = gen->tokenize(cfg.prompt);
     SamplingParams params;
     params.temperature = static_cast<float>(cfg.temperature);

@@ -11,7 +11,9 @@ constexpr const char* kUsage =
     "usage: octet <command> [options]\n"
     "commands:\n"
     "  generate   generate text from one prompt (--model PATH --prompt TEXT | --prompt-ids 1,2)\n"
-    "  bench      benchmarks: `octet bench latency --model PATH`\n"
+    "  perplexity perplexity of a model on a text (--model PATH --text FILE [--compare])\n"
+    "  quantize   write an FP8_DYNAMIC compressed-tensors checkpoint (--model DIR --output DIR)\n"
+    "  bench      benchmarks: `octet bench latency --model PATH`, `octet bench kernels`\n"
     "run `octet <command> --help` for its options\n";
 
 }  // namespace
@@ -25,6 +27,8 @@ int main(int argc, char** argv) {
   // program_options expects argv[0] to be the program: pass the subcommand in its place.
   if (cmd == "generate") return octet::run_generate(argc - 1, argv + 1);
   if (cmd == "bench") return octet::run_bench(argc - 1, argv + 1);
+  if (cmd == "perplexity") return octet::run_perplexity(argc - 1, argv + 1);
+  if (cmd == "quantize") return octet::run_quantize(argc - 1, argv + 1);
   std::cerr << "octet: unknown command '" << cmd << "'\n" << kUsage;
   return 2;
 }

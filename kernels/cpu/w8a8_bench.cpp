@@ -41,6 +41,26 @@ double best_seconds_per_call(Fn&& fn) {
   return best;
 }
 
+struct Shape {
+  const char* name;
+  int64_t n, k;
+  int per_layer;  // how many times SmolLM2's layer runs this shape (0: once per token)
+};
+
+// Weight copies: enough that cycling through them exceeds the caches (>= 256 MiB, >= 2 copies).
+int64_t copies_for(int64_t bytes) {
+  return std::max<int64_t>(2, ((256ll << 20) + bytes - 1) / bytes);
+}
+
+std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0, double e = 0,
+                double g = 0) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), f, a, b, c, d, e, g);
+  return buf;
+}
+
+}  // namespace
+
 // Read bandwidth in GB/s: a 256 MiB buffer summed as 64-bit integers (an integer sum vectorises
 // and has no add-latency chain, so the loads are the limit) by 2 threads, best of 10.
 double measure_read_bandwidth_gbs() {
@@ -61,25 +81,6 @@ double measure_read_bandwidth_gbs() {
   return static_cast<double>(n * sizeof(uint64_t)) / best / 1e9;
 }
 
-struct Shape {
-  const char* name;
-  int64_t n, k;
-  int per_layer;  // how many times SmolLM2's layer runs this shape (0: once per token)
-};
-
-// Weight copies: enough that cycling through them exceeds the caches (>= 256 MiB, >= 2 copies).
-int64_t copies_for(int64_t bytes) {
-  return std::max<int64_t>(2, ((256ll << 20) + bytes - 1) / bytes);
-}
-
-std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 0, double e = 0,
-                double g = 0) {
-  char buf[256];
-  std::snprintf(buf, sizeof(buf), f, a, b, c, d, e, g);
-  return buf;
-}
-
-}  // namespace
 
 std::string run_kernel_benchmark(int64_t m_max) {
   m_max = std::max<int64_t>(m_max, 2);

@@ -14,4 +14,8 @@ namespace octet {
 /// read bandwidth of a 256 MiB buffer streamed by 2 threads.
 std::string run_kernel_benchmark(int64_t m_max);
 
+/// Memory read bandwidth, GB/s: a 256 MiB buffer summed by 2 threads, best of 10 (the floor a
+/// memory-bound decode step is measured against).
+double measure_read_bandwidth_gbs();
+
 }  // namespace octet

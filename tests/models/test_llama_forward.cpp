@@ -12,13 +12,22 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/checkpoint.h"
 #include "models/gguf.h"
 #include "models/llama.h"
 
 using octet::GGUFFile;
 using octet::LlamaModel;
+using octet::LoadOptions;
 
 namespace {
+
+// The FP32 reference path (no quantization): what the goldens were made with.
+LoadOptions fp32() {
+  LoadOptions o;
+  o.quantization = "none";
+  return o;
+}
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
@@ -60,7 +69,7 @@ std::string smollm2_path() {
 TEST_CASE("stories260K greedy decoding matches the golden 200 tokens", "[llama][golden]") {
   const auto golden = read_json(std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.greedy.json");
   GGUFFile file = GGUFFile::open(std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf");
-  LlamaModel model = LlamaModel::load(file);
+  LlamaModel model = LlamaModel::load(file, fp32());
   CHECK(model.config().rope_theta == 10000.0f);
   CHECK(model.config().num_key_value_heads == 4);
   const auto expected = golden["expected_token_ids"].get<std::vector<int32_t>>();
@@ -73,7 +82,7 @@ TEST_CASE("SmolLM2 greedy tokens and logits match transformers float32", "[llama
   const auto ref = read_json(std::string(OCTET_SOURCE_DIR) +
                              "/tests/models/golden/smollm2_reference.json");
   GGUFFile file = GGUFFile::open(smollm2_path());
-  LlamaModel model = LlamaModel::load(file);
+  LlamaModel model = LlamaModel::load(file, fp32());
   const int64_t vocab = model.config().vocab_size;
   REQUIRE(vocab == 49152);
   const auto fixed_ids = ref["fixed_vocab_ids"].get<std::vector<int32_t>>();
@@ -114,4 +123,36 @@ TEST_CASE("SmolLM2 greedy tokens and logits match transformers float32", "[llama
   WARN("SmolLM2 largest |logit - transformers logit| = " << max_diff << " (tolerance "
                                                             << kLogitTol << ")");
   CHECK(max_diff < kLogitTol);
+}
+
+TEST_CASE("SmolLM2 from a Hugging Face float32 checkpoint matches transformers too",
+          "[llama][golden][hf]") {
+  // Same weights as the GGUF, but in HF layout: half-split RoPE, un-permuted Q/K rows,
+  // safetensors, config.json (scripts/make_hf_checkpoint.py --dtype f32, run by the set-up).
+  const auto ref = read_json(std::string(OCTET_SOURCE_DIR) +
+                             "/tests/models/golden/smollm2_reference.json");
+  const octet::HFCheckpoint ckpt = octet::HFCheckpoint::open(OCTET_HF_SMOLLM2_F32_DIR);
+  LlamaModel model = LlamaModel::load(ckpt, fp32());
+  CHECK(model.rope_layout() == octet::ref::RopeLayout::HalfSplit);
+  CHECK(model.linear_format() == "fp32");
+  const int64_t vocab = model.config().vocab_size;
+  float max_diff = 0.0f;
+  for (const auto& p : ref["prompts"]) {
+    const auto prompt = p["prompt_token_ids"].get<std::vector<int32_t>>();
+    const auto expected = p["greedy_token_ids"].get<std::vector<int32_t>>();
+    INFO("prompt " << p["name"]);
+    CHECK(greedy(model, prompt, static_cast<int64_t>(expected.size())) == expected);
+    auto cache = model.new_cache(static_cast<int64_t>(prompt.size()));
+    const auto logits =
+        model.forward(prompt.data(), static_cast<int64_t>(prompt.size()), 0, cache, true);
+    for (size_t t = 0; t < prompt.size(); ++t) {
+      const auto& pos = p["positions"][t];
+      const auto top_ids = pos["top_ids"].get<std::vector<int32_t>>();
+      const auto top_logits = pos["top_logits"].get<std::vector<float>>();
+      for (size_t j = 0; j < top_ids.size(); ++j)
+        max_diff = std::max(max_diff, std::fabs(logits[t * vocab + top_ids[j]] - top_logits[j]));
+    }
+  }
+  WARN("HF float32 checkpoint: largest |logit - transformers logit| = " << max_diff);
+  CHECK(max_diff < 1e-2f);
 }

@@ -39,7 +39,8 @@ TEST_CASE("generate --json reproduces the stories260K golden tokens", "[cli][gol
   REQUIRE(in.good());
   const auto golden = nlohmann::json::parse(in);
   const RunResult r = run("generate --model " + kStories +
-                          " --prompt-ids 1 --max-tokens 200 --temperature 0 --json");
+                          " --prompt-ids 1 --max-tokens 200 --temperature 0 --json "
+                          "--quantization none");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const auto j = nlohmann::json::parse(r.output);
@@ -49,6 +50,22 @@ TEST_CASE("generate --json reproduces the stories260K golden tokens", "[cli][gol
   const std::string text = j["text"];
   const std::string starts = golden["expected_text_starts_with"];
   CHECK(text.rfind(starts, 0) == 0);
+}
+
+TEST_CASE("generate runs FP8 W8A8 by default and reports it", "[cli][fp8]") {
+  const RunResult r = run("generate --model " + kStories +
+                          " --prompt-ids 1 --max-tokens 40 --temperature 0 --json");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.output);
+  CHECK(j["token_ids"].size() == 40);
+  // FP8 changes the numerics but the tiny model still tells its story from the same start.
+  std::ifstream in(std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.greedy.json");
+  const auto golden = nlohmann::json::parse(in);
+  CHECK(j["token_ids"][0] == golden["expected_token_ids"][0]);
+  const RunResult bad = run("generate --model " + kStories + " --prompt-ids 1 --quantization int4");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("--quantization") != std::string::npos);
 }
 
 TEST_CASE("generate with a text prompt and a seed is reproducible", "[cli]") {

@@ -1,0 +1,45 @@
+#include "engine/model_loader.h"
+
+#include <nlohmann/json.hpp>
+
+namespace octet {
+
+std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptions& options) {
+  auto m = std::make_unique<LoadedModel>();
+  m->path = path;
+  if (is_hf_checkpoint_dir(path)) {
+    m->hf.emplace(HFCheckpoint::open(path));
+    m->model = std::make_unique<LlamaModel>(LlamaModel::load(*m->hf, options));
+    m->tokenizer = Tokenizer::from_hf_dir(path);
+    if (const nlohmann::json* gen = m->hf->generation_config()) {
+      if (auto it = gen->find("eos_token_id"); it != gen->end()) {
+        if (it->is_number_integer()) m->eos_token_ids.push_back(it->get<int32_t>());
+        if (it->is_array())
+          for (const auto& e : *it)
+            if (e.is_number_integer()) m->eos_token_ids.push_back(e.get<int32_t>());
+      }
+    }
+  } else {
+    m->gguf.emplace(GGUFFile::open(path));
+    m->model = std::make_unique<LlamaModel>(LlamaModel::load(*m->gguf, options));
+    m->tokenizer = Tokenizer::from_gguf(*m->gguf);
+  }
+  if (m->tokenizer->eos_id() >= 0) m->eos_token_ids.push_back(m->tokenizer->eos_id());
+  const int64_t vocab = m->model->config().vocab_size;
+  if (m->tokenizer->vocab_size() > vocab)
+    throw ModelFileError(path, "tokenizer has " + std::to_string(m->tokenizer->vocab_size()) +
+                                   " tokens but the model's vocab_size is " +
+                                   std::to_string(vocab));
+  for (int32_t id : m->eos_token_ids)
+    if (id < 0 || id >= vocab)
+      throw ModelFileError(path, "eos token id " + std::to_string(id) + " is outside the "
+                                 "vocabulary");
+  return m;
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  if (is_hf_checkpoint_dir(path)) return Tokenizer::from_hf_dir(path);
+  return Tokenizer::from_gguf(GGUFFile::open(path));
+}
+
+}  // namespace octet

@@ -1,0 +1,32 @@
+#pragma once
+// Loading a model by path: a GGUF file or a Hugging Face checkpoint directory, with its
+// tokenizer and end-of-sequence ids. Engine-internal (the server sees only engine facades).
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/checkpoint.h"
+#include "models/gguf.h"
+#include "models/llama.h"
+#include "models/tokenizer.h"
+
+namespace octet {
+
+struct LoadedModel {
+  std::string path;
+  std::optional<GGUFFile> gguf;          // set for a .gguf file
+  std::optional<HFCheckpoint> hf;        // set for an HF directory
+  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::vector<int32_t> eos_token_ids;    // tokenizer EOS plus generation_config.json eos ids
+};
+
+/// Loads `path` (GGUF file or HF directory holding config.json). Throws ModelFileError naming
+/// the file on any problem, std::invalid_argument for bad options.
+std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptions& options);
+
+/// Only the tokenizer of `path` (GGUF file or HF directory); cheap.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+
+}  // namespace octet

@@ -1,0 +1,120 @@
+#include "engine/quantize.h"
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <regex>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/w8a8.h"
+#include "models/checkpoint.h"
+#include "models/checkpoint_writer.h"
+#include "models/quant_config.h"
+
+namespace octet {
+
+namespace {
+
+QuantArithmetic arithmetic_of(DType d) {
+  switch (d) {
+    case DType::BF16: return QuantArithmetic::BFloat16;
+    case DType::F16: return QuantArithmetic::Float16;
+    default: return QuantArithmetic::Float32;
+  }
+}
+
+// Scale values (exactly representable in `d` by construction) as bytes of dtype d.
+std::vector<uint8_t> scale_bytes(const std::vector<float>& s, DType d) {
+  std::vector<uint8_t> out;
+  if (d == DType::BF16 || d == DType::F16) {
+    out.resize(s.size() * 2);
+    for (size_t i = 0; i < s.size(); ++i) {
+      const uint16_t b = d == DType::BF16 ? float_to_bf16(s[i]) : float_to_fp16(s[i]);
+      out[2 * i] = static_cast<uint8_t>(b);
+      out[2 * i + 1] = static_cast<uint8_t>(b >> 8);
+    }
+  } else {
+    out.resize(s.size() * 4);
+    std::memcpy(out.data(), s.data(), out.size());
+  }
+  return out;
+}
+
+}  // namespace
+
+QuantizeReport quantize_checkpoint(const QuantizeOptions& o) {
+  namespace fs = std::filesystem;
+  if (!is_hf_checkpoint_dir(o.model))
+    throw std::invalid_argument(o.model + ": quantize needs a Hugging Face checkpoint directory "
+                                "(config.json + safetensors); convert a GGUF first with "
+                                "scripts/make_hf_checkpoint.py");
+  if (fs::exists(fs::path(o.output) / "config.json"))
+    throw std::invalid_argument(o.output + ": already holds a checkpoint (config.json); choose "
+                                "a new output directory");
+  const HFCheckpoint ckpt = HFCheckpoint::open(o.model);
+  const QuantConfig q = QuantConfig::from_hf_config(ckpt.config(), o.model + "/config.json");
+  if (q.quant_method != "none")
+    throw std::invalid_argument(o.model + ": already quantized (quant_method " + q.quant_method +
+                                ")");
+
+  // Linear layers of the decoder layers; lm_head stays as it is (llm-compressor's ignore).
+  static const std::regex kLinear(R"(model\.layers\.\d+\.(self_attn|mlp)\.\w+_proj\.weight)");
+  Fp8DynamicCheckpoint out;
+  out.source_config = &ckpt.config();
+  QuantizeReport report;
+  for (const std::string& name : ckpt.tensor_names()) {
+    const TensorView* t = ckpt.find(name);
+    report.input_bytes += static_cast<int64_t>(t->nbytes);
+    const bool is_linear = std::regex_match(name, kLinear) && t->shape.size() == 2;
+    if (!is_linear) {
+      WriterTensor w{name, t->dtype, t->shape, {}, {}};
+      w.produce = [t] { return std::vector<uint8_t>(t->data, t->data + t->nbytes); };
+      out.tensors.push_back(std::move(w));
+      report.copied_tensors++;
+      report.output_bytes += static_cast<int64_t>(t->nbytes);
+      continue;
+    }
+    if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
+      throw ModelFileError(t->file, "tensor " + name + " has dtype " + dtype_name(t->dtype) +
+                                        ", expected F32, BF16 or F16");
+    const int64_t n = t->shape[0], k = t->shape[1];
+    // Quantize once, lazily, when the writer reaches the weight; the scale is produced with it.
+    auto scales = std::make_shared<std::vector<float>>();
+    WriterTensor w{name, DType::F8_E4M3, {n, k}, {}, {}};
+    w.produce = [t, n, k, scales] {
+      const std::vector<float> x = t->to_f32();
+      std::vector<uint8_t> codes(static_cast<size_t>(n * k));
+      scales->resize(n);
+      quantize_weight_e4m3_as(x.data(), n, k, ScaleGranularity::PerRow, arithmetic_of(t->dtype),
+                              codes.data(), scales->data());
+      return codes;
+    };
+    const std::string scale_name = name.substr(0, name.size() - 6) + "weight_scale";
+    const DType scale_dtype = t->dtype;  // llm-compressor stores scales in the model's dtype
+    WriterTensor s{scale_name, scale_dtype, {n, 1}, {}, {}};
+    s.produce = [t, n, k, scales, scale_dtype] {
+      if (scales->empty()) {  // the writer placed the scale first: quantize now
+        const std::vector<float> x = t->to_f32();
+        std::vector<uint8_t> codes(static_cast<size_t>(n * k));
+        scales->resize(n);
+        quantize_weight_e4m3_as(x.data(), n, k, ScaleGranularity::PerRow,
+                                arithmetic_of(t->dtype), codes.data(), scales->data());
+      }
+      return scale_bytes(*scales, scale_dtype);
+    };
+    out.tensors.push_back(std::move(w));
+    out.tensors.push_back(std::move(s));
+    report.quantized_linears++;
+    report.output_bytes += n * k + n * dtype_size(scale_dtype);
+  }
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                        "generation_config.json", "chat_template.jinja"})
+    if (fs::exists(fs::path(o.model) / f)) out.copy_files.push_back(f);
+  write_compressed_tensors_fp8_dynamic(o.output, out);
+  return report;
+}
+
+}  // namespace octet
