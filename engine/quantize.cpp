@@ -112,7 +112,7 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o) {
   }
   for (const char* f : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                         "generation_config.json", "chat_template.jinja"})
-    if (fs::exists(fs::path(o.model) / f)) out.copy_files.push_back(f);
+    if (fs::exists(fs::path(o.model) / f)) out.copy_files.push_back((fs::path(o.model) / f).string());
   write_compressed_tensors_fp8_dynamic(o.output, out);
   return report;
 }

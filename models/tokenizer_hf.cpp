@@ -172,7 +172,10 @@ void parse_decoder(const std::string& path, const json& d, Pipeline& p) {
   } else if (t == "ByteLevel") {
     if (!p.byte_level) fail(path, "decoder ByteLevel without a ByteLevel pre_tokenizer");
   } else if (t == "Replace" || t == "ByteFallback" || t == "Fuse") {
-    if (p.byte_level) fail(path, "decoder " + t + " with a ByteLevel pre_tokenizer");
+    // transformers' GGUF conversion (5.x) writes Sequence[ByteFallback, Fuse, Replace("▁"," "),
+    // ByteLevel] for byte-level vocabularies. With a byte-level alphabet no token is "<0xNN>"
+    // or holds "▁", so these steps change nothing there: accept and skip them.
+    if (p.byte_level) return;
     if (t == "Replace") {
       bool regex = false;
       const std::string from = pattern_text(path, d, "decoder Replace", &regex);
@@ -442,7 +445,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& dir) {
   if (!p.byte_level && !p.metaspace && p.normalizer.empty())
     fail(path, "unsupported pipeline: neither a ByteLevel pre_tokenizer nor a SentencePiece-style "
                "Metaspace pre_tokenizer or Prepend/Replace normalizer");
-  if (p.byte_level && p.byte_fallback) fail(path, "byte_fallback with a ByteLevel pre_tokenizer");
+  // Byte-level BPE covers every byte, so byte_fallback can never trigger there (transformers'
+  // GGUF conversion sets it anyway): ignore it.
+  if (p.byte_level) p.byte_fallback = false;
 
   // Vocabulary: model.vocab {text: id} plus added_tokens [{id, content, special}].
   const auto vi = model.find("vocab");
