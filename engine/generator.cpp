@@ -1,6 +1,7 @@
 #include "engine/generator.h"
 
 #include <chrono>
+#include <cmath>
 #include <random>
 #include <stdexcept>
 
@@ -13,6 +14,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// A NaN or infinite logit means corrupt weights or config: fail loudly instead of emitting
+// token 0 forever.
+void check_finite(const std::vector<float>& logits, const std::string& path, int64_t step) {
+  for (float v : logits)
+    if (!std::isfinite(v))
+      throw std::runtime_error(path + ": the model produced a non-finite logit at generation "
+                               "step " + std::to_string(step) +
+                               " (corrupt weights or configuration?)");
 }
 }  // namespace
 
@@ -98,6 +109,7 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
         const int32_t last = r.token_ids.back();
         logits = model.forward(&last, 1, n_prompt + step - 1, cache, false);
       }
+      check_finite(logits, impl_->loaded->path, step);
       const int32_t next = sample_token(logits.data(), vocab, params, rng);
       r.token_ids.push_back(next);
       std::string piece = detok.push(next);
@@ -121,6 +133,9 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
 ThroughputResult Generator::bench(int64_t input_len, int64_t output_len) const {
   if (input_len <= 0 || output_len <= 0)
     throw std::invalid_argument("bench: input_len and output_len must be positive");
+  if (input_len > max_model_len() || output_len > max_model_len() - input_len)
+    throw std::invalid_argument("bench: input_len + output_len exceeds the model's context "
+                                "length of " + std::to_string(max_model_len()) + " tokens");
   const LlamaModel& model = impl_->model();
   const int64_t vocab = model.config().vocab_size;
   std::vector<int32_t> ids(input_len);

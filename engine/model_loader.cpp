@@ -30,6 +30,11 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptio
     throw ModelFileError(path, "tokenizer has " + std::to_string(m->tokenizer->vocab_size()) +
                                    " tokens but the model's vocab_size is " +
                                    std::to_string(vocab));
+  for (auto [what, id] : {std::pair{"bos", m->tokenizer->bos_id()},
+                          std::pair{"eos", m->tokenizer->eos_id()}})
+    if (id >= vocab)
+      throw ModelFileError(path, std::string(what) + " token id " + std::to_string(id) +
+                                     " is outside the vocabulary of " + std::to_string(vocab));
   for (int32_t id : m->eos_token_ids)
     if (id < 0 || id >= vocab)
       throw ModelFileError(path, "eos token id " + std::to_string(id) + " is outside the "

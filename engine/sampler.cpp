@@ -28,7 +28,8 @@ int32_t argmax(const float* logits, int64_t vocab) {
 
 int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
                      std::mt19937_64& rng) {
-  if (params.temperature == 0.0f) return argmax(logits, vocab);
+  // As vLLM: temperatures below 1e-5 are greedy (1/T would overflow the exponent).
+  if (params.temperature < kGreedyTemperature) return argmax(logits, vocab);
   const float inv_t = 1.0f / params.temperature;
   const float mx = logits[argmax(logits, vocab)];
   std::vector<float> p(vocab);

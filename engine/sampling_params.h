@@ -5,7 +5,7 @@
 namespace octet {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy (argmax, lowest id on ties)
+  float temperature = 1.0f;  // 0 (or < 1e-5) = greedy (argmax, lowest id on ties)
   float top_p = 1.0f;        // nucleus mass in (0, 1]
   int64_t seed = -1;         // -1 = nondeterministic
   int64_t max_tokens = 16;   // tokens to generate, >= 0

@@ -118,7 +118,7 @@ namespace {
 // Maps `path` read-only into impl->map. Errors: ModelFileError (missing, not a file, empty).
 void map_file(FileState* impl) {
   const std::string& path = impl->path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd < 0) throw ModelFileError(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0) {

@@ -127,6 +127,12 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
   // lm_head "stays 16-bit" on the FP8 path; FP32 on the reference path.
   if (options.quantization != "none" && w.lm_head.format == WeightFormat::F32) to_bf16(w.lm_head);
 
+  const std::string last = "model.layers." + std::to_string(c.num_hidden_layers - 1) +
+                           ".input_layernorm.weight";
+  if (!src.has(last))  // checked before allocating per layer: a corrupt count fails fast
+    throw ModelFileError(src.path(), "num_hidden_layers is " +
+                                         std::to_string(c.num_hidden_layers) +
+                                         " but there is no tensor " + last);
   w.layers.resize(c.num_hidden_layers);
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";

@@ -77,6 +77,17 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
     bad("unsupported rope.scaling.type '" + scaling + "'");
   }
 
+  if (c.max_position_embeddings <= 0)
+    bad("context_length " + std::to_string(c.max_position_embeddings) + " must be positive");
+  if (!(c.rms_norm_eps > 0.0f) || !std::isfinite(c.rms_norm_eps))
+    bad("attention.layer_norm_rms_epsilon must be a finite positive number");
+  if (!(c.rope_theta > 0.0f) || !std::isfinite(c.rope_theta))
+    bad("rope.freq_base must be a finite positive number");
+  // Every layer has tensors: a block_count beyond them is a corrupt header, caught before
+  // anything is allocated per layer.
+  if (!file.find_tensor("blk." + std::to_string(c.num_hidden_layers - 1) + ".attn_norm.weight"))
+    bad("block_count is " + std::to_string(c.num_hidden_layers) + " but the file has no tensor "
+        "blk." + std::to_string(c.num_hidden_layers - 1) + ".attn_norm.weight");
   c.layer_sliding_window.assign(c.num_hidden_layers, 0);
   return c;
 }

@@ -206,7 +206,7 @@ void SafetensorsFile::Impl::parse_header(const uint8_t* base, uint64_t file_byte
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
   if (fd < 0) throw ModelFileError(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
   if (fstat(fd, &st) != 0) {

@@ -86,10 +86,12 @@ int run_bench(int argc, const char* const* argv) {
     std::cout << kernel_benchmark_table(128);
     return 0;
   }
-  std::cerr << "usage: octet bench latency --model PATH [--quantization auto|fp8|none] "
+  const bool help = sub == "--help" || sub == "-h";
+  if (!help && !sub.empty()) std::cerr << "octet bench: unknown benchmark '" << sub << "'\n";
+  (help ? std::cout : std::cerr) << "usage: octet bench latency --model PATH [--quantization auto|fp8|none] "
                "[--input-len N] [--output-len N]\n"
                "       octet bench kernels\n";
-  return 2;
+  return help ? 0 : 2;
 }
 
 }  // namespace octet

@@ -40,7 +40,16 @@ bool parse_flags(Config& config, int argc, const char* const* argv, const std::s
   });
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(desc).run(), vm);
+    // No positional arguments (a stray word is an error, not silently dropped) and no
+    // abbreviated flags.
+    const po::positional_options_description no_positional;
+    po::store(po::command_line_parser(argc, argv)
+                  .options(desc)
+                  .positional(no_positional)
+                  .style(po::command_line_style::default_style &
+                         ~po::command_line_style::allow_guessing)
+                  .run(),
+              vm);
     po::notify(vm);
   } catch (const po::error& e) {
     throw std::invalid_argument(e.what());

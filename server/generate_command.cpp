@@ -17,6 +17,8 @@ namespace {
 
 std::vector<int32_t> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
+  if (!s.empty() && s.back() == ',')
+    throw std::invalid_argument("--prompt-ids: empty id after the last comma");
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
@@ -82,9 +84,14 @@ int run_generate(int argc, const char* const* argv) {
       std::cerr << r.token_ids.size() << " tokens, " << r.tokens_per_second
                 << " tokens/s, finish_reason " << r.finish_reason << "\n";
     }
+    std::cout.flush();
+    if (!std::cout) throw std::runtime_error("cannot write the output (stdout)");
   } catch (const std::invalid_argument& e) {
     std::cerr << "octet generate: " << e.what() << "\n";
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "octet generate: out of memory loading or running " << cfg.model << "\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "octet generate: " << e.what() << "\n";
     return 1;

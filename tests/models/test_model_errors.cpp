@@ -3,6 +3,7 @@
 // inconsistent head counts. Files are built with tests/gguf_writer.h.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -20,6 +21,8 @@ namespace {
 struct TinyLlama {
   std::string arch = "llama";
   uint32_t heads = 2, kv_heads = 1;
+  uint32_t blocks = 1;
+  float rms_eps = 1e-5f;
   std::string skip_tensor;                       // omit this tensor
   std::string reshape_tensor;                    // give this tensor a wrong shape
   std::string retype_tensor;                     // store this tensor as IQ2_XXS (type 16)
@@ -28,7 +31,8 @@ struct TinyLlama {
     GGUFWriter w;
     w.kv_str("general.architecture", arch);
     const std::string a = arch + ".";
-    w.kv_u32(a + "embedding_length", 8).kv_u32(a + "block_count", 1);
+    w.kv_u32(a + "embedding_length", 8).kv_u32(a + "block_count", blocks);
+    w.kv(a + "attention.layer_norm_rms_epsilon", kF32, Bytes().f32(rms_eps));
     w.kv_u32(a + "attention.head_count", heads).kv_u32(a + "attention.head_count_kv", kv_heads);
     w.kv_u32(a + "feed_forward_length", 16).kv_u32(a + "context_length", 32);
     auto add = [&](const std::string& name, std::vector<uint64_t> dims) {
@@ -149,4 +153,26 @@ TEST_CASE("inconsistent head counts are rejected", "[model][errors]") {
   const std::string msg = load_error(path);
   CHECK_THAT(msg, Catch::StartsWith(path + ": "));
   CHECK_THAT(msg, Catch::Contains("head_count_kv"));
+}
+
+TEST_CASE("a block_count beyond the file's tensors fails before allocating", "[model][errors]") {
+  TempDir dir;
+  const std::string path = dir.file("blocks.gguf");
+  TinyLlama t;
+  t.blocks = 2147483647u;
+  t.write(path);
+  const std::string msg = load_error(path);
+  CHECK_THAT(msg, Catch::StartsWith(path + ": "));
+  CHECK_THAT(msg, Catch::Contains("block_count is 2147483647"));
+}
+
+TEST_CASE("a non-finite or negative rms epsilon is rejected", "[model][errors]") {
+  TempDir dir;
+  for (float eps : {std::nanf(""), -1.0f}) {
+    const std::string path = dir.file("eps.gguf");
+    TinyLlama t;
+    t.rms_eps = eps;
+    t.write(path);
+    CHECK_THAT(load_error(path), Catch::Contains("layer_norm_rms_epsilon"));
+  }
 }

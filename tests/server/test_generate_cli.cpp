@@ -1,7 +1,9 @@
 // `octet generate` end to end: runs the real binary and checks its output and exit codes.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -81,6 +83,18 @@ TEST_CASE("generate with a text prompt and a seed is reproducible", "[cli]") {
   CHECK(ja["prompt_token_ids"][0] == 1);  // BOS added for the llama tokenizer
 }
 
+TEST_CASE("a tiny temperature is greedy (as vLLM), not an overflow", "[cli]") {
+  const RunResult a = run("generate --model " + kStories +
+                          " --prompt-ids 1 --max-tokens 30 --temperature 1e-39 --json "
+                          "--quantization none");
+  INFO(a.output);
+  REQUIRE(a.exit_code == 0);
+  std::ifstream in(std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.greedy.json");
+  const auto golden = nlohmann::json::parse(in)["expected_token_ids"];
+  const auto ids = nlohmann::json::parse(a.output)["token_ids"];
+  for (size_t i = 0; i < 30; ++i) CHECK(ids[i] == golden[i]);
+}
+
 TEST_CASE("generate reports bad input clearly and never crashes", "[cli][errors]") {
   SECTION("missing model file") {
     const RunResult r = run("generate --model /nonexistent/model.gguf --prompt-ids 1");
@@ -109,6 +123,36 @@ TEST_CASE("generate reports bad input clearly and never crashes", "[cli][errors]
   SECTION("prompt plus max_tokens beyond the context") {
     const RunResult r = run("generate --model " + kStories + " --prompt-ids 1 --max-tokens 100000");
     CHECK(r.exit_code == 2);
+    CHECK(r.output.find("context length") != std::string::npos);
+  }
+  SECTION("a stray word is a usage error, not silently dropped") {
+    const RunResult r = run("generate --model " + kStories + " --prompt Hello world");
+    CHECK(r.exit_code == 2);
+  }
+  SECTION("abbreviated flags are not guessed") {
+    const RunResult r = run("generate --mod " + kStories + " --prompt-ids 1");
+    CHECK(r.exit_code == 2);
+  }
+  SECTION("a trailing comma in --prompt-ids") {
+    const RunResult r = run("generate --model " + kStories + " --prompt-ids 1,2,");
+    CHECK(r.exit_code == 2);
+  }
+  SECTION("a named pipe as --model does not hang") {
+    const std::string fifo = "/tmp/octet_test_fifo_" + std::to_string(::getpid());
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    const RunResult r = run("generate --model " + fifo + " --prompt-ids 1");
+    ::unlink(fifo.c_str());
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find("not a regular file") != std::string::npos);
+  }
+  SECTION("a failed write is an error") {
+    const RunResult r = run("generate --model " + kStories + " --prompt-ids 1 --max-tokens 3 "
+                            "--json > /dev/full");
+    CHECK(r.exit_code == 1);
+  }
+  SECTION("bench beyond the context length") {
+    const RunResult r = run("bench latency --model " + kStories + " --input-len 99999999999");
+    CHECK(r.exit_code == 1);
     CHECK(r.output.find("context length") != std::string::npos);
   }
   SECTION("temperature out of range") {
