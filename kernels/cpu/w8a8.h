@@ -98,6 +98,12 @@ void linear_w8a8_scalar(const uint8_t* qa, const float* a_scale, ScaleGranularit
                         const Fp8WeightView& w, const float* bias, float* y, int64_t m);
 void linear_w8a8_avx2(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                       const Fp8WeightView& w, const float* bias, float* y, int64_t m);
+/// True when the CPU has AVX-512 F/BW/VBMI/BF16 (w8a8_gemv_avx512.cpp): linear_w8a8 then runs
+/// m == 1 (decode) through VPERMI2B decode + VDPBF16PS, exact products, FP32 accumulation.
+bool w8a8_avx512_available();
+/// The AVX-512 GEMV applied row by row (aborts when unavailable).
+void linear_w8a8_avx512(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
+                        const Fp8WeightView& w, const float* bias, float* y, int64_t m);
 void quantize_per_token_e4m3_scalar(const float* x, int64_t m, int64_t k, uint8_t* q,
                                     float* scale);
 void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, uint8_t* q,

@@ -85,7 +85,9 @@ void linear_w8a8_scalar(const uint8_t* qa, const float* a_scale, ScaleGranularit
 
 void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                  const Fp8WeightView& w, const float* bias, float* y, int64_t m) {
-  if (fp8_avx2_available()) {
+  if (m == 1 && w8a8_avx512_available()) {
+    linear_w8a8_avx512(qa, a_scale, a_granularity, w, bias, y, m);
+  } else if (fp8_avx2_available()) {
     linear_w8a8_avx2(qa, a_scale, a_granularity, w, bias, y, m);
   } else {
     linear_w8a8_scalar(qa, a_scale, a_granularity, w, bias, y, m);
