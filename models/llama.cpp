@@ -4,6 +4,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "kernels/cpu/attention.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/ops.h"
@@ -223,13 +224,18 @@ std::vector<float> LlamaModel::forward(const int32_t* tokens, int64_t n, int64_t
       std::copy_n(k.data() + i * kv_dim, kv_dim, k_cache + pos * kv_dim);
       std::copy_n(v.data() + i * kv_dim, kv_dim, v_cache + pos * kv_dim);
     }
-#pragma omp parallel for schedule(dynamic) if (n > 1)
-    for (int64_t i = 0; i < n; ++i) {
+    auto attend = [&](int64_t i) {
       const int64_t window = c.layer_sliding_window[layer];
       const int64_t end = start_pos + i + 1;  // causal: positions < end
       const int64_t begin = window > 0 && end > window ? end - window : 0;
-      ref::attention(q.data() + i * q_dim, k_cache + begin * kv_dim, v_cache + begin * kv_dim,
+      cpu::attention(q.data() + i * q_dim, k_cache + begin * kv_dim, v_cache + begin * kv_dim,
                      attn.data() + i * q_dim, nh, nkv, hd, end - begin, scale);
+    };
+    if (n == 1) {
+      attend(0);  // decode: cpu::attention spreads the heads over threads
+    } else {
+#pragma omp parallel for schedule(dynamic)
+      for (int64_t i = 0; i < n; ++i) attend(i);
     }
     linear_forward(w.o_proj, attn.data(), n, proj.data(), scratch);
     for (int64_t j = 0; j < n * h; ++j) x[j] += proj[j];
