@@ -9,7 +9,8 @@
 #include "config/generate_config.h"
 #include "engine/benchmarks.h"
 #include "engine/generator.h"
-#include "server/cli.h"
+#include "server/generator_options.h"
+#include "server/command.h"
 #include "server/commands.h"
 
 namespace octet {
@@ -17,23 +18,9 @@ namespace octet {
 namespace {
 
 int run_bench_latency(int argc, const char* const* argv) {
-  BenchLatencyConfig cfg;
-  try {
-    std::string help;
-    if (!cli::parse_flags(cfg, argc, argv, "octet bench latency options", help)) {
-      std::cout << help;
-      return 0;
-    }
-    cfg.validate();
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "octet bench latency: " << e.what() << "\n";
-    return 2;
-  }
-  try {
-    GeneratorOptions go;
-    go.quantization = cfg.quantization;
-    go.weight_strategy = cfg.weight_strategy;
-    auto gen = Generator::load(cfg.model, go);
+  return cli::run_command<BenchLatencyConfig>("octet bench latency", argc, argv,
+                                              [](BenchLatencyConfig& cfg) {
+    auto gen = Generator::load(cfg.model, generator_options(cfg));
     ThroughputResult best;
     for (int64_t i = 0; i < cfg.num_iters; ++i) {
       ThroughputResult r = gen->bench(cfg.input_len, cfg.output_len);
@@ -70,11 +57,7 @@ int run_bench_latency(int argc, const char* const* argv) {
                   (long long)best.output_len, best.decode_tokens_per_second, floor_tps, bw,
                   weight_mb, 100.0 * best.decode_tokens_per_second / floor_tps);
     }
-  } catch (const std::exception& e) {
-    std::cerr << "octet bench latency: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+  });
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 
 #include "config/generate_config.h"
 #include "engine/generator.h"
-#include "server/cli.h"
+#include "server/generator_options.h"
+#include "server/command.h"
 #include "server/commands.h"
 
 namespace octet {
@@ -40,25 +41,10 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 }  // namespace
 
 int run_generate(int argc, const char* const* argv) {
-  GenerateConfig cfg;
-  std::vector<int32_t> prompt_ids;
-  try {
-    std::string help;
-    if (!cli::parse_flags(cfg, argc, argv, "octet generate options", help)) {
-      std::cout << help;
-      return 0;
-    }
-    cfg.validate();
+  return cli::run_command<GenerateConfig>("octet generate", argc, argv, [](GenerateConfig& cfg) {
+    std::vector<int32_t> prompt_ids;
     if (!cfg.prompt_ids.empty()) prompt_ids = parse_ids(cfg.prompt_ids);
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "octet generate: " << e.what() << "\n";
-    return 2;
-  }
-  try {
-    GeneratorOptions go;
-    go.quantization = cfg.quantization;
-    go.weight_strategy = cfg.weight_strategy;
-    auto gen = Generator::load(cfg.model, go);
+    auto gen = Generator::load(cfg.model, generator_options(cfg));
     if (prompt_ids.empty()) prompt_ids = gen->tokenize(cfg.prompt);
     SamplingParams params;
     params.temperature = static_cast<float>(cfg.temperature);
@@ -84,19 +70,7 @@ int run_generate(int argc, const char* const* argv) {
       std::cerr << r.token_ids.size() << " tokens, " << r.tokens_per_second
                 << " tokens/s, finish_reason " << r.finish_reason << "\n";
     }
-    std::cout.flush();
-    if (!std::cout) throw std::runtime_error("cannot write the output (stdout)");
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "octet generate: " << e.what() << "\n";
-    return 2;
-  } catch (const std::bad_alloc&) {
-    std::cerr << "octet generate: out of memory loading or running " << cfg.model << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "octet generate: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+  });
 }
 
 }  // namespace octet

@@ -9,25 +9,14 @@
 
 #include "config/generate_config.h"
 #include "engine/perplexity.h"
-#include "server/cli.h"
+#include "server/command.h"
 #include "server/commands.h"
 
 namespace octet {
 
 int run_perplexity(int argc, const char* const* argv) {
-  PerplexityConfig cfg;
-  try {
-    std::string help;
-    if (!cli::parse_flags(cfg, argc, argv, "octet perplexity options", help)) {
-      std::cout << help;
-      return 0;
-    }
-    cfg.validate();
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "octet perplexity: " << e.what() << "\n";
-    return 2;
-  }
-  try {
+  return cli::run_command<PerplexityConfig>("octet perplexity", argc, argv,
+                                            [](PerplexityConfig& cfg) {
     std::ifstream in(cfg.text, std::ios::binary);
     if (!in) throw std::runtime_error(cfg.text + ": cannot read the text file");
     std::stringstream ss;
@@ -56,14 +45,7 @@ int run_perplexity(int argc, const char* const* argv) {
       for (auto it = j.begin(); it != j.end(); ++it)
         std::cout << it.key() << ": " << it.value().dump() << "\n";
     }
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "octet perplexity: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "octet perplexity: " << e.what() << "\n";
-    return 1;
-  }
-  return 0;
+  });
 }
 
 }  // namespace octet

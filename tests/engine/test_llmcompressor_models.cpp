@@ -19,8 +19,10 @@
 #include "engine/perplexity.h"
 #include "models/checkpoint.h"
 #include "models/gguf.h"
+#include "greedy.h"
 #include "models/llama.h"
 
+using octet::testing::greedy;
 using namespace octet;
 
 namespace {
@@ -36,20 +38,6 @@ void require_or_skip(const std::string& dir) {
   }
 }
 
-std::vector<int32_t> greedy(const LlamaModel& m, const std::vector<int32_t>& ids, int n) {
-  auto cache = m.new_cache(static_cast<int64_t>(ids.size()) + n);
-  std::vector<float> logits = m.forward(ids.data(), static_cast<int64_t>(ids.size()), 0, cache,
-                                        false);
-  std::vector<int32_t> out;
-  const int64_t vocab = m.config().vocab_size;
-  for (int i = 0; i < n; ++i) {
-    out.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + vocab) -
-                                       logits.begin()));
-    if (i + 1 < n)
-      logits = m.forward(&out.back(), 1, static_cast<int64_t>(ids.size()) + i, cache, false);
-  }
-  return out;
-}
 
 // GGUF Q/K rows are permuted for adjacent-pair RoPE (llama.cpp's converter): HF row
 // h*d + j*d/2 + i is GGUF row h*d + 2i + j (head h, i < d/2, j in {0, 1}).

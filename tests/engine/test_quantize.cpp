@@ -13,26 +13,14 @@
 #include "engine/quantize.h"
 #include "gguf_writer.h"
 #include "models/checkpoint.h"
+#include "greedy.h"
 #include "models/llama.h"
 
+using octet::testing::greedy;
 using namespace octet;
 
 namespace {
 
-std::vector<int32_t> greedy(const LlamaModel& m, std::vector<int32_t> ids, int n) {
-  auto cache = m.new_cache(static_cast<int64_t>(ids.size()) + n);
-  std::vector<float> logits = m.forward(ids.data(), static_cast<int64_t>(ids.size()), 0, cache,
-                                        false);
-  std::vector<int32_t> out;
-  const int64_t vocab = m.config().vocab_size;
-  for (int i = 0; i < n; ++i) {
-    out.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.begin() + vocab) -
-                                       logits.begin()));
-    if (i + 1 < n)
-      logits = m.forward(&out.back(), 1, static_cast<int64_t>(ids.size()) + i, cache, false);
-  }
-  return out;
-}
 
 }  // namespace
 

@@ -14,8 +14,10 @@
 
 #include "models/checkpoint.h"
 #include "models/gguf.h"
+#include "greedy.h"
 #include "models/llama.h"
 
+using octet::testing::greedy;
 using octet::GGUFFile;
 using octet::LlamaModel;
 using octet::LoadOptions;
@@ -39,22 +41,6 @@ int32_t argmax(const float* x, int64_t n) {
   return static_cast<int32_t>(std::max_element(x, x + n) - x);
 }
 
-// Greedy decoding with the KV cache: one prefill, then one token per step.
-std::vector<int32_t> greedy(const LlamaModel& model, const std::vector<int32_t>& prompt,
-                            int64_t n_new) {
-  auto cache = model.new_cache(static_cast<int64_t>(prompt.size()) + n_new);
-  const int64_t vocab = model.config().vocab_size;
-  std::vector<float> logits =
-      model.forward(prompt.data(), static_cast<int64_t>(prompt.size()), 0, cache, false);
-  std::vector<int32_t> out;
-  for (int64_t i = 0; i < n_new; ++i) {
-    out.push_back(argmax(logits.data(), vocab));
-    if (i + 1 < n_new)
-      logits = model.forward(&out.back(), 1, static_cast<int64_t>(prompt.size()) + i, cache,
-                             false);
-  }
-  return out;
-}
 
 std::string smollm2_path() {
   const std::string p = OCTET_SMOLLM2_GGUF;

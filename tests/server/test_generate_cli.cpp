@@ -152,7 +152,7 @@ TEST_CASE("generate reports bad input clearly and never crashes", "[cli][errors]
   }
   SECTION("bench beyond the context length") {
     const RunResult r = run("bench latency --model " + kStories + " --input-len 99999999999");
-    CHECK(r.exit_code == 1);
+    CHECK(r.exit_code == 2);
     CHECK(r.output.find("context length") != std::string::npos);
   }
   SECTION("temperature out of range") {
