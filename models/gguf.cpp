@@ -2,10 +2,6 @@
 // metadata and tensors. Layout: see gguf.h and ggml's docs/gguf.md.
 #include "models/gguf.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,6 +12,7 @@
 #include <utility>
 
 #include "models/gguf_reader.h"
+#include "models/mapped_file.h"
 
 namespace octet {
 
@@ -91,8 +88,7 @@ namespace {
 // Everything open() builds; GGUFFile::Impl is this (named here so the helpers below can use it).
 struct FileState {
   std::string path;
-  void* map = nullptr;  // read-only private mapping of the whole file
-  size_t map_bytes = 0;
+  MappedFile file;  // read-only private mapping of the whole file
   uint32_t version = 0;
   uint64_t alignment = 32;
   uint64_t data_offset = 0;  // file offset of the data section, bytes
@@ -100,13 +96,6 @@ struct FileState {
   std::map<std::string, size_t, std::less<>> key_index;     // key -> metadata index
   std::vector<GGUFTensorInfo> tensors;
   std::map<std::string, size_t, std::less<>> tensor_index;  // name -> tensors index
-
-  FileState() = default;
-  FileState(const FileState&) = delete;
-  FileState& operator=(const FileState&) = delete;
-  ~FileState() {
-    if (map != nullptr) munmap(map, map_bytes);
-  }
 };
 
 }  // namespace
@@ -114,33 +103,6 @@ struct FileState {
 struct GGUFFile::Impl : FileState {};
 
 namespace {
-
-// Maps `path` read-only into impl->map. Errors: ModelFileError (missing, not a file, empty).
-void map_file(FileState* impl) {
-  const std::string& path = impl->path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
-  if (fd < 0) throw ModelFileError(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw ModelFileError(path, std::string("cannot stat: ") + std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw ModelFileError(path, "not a regular file");
-  }
-  if (st.st_size == 0) {
-    ::close(fd);
-    throw ModelFileError(path, "empty file, not a GGUF model");
-  }
-  void* p = mmap(nullptr, size_t(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int err = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) throw ModelFileError(path, std::string("cannot mmap: ") + std::strerror(err));
-  impl->map = p;
-  impl->map_bytes = size_t(st.st_size);
-}
 
 void read_metadata(GGUFReader& r, FileState* impl, uint64_t n_kv) {
   impl->metadata.reserve(size_t(n_kv));  // n_kv checked against the remaining bytes
@@ -219,8 +181,8 @@ GGUFTensorInfo read_tensor_info(GGUFReader& r, uint64_t index, uint64_t alignmen
 // Places every tensor's data inside the file and checks that no two overlap.
 void place_tensors(FileState* impl) {
   const std::string& path = impl->path;
-  const uint64_t file_bytes = impl->map_bytes;
-  const auto* base = static_cast<const uint8_t*>(impl->map);
+  const uint64_t file_bytes = impl->file.size();
+  const auto* base = impl->file.data();
   std::vector<const GGUFTensorInfo*> by_offset;
   for (GGUFTensorInfo& t : impl->tensors) {
     uint64_t begin = 0, end = 0;
@@ -250,8 +212,8 @@ void place_tensors(FileState* impl) {
 GGUFFile GGUFFile::open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  map_file(impl.get());
-  GGUFReader r(path, static_cast<const uint8_t*>(impl->map), impl->map_bytes);
+  impl->file = MappedFile::open(path, "GGUF model");
+  GGUFReader r(path, impl->file.data(), impl->file.size());
 
   r.set_context("header");
   const uint8_t* magic = r.take(4, "magic");
@@ -297,7 +259,7 @@ const std::string& GGUFFile::path() const { return impl_->path; }
 uint32_t GGUFFile::version() const { return impl_->version; }
 uint64_t GGUFFile::alignment() const { return impl_->alignment; }
 uint64_t GGUFFile::data_offset() const { return impl_->data_offset; }
-uint64_t GGUFFile::file_bytes() const { return impl_->map_bytes; }
+uint64_t GGUFFile::file_bytes() const { return impl_->file.size(); }
 
 const std::vector<std::pair<std::string, GGUFValue>>& GGUFFile::metadata() const {
   return impl_->metadata;

@@ -6,10 +6,6 @@
 //   with a known "dtype", "shape" of non-negative integers and "data_offsets" [begin, end],
 //   begin <= end <= data size, (end - begin) == product(shape) x dtype size; no two tensors'
 //   byte ranges overlap. Gaps between tensors are allowed (the Rust crate rejects them).
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -19,6 +15,7 @@
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/half.h"
 #include "models/checkpoint.h"
+#include "models/mapped_file.h"
 
 namespace octet {
 
@@ -102,15 +99,11 @@ std::vector<float> TensorView::to_f32() const {
 
 struct SafetensorsFile::Impl {
   std::string path;
-  void* map = nullptr;
-  size_t map_bytes = 0;
+  MappedFile file;
   std::vector<TensorView> tensors;  // sorted by name
   std::unordered_map<std::string, size_t> by_name;
   std::map<std::string, std::string> metadata;
 
-  ~Impl() {
-    if (map) munmap(map, map_bytes);
-  }
   /// Parses and validates the header; fills tensors, by_name and metadata.
   void parse_header(const uint8_t* base, uint64_t file_bytes);
 };
@@ -206,30 +199,8 @@ void SafetensorsFile::Impl::parse_header(const uint8_t* base, uint64_t file_byte
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO must not block
-  if (fd < 0) throw ModelFileError(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    throw ModelFileError(path, std::string("cannot stat: ") + std::strerror(err));
-  }
-  const uint64_t size = uint64_t(st.st_size);
-  static const uint8_t kEmpty[8] = {};
-  const uint8_t* base = kEmpty;
-  if (size > 0) {
-    void* m = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      throw ModelFileError(path, std::string("cannot mmap: ") + std::strerror(err));
-    }
-    impl->map = m;
-    impl->map_bytes = size;
-    base = static_cast<const uint8_t*>(m);
-  }
-  ::close(fd);
-  impl->parse_header(base, size);
+  impl->file = MappedFile::open(path, "safetensors file");
+  impl->parse_header(impl->file.data(), impl->file.size());
   return SafetensorsFile(std::move(impl));
 }
 
