@@ -78,7 +78,7 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
   if (prompt_ids.empty()) throw std::invalid_argument("the prompt has no tokens");
   const int64_t n_prompt = static_cast<int64_t>(prompt_ids.size());
   const int64_t max_len = max_model_len();
-  if (n_prompt + params.max_tokens > max_len)
+  if (n_prompt > max_len || params.max_tokens > max_len - n_prompt)
     throw std::invalid_argument("the prompt (" + std::to_string(n_prompt) + " tokens) plus " +
                                 "max_tokens (" + std::to_string(params.max_tokens) +
                                 ") exceeds the model's context length of " +
@@ -94,6 +94,7 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
   GenerateResult r;
   r.prompt_token_ids = prompt_ids;
   r.finish_reason = "length";
+  r.linear_format = model.linear_format();
   std::mt19937_64 rng(params.seed >= 0 ? static_cast<uint64_t>(params.seed)
                                        : std::random_device{}());
   StreamingDetokenizer detok(tok, /*skip_special=*/true, prompt_ids);

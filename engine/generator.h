@@ -17,6 +17,7 @@ struct GenerateResult {
   std::vector<int32_t> token_ids;  // generated, EOS included when it ended the sequence
   std::string text;                // detokenized generated text (special tokens skipped)
   std::string finish_reason;       // "stop" (EOS) or "length" (max_tokens)
+  std::string linear_format;       // "fp32", "fp8-w8a8-dynamic-channel", ...
   double prefill_seconds = 0.0;    // wall time of the prompt's forward pass
   double decode_seconds = 0.0;     // wall time from the first to the last generated token
   double tokens_per_second = 0.0;  // generated tokens / (prefill + decode) seconds

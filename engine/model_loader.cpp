@@ -1,10 +1,25 @@
 #include "engine/model_loader.h"
 
+#include <filesystem>
+
 #include <nlohmann/json.hpp>
 
 namespace octet {
 
+namespace {
+
+// A directory that is not an HF checkpoint gets a clear message, not "not a regular file".
+void check_model_path(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec) && !is_hf_checkpoint_dir(path))
+    throw ModelFileError(path, "is a directory without config.json: not a Hugging Face "
+                               "checkpoint (give a .gguf file or a checkpoint directory)");
+}
+
+}  // namespace
+
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptions& options) {
+  check_model_path(path);
   auto m = std::make_unique<LoadedModel>();
   m->path = path;
   if (is_hf_checkpoint_dir(path)) {
@@ -43,6 +58,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptio
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
+  check_model_path(path);
   if (is_hf_checkpoint_dir(path)) return Tokenizer::from_hf_dir(path);
   return Tokenizer::from_gguf(GGUFFile::open(path));
 }

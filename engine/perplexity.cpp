@@ -114,7 +114,7 @@ PerplexityResult compute_perplexity_ids(const PerplexityOptions& o,
     agree += a_ref == a_q;
   });
   r.reference_perplexity = std::exp(ref_nll / static_cast<double>(count));
-  r.kl_divergence = kl / static_cast<double>(count);
+  r.kl_divergence = std::max(0.0, kl / static_cast<double>(count));  // >= 0 up to rounding
   r.top1_agreement = static_cast<double>(agree) / static_cast<double>(count);
   return r;
 }

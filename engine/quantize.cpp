@@ -47,6 +47,8 @@ std::vector<uint8_t> scale_bytes(const std::vector<float>& s, DType d) {
 
 QuantizeReport quantize_checkpoint(const QuantizeOptions& o) {
   namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(o.model, ec)) throw ModelFileError(o.model, "does not exist");
   if (!is_hf_checkpoint_dir(o.model))
     throw std::invalid_argument(o.model + ": quantize needs a Hugging Face checkpoint directory "
                                 "(config.json + safetensors); convert a GGUF first with "
@@ -54,6 +56,9 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o) {
   if (fs::exists(fs::path(o.output) / "config.json"))
     throw std::invalid_argument(o.output + ": already holds a checkpoint (config.json); choose "
                                 "a new output directory");
+  if (fs::exists(o.output, ec) && !(fs::is_directory(o.output, ec) && fs::is_empty(o.output, ec)))
+    throw std::invalid_argument(o.output + ": exists and is not an empty directory; choose a new "
+                                "output directory");
   const HFCheckpoint ckpt = HFCheckpoint::open(o.model);
   const QuantConfig q = QuantConfig::from_hf_config(ckpt.config(), o.model + "/config.json");
   if (q.quant_method != "none")

@@ -32,6 +32,11 @@ LinearWeight load_fp8_linear(const WeightSource& src, const QuantConfig& q,
     throw ModelFileError(src.path(), "quantized tensor " + wname + " or its weight_scale is "
                                      "missing or not F8_E4M3");
   w.w_fp8.assign(t->data, t->data + t->nbytes);
+  for (size_t i = 0; i < w.w_fp8.size(); ++i)
+    if ((w.w_fp8[i] & 0x7F) == 0x7F)
+      throw ModelFileError(t->file, "tensor " + wname + " holds the E4M3 NaN code 0x" +
+                                        (w.w_fp8[i] == 0x7F ? std::string("7F") : "FF") +
+                                        " at index " + std::to_string(i));
   w.w_scale = s->to_f32();
   w.w_granularity = static_cast<int64_t>(w.w_scale.size()) == w.out_features
                         ? ScaleGranularity::PerRow
@@ -67,6 +72,11 @@ LinearWeight load_linear(const WeightSource& src, const QuantConfig& q, const Lo
   w.in_features = in;
   if (q.weights_fp8 && q.is_quantized(module)) return load_fp8_linear(src, q, o, std::move(w));
   w.w_f32 = src.load_f32(module + ".weight", {out, in});
+  for (size_t i = 0; i < w.w_f32.size(); ++i)
+    if (!std::isfinite(w.w_f32[i]))
+      throw ModelFileError(src.path(), "tensor " + module + ".weight holds a non-finite value (" +
+                                           std::to_string(w.w_f32[i]) + ") at index " +
+                                           std::to_string(i));
   w.format = WeightFormat::F32;
   if (online_fp8(o, q))
     quantize_linear_fp8(w, o.weight_granularity, src.arithmetic(module + ".weight"));

@@ -77,6 +77,11 @@ class HFWeightSource final : public WeightSource {
   std::vector<float> load_f32(const std::string& name,
                               const std::vector<int64_t>& shape) const override {
     const TensorView& t = ckpt_.tensor(name);
+    if (t.dtype == DType::F8_E4M3 || t.dtype == DType::F8_E5M2)
+      throw ModelFileError(t.file, "tensor " + name + " is " + dtype_name(t.dtype) +
+                                       " but config.json's quantization_config does not quantize "
+                                       "its module (no quantization_config, or the module is in "
+                                       "ignore): its scales would be ignored");
     if (t.shape != shape)
       throw ModelFileError(t.file, "tensor " + name + " has shape " + shape_str(t.shape) +
                                        ", expected " + shape_str(shape));

@@ -31,7 +31,7 @@ Usage (a venv of its own, llmcompressor pins its torch/transformers):
   python3 -m venv /work/venv-llmc && /work/venv-llmc/bin/pip install llmcompressor gguf accelerate
   /work/venv-llmc/bin/python scripts/make_llmcompressor_checkpoints.py \
       [GGUF] [OUT_ROOT] [GOLDEN_JSON]
-Defaults: /root/.cache/octet/SmolLM2-135M-Instruct.Q4_1.gguf, /root/.cache/octet/llmc,
+Defaults: $OCTET_CACHE_DIR (else ~/.cache/octet)/SmolLM2-135M-Instruct.Q4_1.gguf, .../llmc,
 tests/models/golden/llmcompressor_smollm2.json.
 """
 import hashlib
@@ -48,8 +48,9 @@ from llmcompressor.modifiers.quantization import QuantizationModifier
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-GGUF = sys.argv[1] if len(sys.argv) > 1 else "/root/.cache/octet/SmolLM2-135M-Instruct.Q4_1.gguf"
-OUT_ROOT = sys.argv[2] if len(sys.argv) > 2 else "/root/.cache/octet/llmc"
+CACHE = os.environ.get("OCTET_CACHE_DIR", os.path.expanduser("~/.cache/octet"))
+GGUF = sys.argv[1] if len(sys.argv) > 1 else os.path.join(CACHE, "SmolLM2-135M-Instruct.Q4_1.gguf")
+OUT_ROOT = sys.argv[2] if len(sys.argv) > 2 else os.path.join(CACHE, "llmc")
 GOLDEN = sys.argv[3] if len(sys.argv) > 3 else os.path.join(
     HERE, "..", "tests", "models", "golden", "llmcompressor_smollm2.json")
 CORPUS = "/usr/share/common-licenses/GPL-3"

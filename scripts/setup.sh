@@ -44,20 +44,32 @@ fi
 # converted from the GGUF by scripts/make_hf_checkpoint.py in a small virtualenv (no torch).
 HF="$CACHE/hf/SmolLM2-135M-Instruct-bf16"
 HF32="$CACHE/hf/SmolLM2-135M-Instruct-f32"
-if [ ! -f "$HF/config.json" ] || [ ! -f "$HF-sharded/config.json" ] || [ ! -f "$HF32/config.json" ]; then
+DONE=.octet-conversion-complete  # written last: a directory without it is redone
+if [ ! -f "$HF/$DONE" ] || [ ! -f "$HF-sharded/$DONE" ] || [ ! -f "$HF32/$DONE" ]; then
   echo "setup: converting the GGUF to Hugging Face checkpoints in $CACHE/hf" >&2
   if [ ! -x "$CACHE/venv/bin/python" ]; then
     python3 -m venv "$CACHE/venv" >&2
   fi
   "$CACHE/venv/bin/pip" install --quiet numpy==2.4.6 gguf==0.19.0 tokenizers==0.23.3 \
       transformers==5.24.0 >&2
-  "$CACHE/venv/bin/python" scripts/make_hf_checkpoint.py "$MODEL" "$HF" >&2
-  "$CACHE/venv/bin/python" scripts/make_hf_checkpoint.py "$MODEL" "$HF-sharded" --shards 3 >&2
-  "$CACHE/venv/bin/python" scripts/make_hf_checkpoint.py "$MODEL" "$HF32" --dtype f32 >&2
+  # Each conversion goes to a temporary directory renamed when complete, so an interrupted
+  # set-up never leaves a half-written checkpoint that looks done.
+  convert() {  # convert OUT_DIR [ARGS...]
+    local out="$1"; shift
+    [ -f "$out/$DONE" ] && return 0
+    rm -rf "$out.part"
+    "$CACHE/venv/bin/python" scripts/make_hf_checkpoint.py "$MODEL" "$out.part" "$@" >&2
+    touch "$out.part/$DONE"
+    rm -rf "$out"
+    mv "$out.part" "$out"
+  }
+  convert "$HF"
+  convert "$HF-sharded" --shards 3
+  convert "$HF32" --dtype f32
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DOCTET_CUDA="${OCTET_CUDA:-AUTO}" \
       -DOCTET_SMOLLM2_GGUF="$MODEL" -DOCTET_HF_SMOLLM2_DIR="$HF" \
-      -DOCTET_HF_SMOLLM2_F32_DIR="$HF32" >&2
+      -DOCTET_HF_SMOLLM2_F32_DIR="$HF32" -DOCTET_LLMC_DIR="$CACHE/llmc" >&2
 cmake --build build -j "$(nproc)" >&2
 echo "$MODEL"

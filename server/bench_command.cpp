@@ -66,6 +66,10 @@ int run_bench(int argc, const char* const* argv) {
   const std::string sub = argc > 1 ? argv[1] : "";
   if (sub == "latency") return run_bench_latency(argc - 1, argv + 1);
   if (sub == "kernels") {
+    if (argc > 2) {
+      std::cerr << "octet bench kernels: takes no arguments, got '" << argv[2] << "'\n";
+      return 2;
+    }
     std::cout << kernel_benchmark_table(128);
     return 0;
   }

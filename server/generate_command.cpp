@@ -61,6 +61,7 @@ int run_generate(int argc, const char* const* argv) {
       j["token_ids"] = r.token_ids;
       j["text"] = r.text;
       j["finish_reason"] = r.finish_reason;
+      j["linear_format"] = r.linear_format;
       j["tokens_per_second"] = r.tokens_per_second;
       j["prefill_seconds"] = r.prefill_seconds;
       j["decode_seconds"] = r.decode_seconds;
@@ -68,7 +69,8 @@ int run_generate(int argc, const char* const* argv) {
     } else {
       std::cout << "\n";
       std::cerr << r.token_ids.size() << " tokens, " << r.tokens_per_second
-                << " tokens/s, finish_reason " << r.finish_reason << "\n";
+                << " tokens/s, finish_reason " << r.finish_reason << ", " << r.linear_format
+                << "\n";
     }
   });
 }

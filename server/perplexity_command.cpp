@@ -1,5 +1,7 @@
 // `octet perplexity`: perplexity of a model on a text file, optionally against the
 // unquantized model (KL divergence, top-1 agreement).
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -17,10 +19,18 @@ namespace octet {
 int run_perplexity(int argc, const char* const* argv) {
   return cli::run_command<PerplexityConfig>("octet perplexity", argc, argv,
                                             [](PerplexityConfig& cfg) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(cfg.text, ec))
+      throw std::runtime_error(cfg.text + ": not a readable regular file");
     std::ifstream in(cfg.text, std::ios::binary);
     if (!in) throw std::runtime_error(cfg.text + ": cannot read the text file");
-    std::stringstream ss;
-    ss << in.rdbuf();
+    // Only the start of the text is scored: read at most 64 bytes per wanted token (1 MiB at
+    // least), so a huge file costs no more than the tokens asked for.
+    const int64_t limit = std::max<int64_t>(int64_t{1} << 20, cfg.max_tokens * 64);
+    std::string text(static_cast<size_t>(limit), '\0');
+    in.read(text.data(), limit);
+    text.resize(static_cast<size_t>(in.gcount()));
+    std::stringstream ss(text);
     PerplexityOptions o;
     o.model = cfg.model;
     o.quantization = cfg.quantization;

@@ -94,7 +94,8 @@ std::string run_kernel_benchmark(int64_t m_max) {
   constexpr int kLayers = 30;
   std::string out;
   out += "octet kernel benchmark: " + std::to_string(omp_get_max_threads()) + " threads, " +
-         (fp8_avx2_available() ? "AVX2+FMA+F16C" : "scalar (no AVX2)") + "\n";
+         (fp8_avx2_available() ? "AVX2+FMA+F16C" : "scalar (no AVX2)") +
+         (w8a8_avx512_available() ? "; FP8 GEMV (m = 1): AVX-512 VBMI+BF16" : "") + "\n";
   const double bw = measure_read_bandwidth_gbs();
   out += fmt("memory read bandwidth (256 MiB, 2 threads): %.1f GB/s\n\n", bw);
   out += "shape                  m     FP32 us   FP8 us  speedup   FP32       FP8        "

@@ -104,7 +104,13 @@ OCTET_AVX512 inline void rows(const uint8_t* w, int64_t k, const uint16_t* xw, i
       acc[r] = _mm512_dpbf16_ps(acc[r], (__m512bh)whi, (__m512bh)xhi);
     }
   }
-  for (int r = 0; r < NR; ++r) out[r] = _mm512_reduce_add_ps(acc[r]);
+  for (int r = 0; r < NR; ++r) {
+    alignas(64) float lanes[16];  // (GCC 12's _mm512_reduce_add_ps warns maybe-uninitialized)
+    _mm512_store_ps(lanes, acc[r]);
+    float sum = 0.0f;
+    for (float l : lanes) sum += l;
+    out[r] = sum;
+  }
 }
 
 }  // namespace

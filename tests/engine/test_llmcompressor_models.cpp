@@ -27,8 +27,7 @@ using namespace octet;
 
 namespace {
 
-const std::string kRoot = std::string(std::getenv("HOME") ? std::getenv("HOME") : "/root") +
-                          "/.cache/octet/llmc";
+const std::string kRoot = OCTET_LLMC_DIR;
 
 void require_or_skip(const std::string& dir) {
   if (!std::filesystem::exists(dir + "/config.json")) {

@@ -87,4 +87,37 @@ TEST_CASE("quantize refuses what it cannot do, naming the problem", "[quantize][
   CHECK_THROWS_WITH(quantize_checkpoint({OCTET_HF_SMOLLM2_DIR, out}),
                     Catch::Contains("already holds a checkpoint"));
   CHECK_THROWS_WITH(quantize_checkpoint({out, dir.file("c")}), Catch::Contains("already quantized"));
+  CHECK_THROWS_WITH(quantize_checkpoint({dir.file("nonexistent"), dir.file("d")}),
+                    Catch::Contains("does not exist"));
+  const std::string busy = dir.file("busy");
+  std::filesystem::create_directories(busy);
+  std::ofstream(busy + "/model.safetensors") << "x";
+  CHECK_THROWS_WITH(quantize_checkpoint({OCTET_HF_SMOLLM2_DIR, busy}),
+                    Catch::Contains("not an empty directory"));
+}
+
+TEST_CASE("FP8 weights without a quantization_config are refused, not run unscaled",
+          "[quantize][errors]") {
+  testing::TempDir dir;
+  const std::string out = dir.file("fp8");
+  quantize_checkpoint({OCTET_HF_SMOLLM2_DIR, out});
+  nlohmann::json original;
+  {
+    std::ifstream in(out + "/config.json");
+    original = nlohmann::json::parse(in);
+  }
+  for (const bool drop : {true, false}) {
+    nlohmann::json config = original;
+    if (drop) {
+      config.erase("quantization_config");
+    } else {
+      config["quantization_config"]["ignore"] = {"re:.*"};  // every module unquantized
+    }
+    std::ofstream(out + "/config.json") << config.dump();
+    const HFCheckpoint ckpt = HFCheckpoint::open(out);
+    INFO("drop quantization_config: " << drop);
+    CHECK_THROWS_WITH(LlamaModel::load(ckpt), Catch::Contains("is F8_E4M3 but config.json's "
+                                                              "quantization_config does not "
+                                                              "quantize its module"));
+  }
 }

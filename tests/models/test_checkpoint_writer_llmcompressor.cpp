@@ -4,7 +4,7 @@
 //     for layers 0 and 29: octet dequantizes the GGUF, un-permutes Q/K rows to HF's layout, and
 //     quantizes with kernels/cpu/w8a8.h's quantize_weight_e4m3; codes and scales must be
 //     identical (both start from the same FP32 weights and apply compressed-tensors' rule).
-//  2. (local, skipped when /root/.cache/octet/llmc is absent) both real checkpoints parse and
+//  2. (local, skipped when OCTET_LLMC_DIR is absent) both real checkpoints parse and
 //     validate; every code and scale of every linear of both, with the fraction identical
 //     printed, must equal octet's; then octet's writer
 //     builds the FP8_DYNAMIC checkpoint from the GGUF and its model.safetensors must equal
@@ -38,7 +38,7 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kLlmcRoot = "/root/.cache/octet/llmc";
+const std::string kLlmcRoot = OCTET_LLMC_DIR;
 // SmolLM2-135M: 9 query heads, 3 KV heads, head_dim 64.
 const int64_t kHeads = 9, kKVHeads = 3, kHeadDim = 64;
 

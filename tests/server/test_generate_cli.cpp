@@ -155,6 +155,22 @@ TEST_CASE("generate reports bad input clearly and never crashes", "[cli][errors]
     CHECK(r.exit_code == 2);
     CHECK(r.output.find("context length") != std::string::npos);
   }
+  SECTION("max_tokens at the int64 limit does not overflow") {
+    const RunResult r = run("generate --model " + kStories +
+                            " --prompt-ids 1 --max-tokens 9223372036854775807");
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("context length") != std::string::npos);
+  }
+  SECTION("a directory that is not a checkpoint") {
+    const RunResult r = run("generate --model /tmp --prompt-ids 1");
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find("without config.json") != std::string::npos);
+  }
+  SECTION("perplexity of a directory or a FIFO is an error, not a hang") {
+    const RunResult r = run("perplexity --model " + kStories + " --text /tmp");
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find("not a readable regular file") != std::string::npos);
+  }
   SECTION("temperature out of range") {
     const RunResult r = run("generate --model " + kStories + " --prompt-ids 1 --temperature -1");
     CHECK(r.exit_code == 2);
