@@ -27,11 +27,15 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptio
     m->model = std::make_unique<LlamaModel>(LlamaModel::load(*m->hf, options));
     m->tokenizer = Tokenizer::from_hf_dir(path);
     if (const nlohmann::json* gen = m->hf->generation_config()) {
-      if (auto it = gen->find("eos_token_id"); it != gen->end()) {
-        if (it->is_number_integer()) m->eos_token_ids.push_back(it->get<int32_t>());
-        if (it->is_array())
-          for (const auto& e : *it)
-            if (e.is_number_integer()) m->eos_token_ids.push_back(e.get<int32_t>());
+      if (auto it = gen->find("eos_token_id"); it != gen->end() && !it->is_null()) {
+        const nlohmann::json ids = it->is_array() ? *it : nlohmann::json::array({*it});
+        for (const auto& e : ids) {
+          if (!e.is_number_integer())
+            throw ModelFileError(path + "/generation_config.json",
+                                 "eos_token_id must be an integer or a list of integers, got " +
+                                     it->dump());
+          m->eos_token_ids.push_back(e.get<int32_t>());
+        }
       }
     }
   } else {
