@@ -197,19 +197,6 @@ void parse_decoder(const std::string& path, const json& d, Pipeline& p) {
   }
 }
 
-/// The byte a "<0xNN>" token stands for (HF's ByteFallback decoder), or -1.
-int byte_token_value(std::string_view t) {
-  if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return -1;
-  auto hex = [](char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  const int hi = hex(t[3]), lo = hex(t[4]);
-  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
-}
-
 /// The bytes a byte-level token text stands for (HF's ByteLevel decoder); a text with a
 /// character outside GPT-2's byte alphabet stands for its own UTF-8.
 std::string unspell(std::string_view text) {

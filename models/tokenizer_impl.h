@@ -116,4 +116,18 @@ class TokenizerBase : public Tokenizer {
   AddedTokenMatcher added_;
 };
 
+/// The byte a "<0xNN>" byte-fallback token stands for (SentencePiece / HF's ByteFallback
+/// decoder), or -1 for any other text.
+inline int byte_token_value(std::string_view t) {
+  if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return -1;
+  auto hex = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  const int hi = hex(t[3]), lo = hex(t[4]);
+  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
+}
+
 }  // namespace octet::tokenizer_detail

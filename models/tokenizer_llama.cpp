@@ -29,19 +29,6 @@ namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581 "▁"
 
-/// The byte of a "<0xNN>" token (as HF's ByteFallback decoder reads it), or -1.
-int byte_token_value(std::string_view t) {
-  if (t.size() != 6 || t.substr(0, 3) != "<0x" || t[5] != '>') return -1;
-  auto hex = [](char c) {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  const int hi = hex(t[3]), lo = hex(t[4]);
-  return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
-}
-
 class LlamaTokenizer final : public TokenizerBase {
  public:
   explicit LlamaTokenizer(TokenizerData&& data) : TokenizerBase(std::move(data)) {
