@@ -83,7 +83,10 @@ OCTET_AVX512 inline void decode64(__m512i codes, __m512i thi0, __m512i thi1, __m
   *words_hi = _mm512_unpackhi_epi8(lo, hi);
 }
 
-// out[r] = sum_t x[t] * w[r * k + t], r < NR.
+constexpr int64_t kPrefetchRows = 16;
+
+// out[r] = sum_t x[t] * w[r * k + t], r < NR. Prefetches rows NR..NR+15 ahead (a prefetch past
+// the end of the matrix is harmless: it never faults).
 template <int NR>
 OCTET_AVX512 inline void rows(const uint8_t* w, int64_t k, const uint16_t* xw, int64_t k64,
                               float* out) {
@@ -97,6 +100,9 @@ OCTET_AVX512 inline void rows(const uint8_t* w, int64_t k, const uint16_t* xw, i
     const __mmask64 mask = left >= 64 ? ~__mmask64{0} : ((__mmask64{1} << left) - 1);
     const __m512i xlo = _mm512_loadu_si512(xw + b), xhi = _mm512_loadu_si512(xw + b + 32);
     for (int r = 0; r < NR; ++r) {
+      // Rows are short (k bytes): the hardware prefetchers see 4 interleaved short streams and
+      // stay behind, so fetch the same chunk 16 rows ahead (~9 KB at k = 576) ourselves.
+      _mm_prefetch(reinterpret_cast<const char*>(w + (r + kPrefetchRows) * k + b), _MM_HINT_T0);
       const __m512i codes = _mm512_maskz_loadu_epi8(mask, w + r * k + b);
       __m512i wlo, whi;
       decode64(codes, thi0, thi1, tlo0, tlo1, &wlo, &whi);
