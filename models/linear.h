@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/huge_page_allocator.h"
 #include "kernels/cpu/w8a8.h"
 
 namespace octet {
@@ -20,9 +21,9 @@ struct LinearWeight {
   WeightFormat format = WeightFormat::F32;
   int64_t out_features = 0;
   int64_t in_features = 0;
-  std::vector<float> w_f32;       // [out, in] when F32
-  std::vector<uint16_t> w_bf16;   // [out, in] when BF16
-  std::vector<uint8_t> w_fp8;     // [out, in] E4M3 when FP8
+  WeightVector<float> w_f32;      // [out, in] when F32 (huge pages: streamed every step)
+  WeightVector<uint16_t> w_bf16;  // [out, in] when BF16
+  WeightVector<uint8_t> w_fp8;    // [out, in] E4M3 when FP8
   std::vector<float> w_scale;     // [out] or [1] when FP8
   ScaleGranularity w_granularity = ScaleGranularity::PerRow;
   bool static_input = false;      // FP8: true -> input_scale, false -> dynamic per token

@@ -71,7 +71,10 @@ LinearWeight load_linear(const WeightSource& src, const QuantConfig& q, const Lo
   w.out_features = out;
   w.in_features = in;
   if (q.weights_fp8 && q.is_quantized(module)) return load_fp8_linear(src, q, o, std::move(w));
-  w.w_f32 = src.load_f32(module + ".weight", {out, in});
+  {
+    const std::vector<float> v = src.load_f32(module + ".weight", {out, in});
+    w.w_f32.assign(v.begin(), v.end());
+  }
   for (size_t i = 0; i < w.w_f32.size(); ++i)
     if (!std::isfinite(w.w_f32[i]))
       throw ModelFileError(src.path(), "tensor " + module + ".weight holds a non-finite value (" +
@@ -129,7 +132,7 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
     w.lm_head.name = "lm_head";
     w.lm_head.out_features = c.vocab_size;
     w.lm_head.in_features = h;
-    w.lm_head.w_f32 = w.embed_tokens;
+    w.lm_head.w_f32.assign(w.embed_tokens.begin(), w.embed_tokens.end());
   } else {
     LoadOptions keep = options;
     keep.quantization = "none";  // lm_head stays 16-bit unless the checkpoint quantizes it
