@@ -43,17 +43,8 @@ Generator::~Generator() = default;
 
 std::unique_ptr<Generator> Generator::load(const std::string& model_path,
                                            const GeneratorOptions& options) {
-  LoadOptions lo;
-  lo.quantization = options.quantization;
-  if (options.weight_strategy == "channel") {
-    lo.weight_granularity = ScaleGranularity::PerRow;
-  } else if (options.weight_strategy == "tensor") {
-    lo.weight_granularity = ScaleGranularity::PerTensor;
-  } else {
-    throw std::invalid_argument("weight strategy must be channel or tensor, got '" +
-                                options.weight_strategy + "'");
-  }
-  auto impl = std::unique_ptr<Impl>(new Impl{load_model(model_path, lo)});
+  auto impl = std::unique_ptr<Impl>(new Impl{load_model(
+      model_path, make_load_options(options.quantization, options.weight_strategy))});
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
 }
 

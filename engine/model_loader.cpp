@@ -1,6 +1,7 @@
 #include "engine/model_loader.h"
 
 #include <filesystem>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -17,6 +18,21 @@ void check_model_path(const std::string& path) {
 }
 
 }  // namespace
+
+LoadOptions make_load_options(const std::string& quantization,
+                              const std::string& weight_strategy) {
+  LoadOptions lo;
+  lo.quantization = quantization;
+  if (weight_strategy == "channel") {
+    lo.weight_granularity = ScaleGranularity::PerRow;
+  } else if (weight_strategy == "tensor") {
+    lo.weight_granularity = ScaleGranularity::PerTensor;
+  } else {
+    throw std::invalid_argument("weight strategy must be channel or tensor, got '" +
+                                weight_strategy + "'");
+  }
+  return lo;
+}
 
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptions& options) {
   check_model_path(path);

@@ -22,6 +22,11 @@ struct LoadedModel {
   std::vector<int32_t> eos_token_ids;    // tokenizer EOS plus generation_config.json eos ids
 };
 
+/// LoadOptions from the command-line spellings: quantization auto|fp8|none (checked at load),
+/// weight_strategy channel|tensor. Throws std::invalid_argument for another weight_strategy.
+LoadOptions make_load_options(const std::string& quantization,
+                              const std::string& weight_strategy);
+
 /// Loads `path` (GGUF file or HF directory holding config.json). Throws ModelFileError naming
 /// the file on any problem, std::invalid_argument for bad options.
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptions& options);

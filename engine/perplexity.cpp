@@ -11,17 +11,7 @@ namespace octet {
 namespace {
 
 LoadOptions load_options(const PerplexityOptions& o, const std::string& quantization) {
-  LoadOptions lo;
-  lo.quantization = quantization;
-  if (o.weight_strategy == "channel") {
-    lo.weight_granularity = ScaleGranularity::PerRow;
-  } else if (o.weight_strategy == "tensor") {
-    lo.weight_granularity = ScaleGranularity::PerTensor;
-  } else {
-    throw std::invalid_argument("weight strategy must be channel or tensor, got '" +
-                                o.weight_strategy + "'");
-  }
-  return lo;
+  return make_load_options(quantization, o.weight_strategy);
 }
 
 // log-softmax of one row in double: logp[i] = x[i] - max - log(sum exp(x - max)).
