@@ -18,6 +18,7 @@
 
 #include "models/model_file_error.h"
 #include "models/tokenizer.h"
+#include "tokenizer_golden_check.h"
 
 #ifndef OCTET_HF_SMOLLM2_DIR
 #define OCTET_HF_SMOLLM2_DIR "/root/.cache/octet/hf/SmolLM2-135M-Instruct-bf16"
@@ -25,6 +26,7 @@
 
 using namespace octet;
 using nlohmann::json;
+using octet::testing::check_golden;
 namespace fs = std::filesystem;
 
 namespace {
@@ -37,44 +39,6 @@ json load_json(const std::string& path) {
   return json::parse(f);
 }
 
-std::string ids_str(const std::vector<int32_t>& ids) { return json(ids).dump(); }
-std::string shown(const std::string& text) { return json(text).dump(); }
-
-struct Mode {
-  const char* name;
-  bool add_special, parse_special;
-};
-constexpr Mode kModes[] = {{"bos_parse", true, true},
-                           {"bos_noparse", true, false},
-                           {"nobos_parse", false, true},
-                           {"nobos_noparse", false, false}};
-
-int check_golden(const Tokenizer& tok, const json& golden) {
-  int mismatches = 0;
-  for (const json& c : golden["cases"]) {
-    const std::string text = c["text"];
-    for (const Mode& m : kModes) {
-      const auto expected = c["ids"][m.name].get<std::vector<int32_t>>();
-      const auto got = tok.encode(text, m.add_special, m.parse_special);
-      if (got != expected) {
-        ++mismatches;
-        FAIL_CHECK("encode " << m.name << " " << shown(text) << "\n  expected " << ids_str(expected)
-                             << "\n  got      " << ids_str(got));
-      }
-    }
-    const auto ids = c["ids"]["bos_parse"].get<std::vector<int32_t>>();
-    for (const bool skip : {true, false}) {
-      const std::string expected = c["decode"][skip ? "skip_special" : "keep_special"];
-      const std::string got = tok.decode(ids, skip);
-      if (got != expected) {
-        ++mismatches;
-        FAIL_CHECK("decode skip_special=" << skip << " of " << ids_str(ids) << "\n  expected "
-                                          << shown(expected) << "\n  got      " << shown(got));
-      }
-    }
-  }
-  return mismatches;
-}
 
 std::string temp_dir(const std::string& name) {
   const fs::path d = fs::temp_directory_path() / "octet_test_hf_tokenizer" / name;

@@ -12,11 +12,14 @@
 
 #include "models/gguf.h"
 #include "models/tokenizer.h"
+#include "tokenizer_golden_check.h"
 #include "models/tokenizer_pretokenize.h"
 #include "models/unicode_utf8.h"
 
 using namespace octet;
 using nlohmann::json;
+using octet::testing::check_golden;
+using octet::testing::shown;
 
 namespace {
 
@@ -27,54 +30,6 @@ json load_golden(const std::string& name) {
   return json::parse(f);
 }
 
-std::string ids_str(const std::vector<int32_t>& ids) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < ids.size(); ++i) s << (i ? ", " : "") << ids[i];
-  s << "]";
-  return s.str();
-}
-
-/// JSON-escaped text, so that whitespace and control characters are visible in failures.
-std::string shown(const std::string& text) { return json(text).dump(); }
-
-struct Mode {
-  const char* name;
-  bool add_special, parse_special;
-};
-constexpr Mode kModes[] = {{"bos_parse", true, true},
-                           {"bos_noparse", true, false},
-                           {"nobos_parse", false, true},
-                           {"nobos_noparse", false, false}};
-
-/// Checks every case; returns the number of mismatches (each one reported with both id lists).
-int check_golden(const Tokenizer& tok, const json& golden) {
-  int mismatches = 0;
-  for (const json& c : golden["cases"]) {
-    const std::string text = c["text"];
-    for (const Mode& m : kModes) {
-      const auto expected = c["ids"][m.name].get<std::vector<int32_t>>();
-      const auto got = tok.encode(text, m.add_special, m.parse_special);
-      if (got != expected) {
-        ++mismatches;
-        FAIL_CHECK("encode " << m.name << " " << shown(text) << "\n  expected " << ids_str(expected)
-                             << "\n  got      " << ids_str(got));
-      }
-    }
-    const auto ids = c["ids"]["bos_parse"].get<std::vector<int32_t>>();
-    for (const bool skip : {true, false}) {
-      const std::string expected = c["decode"][skip ? "skip_special" : "keep_special"];
-      const std::string got = tok.decode(ids, skip);
-      if (got != expected) {
-        ++mismatches;
-        FAIL_CHECK("decode skip_special=" << skip << " of " << ids_str(ids) << " (text "
-                                          << shown(text) << ")\n  expected " << shown(expected)
-                                          << "\n  got      " << shown(got));
-      }
-    }
-  }
-  return mismatches;
-}
 
 std::string smollm2_path() {
   const std::string p = OCTET_SMOLLM2_GGUF;
