@@ -1,0 +1,23 @@
+#pragma once
+// ForwardBatch: what one engine step runs through the model, as a struct of arrays (vLLM's
+// attention metadata; STYLE.md 5). Built by the engine's model runner from SchedulerOutput.
+#include <cstdint>
+#include <vector>
+
+namespace octet {
+
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;        // [num_tokens], sequences back to back
+  std::vector<int64_t> positions;        // [num_tokens], position of each token in its sequence
+  std::vector<int64_t> slot_mapping;     // [num_tokens], KV slot = block_id * block_size + offset
+  std::vector<int64_t> query_start_loc;  // [num_seqs + 1], token offsets of each sequence
+  std::vector<int64_t> seq_lens;         // [num_seqs], context length after this step
+  std::vector<int32_t> block_tables;     // [num_seqs, max_blocks_per_seq], padded with 0
+  int64_t max_blocks_per_seq = 0;
+  std::vector<int64_t> logits_indices;   // [num_logits], token rows whose logits are returned
+
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }
+};
+
+}  // namespace octet

@@ -1,0 +1,51 @@
+#pragma once
+// The paged KV cache's storage: per layer, K and V blocks in that layer's dtype with its scales
+// (DESIGN.md "Numerics conventions"). Block bookkeeping (which request owns which block) is the
+// engine's BlockPool; this is only memory.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/huge_page_allocator.h"
+#include "kernels/cpu/paged_attention.h"
+
+namespace octet {
+
+/// One layer's cache format. k_scale / v_scale: [num_kv_heads] FP32 (per-tensor scales are
+/// repeated), used for FP8 dtypes. scale_source says where they came from, for the startup
+/// table: "file", "checkpoint", "calculated", "unit", or "-" (16-bit layers).
+struct KVLayerSpec {
+  KVCacheDType dtype = KVCacheDType::BF16;
+  std::vector<float> k_scale;
+  std::vector<float> v_scale;
+  std::string scale_source = "-";
+  int64_t sliding_window = 0;  // 0 = full attention
+};
+
+class PagedKVCache {
+ public:
+  /// Allocates num_blocks blocks of block_size tokens for every layer (zeroed).
+  /// k_cache/v_cache of layer l: [num_blocks, block_size, num_kv_heads, head_dim], layers[l].dtype.
+  /// Throws std::invalid_argument for non-positive sizes or scales of the wrong length.
+  PagedKVCache(int64_t num_blocks, int64_t block_size, int64_t num_kv_heads, int64_t head_dim,
+               std::vector<KVLayerSpec> layers);
+
+  /// Bytes of one block summed over all layers, K and V: block_size * num_kv_heads * head_dim
+  /// * sum_l 2 * bytes(dtype_l).
+  static int64_t bytes_per_block(int64_t block_size, int64_t num_kv_heads, int64_t head_dim,
+                                 const std::vector<KVLayerSpec>& layers);
+
+  KVCacheView layer(int64_t l);
+  const KVLayerSpec& spec(int64_t l) const { return layers_.at(l); }
+  int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
+  int64_t num_blocks() const { return num_blocks_; }
+  int64_t block_size() const { return block_size_; }
+  int64_t total_bytes() const;
+
+ private:
+  int64_t num_blocks_, block_size_, num_kv_heads_, head_dim_;
+  std::vector<KVLayerSpec> layers_;
+  std::vector<WeightVector<uint8_t>> k_, v_;  // per layer, raw bytes
+};
+
+}  // namespace octet
