@@ -15,6 +15,8 @@
 #include "models/linear.h"
 #include "models/model_config.h"
 #include "models/quant_config.h"
+#include "models/forward_batch.h"
+#include "models/paged_kv_cache.h"
 
 namespace octet {
 
@@ -87,6 +89,14 @@ class LlamaModel {
   /// [0, vocab) or when start_pos + n exceeds cache.max_tokens.
   std::vector<float> forward(const int32_t* tokens, int64_t n, int64_t start_pos,
                              DenseKVCache& cache, bool all_logits) const;
+
+  /// One engine step over the paged KV cache (models/llama_paged.cpp): runs batch.token_ids
+  /// at batch.positions, writes their K/V to batch.slot_mapping in `cache` (in each layer's
+  /// dtype and scales), attends over the block tables with each layer's sliding window, and
+  /// returns logits [batch.logits_indices.size(), vocab] (FP32) for the rows named there.
+  /// Batch-invariant: a token's logits depend only on its own sequence. Throws
+  /// std::invalid_argument for token ids outside the vocabulary or inconsistent batch arrays.
+  std::vector<float> forward(const ForwardBatch& batch, PagedKVCache& cache) const;
 
  private:
   static LlamaModel build(const WeightSource& src, ModelConfig config, QuantConfig quant,

@@ -1,0 +1,38 @@
+#pragma once
+// EngineArgs: everything the continuous-batching engine is started with (vLLM's EngineArgs):
+// the model, how its linears are quantized, the KV cache and the scheduler. Declared once;
+// `octet generate`, `octet serve` flags and config-file keys derive from visit().
+#include <stdexcept>
+#include <string>
+
+#include "config/engine_config.h"
+#include "config/generate_config.h"
+
+namespace octet {
+
+struct EngineArgs {
+  std::string model;
+  std::string quantization = "auto";
+  std::string weight_strategy = "channel";
+  CacheConfig cache;
+  SchedulerConfig scheduler;
+
+  template <class Visitor>
+  static void visit(EngineArgs& c, Visitor&& v) {
+    v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
+    v(c.quantization, "quantization", kQuantizationHelp);
+    v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
+    CacheConfig::visit(c.cache, v);
+    SchedulerConfig::visit(c.scheduler, v);
+  }
+
+  /// Validates every part; throws std::invalid_argument naming the flag.
+  void validate() const {
+    if (model.empty()) throw std::invalid_argument("--model is required");
+    validate_quantization_flags(quantization, weight_strategy);
+    cache.validate();
+    scheduler.validate();
+  }
+};
+
+}  // namespace octet
