@@ -192,7 +192,8 @@ std::vector<LayerKVScales> calculate_kv_scales(const DenseKVCache& cache, int64_
                                                bool per_head) {
   if (!kv_cache_dtype_is_fp8(dtype))
     throw std::invalid_argument(std::string("calculate_kv_scales: kv cache dtype ") +
-                                kv_cache_dtype_name(dtype) + " is not FP8");
+                                (dtype == KVCacheDType::BF16 ? "bf16" : "fp16") +
+                                " is not FP8");
   if (num_layers < 1 || num_kv_heads < 1 || head_dim < 1)
     throw std::invalid_argument("calculate_kv_scales: num_layers, num_kv_heads and head_dim "
                                 "must be >= 1");

@@ -34,10 +34,11 @@ struct LayerKVScales {
 ///   p + "k_proj.output_scale", p + "v_proj.output_scale"  older compressed-tensors, Quark
 ///   p + "attn.k_scale",        p + "attn.v_scale"         vLLM's own parameter names
 ///   p + "kv_scale"                                        legacy (AutoFP8): one scale, K and V
-/// Shapes: per tensor [], [1] or [1, 1, 1] (any rank <= 3 of ones); per KV head [num_kv_heads]
-/// or [num_kv_heads, 1, 1] (llm-compressor's kv_cache_scheme strategy "attn_head" writes
-/// [num_kv_heads, 1, 1]: compressed-tensors initialize_qparams, ATTN_HEAD). dtype F32, BF16 or
-/// F16 (converted to FP32). Variants found twice for one layer must hold equal values.
+/// Shapes: per tensor [], [1], [1, 1] or [1, 1, 1]; per KV head [num_kv_heads],
+/// [num_kv_heads, 1] or [num_kv_heads, 1, 1]. llm-compressor (compressed-tensors 0.19
+/// initialize_qparams) writes [1] for kv_cache_scheme strategy "tensor" and
+/// [num_kv_heads, 1, 1] for "attn_head", in the model's dtype. dtype F32, BF16 or F16
+/// (converted to FP32). Variants found twice for one layer must hold equal values.
 /// Returns [num_layers]: the layer's scales, or nullopt for a layer with no such tensor.
 /// Throws ModelFileError naming the tensor (path = the file holding it) for: a dtype other than
 /// F32/BF16/F16; a shape not listed above; a NaN, inf, zero or negative value; two variants with
@@ -91,6 +92,9 @@ LayerScalesFile load_kv_scales_file(const std::string& path, int64_t num_layers,
 /// relative precision within the normal range does not depend on the scale). vLLM's
 /// calculate_kv_scales divides amax by K_SCALE_CONSTANT = 200 and V_SCALE_CONSTANT = 100
 /// (vllm/envs.py defaults), i.e. a headroom of 2.24x for K and 4.48x for V over E4M3's 448.
+/// Measured on SmolLM2-135M-Instruct (FP32, per KV head, kv_calibration_text() = 1061 tokens):
+/// on 1024 tokens of GPL-3, octet's llama.cpp, DESIGN.md and random integers, amax exceeded the
+/// calibration amax in up to 40 of 90 heads, by at most 1.34x (K) and 1.48x (V): 2x covers it.
 inline constexpr float kCalculatedKVScaleHeadroom = 2.0f;
 
 /// Scales from the K/V a forward pass wrote to `cache` (k, v: [num_layers, max_tokens,

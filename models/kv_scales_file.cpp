@@ -62,7 +62,7 @@ json parse_strict(const std::string& text, const FileError& fail) {
   json j;
   try {
     j = json::parse(text, cb);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, out_of_range (number overflow)
     fail(std::string("malformed JSON: ") + e.what());
   }
   if (!duplicate.empty()) fail(duplicate);
@@ -181,10 +181,14 @@ LayerScalesFile read_vllm_legacy(const json& j, int64_t num_layers, const FileEr
   auto ranks = kv.find("scaling_factor");
   if (ranks == kv.end() || !ranks->is_object())
     fail("kv_cache.scaling_factor missing or not an object {tp_rank: {layer: scale}}");
-  if (ranks->size() != 1 || !ranks->contains("0"))
+  if (ranks->size() != 1 || !ranks->contains("0")) {
+    std::string keys;
+    for (auto it = ranks->begin(); it != ranks->end(); ++it)
+      keys += (keys.empty() ? "\"" : ", \"") + it.key() + "\"";
     fail("kv_cache.scaling_factor has " + std::to_string(ranks->size()) +
-         " tensor-parallel rank(s) (" + ranks->dump().substr(0, 80) +
+         " tensor-parallel rank(s) (" + keys +
          "); octet runs one rank: only rank \"0\" may be present");
+  }
   const json& layers = (*ranks)["0"];
   if (!layers.is_object()) fail("kv_cache.scaling_factor.\"0\" must be an object {layer: scale}");
   out.layers.resize(static_cast<size_t>(num_layers));
