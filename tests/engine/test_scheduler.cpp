@@ -286,6 +286,35 @@ TEST_CASE("priority preemption: the least urgent request is preempted, even if a
   }
 }
 
+TEST_CASE("preemption of an earlier request keeps the later ones planned", "[scheduler]") {
+  for (const char* policy : {"priority", "fcfs"}) {
+    Harness h(config(16, 16, 256, true, policy), 6);  // 5 usable blocks
+    h.add("X", tokens(100, 6), /*priority=*/5);
+    CHECK(h.step().plan == Plan{{"X", 6}});  // X [1, 2]
+    h.add("Y", tokens(200, 8), /*priority=*/0);
+    h.add("W", tokens(300, 3), /*priority=*/0);
+    CHECK(h.step().plan == Plan{{"X", 1}, {"Y", 8}, {"W", 3}});  // Y [3, 4], W [5]
+    CHECK(h.kv.num_free_blocks() == 0);
+    // Step 3: X (8 tokens) fits its 2 blocks; Y's 9th token needs a block; W (4) fits.
+    Step s3 = h.step();
+    if (std::string(policy) == "priority") {
+      // Victim X (priority 5) was planned before Y: undone, blocks 2, 1 freed, Y takes 2,
+      // and W, after Y in the running list, is still planned.
+      CHECK(s3.plan == Plan{{"Y", 1}, {"W", 1}});
+      CHECK(s3.preempted == Names{"X"});
+      CHECK(h.blocks("Y") == Ids{3, 4, 2});
+      CHECK(h.sched.running_ids() == Names{"Y", "W"});
+      CHECK(h.kv.block_pool().free_block_ids() == Ids{1});
+    } else {
+      // FCFS: the victim is the last running request, W; Y takes its block 5.
+      CHECK(s3.plan == Plan{{"X", 1}, {"Y", 1}});
+      CHECK(s3.preempted == Names{"W"});
+      CHECK(h.blocks("Y") == Ids{3, 4, 5});
+      CHECK(h.sched.waiting_ids() == Names{"W"});
+    }
+  }
+}
+
 TEST_CASE("priority: a more urgent waiting request preempts a running one", "[scheduler]") {
   for (const char* policy : {"priority", "fcfs"}) {
     Harness h(config(32, 16, 256, true, policy), 5);
@@ -293,22 +322,29 @@ TEST_CASE("priority: a more urgent waiting request preempts a running one", "[sc
     CHECK(h.step().plan == Plan{{"X", 13}});
     CHECK(h.blocks("X") == Ids{1, 2, 3, 4});  // the whole pool
     h.add("Y", tokens(200, 4), /*priority=*/0);
+    h.add("Z", tokens(300, 4), /*priority=*/0);
     Step s2 = h.step();
     if (std::string(policy) == "priority") {
       // X was planned (1 token, no new block); Y needs 1 block: X is preempted, its blocks
-      // return as 4, 3, 2, 1 and Y takes 4.
+      // return as 4, 3, 2, 1 and Y takes 4. Admission ends after a preempting request, so Z
+      // (which would fit) waits a step, as does X behind it ((5, 0) sorts after (0, 2)).
       CHECK(s2.plan == Plan{{"Y", 4}});
       CHECK(s2.total == 4);
       CHECK(s2.preempted == Names{"X"});
       CHECK(h.blocks("Y") == Ids{4});
-      CHECK(h.sched.waiting_ids() == Names{"X"});
-      // Step 3: X needs 14 tokens = 4 blocks, 2 free (3 taken by Y's 5th token).
-      CHECK(h.step().plan == Plan{{"Y", 1}});
+      CHECK(h.sched.waiting_ids() == Names{"Z", "X"});
+      // Step 3: Y's 5th token takes block 3, Z takes 2; X (14 tokens = 4 blocks) waits.
+      CHECK(h.step().plan == Plan{{"Y", 1}, {"Z", 4}});
       CHECK(h.blocks("Y") == Ids{4, 3});
+      CHECK(h.blocks("Z") == Ids{2});
+      CHECK(h.sched.waiting_ids() == Names{"X"});
+      // Step 4: Z's 5th token takes the last block, 1; X still cannot preempt either.
+      CHECK(h.step().plan == Plan{{"Y", 1}, {"Z", 1}});
+      CHECK(h.blocks("Z") == Ids{2, 1});
     } else {
-      CHECK(s2.plan == Plan{{"X", 1}});  // Y waits for blocks
+      CHECK(s2.plan == Plan{{"X", 1}});  // Y and Z wait for blocks
       CHECK(s2.preempted.empty());
-      CHECK(h.sched.waiting_ids() == Names{"Y"});
+      CHECK(h.sched.waiting_ids() == Names{"Y", "Z"});
     }
   }
 }
