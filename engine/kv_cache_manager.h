@@ -56,9 +56,12 @@ class KVCacheManager {
   /// blocks out of the free list and allocates ceil(total / block_size) - held new blocks.
   /// Returns false and changes nothing when not enough blocks are free. Then caches the
   /// request's blocks that are full of tokens whose KV is computed by the end of this step
-  /// (those before num_computed + hit + num_new_tokens). On the first allocation of a request
-  /// that was never preempted, adds num_tokens to the prefix-cache queries and the hit to the
-  /// hits (vLLM counts preempted requests apart; octet leaves them out).
+  /// (those before num_computed + hit + num_new_tokens), as vLLM: a request admitted later in
+  /// the same step may hit them, so the model runner must write the whole batch's K/V of a
+  /// layer before that layer's attention reads it (kernels/cpu/paged_attention.h's order).
+  /// On the first allocation of a request that was never preempted, adds num_tokens to the
+  /// prefix-cache queries and the hit to the hits (vLLM counts preempted requests apart; octet
+  /// leaves them out; a failed allocation counts nothing).
   /// CHECKs: num_computed + hit + num_new_tokens <= num_tokens, <= max_model_len in blocks, a
   /// hit only with no blocks held.
   [[nodiscard]] bool allocate_slots(Request& request, int64_t num_new_tokens,

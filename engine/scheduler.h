@@ -42,7 +42,8 @@ class Scheduler {
   /// Queues a request (status Waiting, arrival_seq set). Throws std::invalid_argument for an
   /// empty prompt, a prompt longer than max_model_len or an id already in use. Hashes its
   /// prompt blocks for the prefix cache. The engine must finish a request (length) once its
-  /// num_tokens() reaches max_model_len: scheduling more is a CHECK in allocate_slots.
+  /// num_tokens() reaches max_model_len: scheduling past it can fail a CHECK in
+  /// allocate_slots.
   void add_request(std::unique_ptr<Request> request);
 
   /// Plans one step within max_num_batched_tokens tokens and max_num_seqs requests: first the
