@@ -223,16 +223,18 @@ SampleResult logprobs_for(const float* logits, int64_t vocab, int32_t token, int
   if (token < 0 || token >= vocab)
     throw std::out_of_range("logprobs_for: token id " + std::to_string(token) +
                             " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-  // log_softmax in FP32 with an FP64 sum: logprob_i = l_i - (max + log(sum exp(l - max))).
+  // log_softmax in FP32 with an FP64 sum: logprob_i = (l_i - max) - log(sum exp(l - max))
+  // (subtracting the max first keeps the precision of large logits).
   const float mx = logits[argmax(logits, vocab)];
   double sum = 0.0;
   for (int64_t i = 0; i < vocab; ++i) sum += std::exp(logits[i] - mx);
-  const float lse = mx + static_cast<float>(std::log(sum));
+  const float log_sum = static_cast<float>(std::log(sum));
+  const auto logprob = [&](int64_t i) { return (logits[i] - mx) - log_sum; };
 
   SampleResult r;
   r.token_id = token;
   const float lt = logits[token];
-  r.logprob = lt - lse;
+  r.logprob = logprob(token);
   int64_t ahead = 0;  // tokens ranked before `token`: larger logit, or equal with a lower id
   for (int64_t i = 0; i < vocab; ++i) ahead += logits[i] > lt || (logits[i] == lt && i < token);
   r.rank = ahead + 1;
@@ -250,7 +252,7 @@ SampleResult logprobs_for(const float* logits, int64_t vocab, int32_t token, int
   }
   r.top_logprobs.reserve(top.size());
   for (size_t i = 0; i < top.size(); ++i)
-    r.top_logprobs.push_back({top[i], logits[top[i]] - lse, static_cast<int64_t>(i) + 1});
+    r.top_logprobs.push_back({top[i], logprob(top[i]), static_cast<int64_t>(i) + 1});
   return r;
 }
 
