@@ -177,6 +177,13 @@ TEST_CASE("top_k, top_p and min_p keep the hand-computed sets", "[sampler]") {
     check_probs(sampling_probs(l.data(), 4, p), {0, 2.0 / 9, 3.0 / 9, 4.0 / 9});
     p.top_p = 0.35f;  // the top token alone
     check_probs(sampling_probs(l.data(), 4, p), {0, 0, 0, 1});
+    // Exact boundary: a token whose mass before is exactly top_p is dropped; equal
+    // probabilities enter the nucleus by id.
+    const std::vector<float> flat{0.0f, 0.0f, 0.0f, 0.0f};
+    p.top_p = 0.5f;
+    check_probs(sampling_probs(flat.data(), 4, p), {0.5, 0.5, 0, 0});
+    p.top_p = 0.75f;
+    check_probs(sampling_probs(flat.data(), 4, p), {1.0 / 3, 1.0 / 3, 1.0 / 3, 0});
   }
   SECTION("min_p: p < min_p * p_max is dropped, after temperature") {
     p.min_p = 0.6f;  // threshold 0.24
