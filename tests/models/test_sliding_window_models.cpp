@@ -9,8 +9,9 @@
 //     pattern; mistral as llama.cpp writes it: arch "llama", Q/K rows permuted) match too;
 //   - parsed per-layer windows against the windows transformers resolved, and config errors;
 //   - FP8 (the default) runs and mostly agrees (thresholds below).
-#include <algorithm>
 #include <catch2/catch.hpp>
+
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -513,7 +514,7 @@ TEST_CASE("hf config: sliding-window errors", "[hf][config][sliding_window][erro
   CHECK_THAT(config_error(act), Catch::Contains("unsupported hidden_act \"gelu\""));
 }
 
-TEST_CASE("GGUF/HF bias loading: a missing bias tensor is named",
+TEST_CASE("HF bias loading: a missing bias tensor is named",
           "[model][sliding_window][errors]") {
   TempDir dir;
   const std::string d = edited_copy(dir, "tiny_llama", [](json& c) { c["attention_bias"] = true; });
