@@ -129,7 +129,7 @@ OCTET_AVX2 void partial_avx2(const PartialArgs& a, float* scratch, float* m, flo
   const int64_t n = a.end - a.begin;
   float* scores = scratch;  // [G, kPartitionTokens]
   auto* offsets = reinterpret_cast<int64_t*>(scratch + G * (kPartitionTokens + 256));
-  float* row = scratch + G * (kPartitionTokens + 256) + 2 * kPartitionTokens;
+  float* row = scratch + G * (kPartitionTokens + 256) + 2 * (kPartitionTokens + 32);
   int64_t bi = a.begin / a.block_size, off = a.begin % a.block_size;
   for (int64_t t = 0; t < n; ++t) {
     offsets[t] = (a.block_table[bi] * a.block_size + off) * a.slot_stride;

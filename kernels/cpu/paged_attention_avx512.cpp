@@ -175,59 +175,105 @@ OCTET_AVX512 inline void prefetch_row(const uint8_t* p, int64_t bytes) {
   for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T0);
 }
 
-// Scores of G heads for n rows (offsets: byte offsets of the rows), ND groups of 64 elements.
-template <typename D, int ND>
-OCTET_AVX512 void scores_pass(const D& dec, const PartialArgs& a, const int64_t* offsets,
-                              int64_t n, const __mmask64* masks, float* red, float* scores) {
-  const int64_t G = a.num_q_heads, hdp = ND * kGroupLanes;
+// Scores of GB heads from g0 for n rows (offsets: byte offsets of the rows), ND groups of 64
+// elements; the queries stay in registers. Each (token, head) sum is the same sequence of
+// operations whatever GB, g0 and the neighbouring tokens are.
+template <typename D, int ND, int GB>
+OCTET_AVX512 void scores_block(const D& dec, const PartialArgs& a, const int64_t* offsets,
+                               int64_t n, const __mmask64* masks, int64_t g0, float* red,
+                               float* scores) {
+  constexpr int kChunks = 4 * ND;
+  const int64_t hdp = ND * kGroupLanes;
   const int64_t row_bytes = a.head_dim * D::kBytes;
-  for (int64_t t = 0; t < std::min(n, kAhead); ++t) prefetch_row(a.k + offsets[t], row_bytes);
+  __m512 qr[GB][kChunks];
+  for (int g = 0; g < GB; ++g)
+    for (int c = 0; c < kChunks; ++c) qr[g][c] = _mm512_loadu_ps(a.q + (g0 + g) * hdp + 16 * c);
+  if (g0 == 0)
+    for (int64_t t = 0; t < std::min(n, kAhead); ++t) prefetch_row(a.k + offsets[t], row_bytes);
   for (int64_t t0 = 0; t0 < n; t0 += 16) {
     const int64_t cnt = std::min<int64_t>(16, n - t0);
     for (int64_t i = 0; i < cnt; ++i) {
       const int64_t t = t0 + i;
-      if (t + kAhead < n) prefetch_row(a.k + offsets[t + kAhead], row_bytes);
+      if (g0 == 0) prefetch_row(a.k + offsets[t + kAhead], row_bytes);
       const uint8_t* row = a.k + offsets[t];
-      __m512 kf[4 * ND];
+      __m512 kf[kChunks];
       for (int d = 0; d < ND; ++d) dec(row + d * kGroupLanes * D::kBytes, masks[d], kf + 4 * d);
-      for (int64_t g = 0; g < G; ++g) {
-        const float* qg = a.q + g * hdp;
-        __m512 acc0 = _mm512_mul_ps(kf[0], _mm512_loadu_ps(qg));
-        __m512 acc1 = _mm512_mul_ps(kf[1], _mm512_loadu_ps(qg + 16));
-        for (int c = 2; c < 4 * ND; c += 2) {
-          acc0 = _mm512_fmadd_ps(kf[c], _mm512_loadu_ps(qg + 16 * c), acc0);
-          acc1 = _mm512_fmadd_ps(kf[c + 1], _mm512_loadu_ps(qg + 16 * c + 16), acc1);
+      for (int g = 0; g < GB; ++g) {
+        __m512 acc0 = _mm512_mul_ps(kf[0], qr[g][0]);
+        __m512 acc1 = _mm512_mul_ps(kf[1], qr[g][1]);
+        for (int c = 2; c < kChunks; c += 2) {
+          acc0 = _mm512_fmadd_ps(kf[c], qr[g][c], acc0);
+          acc1 = _mm512_fmadd_ps(kf[c + 1], qr[g][c + 1], acc1);
         }
         _mm512_storeu_ps(red + (g * 16 + i) * 16, _mm512_add_ps(acc0, acc1));
       }
     }
-    for (int64_t g = 0; g < G; ++g)
-      _mm512_storeu_ps(scores + g * kPartitionTokens + t0, hsum16(red + g * 256));
+    for (int g = 0; g < GB; ++g)
+      _mm512_storeu_ps(scores + (g0 + g) * kPartitionTokens + t0, hsum16(red + g * 256));
   }
 }
 
-// acc[g][group d] += sum_t p[g][t] * v_t for GB heads from g0, over 64-element group d.
+template <typename D, int ND>
+OCTET_AVX512 void scores_pass(const D& dec, const PartialArgs& a, const int64_t* offsets,
+                              int64_t n, const __mmask64* masks, float* red, float* scores) {
+  constexpr int kMaxGB = ND == 1 ? 4 : ND == 2 ? 2 : 1;  // queries + row fit in 32 registers
+  const int64_t G = a.num_q_heads;
+  for (int64_t g0 = 0; g0 < G; g0 += kMaxGB) {
+    const int64_t gb = std::min<int64_t>(kMaxGB, G - g0);
+    if constexpr (kMaxGB == 4) {
+      if (gb == 4) { scores_block<D, ND, 4>(dec, a, offsets, n, masks, g0, red, scores); continue; }
+      if (gb == 3) { scores_block<D, ND, 3>(dec, a, offsets, n, masks, g0, red, scores); continue; }
+    }
+    if constexpr (kMaxGB >= 2)
+      if (gb == 2) { scores_block<D, ND, 2>(dec, a, offsets, n, masks, g0, red, scores); continue; }
+    scores_block<D, ND, 1>(dec, a, offsets, n, masks, g0, red, scores);
+  }
+}
+
+// Four FP32 registers: 64 accumulators of one head. (Named members, not an array of arrays:
+// GCC 12 keeps a [4][4] array of __m512 in memory and stores it back every iteration.)
+struct Acc64 {
+  __m512 c0, c1, c2, c3;
+};
+
+OCTET_AVX512 inline void fma64(Acc64& s, __m512 p, const __m512* f) {
+  s.c0 = _mm512_fmadd_ps(p, f[0], s.c0);
+  s.c1 = _mm512_fmadd_ps(p, f[1], s.c1);
+  s.c2 = _mm512_fmadd_ps(p, f[2], s.c2);
+  s.c3 = _mm512_fmadd_ps(p, f[3], s.c3);
+}
+
+OCTET_AVX512 inline void store64(const Acc64& s, float* out) {
+  _mm512_storeu_ps(out, s.c0);
+  _mm512_storeu_ps(out + 16, s.c1);
+  _mm512_storeu_ps(out + 32, s.c2);
+  _mm512_storeu_ps(out + 48, s.c3);
+}
+
+// acc[g][group d] = sum_t p[g][t] * v_t for GB heads (p, acc start at the first of them), over
+// the 64-element group d: V is decoded once for the GB heads.
 template <typename D, int GB>
 OCTET_AVX512 void v_block(const D& dec, const PartialArgs& a, const int64_t* offsets, int64_t n,
                           int64_t d, __mmask64 mask, const float* p, int64_t hdp, float* acc) {
   const uint8_t* v = a.v + d * kGroupLanes * D::kBytes;
   constexpr int64_t kGroupBytes = kGroupLanes * D::kBytes;
-  __m512 s[GB][4];
-  for (int g = 0; g < GB; ++g)
-    for (int c = 0; c < 4; ++c) s[g][c] = _mm512_setzero_ps();
+  const __m512 z = _mm512_setzero_ps();
+  Acc64 s0{z, z, z, z}, s1{z, z, z, z}, s2{z, z, z, z}, s3{z, z, z, z};
   for (int64_t t = 0; t < std::min(n, kAhead); ++t) prefetch_row(v + offsets[t], kGroupBytes);
   for (int64_t t = 0; t < n; ++t) {
-    if (t + kAhead < n) prefetch_row(v + offsets[t + kAhead], kGroupBytes);
+    prefetch_row(v + offsets[t + kAhead], kGroupBytes);
     __m512 f[4];
     dec(v + offsets[t], mask, f);
-    for (int g = 0; g < GB; ++g) {
-      const __m512 pg = _mm512_set1_ps(p[g * kPartitionTokens + t]);
-      for (int c = 0; c < 4; ++c) s[g][c] = _mm512_fmadd_ps(pg, f[c], s[g][c]);
-    }
+    fma64(s0, _mm512_set1_ps(p[t]), f);
+    if constexpr (GB > 1) fma64(s1, _mm512_set1_ps(p[kPartitionTokens + t]), f);
+    if constexpr (GB > 2) fma64(s2, _mm512_set1_ps(p[2 * kPartitionTokens + t]), f);
+    if constexpr (GB > 3) fma64(s3, _mm512_set1_ps(p[3 * kPartitionTokens + t]), f);
   }
-  for (int g = 0; g < GB; ++g)
-    for (int c = 0; c < 4; ++c)
-      _mm512_storeu_ps(acc + g * hdp + d * kGroupLanes + 16 * c, s[g][c]);
+  float* out = acc + d * kGroupLanes;
+  store64(s0, out);
+  if constexpr (GB > 1) store64(s1, out + hdp);
+  if constexpr (GB > 2) store64(s2, out + 2 * hdp);
+  if constexpr (GB > 3) store64(s3, out + 3 * hdp);
 }
 
 template <typename D, int ND>
@@ -238,11 +284,17 @@ OCTET_AVX512 void partial_impl(const D& dec, const PartialArgs& a, float* scratc
   float* scores = scratch;                     // [G, kPartitionTokens]
   float* red = scratch + G * kPartitionTokens;  // [G, 16 tokens, 16 lanes]
   auto* offsets = reinterpret_cast<int64_t*>(scratch + G * (kPartitionTokens + 256));
-  int64_t bi = a.begin / a.block_size, off = a.begin % a.block_size;
-  for (int64_t t = 0; t < n; ++t) {
-    offsets[t] = (a.block_table[bi] * a.block_size + off) * a.slot_stride;
-    if (++off == a.block_size) off = 0, ++bi;
+  {  // byte offset of each position's row, block by block
+    const int64_t bs = a.block_size, stride = a.slot_stride;
+    const int32_t* table = a.block_table;
+    int64_t t = 0;
+    for (int64_t pos = a.begin; pos < a.end;) {
+      const int64_t block_end = std::min(a.end, (pos / bs + 1) * bs);
+      int64_t o = (table[pos / bs] * bs + pos % bs) * stride;
+      for (; pos < block_end; ++pos, o += stride) offsets[t++] = o;
+    }
   }
+  for (int64_t t = n; t < n + kAhead; ++t) offsets[t] = offsets[n - 1];  // prefetched past the end
   __mmask64 masks[ND];
   for (int d = 0; d < ND; ++d) {
     const int64_t left = a.head_dim - d * kGroupLanes;

@@ -13,6 +13,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/huge_page_allocator.h"
 #include "kernels/cpu/w8a8_bench.h"
 
 namespace octet {
@@ -33,8 +34,8 @@ PagedAttentionBenchResult bench_paged_attention_decode(KVCacheDType dtype, int64
   const int64_t num_blocks = copies * blocks_per_copy;
 
   // Cache contents: small finite values (FP8: codes without the NaN codes).
-  std::vector<uint8_t> k(static_cast<size_t>(num_blocks * block_size * row * bytes));
-  std::vector<uint8_t> v(k.size());
+  WeightVector<uint8_t> k(static_cast<size_t>(num_blocks * block_size * row * bytes));
+  WeightVector<uint8_t> v(k.size());
   const int64_t elems = num_blocks * block_size * row;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < elems; ++i) {

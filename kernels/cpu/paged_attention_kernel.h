@@ -39,9 +39,9 @@ struct PartialArgs {
 };
 
 /// Per-thread scratch floats a kernel needs (zero-initialised once by the caller): scores,
-/// reduction tiles, row offsets, two decoded rows.
+/// reduction tiles, row offsets (int64, kPartitionTokens + 32 of them), two decoded rows.
 constexpr int64_t partial_scratch_floats(int64_t num_q_heads, int64_t hdp) {
-  return num_q_heads * (kPartitionTokens + 16 * 16) + 2 * kPartitionTokens + 2 * hdp + 64;
+  return num_q_heads * (kPartitionTokens + 16 * 16) + 2 * (kPartitionTokens + 32) + 2 * hdp + 64;
 }
 
 /// A kernel writes, for each head g: m[g] = max score, l[g] = sum_t exp(score_t - m[g]) and
