@@ -75,6 +75,8 @@ void KVCacheManager::update_block_hashes(Request& request) const {
 ComputedBlocks KVCacheManager::get_computed_blocks(const Request& request) const {
   ComputedBlocks hit;
   if (!enable_prefix_caching_ || request.num_tokens() == 0) return hit;
+  // Prompt logprobs need the logits of every prompt position: compute them all (as vLLM).
+  if (request.sampling_params.prompt_logprobs >= 0) return hit;
   // At least the last token is computed: it yields the logits of the next token.
   const int64_t max_hit_blocks = (request.num_tokens() - 1) / block_size_;
   std::vector<int32_t> tokens(block_size_);

@@ -48,7 +48,8 @@ class KVCacheManager {
   /// The longest prefix of the request's full blocks that is cached, for a request holding no
   /// blocks (waiting or preempted). At most num_tokens - 1 tokens hit, rounded down to whole
   /// blocks, so at least one token is computed (its logits are needed). Changes nothing: pass
-  /// the result to allocate_slots. Empty when prefix caching is disabled.
+  /// the result to allocate_slots. Empty when prefix caching is disabled or the request asks
+  /// for prompt_logprobs (every prompt position must be computed for its logits).
   ComputedBlocks get_computed_blocks(const Request& request) const;
 
   /// Makes room for num_new_tokens more tokens after request.num_computed_tokens (plus, on the
