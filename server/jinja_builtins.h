@@ -54,5 +54,7 @@ std::string py_capitalize(const std::string& s);
 std::string py_replace(const std::string& s, const std::string& old, const std::string& repl, long count);
 /// printf-style `fmt % args` (%s %r %d %i %f %x %%, flags, width, precision).
 std::string py_percent_format(const std::string& fmt, const Value& args);
+/// markupsafe.escape of a plain string: & < > " ' become entities.
+std::string html_escape(const std::string& s);
 
 }  // namespace octet::jinja

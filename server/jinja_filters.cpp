@@ -55,6 +55,8 @@ CallArgs rest_args(const CallArgs& a, std::size_t skip) {
   return r;
 }
 
+}  // namespace
+
 std::string html_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -70,8 +72,11 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
+namespace {
+
 // select / reject / selectattr / rejectattr (jinja2 _select_or_reject).
 Value select_or_reject(const Value& seq, CallArgs& a, bool attr, bool select) {
+  if (!truthy(seq)) return Value::list();  // jinja2: `if value:` before iterating, so none gives []
   std::size_t skip = 0;
   Value attribute;
   if (attr) {
@@ -120,14 +125,15 @@ Value f_dictsort(const Value& v, CallArgs& a) {
   if (by != "key" && by != "value") fail("You can only sort by either 'key' or 'value'");
   const int pos = by == "key" ? 0 : 1;
   std::vector<Value> items;
-  for (const auto& [k, val] : v.dict_ref().entries) items.push_back(Value::tuple({Value(k), val}));
+  for (const auto& [k, val] : v.dict_ref().entries) items.push_back(Value::tuple({k, val}));
   std::stable_sort(items.begin(), items.end(), [&](const Value& x, const Value& y) {
     const Value kx = sort_key(x.items()[pos], cs), ky = sort_key(y.items()[pos], cs);
     return rev ? less(ky, kx) : less(kx, ky);
   });
   return Value::list(std::move(items));
 }
-Value f_escape(const Value& v, CallArgs&) { return Value(html_escape(to_str(v))); }
+Value f_escape(const Value& v, CallArgs&) { return v.is_markup() ? v : Value::markup(html_escape(to_str(v))); }
+Value f_forceescape(const Value& v, CallArgs&) { return Value::markup(html_escape(to_str(v))); }
 Value f_first(const Value& v, CallArgs&) {
   const auto items = iterate(v);
   if (items.empty()) return Value::undefined("No first item, sequence was empty.");
@@ -216,7 +222,7 @@ Value f_items(const Value& v, CallArgs&) {
   if (v.is_undefined()) return Value::list();
   if (!v.is_mapping()) fail("Can only get item pairs from a mapping.");
   std::vector<Value> out;
-  for (const auto& [k, val] : v.dict_ref().entries) out.push_back(Value::tuple({Value(k), val}));
+  for (const auto& [k, val] : v.dict_ref().entries) out.push_back(Value::tuple({k, val}));
   return Value::list(std::move(out));
 }
 Value f_join(const Value& v, CallArgs& a) {
@@ -236,6 +242,7 @@ Value f_list(const Value& v, CallArgs&) { return Value::list(iterate(v)); }
 Value f_lower(const Value& v, CallArgs&) { return Value(py_lower(to_str(v))); }
 Value f_map(const Value& v, CallArgs& a) {
   std::vector<Value> out;
+  if (!truthy(v)) return Value::list();  // jinja2: `if value:` before iterating
   const Value* attribute = nullptr;
   const Value* dflt = nullptr;
   for (const auto& [k, val] : a.kwargs) {
@@ -346,8 +353,8 @@ Value f_title(const Value& v, CallArgs&) {
 }
 Value f_tojson(const Value& v, CallArgs& a) {
   Params p("tojson", a, {"ensure_ascii", "indent", "separators", "sort_keys"});
-  if (truthy(p.get_or(0, Value(false)))) fail("tojson(ensure_ascii=True) is not supported");
   JsonOptions o;
+  o.ensure_ascii = truthy(p.get_or(0, Value(false)));
   const Value indent = p.get_or(1, Value::none());
   if (indent.is_string()) o.indent_str = indent.as_string();
   else if (indent.is_int()) o.indent = static_cast<int>(indent.as_int());
@@ -391,13 +398,13 @@ Value f_wordcount(const Value& v, CallArgs&) {
   }
   return Value(n);
 }
-Value f_safe(const Value& v, CallArgs&) { return Value(to_str(v)); }
+Value f_safe(const Value& v, CallArgs&) { return v.is_markup() ? v : Value::markup(to_str(v)); }
 
 const std::unordered_map<std::string, FilterFn>& filters() {
   static const std::unordered_map<std::string, FilterFn> table = {
       {"abs", f_abs}, {"attr", f_attr}, {"capitalize", f_capitalize}, {"count", f_length},
       {"d", f_default}, {"default", f_default}, {"dictsort", f_dictsort}, {"e", f_escape},
-      {"escape", f_escape}, {"first", f_first}, {"float", f_float}, {"forceescape", f_escape},
+      {"escape", f_escape}, {"first", f_first}, {"float", f_float}, {"forceescape", f_forceescape},
       {"format", f_format}, {"indent", f_indent}, {"int", f_int}, {"items", f_items}, {"join", f_join},
       {"last", f_last}, {"length", f_length}, {"list", f_list}, {"lower", f_lower}, {"map", f_map},
       {"max", f_max}, {"min", f_min}, {"reject", f_reject}, {"rejectattr", f_rejectattr},

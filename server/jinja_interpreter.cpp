@@ -278,7 +278,10 @@ class Interpreter {
     if (e.dyn_kwargs) {
       const Value d = eval(*e.dyn_kwargs, scope);
       if (!d.is_mapping()) fail("argument after ** must be a mapping, not " + type_name(d));
-      for (const auto& kv : d.dict_ref().entries) a.kwargs.push_back(kv);
+      for (const auto& [k, v] : d.dict_ref().entries) {
+        if (!k.is_string()) fail("keywords must be strings");
+        a.kwargs.emplace_back(k.as_string(), v);
+      }
     }
     return a;
   }
@@ -311,8 +314,7 @@ class Interpreter {
         Dict d;
         for (std::size_t i = 0; i + 1 < e.children.size(); i += 2) {
           const Value k = eval(*e.children[i], scope);
-          if (!k.is_string()) fail("only string keys are supported in dict literals, got " + type_name(k));
-          d.set(k.as_string(), eval(*e.children[i + 1], scope));
+          d.set_key(k, eval(*e.children[i + 1], scope));
         }
         return Value::dict(std::move(d));
       }
@@ -438,7 +440,11 @@ class Interpreter {
       }
     }
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+      if (a.is_string() && b.is_string()) {
+        if (!a.is_markup() && !b.is_markup()) return Value(a.as_string() + b.as_string());
+        auto esc = [](const Value& s) { return s.is_markup() ? s.as_string() : html_escape(s.as_string()); };
+        return Value::markup(esc(a) + esc(b));
+      }
       if (a.is_sequence() && a.kind() == b.kind()) {
         std::vector<Value> items = a.items();
         items.insert(items.end(), b.items().begin(), b.items().end());

@@ -528,8 +528,7 @@ Value dict_method(const Value& d, const std::string& name) {
     return method("dict", name, [d](CallArgs& a) {
       Params p("get", a, {"key", "default"});
       if (!p.get(0)) fail("get expected at least 1 argument, got 0");
-      if (p.get(0)->is_string())
-        if (const Value* v = d.dict_ref().find(p.get(0)->as_string())) return *v;
+      if (const Value* v = d.dict_ref().find_key(*p.get(0))) return *v;
       return p.get_or(1, Value::none());
     });
   }
@@ -537,8 +536,8 @@ Value dict_method(const Value& d, const std::string& name) {
     return method("dict", name, [d, name](CallArgs&) {
       std::vector<Value> out;
       for (const auto& [k, v] : d.dict_ref().entries) {
-        if (name == "items") out.push_back(Value::tuple({Value(k), v}));
-        else if (name == "keys") out.emplace_back(k);
+        if (name == "items") out.push_back(Value::tuple({k, v}));
+        else if (name == "keys") out.push_back(k);
         else out.push_back(v);
       }
       return Value::list(std::move(out));
@@ -608,10 +607,8 @@ Value get_item(const Value& obj, const Value& key) {
     case Kind::Undefined: obj.fail_undefined();
     case Kind::Dict:
     case Kind::Namespace:
-      if (key.is_string()) {
-        if (const Value* v = obj.dict_ref().find(key.as_string())) return *v;
-        return get_attr(obj, key.as_string());
-      }
+      if (const Value* v = obj.dict_ref().find_key(key)) return *v;
+      if (key.is_string()) return get_attr(obj, key.as_string());
       return Value::undefined("'" + type_repr(obj) + "' has no attribute " + repr(key));
     case Kind::List:
     case Kind::Tuple:
@@ -715,9 +712,8 @@ Dict make_globals(const std::optional<std::tm>& now) {
               d = src.dict_ref();
             } else {
               for (const auto& pair : iterate(src)) {
-                if (!pair.is_sequence() || pair.items().size() != 2 || !pair.items()[0].is_string())
-                  fail("dict() needs (str key, value) pairs");
-                d.set(pair.items()[0].as_string(), pair.items()[1]);
+                if (!pair.is_sequence() || pair.items().size() != 2) fail("dict() needs (key, value) pairs");
+                d.set_key(pair.items()[0], pair.items()[1]);
               }
             }
           }
@@ -728,13 +724,13 @@ Dict make_globals(const std::optional<std::tm>& now) {
           Dict d;
           for (const auto& arg : a.args) {
             if (!arg.is_mapping()) fail("namespace() positional argument must be a mapping");
-            for (const auto& [k, v] : arg.dict_ref().entries) d.set(k, v);
+            for (const auto& [k, v] : arg.dict_ref().entries) d.set_key(k, v);
           }
           for (const auto& [k, v] : a.kwargs) d.set(k, v);
           for (const auto& [k, _] : d.entries)
-            if (!k.empty() && k[0] == '_')
-              fail("Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" + k +
-                   "'. Please rename the attribute.");
+            if (k.is_string() && !k.as_string().empty() && k.as_string()[0] == '_')
+              fail("Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" +
+                   k.as_string() + "'. Please rename the attribute.");
           return Value::ns(std::move(d));
         }));
   g.set("raise_exception", Value::function("raise_exception", [](CallArgs& a) -> Value {

@@ -14,20 +14,39 @@ void fail(const std::string& message) {
 // --- Dict ----------------------------------------------------------------------------------------
 const Value* Dict::find(std::string_view key) const {
   for (const auto& [k, v] : entries)
-    if (k == key) return &v;
+    if (k.is_string() && k.as_string() == key) return &v;
   return nullptr;
 }
 Value* Dict::find(std::string_view key) {
   for (auto& [k, v] : entries)
-    if (k == key) return &v;
+    if (k.is_string() && k.as_string() == key) return &v;
+  return nullptr;
+}
+const Value* Dict::find_key(const Value& key) const {
+  if (key.is_string()) return find(std::string_view(key.as_string()));
+  for (const auto& [k, v] : entries)
+    if (!k.is_string() && equals(k, key)) return &v;
   return nullptr;
 }
 void Dict::set(const std::string& key, Value value) {
-  if (Value* v = find(key)) {
+  if (Value* v = find(std::string_view(key))) {
     *v = std::move(value);
   } else {
-    entries.emplace_back(key, std::move(value));
+    entries.emplace_back(Value(key), std::move(value));
   }
+}
+void Dict::set_key(const Value& key, Value value) {
+  if (key.is_string()) return set(key.as_string(), std::move(value));
+  if (key.kind() == Kind::List || key.kind() == Kind::Dict || key.kind() == Kind::Namespace ||
+      key.is_undefined())
+    fail("unhashable type: '" + type_name(key) + "'");
+  for (auto& [k, v] : entries) {
+    if (!k.is_string() && equals(k, key)) {
+      v = std::move(value);
+      return;
+    }
+  }
+  entries.emplace_back(key, std::move(value));
 }
 
 // --- Value construction ----------------------------------------------------------------------
@@ -39,6 +58,11 @@ Value Value::undefined(std::string hint) {
 Value Value::none() {
   Value v;
   v.kind_ = Kind::None;
+  return v;
+}
+Value Value::markup(std::string s) {
+  Value v(std::move(s));
+  v.i_ = 1;
   return v;
 }
 Value Value::list(std::vector<Value> items) {
@@ -98,7 +122,7 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::object: {
       Dict d;
       d.entries.reserve(j.size());
-      for (const auto& [k, e] : j.items()) d.entries.emplace_back(k, from_json(e));
+      for (const auto& [k, e] : j.items()) d.entries.emplace_back(Value(k), from_json(e));
       return dict(std::move(d));
     }
     default:
@@ -294,7 +318,7 @@ std::string dict_repr(const Dict& d) {
   for (const auto& [k, v] : d.entries) {
     if (!first) out += ", ";
     first = false;
-    out += str_repr(k) + ": " + repr(v);
+    out += repr(k) + ": " + repr(v);
   }
   return out + "}";
 }
@@ -362,7 +386,7 @@ bool equals(const Value& a, const Value& b) {
       const Dict& y = b.dict_ref();
       if (x.size() != y.entries.size()) return false;
       for (const auto& [k, v] : x) {
-        const Value* w = y.find(k);
+        const Value* w = y.find_key(k);
         if (!w || !equals(v, *w)) return false;
       }
       return true;
@@ -406,7 +430,7 @@ bool contains(const Value& container, const Value& needle) {
       return false;
     case Kind::Dict:
     case Kind::Namespace:
-      return needle.is_string() && container.dict_ref().find(needle.as_string()) != nullptr;
+      return container.dict_ref().find_key(needle) != nullptr;
     default: fail("argument of type '" + type_name(container) + "' is not iterable");
   }
 }
@@ -418,7 +442,7 @@ std::vector<Value> iterate(const Value& v) {
     case Kind::Tuple: return v.items();
     case Kind::Dict: {
       std::vector<Value> keys;
-      for (const auto& [k, _] : v.dict_ref().entries) keys.emplace_back(k);
+      for (const auto& [k, _] : v.dict_ref().entries) keys.push_back(k);
       return keys;
     }
     case Kind::String: {
@@ -433,7 +457,28 @@ std::vector<Value> iterate(const Value& v) {
 // --- json.dumps --------------------------------------------------------------------------------------
 namespace {
 
-void json_string(const std::string& s, std::string& out) {
+void json_string(const std::string& s, std::string& out, bool ensure_ascii) {
+  if (ensure_ascii && !is_ascii(s)) {
+    out.push_back('"');
+    for (char32_t c : utf8_decode(s)) {
+      char buf[16];
+      if (c < 0x7F) {
+        std::string one;
+        json_string(std::string(1, static_cast<char>(c)), one, false);
+        out.append(one, 1, one.size() - 2);
+      } else if (c < 0x10000) {
+        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+        out += buf;
+      } else {
+        const char32_t v = c - 0x10000;
+        std::snprintf(buf, sizeof buf, "\\u%04x\\u%04x", static_cast<unsigned>(0xD800 + (v >> 10)),
+                      static_cast<unsigned>(0xDC00 + (v & 0x3FF)));
+        out += buf;
+      }
+    }
+    out.push_back('"');
+    return;
+  }
   out.push_back('"');
   for (unsigned char c : s) {
     switch (c) {
@@ -445,7 +490,7 @@ void json_string(const std::string& s, std::string& out) {
       case '\b': out += "\\b"; break;
       case '\f': out += "\\f"; break;
       default:
-        if (c < 0x20) {
+        if (c < 0x20 || (ensure_ascii && c == 0x7F)) {
           char buf[8];
           std::snprintf(buf, sizeof buf, "\\u%04x", c);
           out += buf;
@@ -455,6 +500,17 @@ void json_string(const std::string& s, std::string& out) {
     }
   }
   out.push_back('"');
+}
+
+std::string json_key(const Value& k) {
+  switch (k.kind()) {
+    case Kind::String: return k.as_string();
+    case Kind::Int: return std::to_string(k.as_int());
+    case Kind::Bool: return k.as_bool() ? "true" : "false";
+    case Kind::None: return "null";
+    case Kind::Float: return float_repr(k.as_double());
+    default: fail("keys must be str, int, float, bool or None, not " + type_name(k));
+  }
 }
 
 struct JsonWriter {
@@ -487,7 +543,7 @@ struct JsonWriter {
         else out += float_repr(d);
         return;
       }
-      case Kind::String: json_string(v.as_string(), out); return;
+      case Kind::String: json_string(v.as_string(), out, o.ensure_ascii); return;
       case Kind::List:
       case Kind::Tuple: {
         const auto& items = v.items();
@@ -506,22 +562,22 @@ struct JsonWriter {
         return;
       }
       case Kind::Dict: {
-        std::vector<const std::pair<std::string, Value>*> entries;
-        for (const auto& e : v.dict_ref().entries) entries.push_back(&e);
+        std::vector<std::pair<std::string, const Value*>> entries;  // json.dumps stringifies keys
+        for (const auto& [k, val] : v.dict_ref().entries) entries.emplace_back(json_key(k), &val);
         if (entries.empty()) {
           out += "{}";
           return;
         }
         if (o.sort_keys)
           std::stable_sort(entries.begin(), entries.end(),
-                           [](const auto* a, const auto* b) { return a->first < b->first; });
+                           [](const auto& a, const auto& b) { return a.first < b.first; });
         out.push_back('{');
         for (std::size_t i = 0; i < entries.size(); ++i) {
           if (i) out += item_sep;
           if (pretty) newline(out, level + 1);
-          json_string(entries[i]->first, out);
+          json_string(entries[i].first, out, o.ensure_ascii);
           out += key_sep;
-          write(entries[i]->second, out, level + 1);
+          write(*entries[i].second, out, level + 1);
         }
         if (pretty) newline(out, level);
         out.push_back('}');

@@ -34,12 +34,16 @@ enum class Kind : std::uint8_t {
   Object,     // read-only attribute bag (the `loop` variable)
 };
 
-/// Ordered string-keyed map (Python dict with str keys).
+/// Insertion-ordered map (Python dict). Keys are usually strings; numbers, bools, None and
+/// tuples work too (Python's equality decides: 1, 1.0 and True are the same key).
 struct Dict {
-  std::vector<std::pair<std::string, Value>> entries;
+  std::vector<std::pair<Value, Value>> entries;
   const Value* find(std::string_view key) const;
   Value* find(std::string_view key);
+  const Value* find_key(const Value& key) const;
   void set(const std::string& key, Value value);
+  /// Throws "unhashable type" for list, dict and namespace keys.
+  void set_key(const Value& key, Value value);
 };
 
 /// Positional and keyword arguments of a call.
@@ -76,6 +80,9 @@ class Value {
   /// An Undefined whose use fails with `hint` (e.g. "'x' is undefined").
   static Value undefined(std::string hint);
   static Value none();
+  /// A markupsafe.Markup string (made by the safe and escape filters): adding a plain string to
+  /// it, on either side, HTML-escapes the plain one, as Python's Markup.__add__/__radd__ do.
+  static Value markup(std::string s);
   static Value list(std::vector<Value> items = {});
   static Value tuple(std::vector<Value> items);
   static Value dict(Dict d = {});
@@ -88,6 +95,7 @@ class Value {
   bool is_undefined() const { return kind_ == Kind::Undefined; }
   bool is_none() const { return kind_ == Kind::None; }
   bool is_string() const { return kind_ == Kind::String; }
+  bool is_markup() const { return kind_ == Kind::String && i_ != 0; }
   bool is_int() const { return kind_ == Kind::Int || kind_ == Kind::Bool; }  // Python: bool is int
   bool is_number() const { return kind_ == Kind::Int || kind_ == Kind::Bool || kind_ == Kind::Float; }
   bool is_sequence() const { return kind_ == Kind::List || kind_ == Kind::Tuple; }
@@ -143,6 +151,7 @@ struct JsonOptions {
   std::string item_sep;    // empty: Python's default
   std::string key_sep;
   bool sort_keys = false;
+  bool ensure_ascii = false;  // escape non-ASCII as \uXXXX (surrogate pairs above U+FFFF)
 };
 std::string to_json(const Value& v, const JsonOptions& opts = {});
 

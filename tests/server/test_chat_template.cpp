@@ -213,6 +213,12 @@ TEST_CASE("jinja filters", "[chat_template][filters]") {
         "['a', 'b'] [3, 2, 1] cba ['A', 'b', 'c'] [3, 2, 1] [1, 2]");
   CHECK(render("{{ 'hello big  world'|wordcount }} {{ '<b>'|safe }} {{ '%s-%d'|format('a', 3) }} {{ [3, 1, 2]|max }}{{ [3, 1, 2]|min }}{{ [1, 2, 3]|sum }} {{ '<&>'|e }}") ==
         "3 <b> a-3 316 &lt;&amp;&gt;");
+  CHECK(render("{{ 'é😀\\x7f'|tojson(ensure_ascii=true) }} {{ {'k': 'é'}|tojson(ensure_ascii=true) }}") ==
+        "\"\\u00e9\\ud83d\\ude00\\u007f\" {\"k\": \"\\u00e9\"}");
+  CHECK(render("{{ none|selectattr('type', 'equalto', 'x')|list }} {{ none|map(attribute='x')|list }} {{ ''|reject|list }}") ==
+        "[] [] []");
+  CHECK(render("{{ '<b>'|safe + '<i>' }} {{ '<i>' + '<b>'|safe }} {{ '<i>' ~ '<b>'|safe }} {{ '<i>'|e }} {{ '<i>'|e|e }} {{ '<i>'|forceescape|forceescape }}") ==
+        "<b>&lt;i&gt; &lt;i&gt;<b> <i><b> &lt;i&gt; &lt;i&gt; &amp;lt;i&amp;gt;");
 }
 
 TEST_CASE("jinja tests (is ...)", "[chat_template][tests]") {
@@ -280,6 +286,8 @@ TEST_CASE("jinja str, dict and list methods and dict()", "[chat_template][method
         "1dfltNonea1b2['a', 'b'][1, 2]12");
   CHECK(render("{{ dict(a=1, b='x') }} {{ dict(a=1).a }} {{ [1, 2, 1].count(1) }} {{ [1, 2].index(2) }}") ==
         "{'a': 1, 'b': 'x'} 1 2 1");
+  CHECK(render("{% set d = {0: 'a', 512: 'b', 'k': 'c'} %}{{ d[512] }}{{ d[0] }}{{ d['k'] }} {{ d }} {{ d|tojson }} {{ {2: 'x', 1: 'y'}|dictsort }} {{ 512 in d }}{{ 1 in d }}") ==
+        "bac {0: 'a', 512: 'b', 'k': 'c'} {\"0\": \"a\", \"512\": \"b\", \"k\": \"c\"} [(1, 'y'), (2, 'x')] TrueFalse");
 }
 
 TEST_CASE("jinja undefined values behave like jinja2's default Undefined", "[chat_template][undefined]") {
