@@ -154,6 +154,20 @@ CONVERSATIONS = [
 ]
 
 
+# Messages as OpenAI clients send them, for prepare_chat_messages (transformers' preprocessing
+# before rendering: _normalize_chat_messages drops keys whose value is None, then
+# _alias_reasoning_fields copies the reasoning under "thinking" and "reasoning_content").
+PREPARE_INPUTS = [
+    [{"role": "user", "content": "Hi", "name": None}],
+    [{"role": "assistant", "content": None, "tool_calls": [{"id": "a", "type": "function",
+                                                              "function": {"name": "f", "arguments": "{}"}}]}],
+    [{"role": "assistant", "content": "4", "reasoning_content": "2+2"}],
+    [{"role": "assistant", "thinking": "T", "content": "x"}],
+    [{"role": "assistant", "content": "y", "reasoning": "R", "thinking": None}],
+    [{"role": "assistant", "thinking": "A", "content": "z", "reasoning_content": "B"}],
+]
+
+
 def fetch(cache, spec):
     filename, flags = PACKAGES[spec]
     path = os.path.join(cache, filename)
@@ -242,6 +256,8 @@ def main():
         "context": "messages, add_generation_prompt, tools (null unless the conversation has tools), "
                    "documents (null), bos_token, eos_token",
         "conversations": [{"name": n, "extra": e, "messages": m} for n, e, m in CONVERSATIONS],
+        "prepare_messages": [{"input": m, "expected": ctu._alias_reasoning_fields(ctu._normalize_chat_messages(m))}
+                             for m in PREPARE_INPUTS],
         "templates": templates,
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

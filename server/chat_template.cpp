@@ -24,4 +24,32 @@ std::string ChatTemplate::render(const nlohmann::json& context, const ChatTempla
   return render(nlohmann::ordered_json::parse(context.dump()), options);
 }
 
+nlohmann::ordered_json prepare_chat_messages(const nlohmann::ordered_json& messages) {
+  if (!messages.is_array()) throw std::invalid_argument("messages must be a JSON array");
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& message : messages) {
+    if (!message.is_object()) throw std::invalid_argument("each message must be a JSON object");
+    nlohmann::ordered_json m = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : message.items())
+      if (!value.is_null()) m[key] = value;
+    const nlohmann::ordered_json* reasoning = nullptr;
+    for (const char* key : {"reasoning_content", "thinking", "reasoning"}) {
+      if (m.contains(key)) {
+        reasoning = &m[key];
+        break;
+      }
+    }
+    if (!reasoning) {
+      out.push_back(std::move(m));
+      continue;
+    }
+    nlohmann::ordered_json aliased = nlohmann::ordered_json::object();
+    aliased["thinking"] = *reasoning;  // {"thinking": r, **message, "reasoning_content": r}
+    for (const auto& [key, value] : m.items()) aliased[key] = value;
+    aliased["reasoning_content"] = *reasoning;
+    out.push_back(std::move(aliased));
+  }
+  return out;
+}
+
 }  // namespace octet

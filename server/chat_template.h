@@ -55,4 +55,12 @@ class ChatTemplate {
   std::shared_ptr<const std::vector<std::unique_ptr<jinja::Stmt>>> body_;
 };
 
+/// transformers' preprocessing of the messages before rendering (apply_chat_template):
+/// drops the keys of each message whose value is null (OpenAI clients send "content": null with
+/// tool calls; templates handle a missing key better), then, when a message carries reasoning
+/// under "reasoning_content", "thinking" or "reasoning" (first found, in that order), copies it
+/// to "thinking" (as first key, unless already present) and "reasoning_content".
+/// Throws std::invalid_argument when messages is not an array of objects.
+nlohmann::ordered_json prepare_chat_messages(const nlohmann::ordered_json& messages);
+
 }  // namespace octet

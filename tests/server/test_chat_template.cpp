@@ -450,6 +450,18 @@ TEST_CASE("ChatTemplate API: what(), context types, reuse", "[chat_template][api
   CHECK(year >= "2024");
 }
 
+TEST_CASE("prepare_chat_messages matches transformers' message preprocessing", "[chat_template][prepare]") {
+  const ojson golden = load_golden();
+  REQUIRE(golden["prepare_messages"].size() >= 5);
+  for (const auto& c : golden["prepare_messages"]) {
+    INFO(c["input"].dump());
+    const ojson got = octet::prepare_chat_messages(c["input"]);
+    CHECK(got.dump() == c["expected"].dump());  // dump() compares key order too
+  }
+  CHECK_THROWS_AS(octet::prepare_chat_messages(ojson::object()), std::invalid_argument);
+  CHECK_THROWS_AS(octet::prepare_chat_messages(ojson::array({1})), std::invalid_argument);
+}
+
 TEST_CASE("chat template with a typical HF shape renders the SmolLM2 prompt", "[chat_template][smollm2]") {
   // SmolLM2-135M-Instruct's template (GGUF tokenizer.chat_template), expected text by hand.
   const ojson golden = load_golden();
