@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "server/jinja_strings.h"
 #include "server/jinja_value.h"
 
 namespace octet::jinja {
@@ -41,20 +42,5 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
 
 /// The globals of transformers' environment. `now` pins strftime_now (local time when absent).
 Dict make_globals(const std::optional<std::tm>& now);
-
-// --- Python string helpers (code-point aware) ---------------------------------------------------
-/// str.strip/lstrip/rstrip: chars absent = Unicode whitespace.
-std::string py_strip(const std::string& s, const Value* chars, bool left, bool right);
-std::string py_upper(const std::string& s);
-std::string py_lower(const std::string& s);
-/// str.title(): first cased letter of each run of letters upper, the rest lower.
-std::string py_title(const std::string& s);
-/// str.capitalize().
-std::string py_capitalize(const std::string& s);
-std::string py_replace(const std::string& s, const std::string& old, const std::string& repl, long count);
-/// printf-style `fmt % args` (%s %r %d %i %f %x %%, flags, width, precision).
-std::string py_percent_format(const std::string& fmt, const Value& args);
-/// markupsafe.escape of a plain string: & < > " ' become entities.
-std::string html_escape(const std::string& s);
 
 }  // namespace octet::jinja

@@ -55,25 +55,6 @@ CallArgs rest_args(const CallArgs& a, std::size_t skip) {
   return r;
 }
 
-}  // namespace
-
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&#34;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
-    }
-  }
-  return out;
-}
-
-namespace {
-
 // select / reject / selectattr / rejectattr (jinja2 _select_or_reject).
 Value select_or_reject(const Value& seq, CallArgs& a, bool attr, bool select) {
   if (!truthy(seq)) return Value::list();  // jinja2: `if value:` before iterating, so none gives []
