@@ -245,6 +245,16 @@ Value list_method(const Value& l, const std::string& name) {
 
 std::string type_repr(const Value& v) { return v.is_none() ? "None" : type_name(v) + " object"; }
 
+// jinja2's hint "'dict object' has no attribute 'x'", built piecewise: GCC 12 warns falsely
+// (-Wrestrict) on "'" + std::string&&.
+Value no_attribute(const Value& obj, const std::string& what) {
+  std::string hint(1, '\'');
+  hint += type_repr(obj);
+  hint += "' has no attribute ";
+  hint += what;
+  return Value::undefined(std::move(hint));
+}
+
 }  // namespace
 
 // --- access --------------------------------------------------------------------------------------
@@ -270,12 +280,7 @@ Value get_attr(const Value& obj, const std::string& name) {
     case Kind::Object: return obj.object_ref().attr(name);
     default: break;
   }
-  std::string hint = "'";  // appended piecewise: GCC 12 warns falsely (-Wrestrict) on "'" + str
-  hint += type_repr(obj);
-  hint += "' has no attribute '";
-  hint += name;
-  hint += "'";
-  return Value::undefined(std::move(hint));
+  return no_attribute(obj, "'" + name + "'");
 }
 
 Value get_item(const Value& obj, const Value& key) {
@@ -285,7 +290,7 @@ Value get_item(const Value& obj, const Value& key) {
     case Kind::Namespace:
       if (const Value* v = obj.dict_ref().find_key(key)) return *v;
       if (key.is_string()) return get_attr(obj, key.as_string());
-      return Value::undefined("'" + type_repr(obj) + "' has no attribute " + repr(key));
+      return no_attribute(obj, repr(key));
     case Kind::List:
     case Kind::Tuple:
     case Kind::String: {
@@ -307,7 +312,7 @@ Value get_item(const Value& obj, const Value& key) {
     }
     default:
       if (key.is_string()) return get_attr(obj, key.as_string());
-      return Value::undefined("'" + type_repr(obj) + "' has no attribute " + repr(key));
+      return no_attribute(obj, repr(key));
   }
 }
 
