@@ -14,6 +14,7 @@ ChatTemplate ChatTemplate::parse(const std::string& source) {
 
 std::string ChatTemplate::render(const nlohmann::ordered_json& context, const ChatTemplateOptions& options) const {
   if (!context.is_object()) throw std::invalid_argument("chat template context must be a JSON object");
+  if (!body_) return "";
   const jinja::Value ctx = jinja::Value::from_json(context);
   jinja::RenderOptions ro;
   ro.now = options.now;
@@ -22,6 +23,11 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& context, const Ch
 
 std::string ChatTemplate::render(const nlohmann::json& context, const ChatTemplateOptions& options) const {
   return render(nlohmann::ordered_json::parse(context.dump()), options);
+}
+
+const std::string& ChatTemplate::source() const {
+  static const std::string empty;
+  return source_ ? *source_ : empty;
 }
 
 nlohmann::ordered_json prepare_chat_messages(const nlohmann::ordered_json& messages) {

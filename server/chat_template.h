@@ -34,6 +34,9 @@ struct ChatTemplateOptions {
 /// A parsed chat template. Immutable and cheap to copy; render() may run from many threads.
 class ChatTemplate {
  public:
+  /// An empty template (renders ""); use parse() to make a real one.
+  ChatTemplate() = default;
+
   /// Parses `source`. Throws ChatTemplateError (kind Syntax, with the line) when it is malformed.
   static ChatTemplate parse(const std::string& source);
 
@@ -48,7 +51,8 @@ class ChatTemplate {
   /// Same, from a nlohmann::json (its object keys are sorted, so tojson output is too).
   std::string render(const nlohmann::json& context, const ChatTemplateOptions& options = {}) const;
 
-  const std::string& source() const { return *source_; }
+  /// The source text given to parse() ("" for an empty template).
+  const std::string& source() const;
 
  private:
   std::shared_ptr<const std::string> source_;

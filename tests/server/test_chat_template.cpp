@@ -443,6 +443,8 @@ TEST_CASE("ChatTemplate API: what(), context types, reuse", "[chat_template][api
   CHECK(copy.render(ojson{{"d", 1}}) == "1");
   CHECK(t.render(ojson{{"d", "x"}}) == "\"x\"");
   CHECK(copy.source() == "{{ d|tojson }}");
+  CHECK(ChatTemplate().render(ojson::object()).empty());
+  CHECK(ChatTemplate().source().empty());
 
   // Without a pinned time strftime_now formats the current time (a 4-digit year here).
   const std::string year = ChatTemplate::parse("{{ strftime_now('%Y') }}").render(ojson::object());
