@@ -122,7 +122,7 @@ int run_generate(int argc, const char* const* argv) {
         std::cerr << c.token_ids.size() << " tokens, " << tps << " tokens/s, finish_reason "
                   << c.finish_reason << ", " << engine->linear_format() << "\n";
       } else {
-        std::cout << c.text << "\n";
+        std::cout << "[" << (&c - results.data()) << "] " << c.text << "\n";
       }
     }
   });
