@@ -113,7 +113,8 @@ struct Engine::Impl {
   void loop();
   void step();
   void update(const SchedulerOutput& out, const StepLogits& logits);
-  void finish(const std::string& id, RequestStatus status, RequestOutput out);
+  // Takes the id by value: it may name the Request that finish_request frees.
+  void finish(std::string id, RequestStatus status, RequestOutput out);
   void fail_all(const std::string& error);
   void refresh_stats(int64_t new_prompt_tokens, int64_t new_generated);
 };
@@ -464,7 +465,7 @@ void Engine::Impl::update(const SchedulerOutput& out, const StepLogits& logits) 
 }
 
 // Frees the request's blocks at once, ends its stream with `out` (finished), forgets it.
-void Engine::Impl::finish(const std::string& id, RequestStatus status, RequestOutput out) {
+void Engine::Impl::finish(std::string id, RequestStatus status, RequestOutput out) {
   auto it = states.find(id);
   if (it == states.end()) return;
   RequestState& st = it->second;
