@@ -8,5 +8,6 @@ int run_generate(int argc, const char* const* argv);
 int run_bench(int argc, const char* const* argv);
 int run_perplexity(int argc, const char* const* argv);
 int run_quantize(int argc, const char* const* argv);
+int run_serve(int argc, const char* const* argv);
 
 }  // namespace octet
