@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <type_traits>
 
@@ -62,8 +63,10 @@ void ServeConfig::apply_config_file(const std::string& path) {
 
 void ServeConfig::validate() const {
   auto positive = [](double v, const char* key) {
-    if (!(v > 0) || !std::isfinite(v))
-      throw std::invalid_argument(flag(key) + " must be positive, got " + std::to_string(v));
+    if (v > 0 && std::isfinite(v)) return;
+    std::ostringstream os;
+    os << flag(key) << " must be positive, got " << v;
+    throw std::invalid_argument(os.str());
   };
   if (host.empty()) throw std::invalid_argument("--host must not be empty");
   if (port < 0 || port > 65535)

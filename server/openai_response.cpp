@@ -1,5 +1,7 @@
 #include "server/openai_response.h"
 
+#include <charconv>
+#include <cstdlib>
 #include <random>
 
 namespace octet::server {
@@ -14,6 +16,15 @@ int64_t code_points(const std::string& s) {
   for (unsigned char c : s)
     if ((c & 0xC0) != 0x80) ++n;
   return n;
+}
+
+/// A float logprob as the double whose shortest decimal form is the float's own (-0.1f
+/// prints as -0.1, not -0.10000000149011612).
+double as_json_number(float v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf - 1, v);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
 }
 
 json bytes_of(const std::string& s) {
@@ -67,10 +78,10 @@ json completion_logprobs(const std::vector<TokenLogprobs>& entries, const TokenT
       top.push_back(nullptr);
       continue;
     }
-    token_logprobs.push_back(e.logprob);
+    token_logprobs.push_back(as_json_number(e.logprob));
     json alts = json::object();
-    for (const auto& [id, lp] : e.top) alts[text(id)] = lp;
-    alts[tok] = e.logprob;
+    for (const auto& [id, lp] : e.top) alts[text(id)] = as_json_number(lp);
+    alts[tok] = as_json_number(e.logprob);
     top.push_back(std::move(alts));
   }
   return json{{"tokens", tokens},
@@ -93,10 +104,11 @@ json chat_logprobs(const std::vector<TokenLogprobs>& entries, const TokenText& t
     json alts = json::array();
     for (size_t k = 0; k < e.top.size() && static_cast<int64_t>(k) < top_k; ++k) {
       const std::string t = text(e.top[k].first);
-      alts.push_back(json{{"token", t}, {"logprob", e.top[k].second}, {"bytes", bytes_of(t)}});
+      alts.push_back(json{{"token", t}, {"logprob", as_json_number(e.top[k].second)},
+                          {"bytes", bytes_of(t)}});
     }
     content.push_back(json{{"token", tok},
-                           {"logprob", e.logprob},
+                           {"logprob", as_json_number(e.logprob)},
                            {"bytes", bytes_of(tok)},
                            {"top_logprobs", alts}});
   }
