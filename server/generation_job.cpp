@@ -35,6 +35,11 @@ GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
   if (!req_.model.empty() && req_.model != ctx_.model_name)
     throw ApiError(404, "The model `" + req_.model + "` does not exist.", "model",
                    "model_not_found");
+  if (req_.priority != 0 && ctx_.config.engine.scheduler.scheduling_policy != "priority")
+    throw bad_request("'priority' " + std::to_string(req_.priority) +
+                          " needs the priority scheduler (start with --scheduling-policy "
+                          "priority)",
+                      "priority");
   meta_.id = random_id(chat ? "chatcmpl-" : "cmpl-");
   meta_.created = unix_now();
   meta_.model = ctx_.model_name;
