@@ -18,14 +18,16 @@ void validate_quantization_flags(const std::string& quantization,
 void GenerateConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
   validate_quantization_flags(quantization, weight_strategy);
-  if (prompt.empty() == prompt_ids.empty())
-    throw std::invalid_argument("give exactly one of --prompt TEXT and --prompt-ids 1,2,3 "
-                                "(an empty value counts as not given)");
+  if (int(!prompt.empty()) + int(!prompt_ids.empty()) + int(!prompts_file.empty()) != 1)
+    throw std::invalid_argument("give exactly one of --prompt TEXT, --prompt-ids 1,2,3 and "
+                                "--prompts-file FILE (an empty value counts as not given)");
   if (seed < -1) throw std::invalid_argument("--seed must be >= 0, or -1 for a random seed");
   if (max_tokens < 0) throw std::invalid_argument("--max-tokens must be >= 0");
   if (!std::isfinite(temperature) || temperature < 0)
     throw std::invalid_argument("--temperature must be a finite number >= 0");
   if (!(top_p > 0 && top_p <= 1)) throw std::invalid_argument("--top-p must be in (0, 1]");
+  cache.validate();
+  scheduler.validate();
 }
 
 void BenchLatencyConfig::validate() const {

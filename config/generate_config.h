@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "config/engine_config.h"
+
 namespace octet {
 
 inline constexpr const char* kQuantizationHelp =
@@ -24,12 +26,15 @@ struct GenerateConfig {
   std::string weight_strategy = "channel";
   std::string prompt;
   std::string prompt_ids;
+  std::string prompts_file;
   int64_t max_tokens = 128;
   double temperature = 1.0;
   double top_p = 1.0;
   int64_t seed = -1;
   bool ignore_eos = false;
   bool json = false;
+  CacheConfig cache;
+  SchedulerConfig scheduler;
 
   /// Calls v(field, "snake_case_name", "help") for every option, in flag order.
   template <class Visitor>
@@ -39,17 +44,22 @@ struct GenerateConfig {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.prompt, "prompt", "prompt text (special tokens such as <|im_start|> are recognised)");
     v(c.prompt_ids, "prompt_ids", "prompt as comma-separated token ids, e.g. 1,2,3");
+    v(c.prompts_file, "prompts_file",
+      "text file with one prompt per line (empty lines skipped); all run concurrently through "
+      "the continuous-batching engine, outputs printed in input order");
     v(c.max_tokens, "max_tokens", "maximum number of tokens to generate (>= 0)");
     v(c.temperature, "temperature", "sampling temperature; 0 = greedy");
     v(c.top_p, "top_p", "nucleus sampling mass in (0, 1]");
     v(c.seed, "seed", "random seed; -1 = nondeterministic");
     v(c.ignore_eos, "ignore_eos", "keep generating after the end-of-sequence token");
-    v(c.json, "json", "print one JSON object (prompt_token_ids, token_ids, text, "
-                      "tokens_per_second) instead of streaming text");
+    v(c.json, "json", "print one JSON object per prompt and line (prompt_token_ids, "
+                      "token_ids, text, finish_reason, tokens_per_second) instead of text");
+    CacheConfig::visit(c.cache, v);
+    SchedulerConfig::visit(c.scheduler, v);
   }
 
-  /// Throws std::invalid_argument naming the flag for a missing model, both or neither prompt
-  /// form, or values out of range.
+  /// Throws std::invalid_argument naming the flag for a missing model, not exactly one prompt
+  /// form (--prompt, --prompt-ids, --prompts-file), or values out of range.
   void validate() const;
 };
 

@@ -102,7 +102,8 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
         logits = model.forward(&last, 1, n_prompt + step - 1, cache, false);
       }
       check_finite(logits, impl_->loaded->path, step);
-      const int32_t next = sample_token(logits.data(), vocab, params, rng);
+      const int32_t next = sample(logits.data(), vocab, params, prompt_ids, r.token_ids,
+                                  impl_->loaded->eos_token_ids, rng).token_id;
       r.token_ids.push_back(next);
       std::string piece = detok.push(next);
       if (on_text && !piece.empty()) on_text(piece);

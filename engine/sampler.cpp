@@ -2,64 +2,415 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
+#include <cstring>
+#include <functional>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace octet {
+namespace {
 
-void SamplingParams::validate() const {
-  if (!std::isfinite(temperature) || temperature < 0.0f)
-    throw std::invalid_argument("temperature must be a finite number >= 0, got " +
-                                std::to_string(temperature));
-  if (!(top_p > 0.0f && top_p <= 1.0f))
-    throw std::invalid_argument("top_p must be in (0, 1], got " + std::to_string(top_p));
-  if (max_tokens < 0)
-    throw std::invalid_argument("max_tokens must be >= 0, got " + std::to_string(max_tokens));
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Per-thread scratch so the hot path allocates nothing once warm (a vocab of 49152 floats is
+// above malloc's mmap threshold: a fresh vector per token would map and fault pages each time).
+thread_local std::vector<float> t_logits;   // processed copy of one row: [vocab]
+thread_local std::vector<float> t_weights;  // unnormalised survivor probabilities: [vocab]
+thread_local std::vector<float> t_select;   // top_k selection
+thread_local std::vector<uint8_t> t_seen;   // repetition penalty: all 0 between calls
+thread_local std::vector<int32_t> t_counts; // output token counts: all 0 between calls
+
+/// Largest value of x: [n], n >= 1 (8 independent lanes, so the compiler can vectorise).
+float max_value(const float* x, int64_t n) {
+  float lane[8];
+  for (int j = 0; j < 8; ++j) lane[j] = x[0];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) lane[j] = x[i + j] > lane[j] ? x[i + j] : lane[j];
+  for (; i < n; ++i) lane[0] = x[i] > lane[0] ? x[i] : lane[0];
+  float m = lane[0];
+  for (int j = 1; j < 8; ++j) m = lane[j] > m ? lane[j] : m;
+  return m;
 }
+
+// Four floats as one value (GCC/Clang vector extension; SSE2 on x86-64, NEON on ARM). Explicit
+// lanes and masks: the scalar selects below would not vectorise under -ftrapping-math.
+using f32x4 = float __attribute__((vector_size(16)));
+using i32x4 = int32_t __attribute__((vector_size(16)));
+
+inline f32x4 select(i32x4 mask, f32x4 a, f32x4 b) {
+  return reinterpret_cast<f32x4>((reinterpret_cast<i32x4>(a) & mask) |
+                                 (reinterpret_cast<i32x4>(b) & ~mask));
+}
+
+/// exp(x) for x <= 0 (or -inf), FP32: Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, and
+/// Cephes' expf polynomial (within a few ulp of std::exp), times 2^n. Exactly 0 below -87
+/// (where exp nears the end of the normal range) and for -inf.
+inline f32x4 exp_nonpositive(f32x4 x) {
+  const i32x4 under = x < -87.0f;
+  const f32x4 xc = select(under, f32x4{} - 87.0f, x);
+  const i32x4 ni = __builtin_convertvector(xc * 1.44269504088896341f - 0.5f, i32x4);  // ceil
+  const f32x4 n = __builtin_convertvector(ni, f32x4);
+  const f32x4 r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
+  f32x4 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const f32x4 scale = reinterpret_cast<f32x4>((ni + 127) << 23);
+  return select(under, f32x4{}, p * scale);
+}
+
+/// Calls f(i, x) for each group of 4 values x = src[i, i + 4) of src: [n], the last group padded
+/// with -inf.
+template <class F>
+void for_each4(const float* src, int64_t n, F&& f) {
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    f32x4 x;
+    std::memcpy(&x, src + i, sizeof x);
+    f(i, x);
+  }
+  if (i < n) {
+    float pad[4] = {kNegInf, kNegInf, kNegInf, kNegInf};
+    std::memcpy(pad, src + i, static_cast<size_t>(n - i) * sizeof(float));
+    f32x4 x;
+    std::memcpy(&x, pad, sizeof x);
+    f(i, x);
+  }
+}
+
+/// The k-th largest of x: [n] (1 <= k < n): a size-k min-heap for small k, else nth_element.
+float kth_largest(const float* x, int64_t n, int64_t k) {
+  std::vector<float>& s = t_select;
+  if (k <= 4096 && k * 8 <= n) {
+    s.assign(x, x + k);
+    std::make_heap(s.begin(), s.end(), std::greater<float>());
+    for (int64_t i = k; i < n; ++i) {
+      if (!(x[i] > s.front())) continue;
+      std::pop_heap(s.begin(), s.end(), std::greater<float>());
+      s.back() = x[i];
+      std::push_heap(s.begin(), s.end(), std::greater<float>());
+    }
+    return s.front();
+  }
+  s.assign(x, x + n);
+  std::nth_element(s.begin(), s.begin() + (k - 1), s.end(), std::greater<float>());
+  return s[static_cast<size_t>(k - 1)];
+}
+
+/// A token in the top_p boundary search, ordered most likely first, equal weights by id.
+struct Candidate {
+  int32_t id;
+  float w;
+};
+bool more_likely(const Candidate& a, const Candidate& b) {
+  return a.w > b.w || (a.w == b.w && a.id < b.id);
+}
+thread_local std::vector<Candidate> t_nucleus;  // the top_p boundary bucket
+
+/// Zeroes w: [n] outside the top_p nucleus: the most likely tokens, by more_likely(), while the
+/// mass before each is < top_p * total (vLLM keeps a token unless the mass of the tokens less
+/// likely than it, itself included, is <= 1 - top_p: the same set). Weights are bucketed by
+/// their binary exponent, so only the bucket where the mass crosses top_p is ordered, by growing
+/// chunks found with nth_element: no full sort unless that bucket is most of the vocabulary.
+void keep_nucleus(float* w, int64_t n, float top_p) {
+  double mass[256] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &w[i], sizeof bits);
+    mass[bits >> 23] += w[i];  // w in [0, 1]: the sign bit is 0
+  }
+  double total = 0.0;
+  for (int e = 255; e >= 0; --e) total += mass[e];
+  const double target = static_cast<double>(top_p) * total;
+  double before = 0.0;
+  int crossing = 0;
+  for (int e = 255; e > 0; --e) {
+    if (before + mass[e] >= target) {
+      crossing = e;
+      break;
+    }
+    before += mass[e];
+  }
+  std::vector<Candidate>& c = t_nucleus;
+  c.clear();
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &w[i], sizeof bits);
+    if (static_cast<int>(bits >> 23) == crossing && w[i] > 0.0f)
+      c.push_back({static_cast<int32_t>(i), w[i]});
+  }
+  if (c.empty()) return;  // the nucleus is everything (target not reached through rounding)
+  Candidate last = c.front();
+  size_t begin = 0, chunk = 64;
+  bool done = false;
+  while (!done && begin < c.size()) {
+    const size_t end = std::min(c.size(), begin + chunk);
+    if (end < c.size()) std::nth_element(c.begin() + begin, c.begin() + end, c.end(), more_likely);
+    std::sort(c.begin() + begin, c.begin() + end, more_likely);
+    for (size_t i = begin; i < end; ++i) {
+      if (before >= target) {
+        done = true;
+        break;
+      }
+      before += c[i].w;
+      last = c[i];
+    }
+    begin = end;
+    chunk *= 4;
+  }
+  for (int64_t i = 0; i < n; ++i)
+    if (!(w[i] > last.w || (w[i] == last.w && i <= last.id))) w[i] = 0.0f;
+}
+
+/// w: [vocab] = the unnormalised probabilities exp((l - max) / T) of the tokens that survive
+/// min_p, top_k and top_p over processed logits `l`; 0 for every other token.
+void survivor_weights(const float* l, int64_t vocab, const SamplingParams& p,
+                      std::vector<float>& w) {
+  const float mx = max_value(l, vocab);
+  if (mx == kNegInf) throw std::runtime_error("sampler: every token's logit is -inf");
+  const float inv_t = 1.0f / p.temperature;
+  // top_k as vLLM: keep logits >= the k-th largest (ties kept). Monotone in the logit, like
+  // min_p's cut, so applying both at once equals vLLM's min_p-then-top_k.
+  const float threshold = p.top_k > 0 && p.top_k < vocab ? kth_largest(l, vocab, p.top_k) : kNegInf;
+  // min_p: p_i < min_p * p_max  <=>  w_i < min_p, since the largest weight is exp(0) = 1.
+  const float min_w = p.min_p;
+  w.resize(static_cast<size_t>(vocab) + 4);  // room for the padded last group
+  float* out = w.data();
+  for_each4(l, vocab, [&](int64_t i, f32x4 x) {
+    const f32x4 e = exp_nonpositive((x - mx) * inv_t);
+    const f32x4 o = select((x >= threshold) & (e >= min_w), e, f32x4{});
+    std::memcpy(out + i, &o, sizeof o);
+  });
+  if (p.top_p < 1.0f) keep_nucleus(out, vocab, p.top_p);
+}
+
+void check_ids(const std::vector<int32_t>& ids, int64_t vocab, const char* what) {
+  for (int32_t id : ids)
+    if (id < 0 || id >= vocab)
+      throw std::out_of_range(std::string(what) + " token id " + std::to_string(id) +
+                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+}
+
+bool has_processors(const SamplingParams& p, int64_t num_output) {
+  return !p.logit_bias.empty() || num_output < p.min_tokens || p.repetition_penalty != 1.0f ||
+         p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+}
+
+/// Sum of w: [n] in a fixed order: FP32 blocks of kBlock (8 lanes), added in FP64.
+constexpr int64_t kBlock = 256;
+float block_sum(const float* w, int64_t n) {
+  float lane[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) lane[j] += w[i + j];
+  float s = 0.0f;
+  for (; i < n; ++i) s += w[i];
+  for (int j = 0; j < 8; ++j) s += lane[j];
+  return s;
+}
+
+/// Inverse CDF over w: [n] in id order at u in [0, 1): the first token whose cumulative weight
+/// exceeds u * total. Blocks first, then tokens inside the block; if rounding leaves the walk
+/// short, the last token with weight > 0 so far.
+int32_t inverse_cdf(const float* w, int64_t n, double u) {
+  thread_local std::vector<double> blocks;
+  blocks.clear();
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += kBlock) {
+    blocks.push_back(block_sum(w + b, std::min(kBlock, n - b)));
+    total += blocks.back();
+  }
+  const double target = u * total;
+  double acc = 0.0;
+  int32_t last = -1;
+  for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    const int64_t b = static_cast<int64_t>(bi) * kBlock;
+    if (acc + blocks[bi] <= target) {
+      acc += blocks[bi];
+      if (blocks[bi] > 0.0)
+        for (int64_t i = std::min(n, b + kBlock) - 1; i >= b; --i)
+          if (w[i] > 0.0f) {
+            last = static_cast<int32_t>(i);
+            break;
+          }
+      continue;
+    }
+    for (int64_t i = b; i < std::min(n, b + kBlock); ++i) {
+      if (w[i] <= 0.0f) continue;
+      acc += w[i];
+      last = static_cast<int32_t>(i);
+      if (target < acc) return last;
+    }
+  }
+  return last;
+}
+
+}  // namespace
 
 int32_t argmax(const float* logits, int64_t vocab) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < vocab; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return static_cast<int32_t>(best);
+  // The maximum first (vectorisable), then its first index.
+  const float mx = max_value(logits, vocab);
+  for (int64_t i = 0; i < vocab; ++i)
+    if (logits[i] == mx) return static_cast<int32_t>(i);
+  return 0;  // only when every logit is NaN
 }
 
-int32_t sample_token(const float* logits, int64_t vocab, const SamplingParams& params,
-                     std::mt19937_64& rng) {
-  // As vLLM: temperatures below 1e-5 are greedy (1/T would overflow the exponent).
-  if (params.temperature < kGreedyTemperature) return argmax(logits, vocab);
-  const float inv_t = 1.0f / params.temperature;
-  const float mx = logits[argmax(logits, vocab)];
-  std::vector<float> p(vocab);
-  double sum = 0.0;
-  for (int64_t i = 0; i < vocab; ++i) {
-    p[i] = std::exp((logits[i] - mx) * inv_t);
-    sum += p[i];
+void validate_token_ids(const SamplingParams& params, int64_t vocab) {
+  const auto check = [&](int32_t id, const char* what) {
+    if (id < 0 || id >= vocab)
+      throw std::invalid_argument(std::string(what) + " token id " + std::to_string(id) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  };
+  for (const auto& [id, bias] : params.logit_bias) check(id, "logit_bias");
+  for (int32_t id : params.stop_token_ids) check(id, "stop_token_ids");
+}
+
+bool apply_logits_processors(float* l, int64_t vocab, const SamplingParams& p,
+                             const std::vector<int32_t>& prompt_ids,
+                             const std::vector<int32_t>& output_ids,
+                             const std::vector<int32_t>& eos_token_ids) {
+  const int64_t num_output = static_cast<int64_t>(output_ids.size());
+  if (!has_processors(p, num_output)) return false;
+  for (const auto& [id, bias] : p.logit_bias) {
+    if (id < 0 || id >= vocab)
+      throw std::invalid_argument("logit_bias token id " + std::to_string(id) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
   }
-  std::vector<int32_t> order(vocab);
-  std::iota(order.begin(), order.end(), 0);
-  int64_t keep = vocab;
-  if (params.top_p < 1.0f) {
-    // Most likely first; ties by id so the order is deterministic.
-    std::sort(order.begin(), order.end(),
-              [&](int32_t a, int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-    double mass = 0.0;
-    const double target = params.top_p * sum;
-    for (keep = 0; keep < vocab;) {
-      mass += p[order[keep++]];
-      if (mass >= target) break;
+  check_ids(prompt_ids, vocab, "prompt");
+  check_ids(output_ids, vocab, "output");
+
+  for (const auto& [id, bias] : p.logit_bias) l[id] += bias;
+  if (num_output < p.min_tokens) {
+    for (const std::vector<int32_t>* ids : {&eos_token_ids, &p.stop_token_ids})
+      for (int32_t id : *ids)
+        if (id >= 0 && id < vocab) l[id] = kNegInf;
+  }
+  if (p.repetition_penalty != 1.0f) {
+    const float r = p.repetition_penalty;
+    if (static_cast<int64_t>(t_seen.size()) < vocab) t_seen.resize(vocab, 0);
+    for (const std::vector<int32_t>* ids : {&prompt_ids, &output_ids})
+      for (int32_t id : *ids) {
+        if (t_seen[id]) continue;
+        t_seen[id] = 1;
+        l[id] = l[id] > 0.0f ? l[id] / r : l[id] * r;
+      }
+    for (const std::vector<int32_t>* ids : {&prompt_ids, &output_ids})
+      for (int32_t id : *ids) t_seen[id] = 0;
+  }
+  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    if (static_cast<int64_t>(t_counts.size()) < vocab) t_counts.resize(vocab, 0);
+    for (int32_t id : output_ids) ++t_counts[id];
+    for (int32_t id : output_ids) {
+      const int32_t n = t_counts[id];
+      if (n == 0) continue;  // already done
+      // Two FP32 subtractions in vLLM's order (frequency, then presence).
+      l[id] -= p.frequency_penalty * static_cast<float>(n);
+      l[id] -= p.presence_penalty;
+      t_counts[id] = 0;
     }
-    sum = mass;
   }
-  const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * sum;
-  double acc = 0.0;
-  for (int64_t i = 0; i < keep; ++i) {
-    acc += p[order[i]];
-    if (u < acc) return order[i];
+  return true;
+}
+
+std::vector<double> sampling_probs(const float* processed_logits, int64_t vocab,
+                                   const SamplingParams& params) {
+  if (params.temperature < kGreedyTemperature)
+    throw std::invalid_argument("sampling_probs: greedy temperature has no distribution");
+  survivor_weights(processed_logits, vocab, params, t_weights);
+  double total = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) total += t_weights[i];
+  std::vector<double> probs(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) probs[i] = t_weights[i] / total;
+  return probs;
+}
+
+SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& params,
+                    const std::vector<int32_t>& prompt_ids,
+                    const std::vector<int32_t>& output_ids,
+                    const std::vector<int32_t>& eos_token_ids, std::mt19937_64& rng) {
+  const float* l = logits;
+  if (has_processors(params, static_cast<int64_t>(output_ids.size()))) {
+    t_logits.assign(logits, logits + vocab);
+    apply_logits_processors(t_logits.data(), vocab, params, prompt_ids, output_ids,
+                            eos_token_ids);
+    l = t_logits.data();
   }
-  return order[keep - 1];
+  int32_t token;
+  if (params.temperature < kGreedyTemperature) {
+    token = argmax(l, vocab);
+    if (l[token] == kNegInf) throw std::runtime_error("sampler: every token's logit is -inf");
+  } else {
+    survivor_weights(l, vocab, params, t_weights);
+    token = inverse_cdf(t_weights.data(), vocab, uniform_from(rng));
+  }
+  if (params.logprobs < 0) {
+    SampleResult r;
+    r.token_id = token;
+    return r;
+  }
+  return logprobs_for(logits, vocab, token, params.logprobs);
+}
+
+SampleResult logprobs_for(const float* logits, int64_t vocab, int32_t token, int64_t k) {
+  if (token < 0 || token >= vocab)
+    throw std::out_of_range("logprobs_for: token id " + std::to_string(token) +
+                            " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  // One pass after the max: the softmax sum, the rank and the top k.
+  // log_softmax in FP32 with an FP64 sum: logprob_i = (l_i - max) - log(sum exp(l - max))
+  // (subtracting the max first keeps the precision of large logits).
+  const float mx = max_value(logits, vocab);
+  const float lt = logits[token];
+  const size_t kk = static_cast<size_t>(std::clamp<int64_t>(k, 0, vocab));
+  std::vector<int32_t> top;  // top k ids, best first; ids arrive ascending, so ties never displace
+  top.reserve(kk + 1);
+  float top_min = kk > 0 ? kNegInf : std::numeric_limits<float>::infinity();
+  bool top_full = kk == 0;
+  double sum = 0.0;
+  f32x4 acc{};
+  i32x4 greater{};  // per lane: minus the count of logits > lt
+  int64_t in_acc = 0;
+  for_each4(logits, vocab, [&](int64_t i, f32x4 x) {
+    acc += exp_nonpositive(x - mx);
+    if (++in_acc == kBlock / 4) {  // FP32 partial sums of kBlock terms, added in FP64
+      sum += static_cast<double>(acc[0]) + acc[1] + acc[2] + acc[3];
+      acc = f32x4{};
+      in_acc = 0;
+    }
+    greater += x > lt;
+    // Top k: only a group with a value above the current k-th (or before the buffer is full)
+    // leaves the vector path.
+    const i32x4 above = top_full ? (x > top_min) : (x >= kNegInf);
+    if (!(above[0] | above[1] | above[2] | above[3])) return;
+    for (int64_t j = i; j < std::min(vocab, i + 4); ++j) {
+      if (top_full && !(logits[j] > top_min)) continue;
+      const auto at = std::upper_bound(top.begin(), top.end(), logits[j],
+                                       [&](float v, int32_t id) { return v > logits[id]; });
+      top.insert(at, static_cast<int32_t>(j));
+      if (top.size() > kk) top.pop_back();
+      top_full = top.size() == kk;
+      if (top_full) top_min = logits[top.back()];
+    }
+  });
+  sum += static_cast<double>(acc[0]) + acc[1] + acc[2] + acc[3];
+  const float log_sum = static_cast<float>(std::log(sum));
+  const auto logprob = [&](int64_t i) { return (logits[i] - mx) - log_sum; };
+
+  SampleResult r;
+  r.token_id = token;
+  r.logprob = logprob(token);
+  // Rank: tokens with a larger logit, and equal ones with a lower id, come first.
+  int64_t ahead = -(static_cast<int64_t>(greater[0]) + greater[1] + greater[2] + greater[3]);
+  for (int64_t i = 0; i < token; ++i) ahead += logits[i] == lt;
+  r.rank = ahead + 1;
+  r.top_logprobs.reserve(top.size());
+  for (size_t i = 0; i < top.size(); ++i)
+    r.top_logprobs.push_back({top[i], logprob(top[i]), static_cast<int64_t>(i) + 1});
+  return r;
 }
 
 }  // namespace octet

@@ -64,12 +64,24 @@ LinearWeight load_fp8_linear(const WeightSource& src, const QuantConfig& q,
   return w;
 }
 
+// `module`.bias [out] into w.bias (FP32 on every path: linear_forward adds it after the GEMM).
+void load_bias(const WeightSource& src, const std::string& module, LinearWeight& w) {
+  w.bias = src.load_f32(module + ".bias", {w.out_features});
+  for (size_t i = 0; i < w.bias.size(); ++i)
+    if (!std::isfinite(w.bias[i]))
+      throw ModelFileError(src.path(), "tensor " + module + ".bias holds a non-finite value (" +
+                                           std::to_string(w.bias[i]) + ") at index " +
+                                           std::to_string(i));
+}
+
 LinearWeight load_linear(const WeightSource& src, const QuantConfig& q, const LoadOptions& o,
-                         const std::string& module, int64_t out, int64_t in) {
+                         const std::string& module, int64_t out, int64_t in,
+                         bool bias = false) {
   LinearWeight w;
   w.name = module;
   w.out_features = out;
   w.in_features = in;
+  if (bias) load_bias(src, module, w);
   if (q.weights_fp8 && q.is_quantized(module)) return load_fp8_linear(src, q, o, std::move(w));
   {
     const std::vector<float> v = src.load_f32(module + ".weight", {out, in});
@@ -152,14 +164,14 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LlamaLayerWeights& l = w.layers[i];
     l.attn_norm = src.load_f32(p + "input_layernorm.weight", {h});
-    l.q_proj = load_linear(src, q, options, p + "self_attn.q_proj", q_dim, h);
-    l.k_proj = load_linear(src, q, options, p + "self_attn.k_proj", kv_dim, h);
-    l.v_proj = load_linear(src, q, options, p + "self_attn.v_proj", kv_dim, h);
-    l.o_proj = load_linear(src, q, options, p + "self_attn.o_proj", h, q_dim);
+    l.q_proj = load_linear(src, q, options, p + "self_attn.q_proj", q_dim, h, c.qkv_bias);
+    l.k_proj = load_linear(src, q, options, p + "self_attn.k_proj", kv_dim, h, c.qkv_bias);
+    l.v_proj = load_linear(src, q, options, p + "self_attn.v_proj", kv_dim, h, c.qkv_bias);
+    l.o_proj = load_linear(src, q, options, p + "self_attn.o_proj", h, q_dim, c.o_proj_bias);
     l.ffn_norm = src.load_f32(p + "post_attention_layernorm.weight", {h});
-    l.gate_proj = load_linear(src, q, options, p + "mlp.gate_proj", ffn, h);
-    l.up_proj = load_linear(src, q, options, p + "mlp.up_proj", ffn, h);
-    l.down_proj = load_linear(src, q, options, p + "mlp.down_proj", h, ffn);
+    l.gate_proj = load_linear(src, q, options, p + "mlp.gate_proj", ffn, h, c.mlp_bias);
+    l.up_proj = load_linear(src, q, options, p + "mlp.up_proj", ffn, h, c.mlp_bias);
+    l.down_proj = load_linear(src, q, options, p + "mlp.down_proj", h, ffn, c.mlp_bias);
   }
   m.inv_freq_ = c.rope_inv_freq();
   m.rope_layout_ = src.rope_layout();

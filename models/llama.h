@@ -1,10 +1,12 @@
 #pragma once
-// The Llama-family decoder (LlamaForCausalLM):
+// The Llama-family decoder (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM):
 //   x = embed(tokens)
 //   per layer: h = x + o_proj(attn(rope(q_proj(n)), rope(k_proj(n)), v_proj(n))), n = rms(x)
 //              x = h + down(silu(gate(rms(h))) * up(rms(h)))
 //   logits = lm_head(rms(x))          (lm_head = embed when tie_word_embeddings)
-// Source: Touvron et al. 2023 (LLaMA), HF transformers modeling_llama.py.
+// Mistral and Qwen2 differ only in what the config sets: per-layer sliding windows
+// (ModelConfig::layer_sliding_window) and, for Qwen2, q/k/v biases (LinearWeight::bias).
+// Source: Touvron et al. 2023 (LLaMA), HF transformers modeling_{llama,mistral,qwen2}.py.
 // Linear layers run in FP32 (quantization "none", the reference that goldens check) or FP8 W8A8
 // (models/linear.h); norms, RoPE, attention and the residual stream are FP32 throughout.
 #include <cstdint>
@@ -63,8 +65,9 @@ struct DenseKVCache {
 class LlamaModel {
  public:
   /// Loads config and weights from a GGUF file (dequantized to FP32, then quantized per
-  /// `options`). Throws ModelFileError naming the file for an unsupported architecture, a
-  /// missing tensor, a tensor whose shape does not match the config, or an unsupported type.
+  /// `options`; biases stay FP32). Throws ModelFileError naming the file for an unsupported
+  /// architecture, a missing tensor (a layer's bias included when the config has biases), a
+  /// tensor whose shape does not match the config, or an unsupported type.
   static LlamaModel load(const GGUFFile& file, const LoadOptions& options = {});
   /// Loads a Hugging Face checkpoint (config.json + safetensors), FP8 or not. Additionally
   /// throws ModelFileError for a malformed quantization_config or quantized tensors

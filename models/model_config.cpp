@@ -8,12 +8,59 @@ namespace octet {
 
 namespace {
 
-const char* kSupportedArchitectures[] = {"llama"};
+// llama.cpp writes Mistral as "llama" (Q/K permuted); qwen2 keeps HF's half-split Q/K rows.
+const char* kSupportedArchitectures[] = {"llama", "qwen2"};
 
 bool is_supported(const std::string& arch) {
   for (const char* a : kSupportedArchitectures)
     if (arch == a) return true;
   return false;
+}
+
+// Per-layer windows from "<arch>.attention.sliding_window" and ".sliding_window_pattern" (see
+// ModelConfig::from_gguf; llama.cpp's llama_model_base::load_swa_pattern and
+// llama_hparams::set_swa_pattern with dense_first = false).
+std::vector<int64_t> gguf_layer_windows(const GGUFFile& file, const std::string& a,
+                                        int64_t num_layers) {
+  auto bad = [&](const std::string& what) { throw ModelFileError(file.path(), what); };
+  const std::string window_key = a + "attention.sliding_window";
+  const std::string pattern_key = a + "attention.sliding_window_pattern";
+  const int64_t window = file.get_int(window_key, 0);
+  if (window < 0) bad(window_key + " is " + std::to_string(window) + ", must be >= 0");
+  std::vector<bool> sliding(size_t(num_layers), true);  // a window without a pattern: all
+  if (const GGUFValue* p = file.find(pattern_key)) {
+    if (p->type == GGUFValueType::ARRAY) {
+      const auto& items = p->as_array();
+      if (int64_t(items.size()) != num_layers)
+        bad(pattern_key + " has " + std::to_string(items.size()) +
+            " entries but block_count is " + std::to_string(num_layers));
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (items[i].type == GGUFValueType::BOOL) {
+          sliding[i] = items[i].as_bool();
+        } else if (items[i].is_integer()) {
+          sliding[i] = items[i].as_int() != 0;
+        } else {
+          bad(pattern_key + "[" + std::to_string(i) + "] is a " +
+              gguf_value_type_name(items[i].type) + ", expected a bool");
+        }
+      }
+    } else if (p->is_integer()) {
+      const int64_t n = p->as_int();
+      if (n < 0) bad(pattern_key + " is " + std::to_string(n) + ", must be >= 0");
+      for (int64_t i = 0; i < num_layers; ++i) sliding[size_t(i)] = n == 0 || i % n < n - 1;
+    } else {
+      bad(pattern_key + " is a " + gguf_value_type_name(p->type) +
+          ", expected a bool array or an integer period");
+    }
+    if (window == 0)
+      for (size_t i = 0; i < sliding.size(); ++i)
+        if (sliding[i] && p->type == GGUFValueType::ARRAY)
+          bad(pattern_key + " marks layer " + std::to_string(i) + " sliding but " + window_key +
+              " is absent or 0");
+  }
+  std::vector<int64_t> windows(size_t(num_layers), 0);
+  for (size_t i = 0; i < windows.size(); ++i) windows[i] = sliding[i] ? window : 0;
+  return windows;
 }
 
 }  // namespace
@@ -23,7 +70,7 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   c.architecture = file.get_string("general.architecture");
   if (!is_supported(c.architecture))
     throw ModelFileError(file.path(), "unsupported architecture '" + c.architecture +
-                                          "' (supported: llama)");
+                                          "' (supported: llama, qwen2)");
   const std::string a = c.architecture + ".";
   c.hidden_size = file.get_int(a + "embedding_length");
   c.num_hidden_layers = file.get_int(a + "block_count");
@@ -88,7 +135,13 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   if (!file.find_tensor("blk." + std::to_string(c.num_hidden_layers - 1) + ".attn_norm.weight"))
     bad("block_count is " + std::to_string(c.num_hidden_layers) + " but the file has no tensor "
         "blk." + std::to_string(c.num_hidden_layers - 1) + ".attn_norm.weight");
-  c.layer_sliding_window.assign(c.num_hidden_layers, 0);
+  // Biases, where the tensors exist (llama.cpp loads them as optional; qwen2 requires q/k/v).
+  c.qkv_bias = file.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.o_proj_bias = file.find_tensor("blk.0.attn_output.bias") != nullptr;
+  c.mlp_bias = file.find_tensor("blk.0.ffn_up.bias") != nullptr;
+  if (c.architecture == "qwen2" && !c.qkv_bias)
+    bad("qwen2 needs q/k/v biases but there is no tensor blk.0.attn_q.bias");
+  c.layer_sliding_window = gguf_layer_windows(file, a, c.num_hidden_layers);
   return c;
 }
 

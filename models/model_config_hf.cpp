@@ -1,6 +1,8 @@
-// ModelConfig::from_hf_config: a Hugging Face config.json (LlamaConfig) -> ModelConfig.
-// Keys and defaults as transformers' LlamaConfig; RoPE from "rope_theta" / "rope_scaling"
-// (transformers 4) or "rope_parameters" (transformers 5, same fields plus rope_theta).
+// ModelConfig::from_hf_config: a Hugging Face config.json (LlamaConfig, MistralConfig,
+// Qwen2Config) -> ModelConfig. Keys and defaults as transformers 5.24's configuration_*.py; RoPE
+// from "rope_theta" / "rope_scaling" (transformers 4) or "rope_parameters" (transformers 5, same
+// fields plus rope_theta); per-layer windows as modeling_{llama,mistral,qwen2}.py apply them.
+#include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -85,13 +87,126 @@ void read_rope_scaling(const ConfigReader& r, const json& s, const std::string& 
   }
 }
 
+/// The HF architectures octet runs, with their model_type.
+struct Architecture {
+  const char* hf_class;
+  const char* model_type;
+  int64_t default_max_position_embeddings;  // the config class's default
+};
+constexpr Architecture kArchitectures[] = {
+    {"LlamaForCausalLM", "llama", 2048},
+    {"MistralForCausalLM", "mistral", 4096 * 32},
+    {"Qwen2ForCausalLM", "qwen2", 32768},
+};
+
+std::string supported_list(bool classes) {
+  std::string s;
+  for (const Architecture& a : kArchitectures)
+    s += std::string(s.empty() ? "" : ", ") + (classes ? a.hf_class : a.model_type);
+  return s;
+}
+
+/// A boolean at `key`, or `fallback` when absent or null.
+bool read_bool(const ConfigReader& r, const std::string& key, bool fallback) {
+  const auto it = r.root().find(key);
+  if (it == r.root().end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) r.fail(key + " must be a boolean, got " + it->dump());
+  return it->get<bool>();
+}
+
+/// `sliding_window`: a positive integer, or 0 when null; `fallback` when absent.
+int64_t read_sliding_window(const ConfigReader& r, int64_t fallback) {
+  const auto it = r.root().find("sliding_window");
+  if (it == r.root().end()) return fallback;
+  if (it->is_null()) return 0;
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0)
+    r.fail("sliding_window must be a positive integer or null, got " + it->dump());
+  return it->get<int64_t>();
+}
+
+/// `layer_types` as one flag per layer (true = "sliding_attention"); empty when absent or null.
+std::vector<bool> read_layer_types(const ConfigReader& r, int64_t num_layers) {
+  const auto it = r.root().find("layer_types");
+  if (it == r.root().end() || it->is_null()) return {};
+  if (!it->is_array()) r.fail("layer_types must be an array of strings, got " + it->dump());
+  if (int64_t(it->size()) != num_layers)
+    r.fail("layer_types has " + std::to_string(it->size()) + " entries but num_hidden_layers is " +
+           std::to_string(num_layers));
+  std::vector<bool> sliding;
+  for (size_t i = 0; i < it->size(); ++i) {
+    const json& t = (*it)[i];
+    const std::string v = t.is_string() ? t.get<std::string>() : "";
+    if (v == "sliding_attention") {
+      sliding.push_back(true);
+    } else if (v == "full_attention" || v == "attention") {  // "attention": legacy name
+      sliding.push_back(false);
+    } else {
+      r.fail("layer_types[" + std::to_string(i) + "] is " + t.dump() +
+             "; supported: \"full_attention\", \"sliding_attention\"");
+    }
+  }
+  return sliding;
+}
+
+/// Per-layer windows (0 = full) as transformers 5.24's modeling code applies them; see
+/// ModelConfig::from_hf_config.
+std::vector<int64_t> read_layer_windows(const ConfigReader& r, const std::string& model_type,
+                                        int64_t num_layers) {
+  const std::vector<bool> types = read_layer_types(r, num_layers);
+  std::vector<int64_t> windows(size_t(num_layers), 0);
+  auto first_sliding = [&]() -> int64_t {
+    for (size_t i = 0; i < types.size(); ++i)
+      if (types[i]) return int64_t(i);
+    return -1;
+  };
+  if (model_type == "llama") {
+    read_sliding_window(r, 0);  // validated, unused: LlamaAttention has no window
+    if (const int64_t i = first_sliding(); i >= 0)
+      r.fail("layer_types[" + std::to_string(i) + "] is \"sliding_attention\" but "
+             "LlamaForCausalLM has no sliding-window attention (transformers ignores it, vLLM "
+             "applies sliding_window); refusing to guess");
+    return windows;
+  }
+  if (model_type == "mistral") {
+    // MistralConfig.sliding_window defaults to 4096; MistralModel masks every layer with it.
+    const int64_t w = read_sliding_window(r, 4096);
+    for (size_t i = 0; i < types.size(); ++i)
+      if (types[i] != (w > 0))
+        r.fail("layer_types[" + std::to_string(i) + "] is " +
+               (types[i] ? "\"sliding_attention\"" : "\"full_attention\"") +
+               " but MistralForCausalLM applies sliding_window (" +
+               (w > 0 ? std::to_string(w) : "null") + ") to every layer and ignores layer_types");
+    std::fill(windows.begin(), windows.end(), w);
+    return windows;
+  }
+  // qwen2: Qwen2Config.__post_init__ drops the window unless use_sliding_window, and derives
+  // layer_types from max_window_layers when they are not given.
+  const int64_t sw = read_sliding_window(r, 4096);
+  const int64_t w = read_bool(r, "use_sliding_window", false) ? sw : 0;
+  int64_t max_window_layers = 28;
+  if (const auto it = r.root().find("max_window_layers"); it != r.root().end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 0)
+      r.fail("max_window_layers must be a non-negative integer, got " + it->dump());
+    max_window_layers = it->get<int64_t>();
+  }
+  if (types.empty()) {
+    for (int64_t i = 0; i < num_layers; ++i) windows[size_t(i)] = i >= max_window_layers ? w : 0;
+    return windows;
+  }
+  if (const int64_t i = first_sliding(); i >= 0 && w == 0)
+    r.fail("layer_types[" + std::to_string(i) + "] is \"sliding_attention\" but there is no "
+           "window (use_sliding_window is false or sliding_window is null)");
+  for (size_t i = 0; i < types.size(); ++i) windows[i] = types[i] ? w : 0;
+  return windows;
+}
+
 }  // namespace
 
 ModelConfig ModelConfig::from_hf_config(const json& config, const std::string& config_path) {
   const ConfigReader r(config, config_path);
   if (!config.is_object()) r.fail("config is not a JSON object");
 
-  // Architecture: model_type "llama" or architectures ["LlamaForCausalLM"].
+  // Architecture: model_type ("llama") and/or architectures (["LlamaForCausalLM"]).
   std::string model_type, arch;
   if (const auto it = config.find("model_type"); it != config.end() && !it->is_null()) {
     if (!it->is_string()) r.fail("model_type must be a string");
@@ -104,20 +219,31 @@ ModelConfig ModelConfig::from_hf_config(const json& config, const std::string& c
     if (it->size() > 1) r.fail("architectures lists " + it->dump() + "; expected one entry");
   }
   if (model_type.empty() && arch.empty()) r.fail("missing model_type and architectures");
-  if (!arch.empty() && arch != "LlamaForCausalLM")
-    r.fail("unsupported architecture '" + arch + "' (supported: LlamaForCausalLM)");
-  if (!model_type.empty() && model_type != "llama")
-    r.fail("unsupported model_type '" + model_type + "' (supported: llama)");
+  const Architecture* by_class = nullptr;
+  const Architecture* by_type = nullptr;
+  for (const Architecture& a : kArchitectures) {
+    if (arch == a.hf_class) by_class = &a;
+    if (model_type == a.model_type) by_type = &a;
+  }
+  if (!arch.empty() && !by_class)
+    r.fail("unsupported architecture '" + arch + "' (supported: " + supported_list(true) + ")");
+  if (!model_type.empty() && !by_type)
+    r.fail("unsupported model_type '" + model_type + "' (supported: " + supported_list(false) +
+           ")");
+  if (by_class && by_type && by_class != by_type)
+    r.fail("architectures '" + arch + "' does not match model_type '" + model_type + "'");
+  const Architecture& a = by_class ? *by_class : *by_type;
 
   ModelConfig c;
-  c.architecture = "llama";
+  c.architecture = a.model_type;
   c.hidden_size = r.positive_int(config, "hidden_size", -1);
   c.num_hidden_layers = r.positive_int(config, "num_hidden_layers", -1);
   c.num_attention_heads = r.positive_int(config, "num_attention_heads", -1);
   c.num_key_value_heads = r.positive_int(config, "num_key_value_heads", c.num_attention_heads);
   c.intermediate_size = r.positive_int(config, "intermediate_size", -1);
   c.vocab_size = r.positive_int(config, "vocab_size", -1);
-  c.max_position_embeddings = r.positive_int(config, "max_position_embeddings", 2048);
+  c.max_position_embeddings =
+      r.positive_int(config, "max_position_embeddings", a.default_max_position_embeddings);
   c.rms_norm_eps = r.positive_float(config, "rms_norm_eps", 1e-6f);  // LlamaConfig's default
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     r.fail("num_attention_heads " + std::to_string(c.num_attention_heads) +
@@ -150,7 +276,16 @@ ModelConfig ModelConfig::from_hf_config(const json& config, const std::string& c
   if (const auto it = config.find("rope_scaling"); it != config.end() && !it->is_null())
     read_rope_scaling(r, *it, "rope_scaling", c.rope_scaling);
 
-  c.layer_sliding_window.assign(size_t(c.num_hidden_layers), 0);
+  if (const auto it = config.find("hidden_act"); it != config.end() && !it->is_null())
+    if (*it != "silu")
+      r.fail("unsupported hidden_act " + it->dump() + " (supported: \"silu\")");
+  if (c.architecture == "qwen2") {
+    c.qkv_bias = true;  // Qwen2Attention: q/k/v Linear(bias=True), o_proj bias=False
+  } else if (c.architecture == "llama") {
+    c.qkv_bias = c.o_proj_bias = read_bool(r, "attention_bias", false);
+    c.mlp_bias = read_bool(r, "mlp_bias", false);
+  }
+  c.layer_sliding_window = read_layer_windows(r, c.architecture, c.num_hidden_layers);
   return c;
 }
 

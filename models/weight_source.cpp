@@ -40,7 +40,8 @@ namespace {
 
 class GGUFWeightSource final : public WeightSource {
  public:
-  explicit GGUFWeightSource(const GGUFFile& f) : file_(f) {}
+  explicit GGUFWeightSource(const GGUFFile& f)
+      : file_(f), qk_permuted_(f.get_string("general.architecture", "llama") == "llama") {}
   const std::string& path() const override { return file_.path(); }
   bool has(const std::string& name) const override {
     const std::string g = gguf_tensor_name(name);
@@ -62,11 +63,15 @@ class GGUFWeightSource final : public WeightSource {
   QuantArithmetic arithmetic(const std::string&) const override {
     return QuantArithmetic::Float32;
   }
-  // llama.cpp's converter permutes Q/K rows so that GGUF llama weights rotate adjacent pairs.
-  ref::RopeLayout rope_layout() const override { return ref::RopeLayout::AdjacentPairs; }
+  // llama.cpp's converter permutes Q/K rows so that GGUF llama weights rotate adjacent pairs
+  // (LLAMA_ROPE_TYPE_NORM); qwen2 keeps HF's rows and rotates halves (LLAMA_ROPE_TYPE_NEOX).
+  ref::RopeLayout rope_layout() const override {
+    return qk_permuted_ ? ref::RopeLayout::AdjacentPairs : ref::RopeLayout::HalfSplit;
+  }
 
  private:
   const GGUFFile& file_;
+  bool qk_permuted_;
 };
 
 class HFWeightSource final : public WeightSource {

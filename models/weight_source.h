@@ -1,8 +1,9 @@
 #pragma once
 // WeightSource: one way to read a Llama checkpoint's tensors by their Hugging Face names
 // (model.layers.N.self_attn.q_proj.weight, ...) and PyTorch shapes ([out, in]), whether they
-// live in a GGUF file (llama.cpp names, dims reversed, Q/K rows permuted for adjacent-pair
-// RoPE) or in an HF safetensors checkpoint.
+// live in a GGUF file (llama.cpp names, dims reversed; for architecture "llama" Q/K rows permuted
+// for adjacent-pair RoPE, for "qwen2" not) or in an HF safetensors checkpoint. Biases:
+// model.layers.N.self_attn.q_proj.bias <-> blk.N.attn_q.bias.
 #include <cstdint>
 #include <memory>
 #include <string>

@@ -65,6 +65,7 @@ int run_bench_latency(int argc, const char* const* argv) {
 int run_bench(int argc, const char* const* argv) {
   const std::string sub = argc > 1 ? argv[1] : "";
   if (sub == "latency") return run_bench_latency(argc - 1, argv + 1);
+  if (sub == "engine") return run_bench_engine(argc - 1, argv + 1);
   if (sub == "kernels") {
     if (argc > 2) {
       std::cerr << "octet bench kernels: takes no arguments, got '" << argv[2] << "'\n";
@@ -77,7 +78,9 @@ int run_bench(int argc, const char* const* argv) {
   if (!help && !sub.empty()) std::cerr << "octet bench: unknown benchmark '" << sub << "'\n";
   (help ? std::cout : std::cerr) << "usage: octet bench latency --model PATH [--quantization auto|fp8|none] "
                "[--input-len N] [--output-len N]\n"
-               "       octet bench kernels\n";
+               "       octet bench kernels\n"
+               "       octet bench engine --model PATH [--concurrency 1,4,16,64] "
+               "[--contexts 512,...,8192] [--kv-cache-dtypes bf16,fp8_e4m3]\n";
   return help ? 0 : 2;
 }
 

@@ -1,5 +1,7 @@
-// `octet generate`: one prompt through the Generator, streamed text or one JSON object.
-#include <cstdio>
+// `octet generate`: prompts through the continuous-batching Engine. One prompt streams its text
+// (or prints one JSON object with --json); --prompts-file runs every line concurrently and
+// prints the outputs in input order (one JSON object per line with --json).
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -7,8 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/generate_config.h"
-#include "engine/generator.h"
-#include "server/generator_options.h"
+#include "engine/engine.h"
 #include "server/command.h"
 #include "server/commands.h"
 
@@ -38,39 +39,91 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
+std::vector<std::string> read_prompts(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument("--prompts-file: cannot open '" + path + "'");
+  std::vector<std::string> prompts;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty()) prompts.push_back(line);
+  }
+  if (prompts.empty()) throw std::invalid_argument("--prompts-file: '" + path + "' has no prompts");
+  return prompts;
+}
+
+struct Completion {
+  std::vector<int32_t> prompt_ids;
+  std::vector<int32_t> token_ids;
+  std::string text;
+  std::string finish_reason;
+  double seconds = 0.0;
+};
+
 }  // namespace
 
 int run_generate(int argc, const char* const* argv) {
   return cli::run_command<GenerateConfig>("octet generate", argc, argv, [](GenerateConfig& cfg) {
-    std::vector<int32_t> prompt_ids;
-    if (!cfg.prompt_ids.empty()) prompt_ids = parse_ids(cfg.prompt_ids);
-    auto gen = Generator::load(cfg.model, generator_options(cfg));
-    if (prompt_ids.empty()) prompt_ids = gen->tokenize(cfg.prompt);
+    EngineArgs args;
+    args.model = cfg.model;
+    args.quantization = cfg.quantization;
+    args.weight_strategy = cfg.weight_strategy;
+    args.cache = cfg.cache;
+    args.scheduler = cfg.scheduler;
+    std::vector<std::vector<int32_t>> prompt_ids;
+    if (!cfg.prompt_ids.empty()) prompt_ids.push_back(parse_ids(cfg.prompt_ids));
+    const std::vector<std::string> texts =
+        cfg.prompts_file.empty() ? std::vector<std::string>{} : read_prompts(cfg.prompts_file);
+    auto engine = Engine::create(args);
+    std::cerr << engine->startup_report();
+    if (!cfg.prompt.empty()) prompt_ids.push_back(engine->tokenize(cfg.prompt, true));
+    for (const std::string& t : texts) prompt_ids.push_back(engine->tokenize(t, true));
+
     SamplingParams params;
     params.temperature = static_cast<float>(cfg.temperature);
     params.top_p = static_cast<float>(cfg.top_p);
     params.seed = cfg.seed;
     params.max_tokens = cfg.max_tokens;
     params.ignore_eos = cfg.ignore_eos;
-    std::function<void(const std::string&)> on_text;
-    if (!cfg.json) on_text = [](const std::string& piece) { std::cout << piece << std::flush; };
-    GenerateResult r = gen->generate(prompt_ids, params, on_text);
-    if (cfg.json) {
-      nlohmann::json j;
-      j["prompt_token_ids"] = r.prompt_token_ids;
-      j["token_ids"] = r.token_ids;
-      j["text"] = r.text;
-      j["finish_reason"] = r.finish_reason;
-      j["linear_format"] = r.linear_format;
-      j["tokens_per_second"] = r.tokens_per_second;
-      j["prefill_seconds"] = r.prefill_seconds;
-      j["decode_seconds"] = r.decode_seconds;
-      std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-    } else {
-      std::cout << "\n";
-      std::cerr << r.token_ids.size() << " tokens, " << r.tokens_per_second
-                << " tokens/s, finish_reason " << r.finish_reason << ", " << r.linear_format
-                << "\n";
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 0; i < prompt_ids.size(); ++i)
+      streams.push_back(engine->add_request("generate-" + std::to_string(i), prompt_ids[i],
+                                            params));
+    const bool stream_text = !cfg.json && streams.size() == 1;
+    std::vector<Completion> results(streams.size());
+    for (size_t i = 0; i < streams.size(); ++i) {
+      Completion& c = results[i];
+      c.prompt_ids = prompt_ids[i];
+      while (auto out = streams[i]->next()) {
+        if (!out->error.empty()) throw std::runtime_error(out->error);
+        c.token_ids.insert(c.token_ids.end(), out->token_ids.begin(), out->token_ids.end());
+        c.text += out->text;
+        if (stream_text) std::cout << out->text << std::flush;
+        if (out->finished) {
+          c.finish_reason = out->finish_reason;
+          c.seconds = out->e2e_time_s;
+        }
+      }
+    }
+    for (const Completion& c : results) {
+      const double tps = c.seconds > 0 ? static_cast<double>(c.token_ids.size()) / c.seconds : 0;
+      if (cfg.json) {
+        nlohmann::json j;
+        j["prompt_token_ids"] = c.prompt_ids;
+        j["token_ids"] = c.token_ids;
+        j["text"] = c.text;
+        j["finish_reason"] = c.finish_reason;
+        j["linear_format"] = engine->linear_format();
+        j["kv_cache_dtype"] = cfg.cache.kv_cache_dtype;
+        j["tokens_per_second"] = tps;
+        std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      } else if (stream_text) {
+        std::cout << "\n";
+        std::cerr << c.token_ids.size() << " tokens, " << tps << " tokens/s, finish_reason "
+                  << c.finish_reason << ", " << engine->linear_format() << "\n";
+      } else {
+        std::cout << c.text << "\n";
+      }
     }
   });
 }

@@ -11,10 +11,11 @@ constexpr const char* kUsage =
     "usage: octet <command> [options]\n"
     "commands:\n"
     "  serve      OpenAI-compatible HTTP server (--model PATH [--port 8000] [--config FILE])\n"
-    "  generate   generate text from one prompt (--model PATH --prompt TEXT | --prompt-ids 1,2)\n"
+    "  generate   generate text (--model PATH --prompt TEXT | --prompt-ids 1,2 | --prompts-file F)\n"
     "  perplexity perplexity of a model on a text (--model PATH --text FILE [--compare])\n"
     "  quantize   write an FP8_DYNAMIC compressed-tensors checkpoint (--model DIR --output DIR)\n"
-    "  bench      benchmarks: `octet bench latency --model PATH`, `octet bench kernels`\n"
+    "  bench      benchmarks: `octet bench latency --model PATH`, `octet bench kernels`,\n"
+    "             `octet bench engine --model PATH`\n"
     "run `octet <command> --help` for its options\n";
 
 }  // namespace

@@ -1,6 +1,8 @@
-// Run-time choice between the AVX2 ops (ops_avx2.cpp) and the plain references, and the
-// multi-row wrappers.
+// Run-time choice between the AVX2 ops (ops_avx2.cpp) and the plain references (for linear: a
+// batch-invariant scalar kernel), and the multi-row wrappers.
 #include "kernels/cpu/ops.h"
+
+#include <cstdint>
 
 #include "kernels/cpu/fp8.h"
 
@@ -20,12 +22,39 @@ void rms_norm_rows(const float* x, const float* weight, float* y, int64_t m, int
   for (int64_t i = 0; i < m; ++i) rms_norm(x + i * n, weight, y + i * n, n, eps);
 }
 
+namespace scalar {
+
+// Per (row, output): 8 partial sums (lane l takes t = l mod 8, as the AVX2 path's lanes), added
+// in lane order, then + bias. The lanes are independent, so a compiler may vectorise them
+// without changing a bit; nothing depends on m, the row's position or the thread count.
+void linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
+            int64_t k) {
+  if (m <= 0 || n <= 0) return;
+  const int64_t k8 = k / 8 * 8;
+#pragma omp parallel for schedule(static) if (m * n * k > 65536)
+  for (int64_t j = 0; j < n; ++j) {
+    const float* wr = w + j * k;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xr = x + i * k;
+      float lane[8] = {};
+      for (int64_t t = 0; t < k8; t += 8)
+        for (int l = 0; l < 8; ++l) lane[l] += xr[t + l] * wr[t + l];
+      for (int64_t t = k8; t < k; ++t) lane[t - k8] += xr[t] * wr[t];
+      float acc = 0.0f;
+      for (float v : lane) acc += v;
+      y[i * n + j] = acc + (bias ? bias[j] : 0.0f);
+    }
+  }
+}
+
+}  // namespace scalar
+
 void linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
             int64_t k) {
   if (fp8_avx2_available()) {
     avx2::linear(x, w, bias, y, m, n, k);
   } else {
-    ref::linear(x, w, bias, y, m, n, k);
+    scalar::linear(x, w, bias, y, m, n, k);
   }
 }
 

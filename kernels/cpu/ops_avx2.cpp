@@ -168,6 +168,8 @@ OCTET_AVX2 OCTET_NO_CONTRACT void rope_impl(float* x, int64_t num_heads, int64_t
   }
 }
 
+// Batch invariant: both shapes run dot_tile, whose per-output sum (one 8-lane FMA chain over k,
+// masked tail, hsum4) is the same for every tile shape; the bias is added after it in both.
 OCTET_AVX2 void linear_impl(const float* x, const float* w, const float* bias, float* y,
                             int64_t m, int64_t n, int64_t k) {
   if (m == 1) {

@@ -1,4 +1,4 @@
-// Internal to kernels/cpu (included by ops_linear.cpp and w8a8_linear_avx2.cpp only): the AVX2
+// Internal to kernels/cpu (included by ops_avx2.cpp and w8a8_linear_avx2.cpp only): the AVX2
 // FP32 dot-product tile shared by the FP32 linear and the W8A8 GEMM, and the thread-blocking
 // rule. Both operands are k-contiguous rows (x: [m, k], w: [n, k]), as nn.Linear stores them.
 // Every function is compiled for AVX2+FMA via a target attribute; callers check
@@ -32,7 +32,9 @@ OCTET_AVX2 inline __m128 hsum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
 }
 
 /// out[i * ldo + j] = sum_t a[i * lda + t] * b[j * ldb + t] for i < MR, j < NR, t < k.
-/// FP32 FMA accumulation, 8 lanes per row pair, lanes summed at the end.
+/// FP32 FMA accumulation, 8 lanes per row pair, lanes summed at the end. Every (i, j) sum is
+/// the same instruction sequence for every MR, NR (hsum4 sums each vector on its own), so a
+/// row's result does not depend on how many rows share the tile (batch invariance).
 template <int MR, int NR>
 OCTET_AVX2 inline void dot_tile(const float* a, int64_t lda, const float* b, int64_t ldb,
                                 int64_t k, float* out, int64_t ldo) {

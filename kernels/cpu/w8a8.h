@@ -85,23 +85,28 @@ void quantize_per_token_e4m3(const float* x, int64_t m, int64_t k, uint8_t* q, f
 void quantize_static_e4m3(const float* x, int64_t m, int64_t k, float scale, uint8_t* q);
 
 /// y: [m, n] = acc * (s_a * s_w) (+ bias: [n] or nullptr), see the file comment. qa: [m, k]
-/// E4M3; a_scale: [m] (a_granularity PerRow) or [1] (PerTensor). Multithreaded (OpenMP),
-/// AVX2+FMA+F16C when the CPU has them, scalar otherwise. m == 1 takes the GEMV path (weights
-/// streamed once, decoded in registers), larger m a cache-blocked GEMM (each decoded weight tile
-/// reused for every row). Codes must not be NaN (0x7F/0xFF): the fast path decodes them as 480.
+/// E4M3; a_scale: [m] (a_granularity PerRow) or [1] (PerTensor). Multithreaded (OpenMP over
+/// the outputs, never over k). Path chosen once per process by CPU features: AVX-512
+/// VBMI+BF16, else AVX2+FMA+F16C, else scalar. Batch invariant: row i of y is bit-identical for
+/// every m, position of the row in the batch and thread count (each output's FP32 sum is the
+/// same instruction sequence whatever m is; more rows only share the decoded weights, which
+/// are read once per tile of rows). Codes must not be NaN (0x7F/0xFF): the AVX2 path decodes
+/// them as 480.
 void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                  const Fp8WeightView& w, const float* bias, float* y, int64_t m);
 
 // Explicit paths, for tests and benchmarks; results equal linear_w8a8 / quantize_per_token_e4m3
-// up to FP32 accumulation order. The _avx2 ones abort when fp8_avx2_available() is false.
+// up to FP32 accumulation order (each path is batch invariant on its own). The _avx2 ones abort
+// when fp8_avx2_available() is false.
 void linear_w8a8_scalar(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                         const Fp8WeightView& w, const float* bias, float* y, int64_t m);
 void linear_w8a8_avx2(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                       const Fp8WeightView& w, const float* bias, float* y, int64_t m);
-/// True when the CPU has AVX-512 F/BW/VBMI/BF16 (w8a8_gemv_avx512.cpp): linear_w8a8 then runs
-/// m == 1 (decode) through VPERMI2B decode + VDPBF16PS, exact products, FP32 accumulation.
+/// True when the CPU has AVX-512 F/BW/VBMI/BF16 (w8a8_linear_avx512.cpp): linear_w8a8 then runs
+/// every m through VPERMI2B decode + VDPBF16PS, exact products, FP32 accumulation.
 bool w8a8_avx512_available();
-/// The AVX-512 GEMV applied row by row (aborts when unavailable).
+/// The AVX-512 path (aborts when unavailable): tiles of up to 4 rows x 4 outputs share each
+/// decoded 64-code weight chunk; m == 1 is the decode GEMV.
 void linear_w8a8_avx512(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                         const Fp8WeightView& w, const float* bias, float* y, int64_t m);
 void quantize_per_token_e4m3_scalar(const float* x, int64_t m, int64_t k, uint8_t* q,

@@ -268,8 +268,8 @@ TEST_CASE("hf config: keys, defaults, rope scaling and errors", "[hf][config]") 
     }
   };
   json bad = c;
-  bad["architectures"] = {"MistralForCausalLM"};
-  expect(bad, "unsupported architecture 'MistralForCausalLM'");
+  bad["architectures"] = {"GemmaForCausalLM"};
+  expect(bad, "unsupported architecture 'GemmaForCausalLM'");
   bad = c;
   bad["model_type"] = "gemma";
   expect(bad, "unsupported model_type 'gemma'");

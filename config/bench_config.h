@@ -1,0 +1,50 @@
+#pragma once
+// Options of `octet bench engine`: continuous-batching decode throughput against concurrency,
+// and decode inter-token latency against context length per KV cache dtype.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "config/generate_config.h"
+
+namespace octet {
+
+struct BenchEngineConfig {
+  std::string model;
+  std::string quantization = "auto";
+  std::string weight_strategy = "channel";
+  std::string concurrency = "1,4,16,64";        // concurrent sequences per throughput run
+  int64_t input_len = 32;                       // prompt tokens per sequence (random ids)
+  int64_t output_len = 64;                      // generated tokens per sequence
+  std::string throughput_kv_cache_dtype = "fp8_e4m3";
+  std::string contexts = "512,1024,2048,4096,8192";  // context lengths for the ITL sweep
+  std::string kv_cache_dtypes = "bf16,fp8_e4m3";     // dtypes of the ITL sweep
+  int64_t itl_tokens = 32;                      // decode steps timed per context length
+  bool json = false;
+
+  template <class Visitor>
+  static void visit(BenchEngineConfig& c, Visitor&& v) {
+    v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
+    v(c.quantization, "quantization", kQuantizationHelp);
+    v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
+    v(c.concurrency, "concurrency", "comma-separated numbers of concurrent sequences ('' skips)");
+    v(c.input_len, "input_len", "prompt tokens per sequence in the throughput runs");
+    v(c.output_len, "output_len", "generated tokens per sequence in the throughput runs");
+    v(c.throughput_kv_cache_dtype, "throughput_kv_cache_dtype",
+      "kv_cache_dtype of the throughput runs");
+    v(c.contexts, "contexts", "comma-separated context lengths of the ITL sweep ('' skips)");
+    v(c.kv_cache_dtypes, "kv_cache_dtypes", "comma-separated kv_cache_dtype values to sweep");
+    v(c.itl_tokens, "itl_tokens", "decode steps timed at each context length");
+    v(c.json, "json", "print one JSON object");
+  }
+
+  void validate() const {
+    if (model.empty()) throw std::invalid_argument("--model is required");
+    validate_quantization_flags(quantization, weight_strategy);
+    if (input_len <= 0 || output_len < 2 || itl_tokens < 2)
+      throw std::invalid_argument("--input-len must be positive, --output-len and "
+                                  "--itl-tokens at least 2");
+  }
+};
+
+}  // namespace octet

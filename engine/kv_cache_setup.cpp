@@ -1,0 +1,207 @@
+#include "engine/kv_cache_setup.h"
+
+#include <cmath>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+#include <stdexcept>
+
+#include "engine/model_loader.h"
+#include "models/kv_scales.h"
+
+namespace octet {
+
+namespace {
+
+// FNV-1a over bytes (64-bit): the salt only has to differ when any layer's format differs.
+uint64_t fnv1a(uint64_t h, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::vector<float> per_head(const std::vector<float>& s, int64_t nkv) {
+  if (static_cast<int64_t>(s.size()) == nkv) return s;
+  return std::vector<float>(static_cast<size_t>(nkv), s.at(0));
+}
+
+std::string format_scales(const std::vector<float>& s) {
+  if (s.empty()) return "-";
+  float lo = s[0], hi = s[0];
+  for (float v : s) lo = std::min(lo, v), hi = std::max(hi, v);
+  std::ostringstream os;
+  os << std::setprecision(6);
+  if (lo == hi) {
+    os << lo;
+  } else {
+    os << lo << ".." << hi;
+  }
+  return os.str();
+}
+
+void check_scales(const std::vector<float>& s, const char* which, int64_t layer,
+                  const std::string& source) {
+  for (size_t h = 0; h < s.size(); ++h)
+    if (!std::isfinite(s[h]) || s[h] <= 0.0f)
+      throw std::invalid_argument("layer " + std::to_string(layer) + " " + which + "[" +
+                                  std::to_string(h) + "] = " + std::to_string(s[h]) + " from " +
+                                  source + ": KV scales must be finite and positive");
+}
+
+}  // namespace
+
+KVCacheDType parse_kv_cache_dtype(const std::string& name) {
+  if (name == "auto" || name == "bf16" || name == "bfloat16") return KVCacheDType::BF16;
+  if (name == "fp16" || name == "float16" || name == "half") return KVCacheDType::FP16;
+  if (name == "fp8" || name == "fp8_e4m3") return KVCacheDType::FP8_E4M3;
+  if (name == "fp8_e5m2") return KVCacheDType::FP8_E5M2;
+  throw std::invalid_argument("--kv-cache-dtype: unknown dtype '" + name +
+                              "' (expected auto, bf16, fp16, fp8, fp8_e4m3 or fp8_e5m2)");
+}
+
+KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
+                            const LoadedModel& loaded) {
+  const LlamaModel& model = *loaded.model;
+  const ModelConfig& c = model.config();
+  const int64_t L = c.num_hidden_layers, nkv = c.num_key_value_heads, hd = c.head_dim;
+  KVCacheSetup out;
+  out.block_size = cache.block_size;
+  out.max_model_len = max_model_len > 0 ? max_model_len : c.max_position_embeddings;
+  if (out.max_model_len > c.max_position_embeddings)
+    throw std::invalid_argument("--max-model-len " + std::to_string(max_model_len) +
+                                " exceeds the model's context length of " +
+                                std::to_string(c.max_position_embeddings) + " tokens");
+
+  // Dtypes: kv_cache_dtype everywhere except the skip layers, which stay bf16.
+  const KVCacheDType dtype = parse_kv_cache_dtype(cache.kv_cache_dtype);
+  out.layers.resize(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; ++l) {
+    out.layers[l].dtype = dtype;
+    out.layers[l].sliding_window = c.layer_sliding_window.at(l);
+  }
+  const KVSkipLayers skip = KVSkipLayers::parse(cache.kv_cache_dtype_skip_layers);
+  for (int64_t l : skip.layers) {
+    if (l < 0 || l >= L)
+      throw std::invalid_argument("--kv-cache-dtype-skip-layers: layer " + std::to_string(l) +
+                                  " is out of range; the model has layers 0.." +
+                                  std::to_string(L - 1));
+    out.layers[l].dtype = KVCacheDType::BF16;
+  }
+  if (skip.sliding_window) {
+    bool any = false;
+    for (int64_t l = 0; l < L; ++l)
+      if (out.layers[l].sliding_window > 0) {
+        out.layers[l].dtype = KVCacheDType::BF16;
+        any = true;
+      }
+    if (!any)
+      out.warnings.push_back("--kv-cache-dtype-skip-layers sliding_window: this model has no "
+                             "sliding-window layers; nothing skipped");
+  }
+
+  // Scales for FP8 layers, first source that has them.
+  std::vector<LayerKVScales> from_file;
+  if (!cache.kv_scales_path.empty())
+    from_file = load_kv_scales_file(cache.kv_scales_path, L, nkv).layers;
+  std::vector<std::optional<LayerKVScales>> from_ckpt(static_cast<size_t>(L));
+  if (loaded.hf) from_ckpt = load_checkpoint_kv_scales(*loaded.hf, model.quant_config(), L, nkv);
+  std::vector<LayerKVScales> calculated;
+  std::vector<int64_t> unit_layers;
+  for (int64_t l = 0; l < L; ++l) {
+    KVLayerSpec& s = out.layers[l];
+    if (!kv_cache_dtype_is_fp8(s.dtype)) continue;
+    if (!from_file.empty()) {
+      s.k_scale = from_file[l].k_scale, s.v_scale = from_file[l].v_scale;
+      s.scale_source = "file";
+    } else if (from_ckpt[l]) {
+      s.k_scale = from_ckpt[l]->k_scale, s.v_scale = from_ckpt[l]->v_scale;
+      s.scale_source = "checkpoint";
+    } else if (cache.calculate_kv_scales) {
+      if (calculated.empty()) {
+        // The calibration text through the model's own (FP8-weight) dense forward; amax of the
+        // K (after RoPE) and V it produces, per layer and KV head.
+        std::vector<int32_t> ids =
+            loaded.tokenizer->encode(kv_calibration_text(), /*add_special=*/true, false);
+        if (static_cast<int64_t>(ids.size()) > out.max_model_len)
+          ids.resize(static_cast<size_t>(out.max_model_len));
+        DenseKVCache dense = model.new_cache(static_cast<int64_t>(ids.size()));
+        (void)model.forward(ids.data(), static_cast<int64_t>(ids.size()), 0, dense, false);
+        calculated = calculate_kv_scales(dense, static_cast<int64_t>(ids.size()), L, nkv, hd,
+                                         dtype, /*per_head=*/true);
+      }
+      s.k_scale = calculated[l].k_scale, s.v_scale = calculated[l].v_scale;
+      s.scale_source = "calculated";
+    } else {
+      s.k_scale = {1.0f}, s.v_scale = {1.0f};
+      s.scale_source = "unit";
+      unit_layers.push_back(l);
+    }
+    s.k_scale = per_head(s.k_scale, nkv);
+    s.v_scale = per_head(s.v_scale, nkv);
+    check_scales(s.k_scale, "k_scale", l, s.scale_source);
+    check_scales(s.v_scale, "v_scale", l, s.scale_source);
+  }
+  if (!unit_layers.empty()) {
+    std::string names;
+    for (int64_t l : unit_layers) names += (names.empty() ? "" : ",") + std::to_string(l);
+    out.warnings.push_back(
+        "WARNING: no KV cache scales for FP8 layers " + names +
+        " (no --kv-scales-path, none in the checkpoint, no --calculate-kv-scales): using "
+        "k_scale = v_scale = 1.0. K/V beyond +-" +
+        std::string(dtype == KVCacheDType::FP8_E5M2 ? "57344" : "448") +
+        " saturate and small values lose precision; pass --calculate-kv-scales");
+  }
+
+  // Budget -> blocks. The null block is allocated on top of the budget.
+  out.bytes_per_block = PagedKVCache::bytes_per_block(out.block_size, nkv, hd, out.layers);
+  int64_t budget = cache.kv_cache_memory_bytes;
+  if (budget == 0 && cache.num_kv_blocks > 0) {
+    out.num_usable_blocks = cache.num_kv_blocks;
+    budget = cache.num_kv_blocks * out.bytes_per_block;
+  } else {
+    if (budget == 0) budget = CacheConfig::kDefaultMemoryBytes;
+    out.num_usable_blocks = budget / out.bytes_per_block;
+  }
+  out.budget_bytes = out.num_usable_blocks * out.bytes_per_block;
+  const int64_t capacity_tokens = out.num_usable_blocks * out.block_size;
+  const int64_t blocks_per_seq = (out.max_model_len + out.block_size - 1) / out.block_size;
+  if (out.num_usable_blocks < blocks_per_seq)
+    throw std::invalid_argument(
+        "the KV cache budget of " + std::to_string(budget) + " bytes holds " +
+        std::to_string(out.num_usable_blocks) + " blocks (" + std::to_string(capacity_tokens) +
+        " tokens), fewer than one sequence of max_model_len " +
+        std::to_string(out.max_model_len) + " tokens (" + std::to_string(blocks_per_seq) +
+        " blocks of " + std::to_string(out.block_size) + "); raise --kv-cache-memory-bytes / "
+        "--num-kv-blocks or lower --max-model-len");
+
+  uint64_t salt = 1469598103934665603ull;
+  salt = fnv1a(salt, &out.block_size, sizeof(out.block_size));
+  for (const KVLayerSpec& s : out.layers) {
+    salt = fnv1a(salt, &s.dtype, sizeof(s.dtype));
+    salt = fnv1a(salt, s.k_scale.data(), s.k_scale.size() * sizeof(float));
+    salt = fnv1a(salt, s.v_scale.data(), s.v_scale.size() * sizeof(float));
+  }
+  out.cache_salt = salt;
+
+  std::ostringstream os;
+  const int64_t bytes_per_token = out.bytes_per_block / out.block_size;
+  os << "KV cache: kv_cache_dtype " << cache.kv_cache_dtype << ", block_size " << out.block_size
+     << ", " << bytes_per_token << " bytes per token\n"
+     << "KV cache: budget " << out.budget_bytes << " bytes = " << out.num_usable_blocks
+     << " blocks = " << capacity_tokens << " tokens = " << capacity_tokens / out.max_model_len
+     << " sequences of max_model_len " << out.max_model_len << "\n";
+  os << "layer  dtype     window  k_scale              v_scale              source\n";
+  for (int64_t l = 0; l < L; ++l) {
+    const KVLayerSpec& s = out.layers[l];
+    os << std::left << std::setw(7) << l << std::setw(10) << kv_cache_dtype_name(s.dtype)
+       << std::setw(8) << s.sliding_window << std::setw(21) << format_scales(s.k_scale)
+       << std::setw(21) << format_scales(s.v_scale) << s.scale_source << "\n";
+  }
+  out.report = os.str();
+  return out;
+}
+
+}  // namespace octet

@@ -1,0 +1,67 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+
+#include "engine/kv_cache_manager.h"
+#include "engine/request.h"
+
+namespace octet {
+
+ForwardBatch ModelRunner::build_batch(const SchedulerOutput& out, const KVCacheManager& kv,
+                                      StepLogits& rows) const {
+  ForwardBatch b;
+  const int64_t bs = cache_.block_size();
+  const size_t n_req = out.scheduled.size();
+  rows.sample_row.assign(n_req, -1);
+  rows.prompt_row_begin.assign(n_req, -1);
+  rows.prompt_pos_begin.assign(n_req, 0);
+  rows.prompt_row_count.assign(n_req, 0);
+  int64_t max_blocks = 0;
+  for (size_t i = 0; i < n_req; ++i) {
+    const Request& r = *out.scheduled[i];
+    const int64_t end = r.num_computed_tokens + out.num_scheduled_tokens[i];
+    max_blocks = std::max(max_blocks, (end + bs - 1) / bs);
+  }
+  b.max_blocks_per_seq = max_blocks;
+  b.block_tables.assign(static_cast<size_t>(n_req * max_blocks), 0);
+  b.query_start_loc.push_back(0);
+  for (size_t i = 0; i < n_req; ++i) {
+    const Request& r = *out.scheduled[i];
+    const std::vector<int32_t>& blocks = kv.get_block_ids(r.request_id);
+    const int64_t begin = r.num_computed_tokens, n = out.num_scheduled_tokens[i],
+                  end = begin + n, row0 = b.num_tokens();
+    for (int64_t p = begin; p < end; ++p) {
+      b.token_ids.push_back(r.token(p));
+      b.positions.push_back(p);
+      b.slot_mapping.push_back(static_cast<int64_t>(blocks.at(p / bs)) * bs + p % bs);
+    }
+    const int64_t nb = (end + bs - 1) / bs;
+    std::copy_n(blocks.begin(), nb, b.block_tables.begin() + i * max_blocks);
+    b.seq_lens.push_back(end);
+    b.query_start_loc.push_back(b.num_tokens());
+    // Prompt logprobs: the row at prompt position p predicts prompt token p + 1.
+    const int64_t n_prompt = static_cast<int64_t>(r.prompt_token_ids.size());
+    if (r.sampling_params.prompt_logprobs >= 0 && begin < n_prompt - 1) {
+      const int64_t last = std::min(end, n_prompt - 1);  // exclusive
+      rows.prompt_row_begin[i] = static_cast<int64_t>(b.logits_indices.size());
+      rows.prompt_pos_begin[i] = begin;
+      rows.prompt_row_count[i] = last - begin;
+      for (int64_t p = begin; p < last; ++p) b.logits_indices.push_back(row0 + (p - begin));
+    }
+    if (end == r.num_tokens()) {
+      rows.sample_row[i] = static_cast<int64_t>(b.logits_indices.size());
+      b.logits_indices.push_back(row0 + n - 1);
+    }
+  }
+  return b;
+}
+
+StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager& kv) {
+  StepLogits rows;
+  rows.vocab = model_.config().vocab_size;
+  const ForwardBatch batch = build_batch(out, kv, rows);
+  rows.logits = model_.forward(batch, cache_);
+  return rows;
+}
+
+}  // namespace octet

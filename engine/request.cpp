@@ -1,0 +1,57 @@
+#include "engine/request.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+namespace octet {
+
+const char* request_status_name(RequestStatus s) {
+  switch (s) {
+    case RequestStatus::Waiting: return "waiting";
+    case RequestStatus::Running: return "running";
+    case RequestStatus::Preempted: return "preempted";
+    case RequestStatus::FinishedStopped: return "finished_stopped";
+    case RequestStatus::FinishedLength: return "finished_length";
+    case RequestStatus::FinishedAborted: return "finished_aborted";
+  }
+  return "?";
+}
+
+const char* finish_reason(RequestStatus s) {
+  switch (s) {
+    case RequestStatus::FinishedStopped: return "stop";
+    case RequestStatus::FinishedLength: return "length";
+    case RequestStatus::FinishedAborted: return "abort";
+    default: return nullptr;
+  }
+}
+
+Request::Request(std::string id, std::vector<int32_t> prompt, SamplingParams params,
+                 int64_t prio)
+    : request_id(std::move(id)),
+      prompt_token_ids(std::move(prompt)),
+      sampling_params(std::move(params)),
+      priority(prio) {}
+
+int32_t Request::token(int64_t i) const {
+  const int64_t np = num_prompt_tokens();
+  if (i < 0 || i >= num_tokens()) {
+    std::fprintf(stderr, "octet: Request::token: index %lld out of [0, %lld) for '%s'\n",
+                 static_cast<long long>(i), static_cast<long long>(num_tokens()),
+                 request_id.c_str());
+    std::abort();
+  }
+  return i < np ? prompt_token_ids[i] : output_token_ids[i - np];
+}
+
+int64_t TokenIdsView::size() const { return r_->num_tokens(); }
+int32_t TokenIdsView::operator[](int64_t i) const { return r_->token(i); }
+
+std::vector<int32_t> TokenIdsView::copy() const {
+  std::vector<int32_t> all(r_->prompt_token_ids);
+  all.insert(all.end(), r_->output_token_ids.begin(), r_->output_token_ids.end());
+  return all;
+}
+
+}  // namespace octet

@@ -1,0 +1,404 @@
+// Paged KV cache: writes (reshape_and_cache), the paged attention driver and its reference.
+//
+// Attention is split flash-decoding style (Dao et al. 2023, "Flash-Decoding for long-context
+// inference"; vLLM's paged_attention_v2): the visible positions of a query are cut at fixed
+// partition boundaries (multiples of kPartitionTokens, paged_attention_kernel.h), a kernel
+// computes for each partition an exact two-pass softmax (max, exp, sum, weighted sum of V), and
+// the partials are folded in partition order. Whether the partitions of a query run in one
+// work item or spread over threads and are folded afterwards, the same fold runs on the same
+// partials, so the result is bitwise the same whatever the batch and the thread count.
+#include "kernels/cpu/paged_attention.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include <omp.h>
+
+#include "kernels/cpu/fp8.h"
+#include "kernels/cpu/half.h"
+#include "kernels/cpu/ops_ref.h"
+#include "kernels/cpu/paged_attention_kernel.h"
+
+namespace octet {
+
+namespace {
+
+using paged_detail::kGroupLanes;
+using paged_detail::kPartitionTokens;
+using paged_detail::padded_head_dim;
+
+void check(bool ok, const char* function, const char* what) {
+  if (ok) return;
+  std::fprintf(stderr, "octet: %s: %s\n", function, what);
+  std::abort();
+}
+
+void check_cache(const KVCacheView& c, const char* function) {
+  check(c.k != nullptr && c.v != nullptr, function, "null cache");
+  check(c.num_blocks > 0 && c.block_size > 0 && c.num_kv_heads > 0 && c.head_dim > 0, function,
+        "cache dimensions must be positive");
+  if (!kv_cache_dtype_is_fp8(c.dtype)) return;
+  check(c.k_scale != nullptr && c.v_scale != nullptr, function, "FP8 cache without scales");
+  for (int64_t h = 0; h < c.num_kv_heads; ++h)
+    check(std::isfinite(c.k_scale[h]) && c.k_scale[h] > 0 && std::isfinite(c.v_scale[h]) &&
+              c.v_scale[h] > 0,
+          function, "FP8 scales must be finite and positive");
+}
+
+// Positions a query may see, and where it is.
+struct Row {
+  int64_t seq;
+  int64_t lo, hi;  // visible positions [lo, hi): hi = position + 1
+};
+
+std::vector<Row> query_rows(const KVCacheView& c, const PagedAttentionBatch& b,
+                            int64_t sliding_window, const char* function) {
+  check(b.num_seqs >= 0 && sliding_window >= 0, function, "negative num_seqs or window");
+  if (b.num_seqs == 0) return {};
+  check(b.query_start_loc && b.seq_lens && b.block_tables, function, "null batch array");
+  check(b.query_start_loc[0] == 0, function, "query_start_loc[0] must be 0");
+  std::vector<Row> rows;
+  rows.reserve(static_cast<size_t>(b.query_start_loc[b.num_seqs]));
+  for (int64_t s = 0; s < b.num_seqs; ++s) {
+    const int64_t nq = b.query_start_loc[s + 1] - b.query_start_loc[s];
+    const int64_t len = b.seq_lens[s];
+    check(nq >= 0 && len >= nq, function, "seq_lens[s] < number of queries of s");
+    check(len <= b.max_blocks_per_seq * c.block_size, function, "seq_lens beyond block table");
+    const int32_t* table = b.block_tables + s * b.max_blocks_per_seq;
+    if (nq > 0)
+      for (int64_t i = 0; i < (len + c.block_size - 1) / c.block_size; ++i)
+        check(table[i] >= 0 && table[i] < c.num_blocks, function, "block id out of range");
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t pos = len - nq + i;
+      const int64_t lo = sliding_window > 0 ? std::max<int64_t>(0, pos - sliding_window + 1) : 0;
+      rows.push_back({s, lo, pos + 1});
+    }
+  }
+  return rows;
+}
+
+// The fastest kernel this CPU runs for this head size.
+paged_detail::Kernel best_kernel(int64_t head_dim) {
+  using namespace paged_detail;
+  static const bool avx512 = avx512_kernel_available(), avx2 = avx2_kernel_available();
+  if (avx512 && head_dim <= avx512_kernel().max_head_dim) return avx512_kernel();
+  return avx2 ? avx2_kernel() : scalar_kernel();
+}
+
+// Folds partial (m, l, acc) of the next partition into the running (M, L, A), in place:
+// M' = max(M, m), L' = L e^(M-M') + l e^(m-M'), A' = A e^(M-M') + acc e^(m-M').
+// One function for every path and split, so the fold's rounding never depends on either.
+__attribute__((noinline)) void fold(float* M, float* L, float* A, const float* m, const float* l,
+                                    const float* acc, int64_t num_q_heads, int64_t hdp) {
+  for (int64_t g = 0; g < num_q_heads; ++g) {
+    const float mx = std::max(M[g], m[g]);
+    const float a = std::exp(M[g] - mx), b = std::exp(m[g] - mx);
+    M[g] = mx;
+    L[g] = L[g] * a + l[g] * b;
+    float* Ag = A + g * hdp;
+    const float* accg = acc + g * hdp;
+    for (int64_t d = 0; d < hdp; ++d) Ag[d] = Ag[d] * a + accg[d] * b;
+  }
+}
+
+// Everything one call needs to prepare a query and finish an output, per KV head.
+struct Context {
+  const KVCacheView& c;
+  const float* q;
+  const PagedAttentionBatch& b;
+  const std::vector<Row>& rows;
+  int64_t num_heads, group, hdp;
+  float softmax_scale;
+  float* out;
+  paged_detail::Kernel kernel;
+
+  // qp: [group, hdp] <- the query heads of (row, kvh), scaled, in the kernel's lane order.
+  void prepare_q(int64_t r, int64_t kvh, float* qp) const {
+    const int64_t hd = c.head_dim;
+    const uint8_t* order = kernel.lane_order(c.dtype);
+    const float s = softmax_scale * (kv_cache_dtype_is_fp8(c.dtype) ? c.k_scale[kvh] : 1.0f);
+    for (int64_t g = 0; g < group; ++g) {
+      const float* qh = q + (r * num_heads + kvh * group + g) * hd;
+      for (int64_t base = 0; base < hdp; base += kGroupLanes)
+        for (int64_t j = 0; j < kGroupLanes; ++j) {
+          const int64_t e = base + order[j];
+          qp[g * hdp + base + j] = e < hd ? qh[e] * s : 0.0f;
+        }
+    }
+  }
+
+  paged_detail::PartialArgs args(int64_t r, int64_t kvh, const float* qp, int64_t begin,
+                                 int64_t end) const {
+    const int64_t bytes = kv_cache_dtype_bytes(c.dtype);
+    const int64_t head_offset = kvh * c.head_dim * bytes;
+    return {c.dtype,
+            static_cast<const uint8_t*>(c.k) + head_offset,
+            static_cast<const uint8_t*>(c.v) + head_offset,
+            c.num_kv_heads * c.head_dim * bytes,
+            c.block_size,
+            b.block_tables + rows[r].seq * b.max_blocks_per_seq,
+            c.head_dim,
+            group,
+            qp,
+            begin,
+            end};
+  }
+
+  // out[row, heads of kvh] <- A / L * v_scale, back in element order.
+  void finish(int64_t r, int64_t kvh, const float* L, const float* A) const {
+    const int64_t hd = c.head_dim;
+    const uint8_t* order = kernel.lane_order(c.dtype);
+    const float vs = kv_cache_dtype_is_fp8(c.dtype) ? c.v_scale[kvh] : 1.0f;
+    for (int64_t g = 0; g < group; ++g) {
+      const float f = vs / L[g];
+      float* oh = out + (r * num_heads + kvh * group + g) * hd;
+      for (int64_t base = 0; base < hdp; base += kGroupLanes)
+        for (int64_t j = 0; j < kGroupLanes; ++j) {
+          const int64_t e = base + order[j];
+          if (e < hd) oh[e] = A[g * hdp + base + j] * f;
+        }
+    }
+  }
+};
+
+int64_t first_partition(const Row& row) { return row.lo / kPartitionTokens; }
+int64_t num_partitions(const Row& row) {
+  return (row.hi - 1) / kPartitionTokens - first_partition(row) + 1;
+}
+// Positions of partition j (absolute index) of a row.
+void partition_range(const Row& row, int64_t j, int64_t* begin, int64_t* end) {
+  *begin = std::max(row.lo, j * kPartitionTokens);
+  *end = std::min(row.hi, (j + 1) * kPartitionTokens);
+}
+
+// Per-thread buffers of one call.
+struct Scratch {
+  std::vector<float> qp, work, m, l, acc, M, L, A;
+  Scratch(int64_t group, int64_t hdp)
+      : qp(group * hdp),
+        work(paged_detail::partial_scratch_floats(group, hdp)),
+        m(group), l(group), acc(group * hdp), M(group), L(group), A(group * hdp) {}
+};
+
+void run(const Context& x) {
+  const int64_t nkv = x.c.num_kv_heads, group = x.group, hdp = x.hdp;
+  const int64_t units = static_cast<int64_t>(x.rows.size()) * nkv;  // (row, KV head) pairs
+  if (units == 0) return;
+  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+
+  if (units >= 8 * threads) {
+    // Enough (row, KV head) units to share out: each folds its own partitions in order.
+#pragma omp parallel
+    {
+      Scratch s(group, hdp);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t u = 0; u < units; ++u) {
+        const int64_t r = u / nkv, kvh = u % nkv;
+        const Row& row = x.rows[r];
+        x.prepare_q(r, kvh, s.qp.data());
+        const int64_t j0 = first_partition(row), nj = num_partitions(row);
+        for (int64_t j = j0; j < j0 + nj; ++j) {
+          int64_t begin, end;
+          partition_range(row, j, &begin, &end);
+          const bool first = j == j0;
+          x.kernel.partial(x.args(r, kvh, s.qp.data(), begin, end), s.work.data(),
+                           first ? s.M.data() : s.m.data(), first ? s.L.data() : s.l.data(),
+                           first ? s.A.data() : s.acc.data());
+          if (!first)
+            fold(s.M.data(), s.L.data(), s.A.data(), s.m.data(), s.l.data(), s.acc.data(), group,
+                 hdp);
+        }
+        x.finish(r, kvh, s.L.data(), s.A.data());
+      }
+    }
+    return;
+  }
+
+  // Few units (decode of a few long sequences): one work item per (unit, partition), the
+  // partials kept, then folded per unit in partition order.
+  std::vector<int64_t> first_item(static_cast<size_t>(units) + 1, 0);
+  for (int64_t u = 0; u < units; ++u)
+    first_item[u + 1] = first_item[u] + num_partitions(x.rows[u / nkv]);
+  const int64_t items = first_item[units];
+  std::vector<float> pm(items * group), pl(items * group), pacc(items * group * hdp);
+#pragma omp parallel
+  {
+    Scratch s(group, hdp);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < items; ++i) {
+      const int64_t u = std::upper_bound(first_item.begin(), first_item.end(), i) -
+                        first_item.begin() - 1;
+      const int64_t r = u / nkv, kvh = u % nkv;
+      const Row& row = x.rows[r];
+      const int64_t j = first_partition(row) + (i - first_item[u]);
+      int64_t begin, end;
+      partition_range(row, j, &begin, &end);
+      x.prepare_q(r, kvh, s.qp.data());
+      x.kernel.partial(x.args(r, kvh, s.qp.data(), begin, end), s.work.data(), &pm[i * group],
+                       &pl[i * group], &pacc[i * group * hdp]);
+    }
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < units; ++u) {
+      const int64_t i0 = first_item[u];
+      std::copy_n(&pm[i0 * group], group, s.M.data());
+      std::copy_n(&pl[i0 * group], group, s.L.data());
+      std::copy_n(&pacc[i0 * group * hdp], group * hdp, s.A.data());
+      for (int64_t i = i0 + 1; i < first_item[u + 1]; ++i)
+        fold(s.M.data(), s.L.data(), s.A.data(), &pm[i * group], &pl[i * group],
+             &pacc[i * group * hdp], group, hdp);
+      x.finish(u / nkv, u % nkv, s.L.data(), s.A.data());
+    }
+  }
+}
+
+}  // namespace
+
+const char* kv_cache_dtype_name(KVCacheDType d) {
+  switch (d) {
+    case KVCacheDType::BF16: return "bf16";
+    case KVCacheDType::FP16: return "fp16";
+    case KVCacheDType::FP8_E4M3: return "fp8_e4m3";
+    case KVCacheDType::FP8_E5M2: return "fp8_e5m2";
+  }
+  return "unknown";
+}
+
+void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
+                    const int64_t* slot_mapping, int64_t n) {
+  constexpr const char* kFn = "write_kv_cache";
+  check(n >= 0, kFn, "negative token count");
+  if (n == 0) return;
+  check_cache(cache, kFn);
+  check(k && v && slot_mapping, kFn, "null input");
+  const int64_t nkv = cache.num_kv_heads, hd = cache.head_dim;
+  const int64_t row = nkv * hd, bytes = kv_cache_dtype_bytes(cache.dtype);
+  const int64_t num_slots = cache.num_blocks * cache.block_size;
+  for (int64_t i = 0; i < n; ++i) check(slot_mapping[i] < num_slots, kFn, "slot out of range");
+  const Fp8Format format =
+      cache.dtype == KVCacheDType::FP8_E5M2 ? Fp8Format::E5M2 : Fp8Format::E4M3;
+#pragma omp parallel if (n * row >= (1 << 15) && !omp_in_parallel())
+  {
+    std::vector<float> scaled(static_cast<size_t>(hd));
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t slot = slot_mapping[i];
+      if (slot < 0) continue;  // padding token: nothing to store
+      for (int which = 0; which < 2; ++which) {
+        const float* src = (which == 0 ? k : v) + i * row;
+        uint8_t* dst = static_cast<uint8_t*>(which == 0 ? cache.k : cache.v) + slot * row * bytes;
+        const float* scale = which == 0 ? cache.k_scale : cache.v_scale;
+        for (int64_t h = 0; h < nkv; ++h) {
+          const float* x = src + h * hd;
+          uint8_t* y = dst + h * hd * bytes;
+          switch (cache.dtype) {
+            case KVCacheDType::BF16:
+              for (int64_t d = 0; d < hd; ++d) {
+                const uint16_t b = float_to_bf16(x[d]);
+                std::memcpy(y + 2 * d, &b, 2);
+              }
+              break;
+            case KVCacheDType::FP16:
+              for (int64_t d = 0; d < hd; ++d) {
+                const uint16_t b = float_to_fp16(x[d]);
+                std::memcpy(y + 2 * d, &b, 2);
+              }
+              break;
+            case KVCacheDType::FP8_E4M3:
+            case KVCacheDType::FP8_E5M2:
+              for (int64_t d = 0; d < hd; ++d) scaled[d] = x[d] / scale[h];  // true division
+              fp8_encode(format, scaled.data(), y, static_cast<size_t>(hd));
+              break;
+          }
+        }
+      }
+    }
+  }
+}
+
+namespace paged_detail {
+
+void paged_attention_with(const Kernel& kernel, const KVCacheView& cache, const float* q,
+                          const PagedAttentionBatch& batch, int64_t num_heads,
+                          int64_t sliding_window, float softmax_scale, float* out) {
+  constexpr const char* kFn = "paged_attention";
+  const std::vector<Row> rows = query_rows(cache, batch, sliding_window, kFn);
+  if (rows.empty()) return;
+  check_cache(cache, kFn);
+  check(q && out, kFn, "null q or out");
+  check(num_heads > 0 && num_heads % cache.num_kv_heads == 0, kFn,
+        "num_heads must be a positive multiple of num_kv_heads");
+  check(cache.head_dim <= kernel.max_head_dim, kFn, "head_dim too large for this kernel");
+  const Context x{cache,
+                  q,
+                  batch,
+                  rows,
+                  num_heads,
+                  num_heads / cache.num_kv_heads,
+                  padded_head_dim(cache.head_dim),
+                  softmax_scale,
+                  out,
+                  kernel};
+  run(x);
+}
+
+}  // namespace paged_detail
+
+void paged_attention(const KVCacheView& cache, const float* q, const PagedAttentionBatch& batch,
+                     int64_t num_heads, int64_t sliding_window, float softmax_scale, float* out) {
+  paged_detail::paged_attention_with(best_kernel(cache.head_dim), cache, q, batch, num_heads, sliding_window,
+                                     softmax_scale, out);
+}
+
+namespace ref {
+
+void paged_attention(const KVCacheView& cache, const float* q, const PagedAttentionBatch& batch,
+                     int64_t num_heads, int64_t sliding_window, float softmax_scale, float* out) {
+  constexpr const char* kFn = "ref::paged_attention";
+  const std::vector<Row> rows = query_rows(cache, batch, sliding_window, kFn);
+  if (rows.empty()) return;
+  check_cache(cache, kFn);
+  check(q && out && num_heads > 0 && num_heads % cache.num_kv_heads == 0, kFn, "bad arguments");
+  const int64_t nkv = cache.num_kv_heads, hd = cache.head_dim, row = nkv * hd;
+  const int64_t bytes = kv_cache_dtype_bytes(cache.dtype);
+  // The dequantized value of element i of slot `slot` of cache `base`, scale per KV head.
+  auto value = [&](const void* base, const float* scale, int64_t slot, int64_t i) -> float {
+    const uint8_t* p = static_cast<const uint8_t*>(base) + (slot * row + i) * bytes;
+    uint16_t h;
+    switch (cache.dtype) {
+      case KVCacheDType::BF16: std::memcpy(&h, p, 2); return bf16_to_float(h);
+      case KVCacheDType::FP16: std::memcpy(&h, p, 2); return fp16_to_float(h);
+      case KVCacheDType::FP8_E4M3: return fp8_e4m3_to_float(*p) * scale[i / hd];
+      case KVCacheDType::FP8_E5M2: return fp8_e5m2_to_float(*p) * scale[i / hd];
+    }
+    return 0.0f;
+  };
+  std::vector<float> k, v;
+  for (int64_t s = 0; s < batch.num_seqs; ++s) {
+    // The whole sequence, positions 0 .. seq_len - 1, as [seq_len, nkv, hd] FP32.
+    const int64_t len = batch.seq_lens[s];
+    const int32_t* table = batch.block_tables + s * batch.max_blocks_per_seq;
+    k.resize(static_cast<size_t>(len * row));
+    v.resize(static_cast<size_t>(len * row));
+    for (int64_t pos = 0; pos < len; ++pos) {
+      const int64_t slot = table[pos / cache.block_size] * cache.block_size + pos % cache.block_size;
+      for (int64_t i = 0; i < row; ++i) {
+        k[pos * row + i] = value(cache.k, cache.k_scale, slot, i);
+        v[pos * row + i] = value(cache.v, cache.v_scale, slot, i);
+      }
+    }
+    for (int64_t r = batch.query_start_loc[s]; r < batch.query_start_loc[s + 1]; ++r) {
+      const Row& qr = rows[r];
+      ref::attention(q + r * num_heads * hd, k.data() + qr.lo * row, v.data() + qr.lo * row,
+                     out + r * num_heads * hd, num_heads, nkv, hd, qr.hi - qr.lo, softmax_scale);
+    }
+  }
+}
+
+}  // namespace ref
+
+}  // namespace octet
