@@ -21,7 +21,10 @@ ServeConfig parse(std::vector<std::string> args) {
   for (const auto& a : args) argv.push_back(a.c_str());
   ServeConfig cfg;
   std::string help;
-  REQUIRE(octet::cli::parse_flags(cfg, static_cast<int>(argv.size()), argv.data(), "serve", help));
+  // Called outside REQUIRE so that its exceptions reach parse_error().
+  const bool parsed =
+      octet::cli::parse_flags(cfg, static_cast<int>(argv.size()), argv.data(), "serve", help);
+  REQUIRE(parsed);
   return cfg;
 }
 
