@@ -1,23 +1,46 @@
 #include "server/chat_render.h"
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
+
+#include "server/chat_template.h"
 
 namespace octet::server {
 
-// TODO(lead): wire the Jinja interpreter (branch jinja: server/chat_template.h) after merging,
-// e.g.:
-//   static std::mutex mu;  static std::map<std::string, ChatTemplate> parsed;  // by source
-//   ChatTemplate t;  { lock; find or ChatTemplate::parse(template_source) (a ChatTemplateError
-//   of kind Syntax here is the server's fault: rethrow as std::runtime_error -> 500) }
-//   return t.render(nlohmann::json{{"messages", messages},
-//                                  {"add_generation_prompt", add_generation_prompt},
-//                                  {"bos_token", bos_token}, {"eos_token", eos_token}});
-//   (ChatTemplateError of kind Raised/Render derives from std::invalid_argument -> 400.)
-// Until then chat completions answer 500 with this message.
-std::string render_chat(const std::string& /*template_source*/,
-                        const nlohmann::json& /*messages*/, bool /*add_generation_prompt*/,
-                        const std::string& /*bos_token*/, const std::string& /*eos_token*/) {
-  throw std::runtime_error("chat templates are not wired into this build yet");
+namespace {
+
+/// The parsed template for a source, parsed once (a server renders one or two templates).
+/// A template that does not parse is the server's fault, not the request's: runtime_error.
+std::shared_ptr<const ChatTemplate> parsed(const std::string& source) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<const ChatTemplate>> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(source);
+  if (it != cache.end()) return it->second;
+  std::shared_ptr<const ChatTemplate> t;
+  try {
+    t = std::make_shared<const ChatTemplate>(ChatTemplate::parse(source));
+  } catch (const ChatTemplateError& e) {
+    throw std::runtime_error(std::string("the chat template does not parse: ") + e.what());
+  }
+  cache.emplace(source, t);
+  return t;
+}
+
+}  // namespace
+
+std::string render_chat(const std::string& template_source, const nlohmann::json& messages,
+                        bool add_generation_prompt, const std::string& bos_token,
+                        const std::string& eos_token) {
+  const auto t = parsed(template_source);
+  // ChatTemplateError (raise_exception, or a render error caused by the messages) derives from
+  // std::invalid_argument: the caller answers 400.
+  return t->render(nlohmann::json{{"messages", messages},
+                                  {"add_generation_prompt", add_generation_prompt},
+                                  {"bos_token", bos_token},
+                                  {"eos_token", eos_token}});
 }
 
 }  // namespace octet::server
