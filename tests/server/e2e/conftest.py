@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -57,17 +58,23 @@ class Server:
         raise RuntimeError("octet serve did not listen in time:\n" + self.log_text())
 
     def _wait_healthy(self, timeout):
+        """Polls /health until 200; the statuses seen are kept in health_statuses (503 while
+        the model loads)."""
+        self.health_statuses = []
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError("octet serve exited early:\n" + self.log_text())
             try:
                 with urllib.request.urlopen(self.base_url + "/health", timeout=5) as r:
+                    self.health_statuses.append(r.status)
                     if r.status == 200:
                         return
+            except urllib.error.HTTPError as e:
+                self.health_statuses.append(e.code)
             except Exception:
                 pass
-            time.sleep(0.1)
+            time.sleep(0.05)
         raise RuntimeError("octet serve did not become healthy:\n" + self.log_text())
 
     def metrics(self):

@@ -107,6 +107,15 @@ def tokenize(server, text):
 
 # ---- basic endpoints -----------------------------------------------------------------------
 
+def test_health_503_while_loading(server):
+    # The server listens before it loads the model; the first polls saw 503, the last 200.
+    assert server.health_statuses[0] == 503, server.health_statuses
+    assert server.health_statuses[-1] == 200
+    assert set(server.health_statuses) == {503, 200}
+    status, r = post_json(server, "/v1/completions", {"model": MODEL_NAME, "prompt": "x"})
+    assert status == 200
+
+
 def test_models_health_version(server, client):
     models = client.models.list()
     assert [m.id for m in models.data] == [MODEL_NAME]
