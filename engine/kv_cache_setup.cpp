@@ -33,7 +33,7 @@ std::string format_scales(const std::vector<float>& s) {
   float lo = s[0], hi = s[0];
   for (float v : s) lo = std::min(lo, v), hi = std::max(hi, v);
   std::ostringstream os;
-  os << std::setprecision(6);
+  os << std::setprecision(4);
   if (lo == hi) {
     os << lo;
   } else {
@@ -193,12 +193,12 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
      << "KV cache: budget " << out.budget_bytes << " bytes = " << out.num_usable_blocks
      << " blocks = " << capacity_tokens << " tokens = " << capacity_tokens / out.max_model_len
      << " sequences of max_model_len " << out.max_model_len << "\n";
-  os << "layer  dtype     window  k_scale              v_scale              source\n";
+  os << "layer  dtype     window  k_scale (min..max)   v_scale (min..max)   source\n";
   for (int64_t l = 0; l < L; ++l) {
     const KVLayerSpec& s = out.layers[l];
     os << std::left << std::setw(7) << l << std::setw(10) << kv_cache_dtype_name(s.dtype)
-       << std::setw(8) << s.sliding_window << std::setw(21) << format_scales(s.k_scale)
-       << std::setw(21) << format_scales(s.v_scale) << s.scale_source << "\n";
+       << std::setw(8) << s.sliding_window << std::setw(20) << format_scales(s.k_scale) << " "
+       << std::setw(20) << format_scales(s.v_scale) << " " << s.scale_source << "\n";
   }
   out.report = os.str();
   return out;

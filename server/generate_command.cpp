@@ -75,7 +75,7 @@ int run_generate(int argc, const char* const* argv) {
     const std::vector<std::string> texts =
         cfg.prompts_file.empty() ? std::vector<std::string>{} : read_prompts(cfg.prompts_file);
     auto engine = Engine::create(args);
-    std::cerr << engine->startup_report();
+    if (!cfg.json) std::cerr << engine->startup_report();
     if (!cfg.prompt.empty()) prompt_ids.push_back(engine->tokenize(cfg.prompt, true));
     for (const std::string& t : texts) prompt_ids.push_back(engine->tokenize(t, true));
 
@@ -122,7 +122,7 @@ int run_generate(int argc, const char* const* argv) {
         std::cerr << c.token_ids.size() << " tokens, " << tps << " tokens/s, finish_reason "
                   << c.finish_reason << ", " << engine->linear_format() << "\n";
       } else {
-        std::cout << c.text << "\n";
+        std::cout << "[" << (&c - results.data()) << "] " << c.text << "\n";
       }
     }
   });

@@ -134,7 +134,8 @@ TEST_CASE("engine: paged sliding-window models match transformers", "[engine][sw
     INFO(name);
     const nlohmann::json ref = reference(name);
     // FP32 linears; fp16 KV keeps K/V to 11 significant bits (the only rounding vs the
-    // FP32 reference), so logit differences agree to ~1e-3.
+    // FP32 reference): logit differences agree to 2.5e-3 (measured, Qwen2's logits reach 33);
+    // a wrong window moves them by 0.3 or more (scripts/make_sliding_window_reference.py).
     EngineArgs a = tiny_args(kGolden + "/" + name, "fp16");
     a.quantization = "none";
     a.scheduler.max_num_batched_tokens = 16;  // chunked prefill: 40 prompt tokens in 3 steps
@@ -151,9 +152,9 @@ TEST_CASE("engine: paged sliding-window models match transformers", "[engine][sw
     for (size_t pos = 0; pos + 1 < n; ++pos) {
       INFO("position " << pos);
       check_position(r.prompt_logprobs[pos + 1], ref["top5_ids"][pos], ref["top5_logits"][pos],
-                     2e-3);
+                     5e-3);
     }
-    check_position(r.logprobs.at(0), ref["top5_ids"][n - 1], ref["top5_logits"][n - 1], 2e-3);
+    check_position(r.logprobs.at(0), ref["top5_ids"][n - 1], ref["top5_logits"][n - 1], 5e-3);
   }
 }
 
@@ -238,9 +239,8 @@ TEST_CASE("engine: K/V beyond FP8's range are wrecked by unit scales, restored b
   }
   CHECK(l4[0].scale_source == "unit");
   CHECK(agree_restored >= 12);
-  // Unit scales saturate every K and V at +-448: the first token's distribution is wrong.
-  CHECK(std::fabs(wrecked.logprobs.at(0).logprob - bf16_orig.logprobs.at(0).logprob) > 0.05);
-  CHECK(agree_wrecked <= 8);
+  // Unit scales saturate every K and V at +-448: the continuation is lost (0/16 measured).
+  CHECK(agree_wrecked <= 4);
   WARN("greedy agreement with bf16 KV: calculated scales " << agree_restored
                                                            << "/16, unit scales "
                                                            << agree_wrecked << "/16");
