@@ -9,5 +9,6 @@ int run_bench(int argc, const char* const* argv);
 int run_bench_engine(int argc, const char* const* argv);  // `octet bench engine`
 int run_perplexity(int argc, const char* const* argv);
 int run_quantize(int argc, const char* const* argv);
+int run_serve(int argc, const char* const* argv);
 
 }  // namespace octet

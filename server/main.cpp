@@ -10,6 +10,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: octet <command> [options]\n"
     "commands:\n"
+    "  serve      OpenAI-compatible HTTP server (--model PATH [--port 8000] [--config FILE])\n"
     "  generate   generate text (--model PATH --prompt TEXT | --prompt-ids 1,2 | --prompts-file F)\n"
     "  perplexity perplexity of a model on a text (--model PATH --text FILE [--compare])\n"
     "  quantize   write an FP8_DYNAMIC compressed-tensors checkpoint (--model DIR --output DIR)\n"
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   // program_options expects argv[0] to be the program: pass the subcommand in its place.
+  if (cmd == "serve") return octet::run_serve(argc - 1, argv + 1);
   if (cmd == "generate") return octet::run_generate(argc - 1, argv + 1);
   if (cmd == "bench") return octet::run_bench(argc - 1, argv + 1);
   if (cmd == "perplexity") return octet::run_perplexity(argc - 1, argv + 1);

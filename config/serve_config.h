@@ -1,0 +1,69 @@
+#pragma once
+// Options of `octet serve`: the HTTP front end's own settings followed by every EngineArgs
+// option, each declared once (name, default, help). Flags (--max-num-waiting), config-file keys
+// (max_num_waiting, in the YAML file given by --config) and the startup printout derive from
+// visit() (STYLE.md 4). Flags override the file; the file overrides the defaults.
+#include <cstdint>
+#include <string>
+
+#include "config/engine_args.h"
+
+namespace octet {
+
+struct ServeConfig {
+  std::string config;                // YAML file of the same snake_case keys ("" = none)
+  std::string host = "0.0.0.0";
+  int64_t port = 8000;
+  std::string served_model_name;     // "" = the --model argument as given (vLLM's default)
+  std::string api_key;               // "" = no authentication on /v1/*
+  std::string chat_template;         // Jinja file overriding the model's template ("" = none)
+  int64_t max_body_bytes = 16 << 20;     // larger bodies get 413
+  int64_t max_header_bytes = 16 << 10;   // larger request headers get 431
+  double idle_timeout = 60.0;        // seconds a keep-alive connection may wait for a request
+  double read_timeout = 30.0;        // seconds to receive a body / to accept a response write
+  double shutdown_timeout = 30.0;    // seconds in-flight requests get after SIGTERM/SIGINT
+  int64_t max_num_waiting = 1024;    // engine requests waiting before new ones get 503
+  int64_t http_threads = 2;          // I/O threads (they only parse, enqueue and stream)
+  EngineArgs engine;
+
+  template <class Visitor>
+  static void visit(ServeConfig& c, Visitor&& v) {
+    v(c.config, "config", "YAML file with any of these options as snake_case keys; flags "
+                          "given on the command line override it");
+    v(c.host, "host", "address to listen on");
+    v(c.port, "port", "TCP port to listen on (0 = any free port, printed at start-up)");
+    v(c.served_model_name, "served_model_name",
+      "model name clients use in requests and /v1/models (default: --model as given)");
+    v(c.api_key, "api_key", "require 'Authorization: Bearer KEY' on /v1/* (default: none)");
+    v(c.chat_template, "chat_template",
+      "Jinja chat template file overriding the model's own template");
+    v(c.max_body_bytes, "max_body_bytes", "largest request body accepted (413 beyond)");
+    v(c.max_header_bytes, "max_header_bytes", "largest request header accepted (431 beyond)");
+    v(c.idle_timeout, "idle_timeout",
+      "seconds a keep-alive connection may stay idle before it is closed");
+    v(c.read_timeout, "read_timeout",
+      "seconds a client may take to send a request body, or to read a response write");
+    v(c.shutdown_timeout, "shutdown_timeout",
+      "seconds in-flight requests may take to finish after SIGTERM or SIGINT");
+    v(c.max_num_waiting, "max_num_waiting",
+      "waiting engine requests beyond which new requests get 503");
+    v(c.http_threads, "http_threads", "HTTP I/O threads (they never run the model)");
+    EngineArgs::visit(c.engine, v);
+  }
+
+  /// Reads a YAML mapping of option keys (snake_case, as visit() names them) into this config.
+  /// Throws std::invalid_argument naming the file and key for an unreadable file, a key that is
+  /// not an option (or is "config"), or a value of the wrong type.
+  void apply_config_file(const std::string& path);
+
+  /// Throws std::invalid_argument naming the flag for values out of range (port outside
+  /// [0, 65535], non-positive limits or timeouts, ...) and for invalid engine options.
+  void validate() const;
+
+  /// The model name the server answers to: served_model_name, else engine.model.
+  std::string model_name() const {
+    return served_model_name.empty() ? engine.model : served_model_name;
+  }
+};
+
+}  // namespace octet

@@ -1,0 +1,46 @@
+#pragma once
+// ApiError: an expected failure of one HTTP request (bad JSON, a bad parameter, an unknown
+// model, a full queue), turned into OpenAI's error body in one place at the HTTP edge
+// (STYLE.md 9). OpenAI's shape: {"error": {"message", "type", "param", "code"}}
+// (https://platform.openai.com/docs/guides/error-codes).
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace octet::server {
+
+class ApiError : public std::runtime_error {
+ public:
+  /// status: HTTP status (400, 401, 404, 413, 431, 503, 500); param: the request field at fault
+  /// ("" = null); code: OpenAI's machine-readable code ("" = null).
+  ApiError(int status, std::string message, std::string param = "", std::string code = "")
+      : std::runtime_error(message), status_(status), param_(std::move(param)),
+        code_(std::move(code)) {}
+
+  int status() const { return status_; }
+  const std::string& param() const { return param_; }
+  const std::string& code() const { return code_; }
+
+ private:
+  int status_;
+  std::string param_, code_;
+};
+
+/// 400 naming the field: "<param>: <message>" style messages are the caller's choice.
+inline ApiError bad_request(const std::string& message, const std::string& param = "") {
+  return ApiError(400, message, param);
+}
+
+/// OpenAI's error "type" for an HTTP status: invalid_request_error (4xx, 401 included, as
+/// OpenAI answers a bad API key), server_error (5xx).
+std::string error_type(int status);
+
+/// {"error": {"message", "type", "param", "code"}}; param and code are null when empty.
+nlohmann::json error_json(int status, const std::string& message, const std::string& param = "",
+                          const std::string& code = "");
+inline nlohmann::json error_json(const ApiError& e) {
+  return error_json(e.status(), e.what(), e.param(), e.code());
+}
+
+}  // namespace octet::server

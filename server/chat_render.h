@@ -1,0 +1,21 @@
+#pragma once
+// The one seam between the HTTP server and the chat template interpreter
+// (server/chat_template*, a Jinja2-compatible interpreter): renders an OpenAI message list
+// into the prompt text the model was trained on.
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace octet::server {
+
+/// Renders `template_source` (Jinja, as in tokenizer_config.json's chat_template or GGUF's
+/// tokenizer.chat_template) with the variables HF's apply_chat_template passes: messages
+/// ([{"role", "content" (string)}, ...]), add_generation_prompt, bos_token, eos_token.
+/// Throws std::invalid_argument with a client-facing message when the template rejects the
+/// conversation (raise_exception(...), e.g. roles that do not alternate), std::runtime_error for
+/// a template the interpreter cannot run.
+std::string render_chat(const std::string& template_source, const nlohmann::json& messages,
+                        bool add_generation_prompt, const std::string& bos_token,
+                        const std::string& eos_token);
+
+}  // namespace octet::server

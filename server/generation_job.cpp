@@ -1,0 +1,351 @@
+#include "server/generation_job.h"
+
+#include <chrono>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
+
+#include "server/api_error.h"
+#include "server/chat_render.h"
+
+namespace octet::server {
+
+using nlohmann::json;
+
+namespace {
+
+Engine& engine_or_throw(ServerContext& ctx) {
+  if (ctx.shutting_down.load()) throw ApiError(503, "the server is shutting down", "", "shutting_down");
+  Engine* e = ctx.engine.load();
+  if (!e) throw ApiError(503, "the model is still loading", "", "loading");
+  return *e;
+}
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
+    : ctx_(ctx), engine_(engine_or_throw(ctx)), req_(std::move(request)) {
+  const bool chat = req_.endpoint == Endpoint::kChatCompletions;
+  if (!req_.model.empty() && req_.model != ctx_.model_name)
+    throw ApiError(404, "The model `" + req_.model + "` does not exist.", "model",
+                   "model_not_found");
+  if (req_.priority != 0 && ctx_.config.engine.scheduler.scheduling_policy != "priority")
+    throw bad_request("'priority' " + std::to_string(req_.priority) +
+                          " needs the priority scheduler (start with --scheduling-policy "
+                          "priority)",
+                      "priority");
+  meta_.id = random_id(chat ? "chatcmpl-" : "cmpl-");
+  meta_.created = unix_now();
+  meta_.model = ctx_.model_name;
+
+  // Prompts -> token ids.
+  if (chat) {
+    if (ctx_.chat_template.empty())
+      throw bad_request("this model has no chat template; start the server with "
+                        "--chat-template FILE, or use /v1/completions",
+                        "messages");
+    std::string text;
+    try {
+      text = render_chat(ctx_.chat_template, req_.messages, req_.add_generation_prompt,
+                         engine_.bos_token(), engine_.eos_token());
+    } catch (const std::invalid_argument& e) {
+      throw bad_request(std::string("the chat template rejected the messages: ") + e.what(),
+                        "messages");
+    } catch (const std::exception& e) {
+      throw ApiError(500, std::string("cannot render the chat template: ") + e.what());
+    }
+    prompt_ids_.push_back(engine_.tokenize(text, /*add_special_tokens=*/false));
+    prompt_texts_.push_back(text);
+  } else {
+    for (const PromptInput& p : req_.prompts) {
+      if (p.is_token_ids) {
+        for (int32_t id : p.token_ids)
+          if (id >= engine_.vocab_size())
+            throw bad_request("'prompt' token id " + std::to_string(id) +
+                                  " is outside the vocabulary [0, " +
+                                  std::to_string(engine_.vocab_size()) + ")",
+                              "prompt");
+        prompt_ids_.push_back(p.token_ids);
+        prompt_texts_.push_back(req_.echo ? engine_.detokenize(p.token_ids, false) : "");
+      } else {
+        prompt_ids_.push_back(engine_.tokenize(p.text, req_.add_special_tokens));
+        prompt_texts_.push_back(p.text);
+      }
+    }
+  }
+
+  // max_tokens against the context limit (OpenAI's context_length_exceeded).
+  const int64_t limit = engine_.max_model_len();
+  const char* prompt_field = chat ? "messages" : "prompt";
+  std::vector<int64_t> max_tokens;
+  for (const auto& ids : prompt_ids_) {
+    const int64_t n_prompt = static_cast<int64_t>(ids.size());
+    if (n_prompt == 0) throw bad_request(std::string("'") + prompt_field + "' must not be empty", prompt_field);
+    int64_t m = 0;
+    if (req_.max_tokens) {
+      m = *req_.max_tokens;
+      if (n_prompt + m > limit)
+        throw ApiError(400,
+                       "This model's maximum context length is " + std::to_string(limit) +
+                           " tokens. However, you requested " + std::to_string(n_prompt + m) +
+                           " tokens (" + std::to_string(n_prompt) + " in the " +
+                           (chat ? "messages" : "prompt") + ", " + std::to_string(m) +
+                           " in the completion). Please reduce the length of the " +
+                           (chat ? "messages" : "prompt") + " or completion.",
+                       prompt_field, "context_length_exceeded");
+    } else {
+      if (n_prompt >= limit)
+        throw ApiError(400,
+                       "This model's maximum context length is " + std::to_string(limit) +
+                           " tokens. However, you requested " + std::to_string(n_prompt) +
+                           " tokens in the " + (chat ? "messages" : "prompt") +
+                           ", which leaves no room for the completion. Please reduce the "
+                           "length of the " + (chat ? "messages." : "prompt."),
+                       prompt_field, "context_length_exceeded");
+      m = limit - n_prompt;
+    }
+    if (req_.params.min_tokens > m)
+      throw bad_request("'min_tokens' (" + std::to_string(req_.params.min_tokens) +
+                            ") exceeds the tokens left for the completion (" +
+                            std::to_string(m) + ")",
+                        "min_tokens");
+    max_tokens.push_back(m);
+  }
+
+  // Queue limit (503) before adding anything.
+  const int64_t num_new = static_cast<int64_t>(prompt_ids_.size()) * req_.n;
+  const EngineStats stats = engine_.stats();
+  if (!stats.alive) throw ApiError(503, "the engine has stopped", "", "engine_dead");
+  if (stats.num_requests_waiting + num_new > ctx_.config.max_num_waiting)
+    throw ApiError(503,
+                   "the server is overloaded: " + std::to_string(stats.num_requests_waiting) +
+                       " requests are waiting (limit " +
+                       std::to_string(ctx_.config.max_num_waiting) + "); retry later",
+                   "", "overloaded");
+
+  try {
+    for (size_t p = 0; p < prompt_ids_.size(); ++p) {
+      for (int64_t i = 0; i < req_.n; ++i) {
+        Choice c;
+        c.index = static_cast<int64_t>(p) * req_.n + i;
+        c.prompt_index = p;
+        c.request_id = meta_.id + "-" + std::to_string(c.index);
+        SamplingParams params = req_.params;
+        params.max_tokens = max_tokens[p];
+        if (params.seed >= 0) params.seed += i;  // vLLM: child i of a parent gets seed + i
+        c.stream = engine_.add_request(c.request_id, prompt_ids_[p], params, req_.priority);
+        choices_.push_back(std::move(c));
+      }
+    }
+  } catch (const std::invalid_argument& e) {
+    abort();
+    throw bad_request(e.what());
+  } catch (const std::exception& e) {
+    abort();
+    if (ctx_.shutting_down.load()) throw ApiError(503, "the server is shutting down", "", "shutting_down");
+    if (!engine_.stats().alive) throw ApiError(503, "the engine has stopped", "", "engine_dead");
+    throw ApiError(503, std::string("cannot queue the request: ") + e.what());
+  }
+  aborted_ = false;
+  ctx_.active_jobs.fetch_add(1);
+  counted_ = true;
+}
+
+GenerationJob::~GenerationJob() {
+  abort();
+  if (counted_) ctx_.active_jobs.fetch_sub(1);
+}
+
+void GenerationJob::set_notify(const std::function<void()>& notify) {
+  for (Choice& c : choices_) c.stream->set_notify(notify);
+}
+
+void GenerationJob::abort() {
+  for (Choice& c : choices_) {
+    if (c.finished) continue;
+    engine_.abort(c.request_id);
+    c.finished = true;
+    c.finish_reason = "abort";
+    ctx_.metrics.record_finish("abort");
+  }
+  aborted_ = true;
+}
+
+std::string GenerationJob::token_text(int32_t id) const {
+  auto it = token_text_cache_.find(id);
+  if (it != token_text_cache_.end()) return it->second;
+  std::string t = engine_.detokenize({id}, /*skip_special_tokens=*/false);
+  token_text_cache_.emplace(id, t);
+  return t;
+}
+
+void GenerationJob::fail(int status, const std::string& message) {
+  if (status_ == 200) {
+    status_ = status;
+    error_message_ = message;
+  }
+  abort();  // the other choices of a failed response are useless
+}
+
+std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
+  const auto now = std::chrono::steady_clock::now();
+  const bool chat = req_.endpoint == Endpoint::kChatCompletions;
+  const TokenText text_of = [this](int32_t id) { return token_text(id); };
+  const bool first = c.first_update;
+  c.first_update = false;
+  if (first) c.prompt_logprobs = std::move(out.prompt_logprobs);
+
+  // Inter-token latency: the time since the previous token, shared by the tokens of an update.
+  if (!out.token_ids.empty()) {
+    if (c.last_token_time != std::chrono::steady_clock::time_point{}) {
+      const double dt = std::chrono::duration<double>(now - c.last_token_time).count();
+      const double per = dt / static_cast<double>(out.token_ids.size());
+      for (size_t k = 0; k < out.token_ids.size(); ++k) ctx_.metrics.inter_token_latency.observe(per);
+    }
+    c.last_token_time = now;
+  }
+
+  c.text += out.text;
+  c.token_ids.insert(c.token_ids.end(), out.token_ids.begin(), out.token_ids.end());
+  c.num_cached_tokens = out.num_cached_tokens;
+
+  // Completion logprobs of this update (echoed prompt tokens first).
+  json lp_update = nullptr;
+  if (!chat && req_.logprobs >= 0) {
+    lp_update = first && req_.echo
+                    ? completion_logprobs(c.prompt_logprobs, text_of, &c.text_offset, true)
+                    : completion_logprobs({}, text_of, &c.text_offset, false);
+    lp_update = append_completion_logprobs(
+        lp_update, completion_logprobs(out.logprobs, text_of, &c.text_offset, false));
+    c.completion_logprobs = c.completion_logprobs.is_null()
+                                ? lp_update
+                                : append_completion_logprobs(c.completion_logprobs, lp_update);
+  }
+  c.logprobs.insert(c.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
+
+  if (out.finished) {
+    c.finished = true;
+    c.finish_reason = out.finish_reason;
+    c.stop_reason = out.stop_reason;
+    ctx_.metrics.record_finish(out.finish_reason);
+    ctx_.metrics.e2e_request_latency.observe(out.e2e_time_s);
+    ctx_.metrics.request_queue_time.observe(out.queue_time_s);
+    if (out.num_generated_tokens > 0)
+      ctx_.metrics.time_to_first_token.observe(out.first_token_time_s);
+    if (!out.error.empty()) {
+      spdlog::error("request {} failed in the engine: {}", c.request_id, out.error);
+      fail(500, "internal error in the engine: " + out.error);
+    } else if (out.finish_reason == "abort") {
+      fail(ctx_.shutting_down.load() ? 503 : 500,
+           ctx_.shutting_down.load() ? "the request was aborted: the server is shutting down"
+                                     : "the request was aborted by the engine");
+    }
+  }
+  if (!req_.stream || status_ != 200) return "";
+
+  const json finish = finish_reason_json(c.finished, c.finish_reason);
+  const json stop = stop_reason_json(c.stop_reason, req_.params.stop);
+  if (chat) {
+    const bool has_tokens = !out.token_ids.empty();
+    if (out.text.empty() && !c.finished && !(req_.chat_logprobs && has_tokens)) return "";
+    json delta = json::object();
+    if (!out.text.empty() || (req_.chat_logprobs && has_tokens)) delta["content"] = out.text;
+    const json lp = req_.chat_logprobs ? chat_logprobs(out.logprobs, text_of, req_.logprobs)
+                                       : json(nullptr);
+    return sse_data(chat_chunk(meta_, c.index, delta, lp, finish, stop, req_.include_usage));
+  }
+  std::string text = out.text;
+  if (first && req_.echo) text = prompt_texts_[c.prompt_index] + text;
+  const bool has_lp = req_.logprobs >= 0 && !lp_update["tokens"].empty();
+  if (text.empty() && !c.finished && !has_lp) return "";
+  return sse_data(completion_chunk(meta_, c.index, text, lp_update, finish, stop,
+                                   req_.include_usage));
+}
+
+Usage GenerationJob::usage() const {
+  Usage u;
+  for (const auto& ids : prompt_ids_) u.prompt_tokens += static_cast<int64_t>(ids.size());
+  for (const Choice& c : choices_) {
+    u.completion_tokens += static_cast<int64_t>(c.token_ids.size());
+    if (c.index % req_.n == 0) u.cached_tokens += c.num_cached_tokens;
+  }
+  return u;
+}
+
+std::string GenerationJob::finish_stream() {
+  std::string out;
+  if (status_ != 200) {
+    out += sse_data(error_json(status_, error_message_));
+  } else if (req_.include_usage) {
+    const bool chat = req_.endpoint == Endpoint::kChatCompletions;
+    out += sse_data(usage_chunk(meta_, chat ? "chat.completion.chunk" : "text_completion", usage()));
+  }
+  out += kSseDone;
+  return out;
+}
+
+std::string GenerationJob::final_body() {
+  if (status_ != 200) return dump(error_json(status_, error_message_));
+  const bool chat = req_.endpoint == Endpoint::kChatCompletions;
+  const TokenText text_of = [this](int32_t id) { return token_text(id); };
+  json choices = json::array();
+  for (const Choice& c : choices_) {
+    const json finish = finish_reason_json(true, c.finish_reason);
+    const json stop = stop_reason_json(c.stop_reason, req_.params.stop);
+    if (chat) {
+      choices.push_back(json{
+          {"index", c.index},
+          {"message", {{"role", "assistant"}, {"content", c.text}}},
+          {"logprobs", req_.chat_logprobs ? chat_logprobs(c.logprobs, text_of, req_.logprobs)
+                                          : json(nullptr)},
+          {"finish_reason", finish},
+          {"stop_reason", stop}});
+    } else {
+      const std::string text = (req_.echo ? prompt_texts_[c.prompt_index] : "") + c.text;
+      choices.push_back(json{{"index", c.index},
+                             {"text", text},
+                             {"logprobs", req_.logprobs >= 0 ? c.completion_logprobs : json(nullptr)},
+                             {"finish_reason", finish},
+                             {"stop_reason", stop}});
+    }
+  }
+  return dump(chat ? chat_response(meta_, std::move(choices), usage())
+                   : completion_response(meta_, std::move(choices), usage()));
+}
+
+std::string GenerationJob::poll() {
+  if (done_) return "";
+  std::string out;
+  const bool chat = req_.endpoint == Endpoint::kChatCompletions;
+  if (!started_) {
+    started_ = true;
+    if (req_.stream && chat)
+      for (const Choice& c : choices_)
+        out += sse_data(chat_chunk(meta_, c.index, json{{"role", "assistant"}, {"content", ""}},
+                                   nullptr, nullptr, nullptr, req_.include_usage));
+  }
+  bool all_finished = true;
+  for (Choice& c : choices_) {
+    while (!c.finished && status_ == 200) {
+      bool timed_out = false;
+      auto o = c.stream->next_for(std::chrono::milliseconds(0), &timed_out);
+      if (!o) break;
+      out += on_output(c, *o);
+    }
+    all_finished = all_finished && c.finished;
+  }
+  if (status_ != 200) all_finished = true;
+  if (all_finished) {
+    done_ = true;
+    out += req_.stream ? finish_stream() : final_body();
+  }
+  return out;
+}
+
+}  // namespace octet::server

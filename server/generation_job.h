@@ -1,0 +1,98 @@
+#pragma once
+// GenerationJob: one /v1/completions or /v1/chat/completions request from validated fields to
+// the response bytes. It renders and tokenizes the prompts, resolves max_tokens against the
+// context limit, adds prompts x n engine requests (seed + i for choice i when a seed is given,
+// as vLLM's ParentRequest does), then turns their RequestStream updates into SSE chunks or one
+// JSON body. It never blocks: the HTTP connection calls poll() whenever a stream notifies.
+// Not thread-safe: one connection (strand) owns it.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/server_context.h"
+
+namespace octet::server {
+
+class GenerationJob {
+ public:
+  /// Prepares the prompts and adds the engine requests. Throws ApiError: 400 for a prompt that
+  /// does not fit the context (the message gives the limit and the requested count), an empty
+  /// prompt, a token id outside the vocabulary or a template that rejects the messages; 404 for
+  /// an unknown model; 503 when the server is loading or shutting down or the waiting queue is
+  /// full; 500 for internal faults.
+  GenerationJob(ServerContext& ctx, GenerateRequest request);
+  /// Aborts every engine request that has not finished.
+  ~GenerationJob();
+  GenerationJob(const GenerationJob&) = delete;
+  GenerationJob& operator=(const GenerationJob&) = delete;
+
+  /// Sets the callback every stream calls (on the engine thread) after each update. It must
+  /// only post work elsewhere. Pending updates are replayed at once.
+  void set_notify(const std::function<void()>& notify);
+
+  bool stream() const { return req_.stream; }
+
+  /// Drains every update available now. Streaming: the SSE bytes to send next (the role
+  /// chunks on the first call, content chunks, the usage chunk and "data: [DONE]" at the
+  /// end). Non-streaming: "" until done(), then the whole JSON body.
+  std::string poll();
+  bool done() const { return done_; }
+  /// HTTP status of a non-streaming response (200, or the error's status).
+  int status() const { return status_; }
+
+  /// The client went away: aborts every unfinished engine request at once.
+  void abort();
+
+ private:
+  struct Choice {
+    int64_t index = 0;            // prompt_index * n + i
+    size_t prompt_index = 0;
+    std::string request_id;
+    std::shared_ptr<RequestStream> stream;
+    std::string text;
+    std::vector<int32_t> token_ids;
+    std::vector<TokenLogprobs> logprobs;
+    std::vector<TokenLogprobs> prompt_logprobs;
+    nlohmann::json completion_logprobs;  // legacy format, accumulated (completions)
+    int64_t text_offset = 0;
+    bool first_update = true;
+    bool finished = false;
+    std::string finish_reason, stop_reason;
+    int64_t num_cached_tokens = 0;
+    std::chrono::steady_clock::time_point last_token_time{};
+  };
+
+  /// Streaming chunks for one update of choice c (may be empty).
+  std::string on_output(Choice& c, RequestOutput& out);
+  void fail(int status, const std::string& message);
+  std::string finish_stream();
+  std::string final_body();
+  Usage usage() const;
+  std::string token_text(int32_t id) const;
+
+  ServerContext& ctx_;
+  Engine& engine_;
+  GenerateRequest req_;
+  ResponseMeta meta_;
+  std::vector<std::vector<int32_t>> prompt_ids_;  // per prompt
+  std::vector<std::string> prompt_texts_;         // per prompt (echo)
+  std::vector<Choice> choices_;
+  bool started_ = false;   // role chunks sent
+  bool done_ = false;
+  bool aborted_ = false;
+  int status_ = 200;
+  std::string error_message_;
+  bool counted_ = false;   // counted in ctx_.active_jobs
+  mutable std::unordered_map<int32_t, std::string> token_text_cache_;
+};
+
+}  // namespace octet::server

@@ -1,0 +1,506 @@
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "server/api_error.h"
+
+namespace octet::server {
+
+namespace {
+
+using nlohmann::json;
+
+std::string type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "boolean";
+    case json::value_t::string: return "string";
+    case json::value_t::array: return "array";
+    case json::value_t::object: return "object";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "integer";
+    case json::value_t::number_float: return "number";
+    default: return "value";
+  }
+}
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+/// Integer value of a JSON number that holds an integer (2 and 2.0 both qualify).
+std::optional<int64_t> as_integer(const json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= 9007199254740992.0)
+      return static_cast<int64_t>(d);
+  }
+  return std::nullopt;
+}
+
+/// Reads the fields of one request object and remembers which keys were looked at, so the
+/// rest can be reported as unknown.
+class Fields {
+ public:
+  explicit Fields(const json& body) : body_(body) {
+    if (!body.is_object())
+      throw bad_request("the request body must be a JSON object, got " + type_name(body));
+  }
+
+  bool present(const char* key) {
+    seen_.insert(key);
+    return body_.contains(key);
+  }
+  /// The value, or nullptr when absent or null.
+  const json* get(const char* key) {
+    seen_.insert(key);
+    auto it = body_.find(key);
+    if (it == body_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::optional<double> number(const char* key) {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number())
+      throw bad_request(std::string("'") + key + "' must be a number, got " + type_name(*v), key);
+    const double d = v->get<double>();
+    if (!std::isfinite(d))
+      throw bad_request(std::string("'") + key + "' must be finite", key);
+    return d;
+  }
+  std::optional<int64_t> integer(const char* key) {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    auto i = as_integer(*v);
+    if (!i)
+      throw bad_request(std::string("'") + key + "' must be an integer, got " +
+                            (v->is_number() ? v->dump() : type_name(*v)),
+                        key);
+    return i;
+  }
+  std::optional<bool> boolean(const char* key) {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean())
+      throw bad_request(std::string("'") + key + "' must be a boolean, got " + type_name(*v),
+                        key);
+    return v->get<bool>();
+  }
+  std::optional<std::string> string(const char* key) {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string())
+      throw bad_request(std::string("'") + key + "' must be a string, got " + type_name(*v),
+                        key);
+    return v->get<std::string>();
+  }
+
+  std::vector<std::string> unknown() const {
+    std::vector<std::string> out;
+    for (auto it = body_.begin(); it != body_.end(); ++it)
+      if (!seen_.count(it.key())) out.push_back(it.key());
+    return out;
+  }
+
+ private:
+  const json& body_;
+  std::set<std::string> seen_;
+};
+
+void check_range(double v, double lo, double hi, bool lo_open, const char* key) {
+  const bool ok = (lo_open ? v > lo : v >= lo) && v <= hi;
+  if (!ok)
+    throw bad_request(std::string("'") + key + "' must be in " + (lo_open ? "(" : "[") +
+                          fmt(lo) + ", " + fmt(hi) + "], got " + fmt(v),
+                      key);
+}
+
+void unsupported(const std::string& key, const std::string& why = "") {
+  throw bad_request("'" + key + "' is not supported by octet" + (why.empty() ? "" : ": " + why),
+                    key);
+}
+
+/// Fields octet recognises but cannot honour: any value other than null / the listed
+/// harmless ones gets 400 naming the field.
+void reject_unsupported(Fields& f, Endpoint endpoint) {
+  for (const char* key : {"tools", "functions"}) {
+    const json* v = f.get(key);
+    if (v && !(v->is_array() && v->empty())) unsupported(key, "tool calling is not implemented");
+  }
+  if (const json* v = f.get("tool_choice"); v && !(v->is_string() && *v == "none"))
+    unsupported("tool_choice", "tool calling is not implemented");
+  if (const json* v = f.get("function_call"); v && !(v->is_string() && *v == "none"))
+    unsupported("function_call", "tool calling is not implemented");
+  f.get("parallel_tool_calls");  // meaningless without tools: accepted
+  if (const json* v = f.get("response_format")) {
+    if (!v->is_object() || !v->contains("type") || (*v)["type"] != "text")
+      unsupported("response_format", "only {\"type\": \"text\"} is supported");
+  }
+  for (const char* key : {"audio", "prediction", "web_search_options", "guided_json",
+                          "guided_regex", "guided_choice", "guided_grammar",
+                          "structured_outputs", "logits_processors", "chat_template",
+                          "documents", "reasoning_effort"}) {
+    if (f.get(key)) unsupported(key);
+  }
+  if (const json* v = f.get("modalities")) {
+    if (!(v->is_array() && v->size() == 1 && (*v)[0] == "text"))
+      unsupported("modalities", "only [\"text\"] output is supported");
+  }
+  if (const json* v = f.get("chat_template_kwargs"); v && !(v->is_object() && v->empty()))
+    unsupported("chat_template_kwargs");
+  if (const json* v = f.get("continue_final_message"); v && *v != false)
+    unsupported("continue_final_message");
+  if (const json* v = f.get("store"); v && *v != false)
+    unsupported("store", "octet stores no completions");
+  f.get("metadata");      // only meaningful with store: accepted
+  f.get("service_tier");  // one tier: accepted
+  if (endpoint == Endpoint::kCompletions) {
+    if (auto best_of = f.integer("best_of"); best_of && *best_of != 1)
+      unsupported("best_of", "only best_of = 1 is supported");
+    if (auto suffix = f.string("suffix"); suffix && !suffix->empty())
+      unsupported("suffix", "insertion (fill-in-the-middle) is not implemented");
+  }
+}
+
+std::vector<std::string> parse_stop(const json& v) {
+  std::vector<std::string> stop;
+  if (v.is_string()) {
+    stop.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    for (const auto& s : v) {
+      if (!s.is_string())
+        throw bad_request("'stop' must be a string or a list of strings", "stop");
+      stop.push_back(s.get<std::string>());
+    }
+  } else {
+    throw bad_request("'stop' must be a string or a list of strings, got " + type_name(v),
+                      "stop");
+  }
+  for (const auto& s : stop)
+    if (s.empty()) throw bad_request("'stop' strings must not be empty", "stop");
+  return stop;
+}
+
+std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (const auto& t : v) {
+    auto i = as_integer(t);
+    if (!i || *i < 0 || *i > std::numeric_limits<int32_t>::max())
+      throw bad_request(std::string("'") + key + "' must hold non-negative integer token ids, got " +
+                            t.dump(),
+                        key);
+    ids.push_back(static_cast<int32_t>(*i));
+  }
+  return ids;
+}
+
+/// Fields shared by both endpoints: sampling, n, stream, stop, penalties, priority, user.
+void parse_common(Fields& f, GenerateRequest& r) {
+  SamplingParams& p = r.params;
+  if (auto m = f.string("model")) r.model = *m;
+  if (auto v = f.number("temperature")) {
+    if (*v < 0) throw bad_request("'temperature' must be >= 0, got " + fmt(*v), "temperature");
+    p.temperature = static_cast<float>(*v);
+  }
+  if (auto v = f.number("top_p")) {
+    check_range(*v, 0.0, 1.0, true, "top_p");
+    p.top_p = static_cast<float>(*v);
+  }
+  if (auto v = f.integer("top_k")) {
+    if (*v < -1) throw bad_request("'top_k' must be -1 (all) or >= 0, got " + fmt(*v), "top_k");
+    p.top_k = *v;
+  }
+  if (auto v = f.number("min_p")) {
+    check_range(*v, 0.0, 1.0, false, "min_p");
+    p.min_p = static_cast<float>(*v);
+  }
+  if (auto v = f.number("presence_penalty")) {
+    check_range(*v, -2.0, 2.0, false, "presence_penalty");
+    p.presence_penalty = static_cast<float>(*v);
+  }
+  if (auto v = f.number("frequency_penalty")) {
+    check_range(*v, -2.0, 2.0, false, "frequency_penalty");
+    p.frequency_penalty = static_cast<float>(*v);
+  }
+  if (auto v = f.number("repetition_penalty")) {
+    if (*v <= 0)
+      throw bad_request("'repetition_penalty' must be > 0, got " + fmt(*v), "repetition_penalty");
+    p.repetition_penalty = static_cast<float>(*v);
+  }
+  if (auto v = f.integer("seed")) p.seed = *v;
+  if (auto v = f.integer("n")) {
+    if (*v < 1 || *v > kMaxN)
+      throw bad_request("'n' must be in [1, " + std::to_string(kMaxN) + "], got " + fmt(*v), "n");
+    r.n = *v;
+  }
+  if (const json* v = f.get("stop")) p.stop = parse_stop(*v);
+  if (const json* v = f.get("stop_token_ids")) {
+    if (!v->is_array()) throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids");
+    p.stop_token_ids = parse_token_ids(*v, "stop_token_ids");
+  }
+  if (auto v = f.boolean("ignore_eos")) p.ignore_eos = *v;
+  if (auto v = f.integer("min_tokens")) {
+    if (*v < 0) throw bad_request("'min_tokens' must be >= 0, got " + fmt(*v), "min_tokens");
+    p.min_tokens = *v;
+  }
+  if (auto v = f.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
+  if (auto v = f.boolean("include_stop_str_in_output")) p.include_stop_str_in_output = *v;
+  if (const json* v = f.get("logit_bias")) {
+    if (!v->is_object())
+      throw bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      size_t used = 0;
+      long long id = -1;
+      try {
+        id = std::stoll(it.key(), &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != it.key().size() || id < 0 || id > std::numeric_limits<int32_t>::max())
+        throw bad_request("'logit_bias' keys must be token ids, got '" + it.key() + "'",
+                          "logit_bias");
+      if (!it.value().is_number() || !std::isfinite(it.value().get<double>()))
+        throw bad_request("'logit_bias' values must be numbers", "logit_bias");
+      const double b = it.value().get<double>();
+      check_range(b, -100.0, 100.0, false, "logit_bias");
+      p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+    }
+  }
+  if (auto v = f.boolean("stream")) r.stream = *v;
+  if (const json* v = f.get("stream_options")) {
+    if (!r.stream)
+      throw bad_request("'stream_options' is only allowed when 'stream' is true",
+                        "stream_options");
+    if (!v->is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      if (it.key() == "include_usage") {
+        if (it.value().is_null()) continue;
+        if (!it.value().is_boolean())
+          throw bad_request("'stream_options.include_usage' must be a boolean",
+                            "stream_options.include_usage");
+        r.include_usage = it.value().get<bool>();
+      } else {
+        r.unknown_fields.push_back("stream_options." + it.key());
+      }
+    }
+  }
+  if (auto v = f.integer("priority")) r.priority = *v;
+  if (auto v = f.string("user")) r.user = *v;
+}
+
+/// max_tokens: absent -> `absent_default` (nullopt = context limit); null -> context limit;
+/// an integer >= 0 otherwise.
+std::optional<int64_t> parse_max_tokens(Fields& f, const char* key,
+                                        std::optional<int64_t> absent_default) {
+  if (!f.present(key)) return absent_default;
+  auto v = f.integer(key);
+  if (!v) return std::nullopt;  // null
+  if (*v < 0)
+    throw bad_request(std::string("'") + key + "' must be >= 0 (or null for up to the context "
+                                                "limit), got " + std::to_string(*v),
+                      key);
+  return v;
+}
+
+void check_min_tokens(const GenerateRequest& r, const char* max_key) {
+  if (r.max_tokens && r.params.min_tokens > *r.max_tokens)
+    throw bad_request("'min_tokens' (" + std::to_string(r.params.min_tokens) +
+                          ") must not exceed '" + max_key + "' (" +
+                          std::to_string(*r.max_tokens) + ")",
+                      "min_tokens");
+}
+
+std::vector<PromptInput> parse_prompt(const json* v) {
+  if (!v) throw bad_request("'prompt' is required", "prompt");
+  std::vector<PromptInput> prompts;
+  auto text_prompt = [](const json& s) {
+    PromptInput p;
+    p.text = s.get<std::string>();
+    return p;
+  };
+  auto ids_prompt = [](const json& a) {
+    PromptInput p;
+    p.is_token_ids = true;
+    p.token_ids = parse_token_ids(a, "prompt");
+    if (p.token_ids.empty()) throw bad_request("'prompt' token id lists must not be empty", "prompt");
+    return p;
+  };
+  if (v->is_string()) {
+    prompts.push_back(text_prompt(*v));
+  } else if (v->is_array()) {
+    if (v->empty()) throw bad_request("'prompt' must not be an empty list", "prompt");
+    const json& first = (*v)[0];
+    if (first.is_string()) {
+      for (const auto& s : *v) {
+        if (!s.is_string())
+          throw bad_request("'prompt' lists must hold only strings or only token ids", "prompt");
+        prompts.push_back(text_prompt(s));
+      }
+    } else if (first.is_number()) {
+      prompts.push_back(ids_prompt(*v));
+    } else if (first.is_array()) {
+      for (const auto& a : *v) {
+        if (!a.is_array())
+          throw bad_request("'prompt' lists of token id lists must hold only lists", "prompt");
+        prompts.push_back(ids_prompt(a));
+      }
+    } else {
+      throw bad_request("'prompt' must be a string, a list of strings, a list of token ids or "
+                        "a list of token id lists",
+                        "prompt");
+    }
+  } else {
+    throw bad_request("'prompt' must be a string, a list of strings, a list of token ids or a "
+                      "list of token id lists, got " + type_name(*v),
+                      "prompt");
+  }
+  return prompts;
+}
+
+json parse_messages(const json* v) {
+  if (!v) throw bad_request("'messages' is required", "messages");
+  if (!v->is_array() || v->empty())
+    throw bad_request("'messages' must be a non-empty list of messages", "messages");
+  json out = json::array();
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw bad_request("'" + where + "' must be an object", where);
+    if (!m.contains("role") || !m["role"].is_string())
+      throw bad_request("'" + where + ".role' must be a string", where + ".role");
+    json msg;
+    msg["role"] = m["role"];
+    const json content = m.contains("content") ? m["content"] : json(nullptr);
+    if (content.is_null()) {
+      msg["content"] = "";
+    } else if (content.is_string()) {
+      msg["content"] = content;
+    } else if (content.is_array()) {
+      std::string text;
+      for (size_t j = 0; j < content.size(); ++j) {
+        const json& part = content[j];
+        const std::string pw = where + ".content[" + std::to_string(j) + "]";
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+          throw bad_request("'" + pw + "' must be an object with a 'type'", pw);
+        const std::string type = part["type"];
+        if (type != "text")
+          throw bad_request("'" + pw + ".type' \"" + type +
+                                "\" is not supported: octet serves text only",
+                            pw + ".type");
+        if (!part.contains("text") || !part["text"].is_string())
+          throw bad_request("'" + pw + ".text' must be a string", pw + ".text");
+        if (j > 0) text += "\n";
+        text += part["text"].get<std::string>();
+      }
+      msg["content"] = text;
+    } else {
+      throw bad_request("'" + where + ".content' must be a string, a list of text parts or null",
+                        where + ".content");
+    }
+    if (m.contains("name") && !m["name"].is_null()) {
+      if (!m["name"].is_string())
+        throw bad_request("'" + where + ".name' must be a string", where + ".name");
+      msg["name"] = m["name"];
+    }
+    for (const char* key : {"tool_calls", "function_call"}) {
+      if (m.contains(key) && !m[key].is_null() && !(m[key].is_array() && m[key].empty()))
+        unsupported(where + "." + key, "tool calling is not implemented");
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json parse_json_body(const std::string& text) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw bad_request(std::string("malformed JSON: ") + e.what());
+  }
+}
+
+GenerateRequest parse_completion_request(const json& body) {
+  Fields f(body);
+  GenerateRequest r;
+  r.endpoint = Endpoint::kCompletions;
+  reject_unsupported(f, r.endpoint);
+  r.prompts = parse_prompt(f.get("prompt"));
+  parse_common(f, r);
+  // OpenAI's completions default max_tokens is 16; null means up to the context limit.
+  r.max_tokens = parse_max_tokens(f, "max_tokens", int64_t{16});
+  check_min_tokens(r, "max_tokens");
+  if (auto v = f.integer("logprobs")) {
+    if (*v < 0 || *v > kMaxLogprobs)
+      throw bad_request("'logprobs' must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
+                            std::to_string(*v),
+                        "logprobs");
+    r.logprobs = *v;
+  }
+  if (auto v = f.boolean("echo")) r.echo = *v;
+  if (auto v = f.boolean("add_special_tokens")) r.add_special_tokens = *v;
+  if (auto v = f.integer("prompt_logprobs")) {
+    if (*v < 0 || *v > kMaxLogprobs)
+      throw bad_request("'prompt_logprobs' must be in [0, " + std::to_string(kMaxLogprobs) + "]",
+                        "prompt_logprobs");
+    r.params.prompt_logprobs = *v;
+  }
+  r.params.logprobs = r.logprobs;
+  if (r.echo && r.logprobs >= 0)
+    r.params.prompt_logprobs = std::max(r.params.prompt_logprobs, r.logprobs);
+  r.unknown_fields = [&] {
+    auto u = f.unknown();
+    u.insert(u.end(), r.unknown_fields.begin(), r.unknown_fields.end());
+    return u;
+  }();
+  return r;
+}
+
+GenerateRequest parse_chat_request(const json& body) {
+  Fields f(body);
+  GenerateRequest r;
+  r.endpoint = Endpoint::kChatCompletions;
+  reject_unsupported(f, r.endpoint);
+  r.messages = parse_messages(f.get("messages"));
+  parse_common(f, r);
+  // max_completion_tokens replaces the deprecated max_tokens; absent or null: context limit.
+  const bool has_mct = f.present("max_completion_tokens");
+  auto mct = parse_max_tokens(f, "max_completion_tokens", std::nullopt);
+  auto mt = parse_max_tokens(f, "max_tokens", std::nullopt);
+  r.max_tokens = has_mct && mct ? mct : mt;
+  check_min_tokens(r, has_mct && mct ? "max_completion_tokens" : "max_tokens");
+  const bool logprobs = f.boolean("logprobs").value_or(false);
+  const auto top = f.integer("top_logprobs");
+  if (top) {
+    if (*top < 0 || *top > kMaxLogprobs)
+      throw bad_request("'top_logprobs' must be in [0, " + std::to_string(kMaxLogprobs) +
+                            "], got " + std::to_string(*top),
+                        "top_logprobs");
+    if (!logprobs)
+      throw bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+  }
+  r.chat_logprobs = logprobs;
+  r.logprobs = logprobs ? top.value_or(0) : -1;
+  r.params.logprobs = r.logprobs;
+  if (auto v = f.boolean("add_generation_prompt")) r.add_generation_prompt = *v;
+  auto u = f.unknown();
+  u.insert(u.end(), r.unknown_fields.begin(), r.unknown_fields.end());
+  r.unknown_fields = u;
+  return r;
+}
+
+}  // namespace octet::server

@@ -1,0 +1,99 @@
+#pragma once
+// OpenAI response bodies and server-sent-event chunks for /v1/completions and
+// /v1/chat/completions (https://platform.openai.com/docs/api-reference/completions/object,
+// .../chat/object, .../chat-streaming). Pure formatting: no engine, no sockets.
+//
+// Streams: every chunk of one response has the same id, created and model; a choice's
+// finish_reason is null until its last chunk; the first chat chunk of each choice carries
+// delta.role = "assistant"; with stream_options.include_usage every chunk has "usage": null and
+// one last chunk has "choices": [] and the usage; "data: [DONE]" ends the stream.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+
+namespace octet::server {
+
+/// The string a token id shows in logprobs (the token decoded alone, special tokens kept).
+using TokenText = std::function<std::string(int32_t)>;
+
+/// What every object and chunk of one response shares.
+struct ResponseMeta {
+  std::string id;       // "cmpl-<hex>" or "chatcmpl-<hex>"
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+/// OpenAI's usage object: prompt_tokens counts each distinct prompt once (not once per n),
+/// completion_tokens sums over every choice; prompt_tokens_details.cached_tokens are the
+/// prompt tokens served by the prefix cache.
+struct Usage {
+  int64_t prompt_tokens = 0;
+  int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;
+};
+nlohmann::json usage_json(const Usage& u);
+
+/// A random response id: prefix + 32 lowercase hex digits.
+std::string random_id(const std::string& prefix);
+
+/// One SSE event: "data: <json>\n\n".
+std::string sse_data(const nlohmann::json& j);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+/// Legacy completions logprobs {"tokens", "token_logprobs", "top_logprobs", "text_offset"} for
+/// `entries` in order. `text_offset` (in/out) is the character offset of the first token in the
+/// choice's text, advanced by each token's string length. When `first_has_no_logprob` (the
+/// first prompt token under echo), entry 0 gets token_logprobs null and top_logprobs null.
+/// top_logprobs[i] maps token string -> logprob for the top entries plus the chosen token.
+nlohmann::json completion_logprobs(const std::vector<TokenLogprobs>& entries,
+                                   const TokenText& text, int64_t* text_offset,
+                                   bool first_has_no_logprob);
+/// Concatenates two completion logprobs objects (a followed by b).
+nlohmann::json append_completion_logprobs(nlohmann::json a, const nlohmann::json& b);
+
+/// Chat logprobs {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token",
+/// "logprob", "bytes"} x top_k]}], "refusal": null}; bytes are the token string's UTF-8 bytes.
+nlohmann::json chat_logprobs(const std::vector<TokenLogprobs>& entries, const TokenText& text,
+                             int64_t top_k);
+
+/// finish_reason as OpenAI defines it: "stop" or "length"; null when not finished.
+nlohmann::json finish_reason_json(bool finished, const std::string& reason);
+
+/// vLLM's stop_reason: the matched stop string, the stop token id (an integer), or null (EOS,
+/// length, unfinished).
+nlohmann::json stop_reason_json(const std::string& stop_reason,
+                                const std::vector<std::string>& stop_strings);
+
+/// {"id","object":"text_completion","created","model","choices":[{"index","text","logprobs",
+/// "finish_reason","stop_reason"}]} (+ "usage": null when include_usage).
+nlohmann::json completion_chunk(const ResponseMeta& meta, int64_t index, const std::string& text,
+                                nlohmann::json logprobs, nlohmann::json finish_reason,
+                                nlohmann::json stop_reason, bool include_usage);
+
+/// {"id","object":"chat.completion.chunk","created","model","choices":[{"index","delta",
+/// "logprobs","finish_reason"}]} (+ "usage": null when include_usage).
+nlohmann::json chat_chunk(const ResponseMeta& meta, int64_t index, nlohmann::json delta,
+                          nlohmann::json logprobs, nlohmann::json finish_reason,
+                          nlohmann::json stop_reason, bool include_usage);
+
+/// The last chunk under include_usage: "choices": [] and the usage. object is
+/// "text_completion" or "chat.completion.chunk".
+nlohmann::json usage_chunk(const ResponseMeta& meta, const std::string& object,
+                           const Usage& usage);
+
+/// Non-streaming bodies: object "text_completion" / "chat.completion" with choices in index
+/// order and usage.
+nlohmann::json completion_response(const ResponseMeta& meta, nlohmann::json choices,
+                                   const Usage& usage);
+nlohmann::json chat_response(const ResponseMeta& meta, nlohmann::json choices,
+                             const Usage& usage);
+
+/// Serialises JSON for the wire: compact, invalid UTF-8 replaced by U+FFFD.
+std::string dump(const nlohmann::json& j);
+
+}  // namespace octet::server

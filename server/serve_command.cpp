@@ -1,0 +1,163 @@
+// `octet serve`: the OpenAI-compatible HTTP server. Listens first (so /health answers 503
+// while the model loads), then loads the engine, then serves until SIGTERM or SIGINT: stop
+// accepting (new requests get 503), let in-flight requests finish for up to
+// --shutdown-timeout seconds, exit 0. A second signal exits at once.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "config/serve_config.h"
+#include "engine/engine.h"
+#include "server/command.h"
+#include "server/commands.h"
+#include "server/http_server.h"
+#include "server/server_context.h"
+
+namespace octet {
+
+namespace {
+
+std::string read_text_file(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument(std::string(flag) + ": cannot read '" + path + "'");
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+/// Waits for SIGINT/SIGTERM on its own thread (both are blocked in every other thread).
+class SignalWaiter {
+ public:
+  explicit SignalWaiter(std::function<void(int)> on_first) : on_first_(std::move(on_first)) {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~SignalWaiter() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    pthread_kill(thread_.native_handle(), SIGTERM);  // wakes sigwait; ignored as done_ is set
+    thread_.join();
+  }
+
+ private:
+  void run() {
+    int count = 0;
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set_, &sig) != 0) continue;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (done_) return;
+      }
+      if (++count == 1) {
+        on_first_(sig);
+      } else {
+        std::cerr << "octet serve: second signal, exiting now\n";
+        _exit(1);
+      }
+    }
+  }
+
+  sigset_t set_{};
+  std::function<void(int)> on_first_;
+  std::mutex mu_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+void serve(ServeConfig& cfg) {
+  // Block the shutdown signals before any thread exists, so that every thread (I/O, engine,
+  // OpenMP) inherits the mask and only the SignalWaiter receives them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  server::ServerContext ctx;
+  ctx.config = cfg;
+  ctx.model_name = cfg.model_name();
+  ctx.created = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  std::string template_override;
+  if (!cfg.chat_template.empty()) template_override = read_text_file(cfg.chat_template, "--chat-template");
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop_requested = false;
+  SignalWaiter signals([&](int sig) {
+    spdlog::info("octet serve: {} received; draining (up to {} s)",
+                 sig == SIGINT ? "SIGINT" : "SIGTERM", cfg.shutdown_timeout);
+    ctx.shutting_down.store(true);
+    if (!ctx.engine.load()) {
+      spdlog::info("octet serve: stopped while loading");
+      _exit(0);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    stop_requested = true;
+    cv.notify_all();
+  });
+
+  // Destroyed in reverse order: the HTTP server (its sessions abort their requests on a live
+  // engine) before the engine.
+  std::unique_ptr<Engine> engine;
+  auto http = std::make_unique<server::HttpServer>(ctx);
+  http->start();
+  spdlog::info("octet serve: listening on http://{}:{} (model loading)", cfg.host, http->port());
+
+  engine = Engine::create(cfg.engine);
+  ctx.chat_template = template_override.empty() ? engine->chat_template() : template_override;
+  std::cerr << engine->startup_report();
+  if (ctx.chat_template.empty())
+    spdlog::warn("the model has no chat template: /v1/chat/completions answers 400 (use "
+                 "--chat-template FILE)");
+  ctx.engine.store(engine.get());
+  spdlog::info("octet serve: ready, serving '{}' on http://{}:{}", ctx.model_name, cfg.host,
+               http->port());
+
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return stop_requested; });
+  }
+  // Drain: the engine finishes what it has; the HTTP side finishes writing those responses.
+  engine->stop_accepting();
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(cfg.shutdown_timeout * 1000));
+  const bool idle = engine->wait_idle(std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now()));
+  while (ctx.active_jobs.load() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const int64_t left = ctx.active_jobs.load();
+  if (idle && left == 0)
+    spdlog::info("octet serve: drained; exiting");
+  else
+    spdlog::warn("octet serve: shutdown timeout; {} responses unfinished, exiting", left);
+  http.reset();    // stops the I/O threads; open sessions abort their requests
+  ctx.engine.store(nullptr);
+  engine.reset();  // aborts anything left
+}
+
+}  // namespace
+
+int run_serve(int argc, const char* const* argv) {
+  return cli::run_command<ServeConfig>("octet serve", argc, argv,
+                                       [](ServeConfig& cfg) { serve(cfg); });
+}
+
+}  // namespace octet

@@ -1,0 +1,152 @@
+// `octet serve` options: flags derived from ServeConfig::visit (with --x / --no-x for bools),
+// the YAML config file with the same snake_case keys, and flags overriding the file.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "config/serve_config.h"
+#include "server/cli.h"
+
+using octet::ServeConfig;
+
+namespace {
+
+/// Parses flags as `octet serve` would (argv[0] is the command name).
+ServeConfig parse(std::vector<std::string> args) {
+  args.insert(args.begin(), "serve");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  ServeConfig cfg;
+  std::string help;
+  // Called outside REQUIRE so that its exceptions reach parse_error().
+  const bool parsed =
+      octet::cli::parse_flags(cfg, static_cast<int>(argv.size()), argv.data(), "serve", help);
+  REQUIRE(parsed);
+  return cfg;
+}
+
+std::string parse_error(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::string write_yaml(const std::string& text) {
+  static int counter = 0;
+  const std::string path = "/tmp/octet_serve_config_test_" + std::to_string(getpid()) + "_" +
+                           std::to_string(counter++) + ".yaml";
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("serve defaults", "[server][config]") {
+  const ServeConfig c = parse({"--model", "m.gguf"});
+  CHECK(c.host == "0.0.0.0");
+  CHECK(c.port == 8000);
+  CHECK(c.model_name() == "m.gguf");
+  CHECK(c.engine.model == "m.gguf");
+  CHECK(c.engine.cache.enable_prefix_caching);
+  CHECK_FALSE(c.engine.cache.calculate_kv_scales);
+  CHECK(c.api_key.empty());
+  CHECK(c.shutdown_timeout == 30.0);
+  CHECK(c.max_num_waiting == 1024);
+}
+
+TEST_CASE("flags for server and engine options", "[server][config]") {
+  const ServeConfig c = parse({"--model", "m", "--port", "9001", "--served-model-name", "smol",
+                               "--kv-cache-dtype", "fp8_e4m3", "--max-num-seqs", "8",
+                               "--api-key", "k", "--shutdown-timeout", "2.5"});
+  CHECK(c.port == 9001);
+  CHECK(c.model_name() == "smol");
+  CHECK(c.engine.cache.kv_cache_dtype == "fp8_e4m3");
+  CHECK(c.engine.scheduler.max_num_seqs == 8);
+  CHECK(c.api_key == "k");
+  CHECK(c.shutdown_timeout == 2.5);
+}
+
+TEST_CASE("bool flags have --x and --no-x", "[server][config]") {
+  CHECK_FALSE(parse({"--no-enable-prefix-caching"}).engine.cache.enable_prefix_caching);
+  CHECK(parse({"--enable-prefix-caching"}).engine.cache.enable_prefix_caching);
+  CHECK(parse({"--calculate-kv-scales"}).engine.cache.calculate_kv_scales);
+  CHECK_FALSE(parse({"--no-calculate-kv-scales"}).engine.cache.calculate_kv_scales);
+  CHECK_FALSE(parse({"--no-enable-chunked-prefill"}).engine.scheduler.enable_chunked_prefill);
+  CHECK(parse_error({"--enable-prefix-caching", "--no-enable-prefix-caching"}) ==
+        "--enable-prefix-caching and --no-enable-prefix-caching contradict");
+}
+
+TEST_CASE("unknown flags and stray words are errors", "[server][config]") {
+  CHECK(parse_error({"--no-such-flag"}) != "(no error)");
+  CHECK(parse_error({"stray"}) != "(no error)");
+  CHECK(parse_error({"--port", "x"}) != "(no error)");
+}
+
+TEST_CASE("YAML config file, flags override it", "[server][config]") {
+  const std::string path = write_yaml(
+      "model: /models/smol.gguf\nport: 8123\nkv_cache_dtype: fp8_e4m3\n"
+      "enable_prefix_caching: false\nserved_model_name: smol\nidle_timeout: 5.5\n");
+  const ServeConfig a = parse({"--config", path});
+  CHECK(a.config == path);
+  CHECK(a.engine.model == "/models/smol.gguf");
+  CHECK(a.port == 8123);
+  CHECK(a.engine.cache.kv_cache_dtype == "fp8_e4m3");
+  CHECK_FALSE(a.engine.cache.enable_prefix_caching);
+  CHECK(a.model_name() == "smol");
+  CHECK(a.idle_timeout == 5.5);
+  // Flags win, in either position relative to --config.
+  const ServeConfig b = parse({"--port", "9000", "--config=" + path, "--enable-prefix-caching"});
+  CHECK(b.port == 9000);
+  CHECK(b.engine.cache.enable_prefix_caching);
+  CHECK(b.engine.model == "/models/smol.gguf");
+  std::remove(path.c_str());
+}
+
+TEST_CASE("config file errors name the file and key", "[server][config]") {
+  const std::string unknown = write_yaml("port: 1\nbogus_key: 3\n");
+  CHECK(parse_error({"--config", unknown}) == "--config " + unknown + ": unknown option 'bogus_key'");
+  const std::string bad_type = write_yaml("port: eighty\n");
+  CHECK(parse_error({"--config", bad_type}) ==
+        "--config " + bad_type + ": 'port' must be an integer, got 'eighty'");
+  const std::string nested = write_yaml("config: other.yaml\n");
+  CHECK(parse_error({"--config", nested}) ==
+        "--config " + nested + ": 'config' cannot be set in a file");
+  const std::string list = write_yaml("- a\n- b\n");
+  CHECK(parse_error({"--config", list}) ==
+        "--config " + list + ": expected a mapping of option keys");
+  CHECK(parse_error({"--config", "/nonexistent/x.yaml"}) ==
+        "--config: cannot read '/nonexistent/x.yaml'");
+  for (const auto& p : {unknown, bad_type, nested, list}) std::remove(p.c_str());
+}
+
+TEST_CASE("serve validation names the flag", "[server][config]") {
+  auto error = [](ServeConfig c) {
+    try {
+      c.validate();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  ServeConfig ok;
+  ok.engine.model = "m";
+  CHECK(error(ok) == "(no error)");
+  ServeConfig c = ok;
+  c.port = 70000;
+  CHECK(error(c) == "--port must be in [0, 65535], got 70000");
+  c = ok;
+  c.read_timeout = 0;
+  CHECK(error(c) == "--read-timeout must be positive, got 0");
+  c = ok;
+  c.max_num_waiting = 0;
+  CHECK(error(c) == "--max-num-waiting must be positive, got 0");
+  c = ok;
+  c.engine.model.clear();
+  CHECK(error(c) == "--model is required");
+}
