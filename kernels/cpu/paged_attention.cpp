@@ -185,70 +185,81 @@ struct Scratch {
         m(group), l(group), acc(group * hdp), M(group), L(group), A(group * hdp) {}
 };
 
+// A work item: a whole (row, KV head) unit whose partitions are folded in the item, or one
+// partition of a split unit whose partial result is kept and folded after all items ran.
+struct Item {
+  int64_t unit;
+  int64_t j;     // partition index (absolute) for a split unit; -1: the whole unit
+  int64_t slot;  // split units: index of the kept partial
+};
+
 void run(const Context& x) {
   const int64_t nkv = x.c.num_kv_heads, group = x.group, hdp = x.hdp;
   const int64_t units = static_cast<int64_t>(x.rows.size()) * nkv;  // (row, KV head) pairs
   if (units == 0) return;
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
 
-  if (units >= 8 * threads) {
-    // Enough (row, KV head) units to share out: each folds its own partitions in order.
-#pragma omp parallel
-    {
-      Scratch s(group, hdp);
-#pragma omp for schedule(dynamic, 1)
-      for (int64_t u = 0; u < units; ++u) {
-        const int64_t r = u / nkv, kvh = u % nkv;
-        const Row& row = x.rows[r];
-        x.prepare_q(r, kvh, s.qp.data());
-        const int64_t j0 = first_partition(row), nj = num_partitions(row);
-        for (int64_t j = j0; j < j0 + nj; ++j) {
-          int64_t begin, end;
-          partition_range(row, j, &begin, &end);
-          const bool first = j == j0;
-          x.kernel.partial(x.args(r, kvh, s.qp.data(), begin, end), s.work.data(),
-                           first ? s.M.data() : s.m.data(), first ? s.L.data() : s.l.data(),
-                           first ? s.A.data() : s.acc.data());
-          if (!first)
-            fold(s.M.data(), s.L.data(), s.A.data(), s.m.data(), s.l.data(), s.acc.data(), group,
-                 hdp);
-        }
-        x.finish(r, kvh, s.L.data(), s.A.data());
-      }
+  // Split a unit when it holds more than 1/(8 threads) of all partitions, so that a few long
+  // decodes (or one long one beside many short queries) spread over the threads. Results do not
+  // depend on this choice: the same partials are folded in the same order either way.
+  int64_t total = 0;
+  for (const Row& row : x.rows) total += num_partitions(row) * nkv;
+  std::vector<Item> items;
+  std::vector<int64_t> split_units, first_slot;  // per split unit: its first kept partial
+  int64_t slots = 0;
+  for (int64_t u = 0; u < units; ++u) {
+    const Row& row = x.rows[u / nkv];
+    const int64_t nj = num_partitions(row);
+    if (nj > 1 && nj * 8 * threads > total) {
+      split_units.push_back(u);
+      first_slot.push_back(slots);
+      for (int64_t j = first_partition(row); j < first_partition(row) + nj; ++j)
+        items.push_back({u, j, slots++});
+    } else {
+      items.push_back({u, -1, -1});
     }
-    return;
   }
+  first_slot.push_back(slots);
+  std::vector<float> pm(slots * group), pl(slots * group), pacc(slots * group * hdp);
+  const int64_t num_items = static_cast<int64_t>(items.size());
 
-  // Few units (decode of a few long sequences): one work item per (unit, partition), the
-  // partials kept, then folded per unit in partition order.
-  std::vector<int64_t> first_item(static_cast<size_t>(units) + 1, 0);
-  for (int64_t u = 0; u < units; ++u)
-    first_item[u + 1] = first_item[u] + num_partitions(x.rows[u / nkv]);
-  const int64_t items = first_item[units];
-  std::vector<float> pm(items * group), pl(items * group), pacc(items * group * hdp);
-#pragma omp parallel
+#pragma omp parallel if (threads > 1)
   {
     Scratch s(group, hdp);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < items; ++i) {
-      const int64_t u = std::upper_bound(first_item.begin(), first_item.end(), i) -
-                        first_item.begin() - 1;
-      const int64_t r = u / nkv, kvh = u % nkv;
+    for (int64_t i = 0; i < num_items; ++i) {
+      const Item& it = items[i];
+      const int64_t r = it.unit / nkv, kvh = it.unit % nkv;
       const Row& row = x.rows[r];
-      const int64_t j = first_partition(row) + (i - first_item[u]);
-      int64_t begin, end;
-      partition_range(row, j, &begin, &end);
       x.prepare_q(r, kvh, s.qp.data());
-      x.kernel.partial(x.args(r, kvh, s.qp.data(), begin, end), s.work.data(), &pm[i * group],
-                       &pl[i * group], &pacc[i * group * hdp]);
+      int64_t begin, end;
+      if (it.j >= 0) {
+        partition_range(row, it.j, &begin, &end);
+        x.kernel.partial(x.args(r, kvh, s.qp.data(), begin, end), s.work.data(),
+                         &pm[it.slot * group], &pl[it.slot * group],
+                         &pacc[it.slot * group * hdp]);
+        continue;
+      }
+      const int64_t j0 = first_partition(row), nj = num_partitions(row);
+      for (int64_t j = j0; j < j0 + nj; ++j) {
+        partition_range(row, j, &begin, &end);
+        const bool first = j == j0;
+        x.kernel.partial(x.args(r, kvh, s.qp.data(), begin, end), s.work.data(),
+                         first ? s.M.data() : s.m.data(), first ? s.L.data() : s.l.data(),
+                         first ? s.A.data() : s.acc.data());
+        if (!first)
+          fold(s.M.data(), s.L.data(), s.A.data(), s.m.data(), s.l.data(), s.acc.data(), group,
+               hdp);
+      }
+      x.finish(r, kvh, s.L.data(), s.A.data());
     }
 #pragma omp for schedule(static)
-    for (int64_t u = 0; u < units; ++u) {
-      const int64_t i0 = first_item[u];
+    for (size_t k = 0; k < split_units.size(); ++k) {
+      const int64_t u = split_units[k], i0 = first_slot[k];
       std::copy_n(&pm[i0 * group], group, s.M.data());
       std::copy_n(&pl[i0 * group], group, s.L.data());
       std::copy_n(&pacc[i0 * group * hdp], group * hdp, s.A.data());
-      for (int64_t i = i0 + 1; i < first_item[u + 1]; ++i)
+      for (int64_t i = i0 + 1; i < first_slot[k + 1]; ++i)
         fold(s.M.data(), s.L.data(), s.A.data(), &pm[i * group], &pl[i * group],
              &pacc[i * group * hdp], group, hdp);
       x.finish(u / nkv, u % nkv, s.L.data(), s.A.data());
