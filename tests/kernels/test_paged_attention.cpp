@@ -328,17 +328,27 @@ TEST_CASE("paged_attention matches ref::paged_attention", "[paged_attention]") {
   CHECK(cases > 0);
 }
 
-TEST_CASE("paged_attention: head sizes off the 64-lane grid", "[paged_attention]") {
+TEST_CASE("paged_attention: other head sizes, groups and block sizes", "[paged_attention]") {
+  // Head dims off the 64-lane grid and past the AVX-512 kernel's 256; groups of 5 and 8 query
+  // heads per KV head (split into blocks of at most 4 by the AVX-512 kernel); block size 5.
   const std::vector<SeqSpec> specs = {{260, 1}, {33, 5}};
-  for (int64_t hd : {8, 40, 80, 96, 200, 320})
+  struct Shape {
+    int64_t hd, nh, nkv, bs;
+  };
+  const Shape shapes[] = {{8, 6, 2, 16},   {40, 6, 2, 16},  {80, 6, 2, 5},   {96, 6, 2, 16},
+                          {200, 6, 2, 16}, {320, 6, 2, 16}, {64, 10, 2, 16}, {64, 16, 2, 5},
+                          {128, 10, 2, 16}, {128, 8, 1, 16}, {192, 5, 1, 16}};
+  for (const Shape& sh : shapes)
     for (KVCacheDType dtype : kAllDTypes) {
-      const Scene s(dtype, 16, 6, 2, hd, specs, static_cast<uint32_t>(hd));
+      const int64_t hd = sh.hd;
+      const Scene s(dtype, sh.bs, sh.nh, sh.nkv, hd, specs, static_cast<uint32_t>(hd + sh.nh));
       const Scene::Batch b = s.batch(s.all());
       const std::vector<float> want = run_ref(s, b, 0, 0.1f);
       for (const paged_detail::Kernel& kernel : kernels_here()) {
         if (hd > kernel.max_head_dim) continue;
         const std::vector<float> got = run_kernel(kernel, s, b, 0, 0.1f);
-        INFO(kv_cache_dtype_name(dtype) << " " << kernel.name << " hd " << hd);
+        INFO(kv_cache_dtype_name(dtype) << " " << kernel.name << " hd " << hd << " heads "
+                                        << sh.nh << "/" << sh.nkv << " block " << sh.bs);
         for (size_t i = 0; i < got.size(); ++i)
           REQUIRE(std::fabs(got[i] - want[i]) <= 1e-5f * s.vmax + 1e-6f);
       }
