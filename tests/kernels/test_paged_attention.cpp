@@ -457,6 +457,36 @@ TEST_CASE("paged_attention: scale 2 and scale 1 store the same exact values", "[
   }
 }
 
+TEST_CASE("paged_attention: a NaN in the cache reaches exactly the queries that see it",
+          "[paged_attention]") {
+  // NaN is stored as NaN (FP8: 0x7F) and every kernel decodes it as NaN: the heads of that KV
+  // head whose query sees the position turn NaN, the others stay finite.
+  const int64_t nkv = 2, hd = 64, nh = 4, len = 12;
+  std::vector<float> k(len * nkv * hd, 0.25f), v(k.size(), 1.0f), q(2 * nh * hd, 0.5f);
+  k[(5 * nkv + 0) * hd + 7] = NAN;  // position 5, KV head 0
+  std::vector<int64_t> slots(len);
+  std::iota(slots.begin(), slots.end(), 0);
+  const int64_t qsl[] = {0, 2}, lens[] = {len};
+  const int32_t table[] = {0};
+  const PagedAttentionBatch b{1, qsl, lens, table, 1};  // queries at positions 10 and 11
+  for (KVCacheDType dtype : kAllDTypes)
+    for (const paged_detail::Kernel& kernel : kernels_here())
+      for (int64_t window : {0, 6}) {  // window 6 at position 10 sees 5..10, at 11 sees 6..11
+        INFO(kv_cache_dtype_name(dtype) << " " << kernel.name << " window " << window);
+        TestCache c(dtype, 1, 16, nkv, hd);
+        write_kv_cache(c.view, k.data(), v.data(), slots.data(), len);
+        std::vector<float> out(q.size());
+        paged_detail::paged_attention_with(kernel, c.view, q.data(), b, nh, window, 0.125f,
+                                           out.data());
+        for (int64_t r = 0; r < 2; ++r)
+          for (int64_t h = 0; h < nh; ++h) {
+            const bool sees_nan = h < 2 && (window == 0 || r == 0);
+            for (int64_t d = 0; d < hd; ++d)
+              REQUIRE(std::isnan(out[(r * nh + h) * hd + d]) == sees_nan);
+          }
+      }
+}
+
 TEST_CASE("paged_attention decode benchmark (SmolLM2 shape)", "[.][bench][paged_attention]") {
   // Run by hand: OMP_WAIT_POLICY=passive build/test_paged_attention "[bench]"
   std::printf("%s", run_paged_attention_benchmark().c_str());
