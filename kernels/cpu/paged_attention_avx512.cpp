@@ -71,15 +71,16 @@ struct DecodeFp8 {
     hi = _mm512_ternarylogic_epi32(hi, codes, _mm512_set1_epi8(static_cast<char>(0x80)),
                                    0xF8);  // hi | (codes & 0x80)
     const __m512i wlo = _mm512_unpacklo_epi8(lo, hi), whi = _mm512_unpackhi_epi8(lo, hi);
-    const __m512i z = _mm512_setzero_si512();
-    f[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, wlo));
-    f[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, wlo));
-    f[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, whi));
-    f[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, whi));
+    // Each dword holds two bf16 words: the low one shifted up, the high one masked, is FP32.
+    const __m512i upper = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    f[0] = _mm512_castsi512_ps(_mm512_slli_epi32(wlo, 16));
+    f[1] = _mm512_castsi512_ps(_mm512_and_si512(wlo, upper));
+    f[2] = _mm512_castsi512_ps(_mm512_slli_epi32(whi, 16));
+    f[3] = _mm512_castsi512_ps(_mm512_and_si512(whi, upper));
   }
   static int order(int lane) {
     const int c = lane / 16, L = (lane % 16) / 4, j = lane % 4;
-    return L * 16 + 4 * c + j;
+    return L * 16 + (c / 2) * 8 + 2 * j + c % 2;
   }
 };
 
