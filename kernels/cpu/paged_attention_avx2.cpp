@@ -1,11 +1,13 @@
 // AVX2+FMA+F16C kernel of paged attention (contract in paged_attention_kernel.h), for CPUs
-// without AVX-512 VBMI. Each cached row is decoded to FP32 in L1, exactly:
+// without AVX-512 VBMI. Cached values are decoded to FP32 exactly:
 //   bf16: widen and shift left 16;  fp16: VCVTPH2PS;
 //   E5M2: the code is the top byte of an fp16 (code << 8), VCVTPH2PS;
 //   E4M3: fp16 bits ((c & 0x7F) << 7) | ((c & 0x80) << 8) are the value times 2^-8 (normal and
 //         subnormal codes alike), so VCVTPH2PS and * 256; the NaN codes (0x7F, 0xFF) are OR-ed
 //         to all-ones (a NaN).
-// then FMA dot products (scores) and FMA axpy (weighted sum of V) in natural lane order.
+// Scores: a K row is decoded to L1, FMA dot products with each query head, 8-lane partial sums
+// reduced 8 tokens at a time by one HADD tree. Weighted sum of V: 16 elements at a time, decoded
+// straight to registers, up to 4 heads of accumulators in registers. Natural lane order.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -2,8 +2,9 @@
 // AVX-512 F/BW/VL/VBMI (Zen 4, Ice Lake and later). A head row is decoded 64 elements at a time
 // straight into 4 FP32 registers, exactly:
 //   FP8 (E4M3 or E5M2): every value is a normal bf16 (or inf/NaN), so two VPERMI2B lookups
-//     give the high and low bytes of the bf16 of the 128 magnitudes, the sign is OR-ed back,
-//     and interleaving with zero bytes/words makes bf16 -> FP32 (as w8a8_gemv_avx512.cpp);
+//     give the high and low bytes of the bf16 of the 128 magnitudes, the sign is OR-ed back
+//     (as w8a8_gemv_avx512.cpp), a byte interleave makes bf16 words and a shift or a mask of
+//     each dword makes FP32;
 //   BF16: interleave the words with zero words;  FP16: VCVTPH2PS.
 // The interleaves permute the 64 lanes; the driver stores q in that lane order
 // (lane_order()) and puts the sums back, so no shuffle is spent per row.
