@@ -176,82 +176,109 @@ void partition_range(const Row& row, int64_t j, int64_t* begin, int64_t* end) {
   *end = std::min(row.hi, (j + 1) * kPartitionTokens);
 }
 
-// Per-thread buffers of one call.
+// Per-thread buffers of one call; q and the running (M, L, A) for every KV head of a row.
 struct Scratch {
+  int64_t group, hdp;
   std::vector<float> qp, work, m, l, acc, M, L, A;
-  Scratch(int64_t group, int64_t hdp)
-      : qp(group * hdp),
+  Scratch(int64_t nkv, int64_t group_, int64_t hdp_)
+      : group(group_), hdp(hdp_), qp(nkv * group * hdp),
         work(paged_detail::partial_scratch_floats(group, hdp)),
-        m(group), l(group), acc(group * hdp), M(group), L(group), A(group * hdp) {}
+        m(group), l(group), acc(group * hdp), M(nkv * group), L(nkv * group),
+        A(nkv * group * hdp) {}
+  float* q(int64_t kvh) { return qp.data() + kvh * group * hdp; }
+  float* Mh(int64_t kvh) { return M.data() + kvh * group; }
+  float* Lh(int64_t kvh) { return L.data() + kvh * group; }
+  float* Ah(int64_t kvh) { return A.data() + kvh * group * hdp; }
+};
+
+// A work item covers all KV heads of one query row (so a thread reads whole cache slots, not a
+// third of each): either all its partitions, folded in the item, or one partition of a split
+// row, whose partials are kept and folded after all items ran.
+struct Item {
+  int64_t row;
+  int64_t j;     // partition index (absolute) for a split row; -1: the whole row
+  int64_t slot;  // split rows: index of the kept partial
 };
 
 void run(const Context& x) {
   const int64_t nkv = x.c.num_kv_heads, group = x.group, hdp = x.hdp;
-  const int64_t units = static_cast<int64_t>(x.rows.size()) * nkv;  // (row, KV head) pairs
-  if (units == 0) return;
+  const int64_t num_rows = static_cast<int64_t>(x.rows.size());
+  if (num_rows == 0) return;
   const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
 
-  if (units >= 8 * threads) {
-    // Enough (row, KV head) units to share out: each folds its own partitions in order.
-#pragma omp parallel
-    {
-      Scratch s(group, hdp);
+  // Split a row when it holds more than 1/(8 threads) of all partitions, so that a few long
+  // decodes (or one long one beside many short queries) spread over the threads. Results do not
+  // depend on this choice: the same partials are folded in the same order either way.
+  int64_t total = 0;
+  for (const Row& row : x.rows) total += num_partitions(row);
+  std::vector<Item> items;
+  std::vector<int64_t> split_rows, first_slot;  // per split row: its first kept partial
+  int64_t slots = 0;
+  for (int64_t r = 0; r < num_rows; ++r) {
+    const Row& row = x.rows[r];
+    const int64_t nj = num_partitions(row);
+    if (nj > 1 && nj * 8 * threads > total) {
+      split_rows.push_back(r);
+      first_slot.push_back(slots);
+      for (int64_t j = first_partition(row); j < first_partition(row) + nj; ++j)
+        items.push_back({r, j, slots++});
+    } else {
+      items.push_back({r, -1, -1});
+    }
+  }
+  first_slot.push_back(slots);
+  // Kept partials: [slot, kvh, group] for m and l, [slot, kvh, group, hdp] for acc.
+  const int64_t per_slot = nkv * group;
+  std::vector<float> pm(slots * per_slot), pl(slots * per_slot), pacc(slots * per_slot * hdp);
+  const int64_t num_items = static_cast<int64_t>(items.size());
+
+#pragma omp parallel if (threads > 1)
+  {
+    Scratch s(nkv, group, hdp);
 #pragma omp for schedule(dynamic, 1)
-      for (int64_t u = 0; u < units; ++u) {
-        const int64_t r = u / nkv, kvh = u % nkv;
-        const Row& row = x.rows[r];
-        x.prepare_q(r, kvh, s.qp.data());
-        const int64_t j0 = first_partition(row), nj = num_partitions(row);
-        for (int64_t j = j0; j < j0 + nj; ++j) {
-          int64_t begin, end;
-          partition_range(row, j, &begin, &end);
+    for (int64_t i = 0; i < num_items; ++i) {
+      const Item& it = items[i];
+      const Row& row = x.rows[it.row];
+      for (int64_t kvh = 0; kvh < nkv; ++kvh) x.prepare_q(it.row, kvh, s.q(kvh));
+      int64_t begin, end;
+      if (it.j >= 0) {
+        partition_range(row, it.j, &begin, &end);
+        for (int64_t kvh = 0; kvh < nkv; ++kvh) {
+          const int64_t o = it.slot * per_slot + kvh * group;
+          x.kernel.partial(x.args(it.row, kvh, s.q(kvh), begin, end), s.work.data(), &pm[o],
+                           &pl[o], &pacc[o * hdp]);
+        }
+        continue;
+      }
+      const int64_t j0 = first_partition(row), nj = num_partitions(row);
+      for (int64_t j = j0; j < j0 + nj; ++j) {
+        partition_range(row, j, &begin, &end);
+        for (int64_t kvh = 0; kvh < nkv; ++kvh) {
           const bool first = j == j0;
-          x.kernel.partial(x.args(r, kvh, s.qp.data(), begin, end), s.work.data(),
-                           first ? s.M.data() : s.m.data(), first ? s.L.data() : s.l.data(),
-                           first ? s.A.data() : s.acc.data());
+          x.kernel.partial(x.args(it.row, kvh, s.q(kvh), begin, end), s.work.data(),
+                           first ? s.Mh(kvh) : s.m.data(), first ? s.Lh(kvh) : s.l.data(),
+                           first ? s.Ah(kvh) : s.acc.data());
           if (!first)
-            fold(s.M.data(), s.L.data(), s.A.data(), s.m.data(), s.l.data(), s.acc.data(), group,
+            fold(s.Mh(kvh), s.Lh(kvh), s.Ah(kvh), s.m.data(), s.l.data(), s.acc.data(), group,
                  hdp);
         }
-        x.finish(r, kvh, s.L.data(), s.A.data());
       }
+      for (int64_t kvh = 0; kvh < nkv; ++kvh) x.finish(it.row, kvh, s.Lh(kvh), s.Ah(kvh));
     }
-    return;
-  }
-
-  // Few units (decode of a few long sequences): one work item per (unit, partition), the
-  // partials kept, then folded per unit in partition order.
-  std::vector<int64_t> first_item(static_cast<size_t>(units) + 1, 0);
-  for (int64_t u = 0; u < units; ++u)
-    first_item[u + 1] = first_item[u] + num_partitions(x.rows[u / nkv]);
-  const int64_t items = first_item[units];
-  std::vector<float> pm(items * group), pl(items * group), pacc(items * group * hdp);
-#pragma omp parallel
-  {
-    Scratch s(group, hdp);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < items; ++i) {
-      const int64_t u = std::upper_bound(first_item.begin(), first_item.end(), i) -
-                        first_item.begin() - 1;
-      const int64_t r = u / nkv, kvh = u % nkv;
-      const Row& row = x.rows[r];
-      const int64_t j = first_partition(row) + (i - first_item[u]);
-      int64_t begin, end;
-      partition_range(row, j, &begin, &end);
-      x.prepare_q(r, kvh, s.qp.data());
-      x.kernel.partial(x.args(r, kvh, s.qp.data(), begin, end), s.work.data(), &pm[i * group],
-                       &pl[i * group], &pacc[i * group * hdp]);
-    }
+    // Split rows: fold the kept partials of each (row, KV head) in partition order.
+    const int64_t split_units = static_cast<int64_t>(split_rows.size()) * nkv;
 #pragma omp for schedule(static)
-    for (int64_t u = 0; u < units; ++u) {
-      const int64_t i0 = first_item[u];
-      std::copy_n(&pm[i0 * group], group, s.M.data());
-      std::copy_n(&pl[i0 * group], group, s.L.data());
-      std::copy_n(&pacc[i0 * group * hdp], group * hdp, s.A.data());
-      for (int64_t i = i0 + 1; i < first_item[u + 1]; ++i)
-        fold(s.M.data(), s.L.data(), s.A.data(), &pm[i * group], &pl[i * group],
-             &pacc[i * group * hdp], group, hdp);
-      x.finish(u / nkv, u % nkv, s.L.data(), s.A.data());
+    for (int64_t u = 0; u < split_units; ++u) {
+      const int64_t k = u / nkv, kvh = u % nkv, r = split_rows[k];
+      auto at = [&](int64_t slot) { return slot * per_slot + kvh * group; };
+      const int64_t o0 = at(first_slot[k]);
+      std::copy_n(&pm[o0], group, s.Mh(0));
+      std::copy_n(&pl[o0], group, s.Lh(0));
+      std::copy_n(&pacc[o0 * hdp], group * hdp, s.Ah(0));
+      for (int64_t slot = first_slot[k] + 1; slot < first_slot[k + 1]; ++slot)
+        fold(s.Mh(0), s.Lh(0), s.Ah(0), &pm[at(slot)], &pl[at(slot)], &pacc[at(slot) * hdp],
+             group, hdp);
+      x.finish(r, kvh, s.Lh(0), s.Ah(0));
     }
   }
 }

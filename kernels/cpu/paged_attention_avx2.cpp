@@ -1,11 +1,13 @@
 // AVX2+FMA+F16C kernel of paged attention (contract in paged_attention_kernel.h), for CPUs
-// without AVX-512 VBMI. Each cached row is decoded to FP32 in L1, exactly:
+// without AVX-512 VBMI. Cached values are decoded to FP32 exactly:
 //   bf16: widen and shift left 16;  fp16: VCVTPH2PS;
 //   E5M2: the code is the top byte of an fp16 (code << 8), VCVTPH2PS;
 //   E4M3: fp16 bits ((c & 0x7F) << 7) | ((c & 0x80) << 8) are the value times 2^-8 (normal and
 //         subnormal codes alike), so VCVTPH2PS and * 256; the NaN codes (0x7F, 0xFF) are OR-ed
 //         to all-ones (a NaN).
-// then FMA dot products (scores) and FMA axpy (weighted sum of V) in natural lane order.
+// Scores: a K row is decoded to L1, FMA dot products with each query head, 8-lane partial sums
+// reduced 8 tokens at a time by one HADD tree. Weighted sum of V: 16 elements at a time, decoded
+// straight to registers, up to 4 heads of accumulators in registers. Natural lane order.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -101,46 +103,109 @@ OCTET_AVX2 void decode_row(KVCacheDType dtype, const uint8_t* p, int64_t n, floa
   }
 }
 
-OCTET_AVX2 inline float dot(const float* a, const float* b, int64_t n) {
-  __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-    acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), acc1);
-  }
-  for (; i + 8 <= n; i += 8)
-    acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc0);
-  float r = hsum(_mm256_add_ps(acc0, acc1));
-  for (; i < n; ++i) r = std::fma(a[i], b[i], r);
-  return r;
+// 8 vectors of 8 (v[0], v[8], ...; one per token) -> lane i = sum of the lanes of vector i.
+OCTET_AVX2 inline __m256 hsum8x8(const float* v) {
+  const __m256 h01 = _mm256_hadd_ps(_mm256_loadu_ps(v), _mm256_loadu_ps(v + 8));
+  const __m256 h23 = _mm256_hadd_ps(_mm256_loadu_ps(v + 16), _mm256_loadu_ps(v + 24));
+  const __m256 h45 = _mm256_hadd_ps(_mm256_loadu_ps(v + 32), _mm256_loadu_ps(v + 40));
+  const __m256 h67 = _mm256_hadd_ps(_mm256_loadu_ps(v + 48), _mm256_loadu_ps(v + 56));
+  const __m256 h0123 = _mm256_hadd_ps(h01, h23), h4567 = _mm256_hadd_ps(h45, h67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(h0123, h4567, 0x20),
+                       _mm256_permute2f128_ps(h0123, h4567, 0x31));
 }
 
-OCTET_AVX2 inline void axpy(float p, const float* x, float* y, int64_t n) {
-  const __m256 pv = _mm256_set1_ps(p);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(y + i, _mm256_fmadd_ps(pv, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] = std::fma(p, x[i], y[i]);
+// 8 cached values at p, exact.
+OCTET_AVX2 inline __m256 decode8(KVCacheDType dtype, const uint8_t* p) {
+  switch (dtype) {
+    case KVCacheDType::BF16:
+      return _mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+    case KVCacheDType::FP16:
+      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    case KVCacheDType::FP8_E4M3:
+      return e4m3x8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    case KVCacheDType::FP8_E5M2:
+      return _mm256_cvtph_ps(_mm_slli_epi16(
+          _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 8));
+  }
+  return _mm256_setzero_ps();
+}
+
+// 16 cached values from element e of a row (fewer than 16 left: zero-padded), exact.
+OCTET_AVX2 inline void decode16(KVCacheDType dtype, const uint8_t* row, int64_t e, int64_t hd,
+                                __m256* f) {
+  const int64_t bytes = kv_cache_dtype_bytes(dtype);
+  if (e + 16 <= hd) {
+    f[0] = decode8(dtype, row + e * bytes);
+    f[1] = decode8(dtype, row + (e + 8) * bytes);
+    return;
+  }
+  alignas(32) float tmp[16] = {};
+  decode_row(dtype, row + e * bytes, hd - e, tmp);
+  f[0] = _mm256_load_ps(tmp);
+  f[1] = _mm256_load_ps(tmp + 8);
+}
+
+// acc[g][e .. e + 16) = sum_t p[g][t] v_t[e .. e + 16) for GB heads (p, acc at the first).
+template <int GB>
+OCTET_AVX2 void v_chunk(const PartialArgs& a, const int64_t* offsets, int64_t n, int64_t e,
+                        const float* p, int64_t hdp, float* acc) {
+  __m256 s[GB][2];
+  for (int g = 0; g < GB; ++g) s[g][0] = s[g][1] = _mm256_setzero_ps();
+  const int64_t bytes = kv_cache_dtype_bytes(a.dtype);
+  for (int64_t t = 0; t < n; ++t) {
+    _mm_prefetch(reinterpret_cast<const char*>(a.v + offsets[t + 16] + e * bytes), _MM_HINT_T0);
+    __m256 f[2];
+    decode16(a.dtype, a.v + offsets[t], e, a.head_dim, f);
+    for (int g = 0; g < GB; ++g) {
+      const __m256 pg = _mm256_broadcast_ss(p + g * kPartitionTokens + t);
+      s[g][0] = _mm256_fmadd_ps(pg, f[0], s[g][0]);
+      s[g][1] = _mm256_fmadd_ps(pg, f[1], s[g][1]);
+    }
+  }
+  for (int g = 0; g < GB; ++g) {
+    _mm256_storeu_ps(acc + g * hdp + e, s[g][0]);
+    _mm256_storeu_ps(acc + g * hdp + e + 8, s[g][1]);
+  }
 }
 
 OCTET_AVX2 void partial_avx2(const PartialArgs& a, float* scratch, float* m, float* l,
                              float* acc) {
   const int64_t hd = a.head_dim, hdp = padded_head_dim(hd), G = a.num_q_heads;
+  const int64_t hd8 = (hd + 7) / 8 * 8;
   const int64_t n = a.end - a.begin;
-  float* scores = scratch;  // [G, kPartitionTokens]
+  float* scores = scratch;                     // [G, kPartitionTokens]
+  float* red = scratch + G * kPartitionTokens;  // [G, 8 tokens, 8 lanes]
   auto* offsets = reinterpret_cast<int64_t*>(scratch + G * (kPartitionTokens + 256));
+  // One decoded row; lanes hd .. hd8 stay zero (scratch starts zeroed, only hd are written).
   float* row = scratch + G * (kPartitionTokens + 256) + 2 * (kPartitionTokens + 32);
   int64_t bi = a.begin / a.block_size, off = a.begin % a.block_size;
   for (int64_t t = 0; t < n; ++t) {
     offsets[t] = (a.block_table[bi] * a.block_size + off) * a.slot_stride;
     if (++off == a.block_size) off = 0, ++bi;
   }
-  const int64_t ahead = 8;
-  for (int64_t t = 0; t < n; ++t) {
-    if (t + ahead < n) _mm_prefetch(reinterpret_cast<const char*>(a.k + offsets[t + ahead]), _MM_HINT_T0);
-    decode_row(a.dtype, a.k + offsets[t], hd, row);
-    for (int64_t g = 0; g < G; ++g) scores[g * kPartitionTokens + t] = dot(a.q + g * hdp, row, hd);
+  for (int64_t t = n; t < n + 16; ++t) offsets[t] = offsets[n - 1];  // prefetched past the end
+
+  // Scores: q . k per token and head, 8-lane partial sums reduced 8 tokens at a time.
+  for (int64_t t0 = 0; t0 < n; t0 += 8) {
+    const int64_t cnt = std::min<int64_t>(8, n - t0);
+    for (int64_t i = 0; i < cnt; ++i) {
+      _mm_prefetch(reinterpret_cast<const char*>(a.k + offsets[t0 + i + 16]), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(a.v + offsets[t0 + i + 16]), _MM_HINT_T1);
+      decode_row(a.dtype, a.k + offsets[t0 + i], hd, row);
+      for (int64_t g = 0; g < G; ++g) {
+        const float* qg = a.q + g * hdp;
+        __m256 acc0 = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(row));
+        for (int64_t d = 8; d < hd8; d += 8)
+          acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d), _mm256_loadu_ps(row + d), acc0);
+        _mm256_storeu_ps(red + (g * 8 + i) * 8, acc0);
+      }
+    }
+    for (int64_t g = 0; g < G; ++g)
+      _mm256_storeu_ps(scores + g * kPartitionTokens + t0, hsum8x8(red + g * 64));
   }
+
+  // Softmax numerators in place, m and l per head; lanes past n never enter the sum.
   const int64_t n8 = n / 8 * 8;
   for (int64_t g = 0; g < G; ++g) {
     float* sg = scores + g * kPartitionTokens;
@@ -153,7 +218,7 @@ OCTET_AVX2 void partial_avx2(const PartialArgs& a, float* scratch, float* m, flo
       sum = _mm256_add_ps(sum, e);
     }
     float s = hsum(sum);
-    if (n8 < n) {  // the tail through the same exp8, lanes past n left out of the sum
+    if (n8 < n) {  // the tail through the same exp8
       alignas(32) float tail[8] = {};
       std::copy(sg + n8, sg + n, tail);
       _mm256_store_ps(tail, exp8(_mm256_sub_ps(_mm256_load_ps(tail), mv)));
@@ -162,11 +227,23 @@ OCTET_AVX2 void partial_avx2(const PartialArgs& a, float* scratch, float* m, flo
     m[g] = mx;
     l[g] = s;
   }
-  std::fill(acc, acc + G * hdp, 0.0f);
-  for (int64_t t = 0; t < n; ++t) {
-    if (t + ahead < n) _mm_prefetch(reinterpret_cast<const char*>(a.v + offsets[t + ahead]), _MM_HINT_T0);
-    decode_row(a.dtype, a.v + offsets[t], hd, row);
-    for (int64_t g = 0; g < G; ++g) axpy(scores[g * kPartitionTokens + t], row, acc + g * hdp, hd);
+
+  // Weighted sum of V: 16 elements at a time, up to 4 heads in registers.
+  for (int64_t e = 0; e < hdp; e += 16) {
+    if (e >= hd) {
+      for (int64_t g = 0; g < G; ++g) std::fill(acc + g * hdp + e, acc + g * hdp + e + 16, 0.0f);
+      continue;
+    }
+    for (int64_t g0 = 0; g0 < G; g0 += 4) {
+      const float* p = scores + g0 * kPartitionTokens;
+      float* ag = acc + g0 * hdp;
+      switch (std::min<int64_t>(4, G - g0)) {
+        case 1: v_chunk<1>(a, offsets, n, e, p, hdp, ag); break;
+        case 2: v_chunk<2>(a, offsets, n, e, p, hdp, ag); break;
+        case 3: v_chunk<3>(a, offsets, n, e, p, hdp, ag); break;
+        default: v_chunk<4>(a, offsets, n, e, p, hdp, ag); break;
+      }
+    }
   }
 }
 

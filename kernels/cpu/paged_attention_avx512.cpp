@@ -2,8 +2,9 @@
 // AVX-512 F/BW/VL/VBMI (Zen 4, Ice Lake and later). A head row is decoded 64 elements at a time
 // straight into 4 FP32 registers, exactly:
 //   FP8 (E4M3 or E5M2): every value is a normal bf16 (or inf/NaN), so two VPERMI2B lookups
-//     give the high and low bytes of the bf16 of the 128 magnitudes, the sign is OR-ed back,
-//     and interleaving with zero bytes/words makes bf16 -> FP32 (as w8a8_gemv_avx512.cpp);
+//     give the high and low bytes of the bf16 of the 128 magnitudes, the sign is OR-ed back
+//     (as w8a8_gemv_avx512.cpp), a byte interleave makes bf16 words and a shift or a mask of
+//     each dword makes FP32;
 //   BF16: interleave the words with zero words;  FP16: VCVTPH2PS.
 // The interleaves permute the 64 lanes; the driver stores q in that lane order
 // (lane_order()) and puts the sums back, so no shuffle is spent per row.
@@ -38,7 +39,7 @@ namespace octet::paged_detail {
 
 namespace {
 
-constexpr int64_t kAhead = 16;  // rows prefetched ahead
+constexpr int64_t kAhead = 24;  // rows prefetched ahead (offsets are padded by 32)
 
 // bf16 bits of the FP8 magnitudes 0..127, high and low bytes.
 struct Bf16Table {
@@ -71,15 +72,16 @@ struct DecodeFp8 {
     hi = _mm512_ternarylogic_epi32(hi, codes, _mm512_set1_epi8(static_cast<char>(0x80)),
                                    0xF8);  // hi | (codes & 0x80)
     const __m512i wlo = _mm512_unpacklo_epi8(lo, hi), whi = _mm512_unpackhi_epi8(lo, hi);
-    const __m512i z = _mm512_setzero_si512();
-    f[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, wlo));
-    f[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, wlo));
-    f[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, whi));
-    f[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, whi));
+    // Each dword holds two bf16 words: the low one shifted up, the high one masked, is FP32.
+    const __m512i upper = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    f[0] = _mm512_castsi512_ps(_mm512_slli_epi32(wlo, 16));
+    f[1] = _mm512_castsi512_ps(_mm512_and_si512(wlo, upper));
+    f[2] = _mm512_castsi512_ps(_mm512_slli_epi32(whi, 16));
+    f[3] = _mm512_castsi512_ps(_mm512_and_si512(whi, upper));
   }
   static int order(int lane) {
     const int c = lane / 16, L = (lane % 16) / 4, j = lane % 4;
-    return L * 16 + 4 * c + j;
+    return L * 16 + (c / 2) * 8 + 2 * j + c % 2;
   }
 };
 
@@ -174,6 +176,9 @@ OCTET_AVX512 inline __m512 hsum16(const float* v) {
 OCTET_AVX512 inline void prefetch_row(const uint8_t* p, int64_t bytes) {
   for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T0);
 }
+OCTET_AVX512 inline void prefetch_row_l2(const uint8_t* p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64) _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T1);
+}
 
 // Scores of GB heads from g0 for n rows (offsets: byte offsets of the rows), ND groups of 64
 // elements; the queries stay in registers. Each (token, head) sum is the same sequence of
@@ -188,24 +193,27 @@ OCTET_AVX512 void scores_block(const D& dec, const PartialArgs& a, const int64_t
   __m512 qr[GB][kChunks];
   for (int g = 0; g < GB; ++g)
     for (int c = 0; c < kChunks; ++c) qr[g][c] = _mm512_loadu_ps(a.q + (g0 + g) * hdp + 16 * c);
+  // The first block of heads prefetches the K rows ahead and the V rows (to L2) for the V pass.
   if (g0 == 0)
-    for (int64_t t = 0; t < std::min(n, kAhead); ++t) prefetch_row(a.k + offsets[t], row_bytes);
+    for (int64_t t = 0; t < std::min(n, kAhead); ++t) {
+      prefetch_row(a.k + offsets[t], row_bytes);
+      prefetch_row_l2(a.v + offsets[t], row_bytes);
+    }
   for (int64_t t0 = 0; t0 < n; t0 += 16) {
     const int64_t cnt = std::min<int64_t>(16, n - t0);
     for (int64_t i = 0; i < cnt; ++i) {
       const int64_t t = t0 + i;
-      if (g0 == 0) prefetch_row(a.k + offsets[t + kAhead], row_bytes);
+      if (g0 == 0) {
+        prefetch_row(a.k + offsets[t + kAhead], row_bytes);
+        prefetch_row_l2(a.v + offsets[t + kAhead], row_bytes);
+      }
       const uint8_t* row = a.k + offsets[t];
       __m512 kf[kChunks];
       for (int d = 0; d < ND; ++d) dec(row + d * kGroupLanes * D::kBytes, masks[d], kf + 4 * d);
       for (int g = 0; g < GB; ++g) {
-        __m512 acc0 = _mm512_mul_ps(kf[0], qr[g][0]);
-        __m512 acc1 = _mm512_mul_ps(kf[1], qr[g][1]);
-        for (int c = 2; c < kChunks; c += 2) {
-          acc0 = _mm512_fmadd_ps(kf[c], qr[g][c], acc0);
-          acc1 = _mm512_fmadd_ps(kf[c + 1], qr[g][c + 1], acc1);
-        }
-        _mm512_storeu_ps(red + (g * 16 + i) * 16, _mm512_add_ps(acc0, acc1));
+        __m512 acc = _mm512_mul_ps(kf[0], qr[g][0]);
+        for (int c = 1; c < kChunks; ++c) acc = _mm512_fmadd_ps(kf[c], qr[g][c], acc);
+        _mm512_storeu_ps(red + (g * 16 + i) * 16, acc);
       }
     }
     for (int g = 0; g < GB; ++g)

@@ -10,6 +10,9 @@ namespace octet {
 
 struct PagedAttentionBenchResult {
   double seconds_per_call = 0;   // one paged_attention call (all sequences, all heads)
+  // Process CPU time per call, all threads together: on a shared machine, where other processes
+  // take the cores now and then, this shows what the kernel itself costs.
+  double cpu_seconds_per_call = 0;
   double kv_gb_per_s = 0;        // K and V bytes read per call / seconds_per_call, 1e9 B/s
   int64_t kv_bytes_per_call = 0;  // num_seqs * context_len * num_kv_heads * head_dim * 2 * bytes
 };

@@ -328,17 +328,27 @@ TEST_CASE("paged_attention matches ref::paged_attention", "[paged_attention]") {
   CHECK(cases > 0);
 }
 
-TEST_CASE("paged_attention: head sizes off the 64-lane grid", "[paged_attention]") {
+TEST_CASE("paged_attention: other head sizes, groups and block sizes", "[paged_attention]") {
+  // Head dims off the 64-lane grid and past the AVX-512 kernel's 256; groups of 5 and 8 query
+  // heads per KV head (split into blocks of at most 4 by the AVX-512 kernel); block size 5.
   const std::vector<SeqSpec> specs = {{260, 1}, {33, 5}};
-  for (int64_t hd : {8, 40, 80, 96, 200, 320})
+  struct Shape {
+    int64_t hd, nh, nkv, bs;
+  };
+  const Shape shapes[] = {{8, 6, 2, 16},   {40, 6, 2, 16},  {80, 6, 2, 5},   {96, 6, 2, 16},
+                          {200, 6, 2, 16}, {320, 6, 2, 16}, {64, 10, 2, 16}, {64, 16, 2, 5},
+                          {128, 10, 2, 16}, {128, 8, 1, 16}, {192, 5, 1, 16}};
+  for (const Shape& sh : shapes)
     for (KVCacheDType dtype : kAllDTypes) {
-      const Scene s(dtype, 16, 6, 2, hd, specs, static_cast<uint32_t>(hd));
+      const int64_t hd = sh.hd;
+      const Scene s(dtype, sh.bs, sh.nh, sh.nkv, hd, specs, static_cast<uint32_t>(hd + sh.nh));
       const Scene::Batch b = s.batch(s.all());
       const std::vector<float> want = run_ref(s, b, 0, 0.1f);
       for (const paged_detail::Kernel& kernel : kernels_here()) {
         if (hd > kernel.max_head_dim) continue;
         const std::vector<float> got = run_kernel(kernel, s, b, 0, 0.1f);
-        INFO(kv_cache_dtype_name(dtype) << " " << kernel.name << " hd " << hd);
+        INFO(kv_cache_dtype_name(dtype) << " " << kernel.name << " hd " << hd << " heads "
+                                        << sh.nh << "/" << sh.nkv << " block " << sh.bs);
         for (size_t i = 0; i < got.size(); ++i)
           REQUIRE(std::fabs(got[i] - want[i]) <= 1e-5f * s.vmax + 1e-6f);
       }
@@ -445,6 +455,36 @@ TEST_CASE("paged_attention: scale 2 and scale 1 store the same exact values", "[
     }
     CHECK(same_bits(outs[0], outs[1].data(), outs[1].size()));
   }
+}
+
+TEST_CASE("paged_attention: a NaN in the cache reaches exactly the queries that see it",
+          "[paged_attention]") {
+  // NaN is stored as NaN (FP8: 0x7F) and every kernel decodes it as NaN: the heads of that KV
+  // head whose query sees the position turn NaN, the others stay finite.
+  const int64_t nkv = 2, hd = 64, nh = 4, len = 12;
+  std::vector<float> k(len * nkv * hd, 0.25f), v(k.size(), 1.0f), q(2 * nh * hd, 0.5f);
+  k[(5 * nkv + 0) * hd + 7] = NAN;  // position 5, KV head 0
+  std::vector<int64_t> slots(len);
+  std::iota(slots.begin(), slots.end(), 0);
+  const int64_t qsl[] = {0, 2}, lens[] = {len};
+  const int32_t table[] = {0};
+  const PagedAttentionBatch b{1, qsl, lens, table, 1};  // queries at positions 10 and 11
+  for (KVCacheDType dtype : kAllDTypes)
+    for (const paged_detail::Kernel& kernel : kernels_here())
+      for (int64_t window : {0, 6}) {  // window 6 at position 10 sees 5..10, at 11 sees 6..11
+        INFO(kv_cache_dtype_name(dtype) << " " << kernel.name << " window " << window);
+        TestCache c(dtype, 1, 16, nkv, hd);
+        write_kv_cache(c.view, k.data(), v.data(), slots.data(), len);
+        std::vector<float> out(q.size());
+        paged_detail::paged_attention_with(kernel, c.view, q.data(), b, nh, window, 0.125f,
+                                           out.data());
+        for (int64_t r = 0; r < 2; ++r)
+          for (int64_t h = 0; h < nh; ++h) {
+            const bool sees_nan = h < 2 && (window == 0 || r == 0);
+            for (int64_t d = 0; d < hd; ++d)
+              REQUIRE(std::isnan(out[(r * nh + h) * hd + d]) == sees_nan);
+          }
+      }
 }
 
 TEST_CASE("paged_attention decode benchmark (SmolLM2 shape)", "[.][bench][paged_attention]") {
