@@ -8,7 +8,9 @@
 #include <array>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -176,4 +178,52 @@ TEST_CASE("generate reports bad input clearly and never crashes", "[cli][errors]
     CHECK(r.exit_code == 2);
     CHECK(r.output.find("temperature") != std::string::npos);
   }
+}
+
+TEST_CASE("generate --prompts-file runs every line concurrently, each as it runs alone",
+          "[cli][engine]") {
+  char path[] = "/tmp/octet_prompts_XXXXXX";
+  const int fd = mkstemp(path);
+  REQUIRE(fd >= 0);
+  close(fd);
+  const std::vector<std::string> prompts = {"Once upon a time", "The little dog",
+                                            "Lily and Tom went to the park"};
+  {
+    std::ofstream out(path);
+    for (const std::string& p : prompts) out << p << "\n\n";  // empty lines are skipped
+  }
+  for (const std::string dtype : {"bf16", "fp8"}) {
+    INFO("kv_cache_dtype " << dtype);
+    const std::string common = " --max-tokens 24 --temperature 0 --json --kv-cache-dtype " +
+                               dtype + " --calculate-kv-scales";
+    const RunResult all = run("generate --model " + kStories + " --prompts-file " + path + common);
+    INFO(all.output);
+    REQUIRE(all.exit_code == 0);
+    std::vector<nlohmann::json> lines;
+    std::stringstream ss(all.output);
+    std::string line;
+    while (std::getline(ss, line))
+      if (!line.empty()) lines.push_back(nlohmann::json::parse(line));
+    REQUIRE(lines.size() == prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      const RunResult one =
+          run("generate --model " + kStories + " --prompt '" + prompts[i] + "'" + common);
+      REQUIRE(one.exit_code == 0);
+      const auto j = nlohmann::json::parse(one.output);
+      CHECK(lines[i]["prompt_token_ids"] == j["prompt_token_ids"]);
+      CHECK(lines[i]["token_ids"] == j["token_ids"]);
+      CHECK(lines[i]["text"] == j["text"]);
+      CHECK(lines[i]["kv_cache_dtype"] == dtype);
+    }
+  }
+  std::remove(path);
+  const RunResult bad = run("generate --model " + kStories + " --prompts-file /nonexistent.txt");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("/nonexistent.txt") != std::string::npos);
+  const RunResult dtype = run("generate --model " + kStories + " --prompt-ids 1 --kv-cache-dtype int8");
+  CHECK(dtype.exit_code == 2);
+  CHECK(dtype.output.find("--kv-cache-dtype") != std::string::npos);
+  const RunResult bs = run("generate --model " + kStories + " --prompt-ids 1 --block-size 12");
+  CHECK(bs.exit_code == 2);
+  CHECK(bs.output.find("--block-size") != std::string::npos);
 }
