@@ -12,6 +12,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/fp8.h"
+#include "kernels/cpu/linear_bf16.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/w8a8.h"
 
@@ -84,6 +85,13 @@ double measure_read_bandwidth_gbs() {
 
 std::string run_kernel_benchmark(int64_t m_max) {
   m_max = std::max<int64_t>(m_max, 2);
+  // Batch sizes: 1 (decode of one sequence), 4 / 16 / 64 (one decode step of that many
+  // sequences), m_max (a prefill chunk). Batches below m_max cycle through weight copies
+  // (weights come from DRAM, as in a decode step); m_max reuses copy 0 (compute-bound).
+  std::vector<int64_t> ms{1};
+  for (int64_t m : {int64_t{4}, int64_t{16}, int64_t{64}})
+    if (m < m_max) ms.push_back(m);
+  ms.push_back(m_max);
   // SmolLM2-135M: hidden 576, 9 heads x 64 (q, o: 576x576), 3 KV heads (k, v: 192x576),
   // intermediate 1536 (gate, up: 1536x576; down: 576x1536), 30 layers, vocab 49152 (lm_head).
   const Shape shapes[] = {{"q/o_proj  576->576", 576, 576, 2},
@@ -92,65 +100,108 @@ std::string run_kernel_benchmark(int64_t m_max) {
                           {"down     1536->576", 576, 1536, 1},
                           {"lm_head   576->49152", 49152, 576, 0}};
   constexpr int kLayers = 30;
+  const bool avx512 = w8a8_avx512_available(), avx2 = fp8_avx2_available();
   std::string out;
   out += "octet kernel benchmark: " + std::to_string(omp_get_max_threads()) + " threads, " +
-         (fp8_avx2_available() ? "AVX2+FMA+F16C" : "scalar (no AVX2)") +
-         (w8a8_avx512_available() ? "; FP8 GEMV (m = 1): AVX-512 VBMI+BF16" : "") + "\n";
+         (avx2 ? "AVX2+FMA+F16C" : "scalar (no AVX2)") +
+         (avx512 ? "; FP8 W8A8: AVX-512 VBMI+BF16 (AVX2 column: the AVX2 path)" : "") + "\n";
   const double bw = measure_read_bandwidth_gbs();
   out += fmt("memory read bandwidth (256 MiB, 2 threads): %.1f GB/s\n\n", bw);
-  out += "shape                  m     FP32 us   FP8 us  speedup   FP32       FP8        "
-         "FP8 %floor\n";
-  double token_f32 = 0, token_fp8 = 0;
+  out += "shape                  m   FP32 us   BF16 us    FP8 us  FP8/FP32  FP8 AVX2 us  "
+         "FP8 tok/s  FP8 x(m=1)  FP8 GB/s | GF/s\n";
+  const size_t nm = ms.size();
+  // Per batch size: one step's time of all SmolLM2 linears, FP32 model and FP8 model (FP8
+  // linears + BF16 lm_head, what --quantization fp8 runs).
+  std::vector<double> step_f32(nm, 0.0), step_fp8(nm, 0.0);
   for (const Shape& s : shapes) {
     const int64_t n = s.n, k = s.k;
-    const int64_t c32 = copies_for(n * k * 4), c8 = copies_for(n * k);
-    // Weights: small deterministic values / codes (no NaN codes).
-    std::vector<float> w32(static_cast<size_t>(c32 * n * k));
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < c32 * n * k; ++i) w32[i] = static_cast<float>((i * 37) % 17 - 8) * 0.01f;
-    std::vector<uint8_t> w8(static_cast<size_t>(c8 * n * k));
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < c8 * n * k; ++i) w8[i] = static_cast<uint8_t>((i * 37) % 0x7E);
-    std::vector<float> sw(static_cast<size_t>(n), 0.01f);
     std::vector<float> x(static_cast<size_t>(m_max * k));
     for (int64_t i = 0; i < m_max * k; ++i) x[i] = static_cast<float>((i * 13) % 11 - 5) * 0.1f;
-    std::vector<uint8_t> qa(x.size());
-    std::vector<float> sa(static_cast<size_t>(m_max));
     std::vector<float> y(static_cast<size_t>(m_max * n));
-    for (int64_t m : {int64_t{1}, m_max}) {
-      // m == 1 rotates through the copies (DRAM-bound); m > 1 reuses copy 0 (compute-bound).
-      const double t32 = best_seconds_per_call([&](int64_t i) {
-        const int64_t c = m == 1 ? i % c32 : 0;
-        cpu::linear(x.data(), w32.data() + c * n * k, nullptr, y.data(), m, n, k);
-      });
-      const double t8 = best_seconds_per_call([&](int64_t i) {
-        const int64_t c = m == 1 ? i % c8 : 0;
-        quantize_per_token_e4m3(x.data(), m, k, qa.data(), sa.data());
-        const Fp8WeightView w{w8.data() + c * n * k, sw.data(), ScaleGranularity::PerRow, n, k};
-        linear_w8a8(qa.data(), sa.data(), ScaleGranularity::PerRow, w, nullptr, y.data(), m);
-      });
+    std::vector<double> t32(nm), t16(nm), t8(nm), t8_avx2(nm, 0.0);
+    {  // FP32 weights: small deterministic values
+      const int64_t c32 = copies_for(n * k * 4);
+      std::vector<float> w32(static_cast<size_t>(c32 * n * k));
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < c32 * n * k; ++i)
+        w32[i] = static_cast<float>((i * 37) % 17 - 8) * 0.01f;
+      for (size_t q = 0; q < nm; ++q) {
+        const int64_t m = ms[q];
+        t32[q] = best_seconds_per_call([&](int64_t i) {
+          const int64_t c = m < m_max ? i % c32 : 0;
+          cpu::linear(x.data(), w32.data() + c * n * k, nullptr, y.data(), m, n, k);
+        });
+      }
+    }
+    {  // BF16 weights (the 16-bit lm_head path)
+      const int64_t c16 = copies_for(n * k * 2);
+      std::vector<uint16_t> w16(static_cast<size_t>(c16 * n * k));
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < c16 * n * k; ++i)
+        w16[i] = static_cast<uint16_t>(0x3C00 + (i * 37) % 0x200);  // ~0.0078 .. 0.03
+      for (size_t q = 0; q < nm; ++q) {
+        const int64_t m = ms[q];
+        t16[q] = best_seconds_per_call([&](int64_t i) {
+          const int64_t c = m < m_max ? i % c16 : 0;
+          linear_bf16(x.data(), w16.data() + c * n * k, y.data(), m, n, k);
+        });
+      }
+    }
+    {  // FP8 codes (no NaN codes); the time includes the per-token activation quantization
+      const int64_t c8 = copies_for(n * k);
+      std::vector<uint8_t> w8(static_cast<size_t>(c8 * n * k));
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < c8 * n * k; ++i) w8[i] = static_cast<uint8_t>((i * 37) % 0x7E);
+      std::vector<float> sw(static_cast<size_t>(n), 0.01f);
+      std::vector<uint8_t> qa(x.size());
+      std::vector<float> sa(static_cast<size_t>(m_max));
+      for (size_t q = 0; q < nm; ++q) {
+        const int64_t m = ms[q];
+        auto fp8_call = [&](auto linear) {
+          return best_seconds_per_call([&](int64_t i) {
+            const int64_t c = m < m_max ? i % c8 : 0;
+            quantize_per_token_e4m3(x.data(), m, k, qa.data(), sa.data());
+            const Fp8WeightView w{w8.data() + c * n * k, sw.data(), ScaleGranularity::PerRow, n,
+                                  k};
+            linear(qa.data(), sa.data(), ScaleGranularity::PerRow, w, nullptr, y.data(), m);
+          });
+        };
+        t8[q] = fp8_call(linear_w8a8);
+        if (avx512 && avx2) t8_avx2[q] = fp8_call(linear_w8a8_avx2);
+      }
+    }
+    for (size_t q = 0; q < nm; ++q) {
+      const int64_t m = ms[q];
       char head[64];
       std::snprintf(head, sizeof(head), "%-20s %4lld", s.name, static_cast<long long>(m));
-      std::string line = head + fmt("  %9.1f %8.1f  %6.2fx ", t32 * 1e6, t8 * 1e6, t32 / t8);
-      if (m == 1) {
-        const double g32 = static_cast<double>(n * k * 4) / t32 / 1e9;
-        const double g8 = static_cast<double>(n * k) / t8 / 1e9;
-        line += fmt("%6.1f GB/s %6.1f GB/s  %5.0f%%\n", g32, g8, 100.0 * g8 / bw);
-        const double times = s.per_layer ? s.per_layer * kLayers : 1;
-        token_f32 += times * t32;
-        token_fp8 += times * t8;
+      std::string line = head + fmt("  %8.1f  %8.1f  %8.1f  %7.2fx", t32[q] * 1e6, t16[q] * 1e6,
+                                    t8[q] * 1e6, t32[q] / t8[q]);
+      line += t8_avx2[q] > 0 ? fmt("  %11.1f", t8_avx2[q] * 1e6) : std::string("            -");
+      line += fmt("  %9.0f  %9.2fx", static_cast<double>(m) / t8[q], t8[q] / t8[0]);
+      if (m < m_max) {  // weight bytes from DRAM per call
+        line += fmt("  %6.1f GB/s\n", static_cast<double>(n * k) / t8[q] / 1e9);
       } else {
-        const double flops = 2.0 * static_cast<double>(m * n * k);
-        line += fmt("%6.1f GF/s %6.1f GF/s\n", flops / t32 / 1e9, flops / t8 / 1e9);
+        line += fmt("  %6.1f GF/s\n", 2.0 * static_cast<double>(m * n * k) / t8[q] / 1e9);
       }
       out += line;
+      const double times = s.per_layer ? s.per_layer * kLayers : 1;
+      step_f32[q] += times * t32[q];
+      step_fp8[q] += times * (s.per_layer ? t8[q] : t16[q]);
     }
   }
-  out += fmt("\nall SmolLM2-135M linears for one decode token (30 layers + lm_head, m = 1): FP32 "
-             "%.2f ms, FP8 %.2f ms (%.2fx)\n",
-             token_f32 * 1e3, token_fp8 * 1e3, token_f32 / token_fp8);
-  out += "FP8 time includes the per-token activation quantization; GB/s counts weight bytes "
-         "only (FP32: 4 B, FP8: 1 B per weight).\n";
+  out += "\nall SmolLM2-135M linears for one step of m tokens (30 layers + lm_head): FP32 model; "
+         "FP8 model (FP8 linears, BF16 lm_head)\n";
+  for (size_t q = 0; q < nm; ++q)
+    out += fmt("  m = %4.0f: FP32 %7.2f ms (%7.0f tok/s)   FP8 %7.2f ms (%7.0f tok/s, %5.2fx "
+               "the m = 1 step)\n",
+               static_cast<double>(ms[q]), step_f32[q] * 1e3,
+               static_cast<double>(ms[q]) / step_f32[q], step_fp8[q] * 1e3,
+               static_cast<double>(ms[q]) / step_fp8[q], step_fp8[q] / step_fp8[0]);
+  out += "FP8 times include the per-token activation quantization. m < " +
+         std::to_string(m_max) +
+         ": weights cycle through >= 256 MiB of copies (from DRAM; GB/s counts FP8 weight "
+         "bytes); m = " +
+         std::to_string(m_max) + ": one copy (compute-bound; GF/s = 2 m n k / time).\n";
   return out;
 }
 

@@ -13,9 +13,10 @@
 //
 // Batch invariance: every (row i, output j) accumulator does the same instruction sequence
 // whatever m is: acc = 0; for each 64-code chunk c of k (zero-padded): acc = VDPBF16PS(acc,
-// w_lo[c], x_lo[c]); acc = VDPBF16PS(acc, w_hi[c], x_hi[c]); then the 16 lanes summed in lane
-// order, then the shared epilogue. A tile of MR rows x NR outputs only shares the decoded
-// weights (and, m == 1, is the GEMV); threads split the outputs, never k.
+// w_lo[c], x_lo[c]); acc = VDPBF16PS(acc, w_hi[c], x_hi[c]); then the 16 lanes summed in one
+// fixed tree (reduce16), then the shared epilogue. A tile of MR rows x NR outputs only shares
+// the decoded weights (m == 1 is the decode GEMV; m >= 8 decodes each block of weights once
+// into a buffer); threads split the outputs, never k.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -93,14 +94,21 @@ OCTET_AVX512 inline void decode64(__m512i codes, __m512i thi0, __m512i thi1, __m
 }
 
 constexpr int64_t kPrefetchRows = 16;
+constexpr int64_t kBlock = 16;  // outputs per block (one thread's work item)
+constexpr int kTileRows = 4;    // activation rows sharing each weight chunk
 
-// out[i * ldo + r] = sum_t x_i[t] * w[r * k + t] for i < MR, r < NR; x_i is the activation
-// words row xw + i * k64. Each 64-code weight chunk is decoded once and used by the MR rows.
-// Prefetches weight rows NR..NR+15 ahead (a prefetch past the end of the matrix is harmless:
-// it never faults).
+// Raw accumulators of one block: acc[i][r] for tile row i and output j0 + r.
+struct alignas(64) BlockAcc {
+  __m512 v[kTileRows][kBlock];
+};
+
+// acc[i][r] for i < MR, r < NR: x_i (activation words row xw + i * k64) . weight row r (codes
+// at w + r * k), one VDPBF16PS pair per 64-code chunk. Each chunk is decoded once and used by
+// the MR rows. Prefetches weight rows NR..NR+15 ahead (a prefetch past the end of the matrix is
+// harmless: it never faults).
 template <int MR, int NR>
-OCTET_AVX512 inline void tile(const uint8_t* w, int64_t k, const uint16_t* xw, int64_t k64,
-                              float* out, int64_t ldo) {
+OCTET_AVX512 inline void tile_codes(const uint8_t* w, int64_t k, const uint16_t* xw, int64_t k64,
+                                    __m512 (*out)[kBlock]) {
   const Bf16Tables& t = tables();
   const __m512i thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
   const __m512i tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
@@ -126,27 +134,149 @@ OCTET_AVX512 inline void tile(const uint8_t* w, int64_t k, const uint16_t* xw, i
     }
   }
   for (int i = 0; i < MR; ++i)
-    for (int r = 0; r < NR; ++r) {
-      alignas(64) float lanes[16];  // (GCC 12's _mm512_reduce_add_ps warns maybe-uninitialized)
-      _mm512_store_ps(lanes, acc[i][r]);
-      float sum = 0.0f;
-      for (float l : lanes) sum += l;  // lane order, the same for every tile shape
-      out[i * ldo + r] = sum;
+    for (int r = 0; r < NR; ++r) out[i][r] = acc[i][r];
+}
+
+// rows weight rows (codes, row stride k) -> words: rows x k64, each 64-code chunk as the
+// decode64 pair (32 low-half words, then 32 high-half words), zero-padded.
+OCTET_AVX512 void decode_rows(const uint8_t* w, int64_t k, int64_t rows, int64_t k64,
+                              uint16_t* words) {
+  const Bf16Tables& t = tables();
+  const __m512i thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
+  const __m512i tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < k64; b += 64) {
+      const int64_t left = k - b;
+      const __mmask64 mask = left >= 64 ? ~__mmask64{0} : ((__mmask64{1} << left) - 1);
+      __m512i wlo, whi;
+      decode64(_mm512_maskz_loadu_epi8(mask, w + r * k + b), thi0, thi1, tlo0, tlo1, &wlo, &whi);
+      _mm512_storeu_si512(words + r * k64 + b, wlo);
+      _mm512_storeu_si512(words + r * k64 + b + 32, whi);
     }
 }
 
-constexpr int64_t kRowsPerBlock = 16;  // outputs per block (and per thread work item)
-constexpr int kTileRows = 4;           // activation rows sharing one weight decode
+// tile_codes on pre-decoded weight words (decode_rows; NR rows at wt, row stride k64): the same
+// VDPBF16PS sequence per accumulator, for batches large enough to amortise one decode.
+template <int MR, int NR>
+OCTET_AVX512 inline void tile_words(const uint16_t* wt, const uint16_t* xw, int64_t k64,
+                                    __m512 (*out)[kBlock]) {
+  __m512 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < k64; b += 64) {
+    __m512i xlo[MR], xhi[MR];
+    for (int i = 0; i < MR; ++i) {
+      xlo[i] = _mm512_loadu_si512(xw + i * k64 + b);
+      xhi[i] = _mm512_loadu_si512(xw + i * k64 + b + 32);
+    }
+    for (int r = 0; r < NR; ++r) {
+      const __m512i wlo = _mm512_loadu_si512(wt + r * k64 + b);
+      const __m512i whi = _mm512_loadu_si512(wt + r * k64 + b + 32);
+      for (int i = 0; i < MR; ++i) {
+        acc[i][r] = _mm512_dpbf16_ps(acc[i][r], (__m512bh)wlo, (__m512bh)xlo[i]);
+        acc[i][r] = _mm512_dpbf16_ps(acc[i][r], (__m512bh)whi, (__m512bh)xhi[i]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) out[i][r] = acc[i][r];
+}
 
-// acc[i * kRowsPerBlock + (j - j0)] for MR rows (at xw) and the outputs [j0, j1).
+// One level of reduce16: lane l = x|y[lo[l]] + x|y[hi[l]] (index 16.. picks y).
+OCTET_AVX512 inline __m512 level(__m512 x, __m512 y, __m512i lo, __m512i hi) {
+  return _mm512_add_ps(_mm512_permutex2var_ps(x, lo, y), _mm512_permutex2var_ps(x, hi, y));
+}
+
+// The lane sums of 16 accumulators, in one fixed tree per vector: a_l = v_l + v_{l+8},
+// b_l = a_l + a_{l+4}, c_l = b_l + b_{l+2}, sum = c_0 + c_1 (each output's sum depends only on
+// its own vector, so zero vectors beside it change nothing). out[r] = sum of v[r]. Each level
+// gathers the two addends of every pair with VPERMT2PS.
+OCTET_AVX512 inline void reduce16(const __m512* v, float* out) {
+  // a: [a(v_2p) | a(v_2p+1)], 8 lanes each
+  const __m512i a_lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+  const __m512i a_hi = _mm512_add_epi32(a_lo, _mm512_set1_epi32(8));
+  // b: quarter q holds b(v_4p+q), 4 lanes
+  const __m512i b_lo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  const __m512i b_hi = _mm512_add_epi32(b_lo, _mm512_set1_epi32(4));
+  // c: lanes 2q, 2q+1 hold c(v_8p+q)
+  const __m512i c_lo = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
+  const __m512i c_hi = _mm512_add_epi32(c_lo, _mm512_set1_epi32(2));
+  // sums: lane q holds sum(v_q)
+  const __m512i s_lo = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i s_hi = _mm512_add_epi32(s_lo, _mm512_set1_epi32(1));
+  __m512 a[8], b[4], c[2];
+  for (int p = 0; p < 8; ++p) a[p] = level(v[2 * p], v[2 * p + 1], a_lo, a_hi);
+  for (int p = 0; p < 4; ++p) b[p] = level(a[2 * p], a[2 * p + 1], b_lo, b_hi);
+  for (int p = 0; p < 2; ++p) c[p] = level(b[2 * p], b[2 * p + 1], c_lo, c_hi);
+  _mm512_storeu_ps(out, level(c[0], c[1], s_lo, s_hi));
+}
+
+// Raw accumulators of MR rows (words at xw) x outputs [j0, j1) into acc; outputs past j1 zero.
+// pre-decoded: wt holds the block's weight rows (decode_rows), else codes are decoded here.
 template <int MR>
 OCTET_AVX512 void block_rows(const Fp8WeightView& w, int64_t j0, int64_t j1, const uint16_t* xw,
-                             int64_t k64, float* acc) {
+                             int64_t k64, const uint16_t* wt, BlockAcc& acc) {
   const int64_t k = w.k;
   int64_t j = j0;
-  for (; j + 4 <= j1; j += 4)
-    tile<MR, 4>(w.data + j * k, k, xw, k64, acc + (j - j0), kRowsPerBlock);
-  for (; j < j1; ++j) tile<MR, 1>(w.data + j * k, k, xw, k64, acc + (j - j0), kRowsPerBlock);
+  for (; j + 4 <= j1; j += 4) {
+    __m512 (*out)[kBlock] = reinterpret_cast<__m512 (*)[kBlock]>(&acc.v[0][j - j0]);
+    if (wt) {
+      tile_words<MR, 4>(wt + (j - j0) * k64, xw, k64, out);
+    } else {
+      tile_codes<MR, 4>(w.data + j * k, k, xw, k64, out);
+    }
+  }
+  for (; j < j1; ++j) {
+    __m512 (*out)[kBlock] = reinterpret_cast<__m512 (*)[kBlock]>(&acc.v[0][j - j0]);
+    if (wt) {
+      tile_words<MR, 1>(wt + (j - j0) * k64, xw, k64, out);
+    } else {
+      tile_codes<MR, 1>(w.data + j * k, k, xw, k64, out);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int64_t r = j1 - j0; r < kBlock; ++r) acc.v[i][r] = _mm512_setzero_ps();
+}
+
+// Batches of at least this many rows decode each block of weights once into words and reuse
+// them for every tile of rows; smaller ones decode in registers (the result is the same).
+constexpr int64_t kPredecodeRows = 8;
+
+OCTET_AVX512 void linear_impl(const uint8_t* qa, const float* a_scale,
+                              ScaleGranularity a_granularity, const Fp8WeightView& w,
+                              const float* bias, float* y, int64_t m) {
+  const int64_t n = w.n, k = w.k, k64 = (k + 63) / 64 * 64;
+  std::vector<uint16_t> xw(static_cast<size_t>(m * k64));  // [m, k64] activation words
+  for (int64_t i = 0; i < m; ++i) activation_words(qa + i * k, k, k64, xw.data() + i * k64);
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  const bool predecode = m >= kPredecodeRows;
+#pragma omp parallel if (n * k * m >= 131072)
+  {
+    std::vector<uint16_t> wt(predecode ? static_cast<size_t>(kBlock * k64) : 0);
+    BlockAcc acc;
+#pragma omp for schedule(static)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+      const int64_t j0 = blk * kBlock, j1 = std::min(n, j0 + kBlock);
+      if (predecode) decode_rows(w.data + j0 * k, k, j1 - j0, k64, wt.data());
+      const uint16_t* wt_block = predecode ? wt.data() : nullptr;
+      for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
+        const uint16_t* x = xw.data() + i0 * k64;
+        const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
+        switch (rows) {
+          case 4: block_rows<4>(w, j0, j1, x, k64, wt_block, acc); break;
+          case 3: block_rows<3>(w, j0, j1, x, k64, wt_block, acc); break;
+          case 2: block_rows<2>(w, j0, j1, x, k64, wt_block, acc); break;
+          default: block_rows<1>(w, j0, j1, x, k64, wt_block, acc); break;
+        }
+        for (int64_t i = 0; i < rows; ++i) {
+          alignas(64) float sums[kBlock];
+          reduce16(acc.v[i], sums);
+          w8a8_detail::epilogue(y + (i0 + i) * n, sums, j0, j1,
+                                row_scale(a_scale, a_granularity, i0 + i), w, bias);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -165,29 +295,8 @@ void linear_w8a8_avx512(const uint8_t* qa, const float* a_scale, ScaleGranularit
     std::abort();
   }
   w8a8_detail::check_args(qa, a_scale, w, y, m);
-  const int64_t n = w.n, k = w.k, k64 = (k + 63) / 64 * 64;
-  if (m == 0 || n == 0) return;
-  std::vector<uint16_t> xw(static_cast<size_t>(m * k64));  // [m, k64] activation words
-  for (int64_t i = 0; i < m; ++i) activation_words(qa + i * k, k, k64, xw.data() + i * k64);
-  const int64_t blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
-#pragma omp parallel for schedule(static) if (n * k * m >= 131072)
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t j0 = blk * kRowsPerBlock, j1 = std::min(n, j0 + kRowsPerBlock);
-    float acc[kTileRows * kRowsPerBlock];
-    for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
-      const uint16_t* x = xw.data() + i0 * k64;
-      const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
-      switch (rows) {
-        case 4: block_rows<4>(w, j0, j1, x, k64, acc); break;
-        case 3: block_rows<3>(w, j0, j1, x, k64, acc); break;
-        case 2: block_rows<2>(w, j0, j1, x, k64, acc); break;
-        default: block_rows<1>(w, j0, j1, x, k64, acc); break;
-      }
-      for (int64_t i = 0; i < rows; ++i)
-        w8a8_detail::epilogue(y + (i0 + i) * n, acc + i * kRowsPerBlock, j0, j1,
-                              row_scale(a_scale, a_granularity, i0 + i), w, bias);
-    }
-  }
+  if (m == 0 || w.n == 0) return;
+  linear_impl(qa, a_scale, a_granularity, w, bias, y, m);
 }
 
 #else
