@@ -182,15 +182,16 @@ int run_bench_engine(int argc, const char* const* argv) {
         a.weight_strategy = cfg.weight_strategy;
         a.cache.kv_cache_dtype = dtype;
         a.cache.calculate_kv_scales = true;
-        a.scheduler.max_model_len = max_ctx + cfg.itl_tokens + 1;
-        a.cache.num_kv_blocks = 2 * ((a.scheduler.max_model_len + 15) / 16) + 8;
-        auto engine = Engine::create(a);
+        auto engine = Engine::create(a);  // max_model_len = the model's; 1 GiB of KV
+        // The largest context is capped so that context + decoded tokens fit the model.
+        const int64_t cap = engine->max_model_len() - cfg.itl_tokens - 1;
         const std::vector<int32_t> long_prompt =
-            random_ids(max_ctx, engine->vocab_size(), 777);
+            random_ids(std::min(max_ctx, cap), engine->vocab_size(), 777);
         std::vector<double> x, y;
         os << "decode ITL vs context, kv " << dtype << "\ncontext  ITL ms\n";
         int idx = 0;
         for (int64_t ctx : contexts) {
+          ctx = std::min(ctx, cap);
           const double itl = run_itl(*engine, long_prompt, ctx, cfg.itl_tokens, idx++);
           x.push_back(static_cast<double>(ctx) / 1000.0);
           y.push_back(itl);
