@@ -1,8 +1,12 @@
 #include "engine/kv_cache_setup.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <iomanip>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 
@@ -49,6 +53,26 @@ void check_scales(const std::vector<float>& s, const char* which, int64_t layer,
       throw std::invalid_argument("layer " + std::to_string(layer) + " " + which + "[" +
                                   std::to_string(h) + "] = " + std::to_string(s[h]) + " from " +
                                   source + ": KV scales must be finite and positive");
+}
+
+// Bytes this process can still allocate and touch: /proc/meminfo's MemAvailable (else the
+// physical memory), lowered to the room left under a cgroup v2 memory.max (containers). The
+// KV cache is zero-filled at start-up, so a budget beyond this ends in the OOM killer.
+int64_t available_memory_bytes() {
+  int64_t avail = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit)
+    if (key == "MemAvailable:") {
+      avail = kib * 1024;
+      break;
+    }
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"), cur_file("/sys/fs/cgroup/memory.current");
+  int64_t max = 0, cur = 0;
+  if (max_file >> max && cur_file >> cur && max > cur) avail = std::min(avail, max - cur);
+  return avail;
 }
 
 }  // namespace
@@ -159,6 +183,10 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
   out.bytes_per_block = PagedKVCache::bytes_per_block(out.block_size, nkv, hd, out.layers);
   int64_t budget = cache.kv_cache_memory_bytes;
   if (budget == 0 && cache.num_kv_blocks > 0) {
+    if (cache.num_kv_blocks > std::numeric_limits<int64_t>::max() / out.bytes_per_block - 1)
+      throw std::invalid_argument("--num-kv-blocks " + std::to_string(cache.num_kv_blocks) +
+                                  " blocks of " + std::to_string(out.bytes_per_block) +
+                                  " bytes overflow 64-bit byte counts");
     out.num_usable_blocks = cache.num_kv_blocks;
     budget = cache.num_kv_blocks * out.bytes_per_block;
   } else {
@@ -176,6 +204,15 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
         std::to_string(out.max_model_len) + " tokens (" + std::to_string(blocks_per_seq) +
         " blocks of " + std::to_string(out.block_size) + "); raise --kv-cache-memory-bytes / "
         "--num-kv-blocks or lower --max-model-len");
+
+  // The pool adds the null block; everything is allocated and zeroed at start-up.
+  const int64_t available = available_memory_bytes();
+  if (out.num_usable_blocks + 1 > available / out.bytes_per_block)  // no overflow
+    throw std::invalid_argument(
+        "the KV cache of " + std::to_string(out.num_usable_blocks) + " + 1 blocks of " +
+        std::to_string(out.bytes_per_block) + " bytes needs more than the " +
+        std::to_string(available) +
+        " bytes of memory available; lower --kv-cache-memory-bytes / --num-kv-blocks");
 
   uint64_t salt = 1469598103934665603ull;
   salt = fnv1a(salt, &out.block_size, sizeof(out.block_size));

@@ -33,8 +33,9 @@ KVCacheDType parse_kv_cache_dtype(const std::string& name);
 /// --calculate-kv-scales on the built-in calibration text, else 1.0 with a warning naming the
 /// layers) and the block budget. max_model_len: 0 = the model's context. Throws
 /// std::invalid_argument for a skip-layer index out of range, max_model_len beyond the model's
-/// context, a budget smaller than one max_model_len sequence, or a non-finite / non-positive
-/// scale; ModelFileError for a bad scales file or checkpoint scale tensors.
+/// context, a budget smaller than one max_model_len sequence or larger than the memory
+/// available (MemAvailable, a cgroup v2 memory.max), --num-kv-blocks overflowing byte counts,
+/// or a non-finite / non-positive scale; ModelFileError for a bad scales file or checkpoint scale tensors.
 KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
                             const LoadedModel& model);
 

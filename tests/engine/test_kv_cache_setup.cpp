@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "engine/kv_cache_setup.h"
@@ -164,6 +165,27 @@ TEST_CASE("kv setup: a scales file overrides and bad files are errors", "[kv]") 
                        "2": {"k_scale": 1, "v_scale": -1}, "3": {"k_scale": 1, "v_scale": 1},
                        "4": {"k_scale": 1, "v_scale": 1}}})");
   CHECK_THROWS(setup_kv_cache(c, 512, stories()));
+}
+
+TEST_CASE("kv setup: a budget beyond the machine's memory is a clear error, not an OOM kill",
+          "[kv]") {
+  // 1 PB in bytes, and in blocks: no test machine has that much memory (before, the zero-fill
+  // of the cache was left to the OOM killer, or std::bad_alloc's bare "out of memory").
+  CacheConfig c = cache_with("bf16", int64_t{1} << 50);
+  CHECK_THROWS_WITH(setup_kv_cache(c, 512, stories()),
+                    Catch::Contains("bytes of memory available") &&
+                        Catch::Contains("--kv-cache-memory-bytes"));
+  c.kv_cache_memory_bytes = std::numeric_limits<int64_t>::max();
+  CHECK_THROWS_WITH(setup_kv_cache(c, 512, stories()),
+                    Catch::Contains("bytes of memory available"));
+  c.kv_cache_memory_bytes = 0;
+  c.num_kv_blocks = int64_t{1} << 40;
+  CHECK_THROWS_WITH(setup_kv_cache(c, 512, stories()),
+                    Catch::Contains("bytes of memory available"));
+  // Blocks x bytes per block beyond 64 bits (it wrapped to a negative block count).
+  c.num_kv_blocks = std::numeric_limits<int64_t>::max();
+  CHECK_THROWS_WITH(setup_kv_cache(c, 512, stories()),
+                    Catch::Contains("--num-kv-blocks") && Catch::Contains("overflow"));
 }
 
 }  // namespace octet
