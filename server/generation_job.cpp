@@ -218,8 +218,16 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
   // Completion logprobs of this update (echoed prompt tokens first).
   json lp_update = nullptr;
   if (!chat && req_.logprobs >= 0) {
+    std::vector<TokenLogprobs> echoed;
+    if (first && req_.echo) {
+      // The engine's prompt top-k is max(logprobs, prompt_logprobs); echo shows `logprobs`.
+      echoed = c.prompt_logprobs;
+      for (TokenLogprobs& e : echoed)
+        if (static_cast<int64_t>(e.top.size()) > req_.logprobs)
+          e.top.resize(static_cast<size_t>(req_.logprobs));
+    }
     lp_update = first && req_.echo
-                    ? completion_logprobs(c.prompt_logprobs, text_of, &c.text_offset, true)
+                    ? completion_logprobs(echoed, text_of, &c.text_offset, true)
                     : completion_logprobs({}, text_of, &c.text_offset, false);
     lp_update = append_completion_logprobs(
         lp_update, completion_logprobs(out.logprobs, text_of, &c.text_offset, false));
@@ -308,11 +316,15 @@ std::string GenerationJob::final_body() {
           {"stop_reason", stop}});
     } else {
       const std::string text = (req_.echo ? prompt_texts_[c.prompt_index] : "") + c.text;
-      choices.push_back(json{{"index", c.index},
-                             {"text", text},
-                             {"logprobs", req_.logprobs >= 0 ? c.completion_logprobs : json(nullptr)},
-                             {"finish_reason", finish},
-                             {"stop_reason", stop}});
+      json choice{{"index", c.index},
+                  {"text", text},
+                  {"logprobs", req_.logprobs >= 0 ? c.completion_logprobs : json(nullptr)},
+                  {"finish_reason", finish},
+                  {"stop_reason", stop}};
+      if (req_.prompt_logprobs >= 0)
+        choice["prompt_logprobs"] =
+            prompt_logprobs_json(c.prompt_logprobs, text_of, req_.prompt_logprobs);
+      choices.push_back(std::move(choice));
     }
   }
   return dump(chat ? chat_response(meta_, std::move(choices), usage())

@@ -457,6 +457,10 @@ GenerateRequest parse_completion_request(const json& body) {
     if (*v < 0 || *v > kMaxLogprobs)
       throw bad_request("'prompt_logprobs' must be in [0, " + std::to_string(kMaxLogprobs) + "]",
                         "prompt_logprobs");
+    if (r.stream)  // as vLLM
+      throw bad_request("'prompt_logprobs' is not available when 'stream' is true",
+                        "prompt_logprobs");
+    r.prompt_logprobs = *v;
     r.params.prompt_logprobs = *v;
   }
   r.params.logprobs = r.logprobs;

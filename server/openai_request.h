@@ -49,6 +49,7 @@ struct GenerateRequest {
   bool echo = false;                  // completions
   int64_t logprobs = -1;              // top-k count for the sampled tokens; -1 = none
   bool chat_logprobs = false;         // chat: logprobs: true (then top_logprobs = `logprobs`)
+  int64_t prompt_logprobs = -1;       // completions (vLLM extra): top-k per prompt token; -1 = none
   int64_t priority = 0;
   std::string user;
   std::vector<std::string> unknown_fields;  // ignored; the caller logs them once

@@ -1,5 +1,6 @@
 #include "server/openai_response.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdlib>
 #include <random>
@@ -88,6 +89,30 @@ json completion_logprobs(const std::vector<TokenLogprobs>& entries, const TokenT
               {"token_logprobs", token_logprobs},
               {"top_logprobs", top},
               {"text_offset", offsets}};
+}
+
+json prompt_logprobs_json(const std::vector<TokenLogprobs>& entries, const TokenText& text,
+                          int64_t top_k) {
+  json out = json::array();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (i == 0) {
+      out.push_back(nullptr);
+      continue;
+    }
+    const TokenLogprobs& e = entries[i];
+    json m = json::object();
+    const int64_t k = std::min<int64_t>(top_k, static_cast<int64_t>(e.top.size()));
+    for (int64_t r = 0; r < k; ++r) {
+      const auto& [id, lp] = e.top[static_cast<size_t>(r)];
+      m[std::to_string(id)] = {{"logprob", as_json_number(lp)}, {"rank", r + 1},
+                               {"decoded_token", text(id)}};
+    }
+    m[std::to_string(e.token_id)] = {{"logprob", as_json_number(e.logprob)},
+                                     {"rank", e.rank},
+                                     {"decoded_token", text(e.token_id)}};
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 json append_completion_logprobs(json a, const json& b) {

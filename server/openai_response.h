@@ -53,6 +53,11 @@ inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 nlohmann::json completion_logprobs(const std::vector<TokenLogprobs>& entries,
                                    const TokenText& text, int64_t* text_offset,
                                    bool first_has_no_logprob);
+/// vLLM's prompt_logprobs of a completions choice: [null, {"<token id>": {"logprob", "rank",
+/// "decoded_token"}, ...}, ...], one entry per prompt token; entry i > 0 holds the prompt token
+/// itself and the `top_k` most likely ids (ranks 1..top_k) at that position.
+nlohmann::json prompt_logprobs_json(const std::vector<TokenLogprobs>& entries,
+                                    const TokenText& text, int64_t top_k);
 /// Concatenates two completion logprobs objects (a followed by b).
 nlohmann::json append_completion_logprobs(nlohmann::json a, const nlohmann::json& b);
 

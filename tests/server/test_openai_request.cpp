@@ -310,6 +310,14 @@ TEST_CASE("completion logprobs and echo", "[server][request]") {
   CHECK(b.params.prompt_logprobs == 2);  // echo with logprobs scores the prompt too
   const auto c = parse_completion_request(completion({{"logprobs", 0}}));
   CHECK(c.params.logprobs == 0);
+  // vLLM's prompt_logprobs: returned per choice, so remembered apart from echo's scoring.
+  CHECK(b.prompt_logprobs == -1);
+  const auto d = parse_completion_request(completion({{"prompt_logprobs", 4}}));
+  CHECK(d.prompt_logprobs == 4);
+  CHECK(d.params.prompt_logprobs == 4);
+  const ApiError e = completion_error(completion({{"prompt_logprobs", 1}, {"stream", true}}));
+  CHECK(e.status() == 400);
+  CHECK(e.param() == "prompt_logprobs");
 }
 
 TEST_CASE("chat logprobs: a boolean plus top_logprobs", "[server][request]") {

@@ -106,6 +106,19 @@ TEST_CASE("echoed prompt logprobs: the first token has none", "[server][response
       "top_logprobs":[null,{"!":-0.1," world":-3.0}],"text_offset":[0,5]})"));
 }
 
+TEST_CASE("vLLM prompt_logprobs: null, then the token and the top k by id", "[server][response]") {
+  octet::TokenLogprobs second = lp(2, -3.0f, {{3, -0.1f}, {1, -2.5f}, {2, -3.0f}});
+  second.rank = 3;
+  const json p = prompt_logprobs_json({lp(1, 0.0f, {}), second}, fake_text, 2);
+  CHECK(p == json::parse(R"([null,{
+      "3":{"logprob":-0.1,"rank":1,"decoded_token":"!"},
+      "1":{"logprob":-2.5,"rank":2,"decoded_token":"Hello"},
+      "2":{"logprob":-3.0,"rank":3,"decoded_token":" world"}}])"));
+  // top_k 0: the prompt token alone.
+  CHECK(prompt_logprobs_json({lp(1, 0.0f, {}), second}, fake_text, 0) == json::parse(
+      R"([null,{"2":{"logprob":-3.0,"rank":3,"decoded_token":" world"}}])"));
+}
+
 TEST_CASE("chat logprobs: content entries with bytes and top_logprobs", "[server][response]") {
   const json c = chat_logprobs({lp(4, -0.5f, {{4, -0.5f}, {1, -1.0f}, {2, -2.0f}})}, fake_text, 2);
   CHECK(c == json::parse(R"({"content":[{"token":"é","logprob":-0.5,"bytes":[195,169],

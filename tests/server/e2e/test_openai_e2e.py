@@ -377,6 +377,39 @@ def test_echo_logprobs_of_a_one_token_prompt(server):
         assert lp["text_offset"][0] == 0
 
 
+def test_prompt_logprobs(server):
+    # vLLM's extra: each prompt token's logprob, rank and top-k, per choice (was accepted and
+    # then silently dropped). Values must match the echo logprobs of the same prompt.
+    ids = tokenize(server, PROMPT)
+    status, r = post_json(server, "/v1/completions",
+                          {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": 1,
+                           "prompt_logprobs": 3, "echo": True, "logprobs": 1})
+    assert status == 200, r
+    c = r["choices"][0]
+    plp = c["prompt_logprobs"]
+    assert len(plp) == len(ids) and plp[0] is None
+    echo_lp = c["logprobs"]
+    for i in range(1, len(ids)):
+        entry = plp[i]
+        assert str(ids[i]) in entry
+        mine = entry[str(ids[i])]
+        assert mine["logprob"] == echo_lp["token_logprobs"][i]
+        assert mine["rank"] >= 1
+        by_rank = sorted((v["rank"], v["logprob"]) for v in entry.values())
+        assert [rk for rk, _ in by_rank][:3] == [1, 2, 3]
+        assert [lp for _, lp in by_rank] == sorted([lp for _, lp in by_rank], reverse=True)
+        assert len(entry) in (3, 4)  # the top 3, plus the prompt token when not among them
+        # echo shows logprobs=1 alternatives (+ the token), not prompt_logprobs=3
+        assert len(echo_lp["top_logprobs"][i]) <= 2
+    status, r = post_json(server, "/v1/completions",
+                          {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": 1,
+                           "prompt_logprobs": 1, "stream": True})
+    assert status == 400 and r["error"]["param"] == "prompt_logprobs"
+    status, r = post_json(server, "/v1/completions",
+                          {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": 1})
+    assert "prompt_logprobs" not in r["choices"][0]
+
+
 # ---- max_tokens, prompt forms, limits ------------------------------------------------------
 
 def test_max_tokens_0_1_null_minus1(server):
