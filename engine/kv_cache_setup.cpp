@@ -146,11 +146,12 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
     } else if (cache.calculate_kv_scales) {
       if (calculated.empty()) {
         // The calibration text through the model's own (FP8-weight) dense forward; amax of the
-        // K (after RoPE) and V it produces, per layer and KV head.
+        // K (after RoPE) and V it produces, per layer and KV head. Cut at the model's context,
+        // not at max_model_len: the scales must not depend on the serving limit.
         std::vector<int32_t> ids =
             loaded.tokenizer->encode(kv_calibration_text(), /*add_special=*/true, false);
-        if (static_cast<int64_t>(ids.size()) > out.max_model_len)
-          ids.resize(static_cast<size_t>(out.max_model_len));
+        if (static_cast<int64_t>(ids.size()) > c.max_position_embeddings)
+          ids.resize(static_cast<size_t>(c.max_position_embeddings));
         DenseKVCache dense = model.new_cache(static_cast<int64_t>(ids.size()));
         (void)model.forward(ids.data(), static_cast<int64_t>(ids.size()), 0, dense, false);
         calculated = calculate_kv_scales(dense, static_cast<int64_t>(ids.size()), L, nkv, hd,

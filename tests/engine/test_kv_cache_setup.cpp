@@ -120,7 +120,7 @@ TEST_CASE("kv setup: calculated scales are amax / 224 (448 with 2x headroom) of 
   const LlamaModel& model = *stories().model;
   // Independent recomputation: the calibration text through the dense forward, amax per head.
   std::vector<int32_t> ids = stories().tokenizer->encode(kv_calibration_text(), true, false);
-  if (ids.size() > 512) ids.resize(512);
+  if (ids.size() > 2048) ids.resize(2048);  // the model's context (not max_model_len 512)
   DenseKVCache dense = model.new_cache(static_cast<int64_t>(ids.size()));
   (void)model.forward(ids.data(), static_cast<int64_t>(ids.size()), 0, dense, false);
   const int64_t n = static_cast<int64_t>(ids.size());
@@ -138,6 +138,14 @@ TEST_CASE("kv setup: calculated scales are amax / 224 (448 with 2x headroom) of 
       CHECK(s.layers[l].v_scale[h] == Approx(v_amax / 224.0f).epsilon(1e-6));
     }
   CHECK(s.cache_salt != setup_kv_cache(cache_with("bf16", 1 << 20), 512, stories()).cache_salt);
+  // The scales do not depend on max_model_len (they were computed from the first
+  // max_model_len tokens of the text only: from 16 tokens with --max-model-len 16).
+  const KVCacheSetup short_len = setup_kv_cache(cache_with("fp8", 1 << 20), 16, stories());
+  for (int64_t l = 0; l < 5; ++l) {
+    CHECK(short_len.layers[l].k_scale == s.layers[l].k_scale);
+    CHECK(short_len.layers[l].v_scale == s.layers[l].v_scale);
+  }
+  CHECK(short_len.cache_salt == s.cache_salt);
 }
 
 TEST_CASE("kv setup: a scales file overrides and bad files are errors", "[kv]") {
