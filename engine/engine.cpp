@@ -281,6 +281,14 @@ void Engine::abort(const std::string& request_id) {
   impl_->cv.notify_all();
 }
 
+void Engine::abort_all() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (const std::string& id : impl_->live_ids) impl_->abort_inbox.push_back(id);
+  }
+  impl_->cv.notify_all();
+}
+
 EngineStats Engine::stats() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->stats;

@@ -122,6 +122,9 @@ class Engine {
   /// Aborts a queued or running request (no-op when unknown or finished): its KV blocks are
   /// freed at the next engine step and its stream ends with finish_reason "abort".
   void abort(const std::string& request_id);
+  /// Aborts every queued or running request, as abort() does for each (the end of a graceful
+  /// shutdown's timeout: their streams end with finish_reason "abort").
+  void abort_all();
 
   EngineStats stats() const;
   const std::vector<KVLayerInfo>& kv_layers() const;

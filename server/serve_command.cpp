@@ -144,10 +144,17 @@ void serve(ServeConfig& cfg) {
   while (ctx.active_jobs.load() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const int64_t left = ctx.active_jobs.load();
-  if (idle && left == 0)
+  if (idle && left == 0) {
     spdlog::info("octet serve: drained; exiting");
-  else
-    spdlog::warn("octet serve: shutdown timeout; {} responses unfinished, exiting", left);
+  } else {
+    spdlog::warn("octet serve: shutdown timeout; aborting {} unfinished responses", left);
+    // Their clients get a complete response (a 503 error, or an error event and [DONE] on a
+    // stream) instead of a connection cut mid-stream; bounded, as the clients may not read.
+    engine->abort_all();
+    const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (ctx.active_jobs.load() > 0 && std::chrono::steady_clock::now() < grace)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   http.reset();    // stops the I/O threads; open sessions abort their requests
   ctx.engine.store(nullptr);
   engine.reset();  // aborts anything left

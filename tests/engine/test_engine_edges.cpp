@@ -85,4 +85,27 @@ TEST_CASE("engine edges: prompt_logprobs of a one-token prompt has its one entry
   CHECK(three.prompt_logprobs[2].token_id == 6);
 }
 
+TEST_CASE("engine edges: abort_all ends every queued and running request", "[engine][edges]") {
+  auto engine = Engine::create(base_args());
+  SamplingParams p;
+  p.max_tokens = 200;
+  p.ignore_eos = true;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i)
+    streams.push_back(engine->add_request("r" + std::to_string(i), random_prompt(20, i), p));
+  REQUIRE(streams[0]->next());  // running
+  engine->abort_all();
+  for (auto& s : streams) {
+    const Result r = collect(*s);
+    CHECK(r.finish_reason == "abort");
+    CHECK(r.token_ids.size() < 200);
+  }
+  CHECK(engine->wait_idle(std::chrono::milliseconds(5000)));
+  const EngineStats st = engine->stats();
+  CHECK(st.num_free_kv_blocks == st.num_kv_blocks);
+  // Still serving, and the ids are free again.
+  p.max_tokens = 2;
+  CHECK(collect(*engine->add_request("r0", {1}, p)).token_ids.size() == 2);
+}
+
 }  // namespace octet

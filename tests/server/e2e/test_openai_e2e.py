@@ -657,3 +657,35 @@ def test_sigterm_drains_in_flight_requests():
     assert results["r"].choices[0].finish_reason == "length"
     assert s.proc.wait(60) == 0
     assert "drained" in s.log_text()
+
+
+def test_sigterm_timeout_ends_streams_with_an_error_and_done():
+    # Past --shutdown-timeout the unfinished requests are aborted: a stream gets an error event
+    # and [DONE] (it was cut mid-stream, the last chunk still unfinished), the server exits 0.
+    s = Server("--shutdown-timeout", "1")
+    out = {}
+
+    def long_stream():
+        conn = http.client.HTTPConnection("127.0.0.1", s.port, timeout=120)
+        conn.request("POST", "/v1/completions", body=json.dumps(
+            {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": MAX_MODEL_LEN - 16,
+             "ignore_eos": True, "stream": True}), headers={"Content-Type": "application/json"})
+        r = conn.getresponse()
+        out["status"] = r.status
+        out["body"] = r.read().decode()  # raises IncompleteRead when the stream is cut
+
+    t = threading.Thread(target=long_stream)
+    t.start()
+    deadline = time.time() + 30
+    while s.metrics()["octet:num_requests_running"] < 1 and time.time() < deadline:
+        time.sleep(0.02)
+    import signal as sig
+    s.proc.send_signal(sig.SIGTERM)
+    t.join(120)
+    assert out.get("status") == 200
+    events = [e[len("data: "):] for e in out["body"].split("\n\n") if e]
+    assert events[-1] == "[DONE]"
+    err = json.loads(events[-2])["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert "shutting down" in err["message"]
+    assert s.proc.wait(60) == 0
