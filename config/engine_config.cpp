@@ -55,7 +55,9 @@ KVSkipLayers KVSkipLayers::parse(const std::string& spec) {
 }
 
 void CacheConfig::validate() const {
-  static const char* const kDtypes[] = {"auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2"};
+  // vLLM's spellings too: bfloat16 (its CacheDType), float16 / half (torch names).
+  static const char* const kDtypes[] = {"auto", "bf16", "bfloat16", "fp16", "float16", "half",
+                                        "fp8", "fp8_e4m3", "fp8_e5m2"};
   if (std::find(std::begin(kDtypes), std::end(kDtypes), kv_cache_dtype) == std::end(kDtypes))
     throw std::invalid_argument("--kv-cache-dtype must be auto, bf16, fp16, fp8, fp8_e4m3 or "
                                 "fp8_e5m2, got '" + kv_cache_dtype + "'");

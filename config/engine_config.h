@@ -28,7 +28,8 @@ struct CacheConfig {
   template <class Visitor>
   static void visit(CacheConfig& c, Visitor&& v) {
     v(c.kv_cache_dtype, "kv_cache_dtype",
-      "KV cache dtype: auto (bf16), bf16, fp16, fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2");
+      "KV cache dtype: auto (bf16), bf16 (= bfloat16), fp16 (= float16, half), fp8 (= fp8_e4m3), "
+      "fp8_e4m3, fp8_e5m2");
     v(c.block_size, "block_size", "tokens per KV cache block (a power of two)");
     v(c.kv_cache_memory_bytes, "kv_cache_memory_bytes",
       "KV cache budget in bytes (0 = num_kv_blocks, or 1 GiB when that is 0 too)");

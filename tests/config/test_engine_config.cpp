@@ -14,7 +14,8 @@ using Catch::Matchers::Contains;
 TEST_CASE("CacheConfig defaults and accepted values validate", "[engine_config]") {
   CacheConfig c;
   CHECK_NOTHROW(c.validate());
-  for (const char* d : {"auto", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2"}) {
+  for (const char* d : {"auto", "bf16", "bfloat16", "fp16", "float16", "half", "fp8", "fp8_e4m3",
+                        "fp8_e5m2"}) {
     c.kv_cache_dtype = d;
     CHECK_NOTHROW(c.validate());
   }

@@ -197,3 +197,15 @@ TEST_CASE("kv setup: a budget beyond the machine's memory is a clear error, not 
 }
 
 }  // namespace octet
+
+namespace octet {
+TEST_CASE("kv setup: vLLM's dtype spellings map to the same layouts", "[kv]") {
+  CHECK(parse_kv_cache_dtype("bfloat16") == KVCacheDType::BF16);
+  CHECK(parse_kv_cache_dtype("auto") == KVCacheDType::BF16);
+  CHECK(parse_kv_cache_dtype("float16") == KVCacheDType::FP16);
+  CHECK(parse_kv_cache_dtype("half") == KVCacheDType::FP16);
+  CHECK(parse_kv_cache_dtype("fp8") == KVCacheDType::FP8_E4M3);
+  CHECK(parse_kv_cache_dtype("fp8_e5m2") == KVCacheDType::FP8_E5M2);
+  CHECK_THROWS_WITH(parse_kv_cache_dtype("fp8_e4m3fn"), Catch::Contains("--kv-cache-dtype"));
+}
+}  // namespace octet
