@@ -166,6 +166,10 @@ void reject_unsupported(Fields& f, Endpoint endpoint) {
     unsupported("store", "octet stores no completions");
   f.get("metadata");      // only meaningful with store: accepted
   f.get("service_tier");  // one tier: accepted
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (const json* v = f.get("echo"); v && *v != false)
+      unsupported("echo", "echo is supported on /v1/completions only");
+  }
   if (endpoint == Endpoint::kCompletions) {
     if (auto best_of = f.integer("best_of"); best_of && *best_of != 1)
       unsupported("best_of", "only best_of = 1 is supported");

@@ -271,6 +271,7 @@ TEST_CASE("recognised but unsupported fields get 400 naming them", "[server][req
       {{{"guided_json", {{"type", "object"}}}}, "guided_json"},
       {{{"store", true}}, "store"},
       {{{"chat_template_kwargs", {{"x", 1}}}}, "chat_template_kwargs"},
+      {{{"echo", true}}, "echo"},
   };
   for (const auto& c : cases) {
     INFO(c.extra.dump());
@@ -287,6 +288,7 @@ TEST_CASE("recognised but unsupported fields get 400 naming them", "[server][req
                                           {"response_format", {{"type", "text"}}},
                                           {"modalities", {"text"}},
                                           {"store", false},
+                                          {"echo", false},
                                           {"parallel_tool_calls", false}})));
 }
 
