@@ -45,8 +45,9 @@ struct GenerateConfig {
     v(c.prompt, "prompt", "prompt text (special tokens such as <|im_start|> are recognised)");
     v(c.prompt_ids, "prompt_ids", "prompt as comma-separated token ids, e.g. 1,2,3");
     v(c.prompts_file, "prompts_file",
-      "text file with one prompt per line (empty lines skipped); all run concurrently through "
-      "the continuous-batching engine, outputs printed in input order");
+      "text file with one prompt per line (empty lines skipped; a line that is a JSON string "
+      "literal, \"...\", is decoded, so \\n gives multi-line prompts); all run concurrently "
+      "through the continuous-batching engine, outputs printed in input order");
     v(c.max_tokens, "max_tokens", "maximum number of tokens to generate (>= 0)");
     v(c.temperature, "temperature", "sampling temperature; 0 = greedy");
     v(c.top_p, "top_p", "nucleus sampling mass in (0, 1]");

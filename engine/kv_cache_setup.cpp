@@ -77,6 +77,18 @@ int64_t available_memory_bytes() {
 
 }  // namespace
 
+std::vector<int32_t> kv_calibration_ids(const Tokenizer& tok, int64_t vocab) {
+  std::vector<int32_t> ids = tok.encode(kv_calibration_text(), /*add_special=*/true, false);
+  const std::vector<int32_t> filler = tok.encode("\nThe answer is below.\n", false, false);
+  const int32_t n = std::min<int32_t>(tok.vocab_size(), static_cast<int32_t>(vocab));
+  for (int32_t id = 0; id < n; ++id) {
+    if (!tok.is_special(id)) continue;
+    ids.push_back(id);
+    ids.insert(ids.end(), filler.begin(), filler.end());
+  }
+  return ids;
+}
+
 KVCacheDType parse_kv_cache_dtype(const std::string& name) {
   if (name == "auto" || name == "bf16" || name == "bfloat16") return KVCacheDType::BF16;
   if (name == "fp16" || name == "float16" || name == "half") return KVCacheDType::FP16;
@@ -148,8 +160,7 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
         // The calibration text through the model's own (FP8-weight) dense forward; amax of the
         // K (after RoPE) and V it produces, per layer and KV head. Cut at the model's context,
         // not at max_model_len: the scales must not depend on the serving limit.
-        std::vector<int32_t> ids =
-            loaded.tokenizer->encode(kv_calibration_text(), /*add_special=*/true, false);
+        std::vector<int32_t> ids = kv_calibration_ids(*loaded.tokenizer, c.vocab_size);
         if (static_cast<int64_t>(ids.size()) > c.max_position_embeddings)
           ids.resize(static_cast<size_t>(c.max_position_embeddings));
         DenseKVCache dense = model.new_cache(static_cast<int64_t>(ids.size()));

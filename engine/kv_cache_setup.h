@@ -12,6 +12,16 @@
 namespace octet {
 
 struct LoadedModel;
+class Tokenizer;
+
+/// The token ids --calculate-kv-scales runs through the model: the built-in calibration text
+/// (models/kv_scales.h), then every special token of the vocabulary (chat markers such as
+/// <|im_start|>, BOS, EOS), each followed by a short line of text. Plain text never holds
+/// special tokens, yet every chat prompt does, and their K/V can be far larger than a word's:
+/// calibrated on the text alone, SmolLM2's FP8 scales saturated on its own system-prompt
+/// markers and "What is the capital of France?" got a wrong answer. vocab: the model's
+/// vocab_size (ids at or above it are skipped).
+std::vector<int32_t> kv_calibration_ids(const Tokenizer& tok, int64_t vocab);
 
 struct KVCacheSetup {
   std::vector<KVLayerSpec> layers;  // [num_hidden_layers]

@@ -46,7 +46,16 @@ std::vector<std::string> read_prompts(const std::string& path) {
   std::string line;
   while (std::getline(in, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty()) prompts.push_back(line);
+    if (line.empty()) continue;
+    if (line.front() == '"') {
+      // A JSON string literal: escapes such as \n give multi-line (chat-formatted) prompts.
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_string())
+        throw std::invalid_argument("--prompts-file: line " + std::to_string(prompts.size() + 1) +
+                                    " starts with '\"' but is not one JSON string");
+      line = j.get<std::string>();
+    }
+    prompts.push_back(line);
   }
   if (prompts.empty()) throw std::invalid_argument("--prompts-file: '" + path + "' has no prompts");
   return prompts;

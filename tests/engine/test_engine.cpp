@@ -203,3 +203,27 @@ TEST_CASE("engine: bad requests are rejected with a clear message", "[engine]") 
 }
 
 }  // namespace octet
+
+namespace octet {
+// The chat markers of SmolLM2's default system prompt once saturated FP8 scales calibrated on
+// plain text only, and this question got "L'Étoile de la Cité, la Cité, ..." (fresh-user run).
+TEST_CASE("engine: a chat prompt with the default system prompt is answered under FP8 KV",
+          "[engine][fp8]") {
+  const std::string prompt =
+      "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+      "Face<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  // fp8_e5m2 (2 mantissa bits) still answers "L'Étoile, the capital of France" here: its
+  // rounding, not its scales (its range needs none), is what this small model cannot take.
+  for (const std::string dtype : {"bf16", "fp8_e4m3"}) {
+    INFO("kv_cache_dtype " << dtype);
+    auto engine = Engine::create(args_for(dtype));
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.max_tokens = 16;
+    const Result r = collect(*engine->add_request("q", engine->tokenize(prompt, true), p));
+    CHECK_THAT(r.text, Catch::Contains("Paris"));
+    CHECK(r.finish_reason == "stop");
+  }
+}
+}  // namespace octet

@@ -115,11 +115,24 @@ TEST_CASE("kv setup: unit scales are a loud warning naming the layers", "[kv]") 
   CHECK_THAT(s.report, Catch::Contains("unit"));
 }
 
+TEST_CASE("kv setup: calibration ids are the text, then every special token", "[kv]") {
+  const Tokenizer& tok = *stories().tokenizer;
+  const std::vector<int32_t> text = tok.encode(kv_calibration_text(), true, false);
+  const std::vector<int32_t> ids = kv_calibration_ids(tok, 512);
+  REQUIRE(ids.size() > text.size());
+  CHECK(std::equal(text.begin(), text.end(), ids.begin()));
+  // stories260K's special tokens: <unk> 0, <s> 1, </s> 2, each followed by the filler line.
+  std::vector<int32_t> specials;
+  for (size_t i = text.size(); i < ids.size(); ++i)
+    if (tok.is_special(ids[i])) specials.push_back(ids[i]);
+  CHECK(specials == std::vector<int32_t>{0, 1, 2});
+}
+
 TEST_CASE("kv setup: calculated scales are amax / 224 (448 with 2x headroom) of the calibration K/V", "[kv]") {
   const KVCacheSetup s = setup_kv_cache(cache_with("fp8", 1 << 20), 512, stories());
   const LlamaModel& model = *stories().model;
-  // Independent recomputation: the calibration text through the dense forward, amax per head.
-  std::vector<int32_t> ids = stories().tokenizer->encode(kv_calibration_text(), true, false);
+  // Independent recomputation: the calibration ids through the dense forward, amax per head.
+  std::vector<int32_t> ids = kv_calibration_ids(*stories().tokenizer, 512);
   if (ids.size() > 2048) ids.resize(2048);  // the model's context (not max_model_len 512)
   DenseKVCache dense = model.new_cache(static_cast<int64_t>(ids.size()));
   (void)model.forward(ids.data(), static_cast<int64_t>(ids.size()), 0, dense, false);

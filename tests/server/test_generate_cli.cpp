@@ -216,6 +216,27 @@ TEST_CASE("generate --prompts-file runs every line concurrently, each as it runs
       CHECK(lines[i]["kv_cache_dtype"] == dtype);
     }
   }
+  // A JSON string line is decoded: "\n" escapes give a multi-line prompt.
+  {
+    std::ofstream out(path);
+    out << "\"Once upon\\na time\"\n";
+  }
+  const RunResult json_line = run("generate --model " + kStories + " --prompts-file " + path +
+                                  " --max-tokens 4 --temperature 0 --json");
+  REQUIRE(json_line.exit_code == 0);
+  const RunResult two_lines =
+      run("generate --model " + kStories + " --prompt 'Once upon\na time' --max-tokens 4 "
+          "--temperature 0 --json");
+  REQUIRE(two_lines.exit_code == 0);
+  CHECK(nlohmann::json::parse(json_line.output)["prompt_token_ids"] ==
+        nlohmann::json::parse(two_lines.output)["prompt_token_ids"]);
+  {
+    std::ofstream out(path);
+    out << "\"unterminated\n";
+  }
+  const RunResult bad_json = run("generate --model " + kStories + " --prompts-file " + path);
+  CHECK(bad_json.exit_code == 2);
+  CHECK(bad_json.output.find("line 1") != std::string::npos);
   std::remove(path);
   const RunResult bad = run("generate --model " + kStories + " --prompts-file /nonexistent.txt");
   CHECK(bad.exit_code == 2);
