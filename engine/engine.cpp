@@ -390,6 +390,15 @@ void Engine::Impl::step() {
     refresh_stats(0, 0);
     return;
   }
+  const Clock::time_point scheduled_at = Clock::now();  // queue time ends here, not after the step
+  for (Request* r : out.scheduled) {
+    RequestState& st = states.at(r->request_id);
+    if (!st.scheduled_once) {
+      st.scheduled_once = true;
+      st.first_scheduled = scheduled_at;
+      st.num_cached_tokens = std::max<int64_t>(r->num_cached_tokens, 0);
+    }
+  }
   const StepLogits logits = runner->execute(out, *kv);
   update(out, logits);
 }
@@ -407,11 +416,6 @@ void Engine::Impl::update(const SchedulerOutput& out, const StepLogits& logits) 
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     Request& r = *out.scheduled[i];
     RequestState& st = states.at(r.request_id);
-    if (!st.scheduled_once) {
-      st.scheduled_once = true;
-      st.first_scheduled = now;
-      st.num_cached_tokens = std::max<int64_t>(r.num_cached_tokens, 0);
-    }
     const SamplingParams& p = r.sampling_params;
     if (logits.prompt_row_begin[i] >= 0) {
       const int64_t n_prompt = static_cast<int64_t>(r.prompt_token_ids.size());

@@ -2,6 +2,7 @@
 // while the model loads), then loads the engine, then serves until SIGTERM or SIGINT: stop
 // accepting (new requests get 503), let in-flight requests finish for up to
 // --shutdown-timeout seconds, exit 0. A second signal exits at once.
+#include <filesystem>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -117,6 +118,10 @@ void serve(ServeConfig& cfg) {
   // Destroyed in reverse order: the HTTP server (its sessions abort their requests on a live
   // engine) before the engine.
   std::unique_ptr<Engine> engine;
+  // A missing model fails before the port opens (loading errors come later, from the engine).
+  std::error_code ec;
+  if (!std::filesystem::exists(cfg.engine.model, ec))
+    throw std::runtime_error(cfg.engine.model + ": no such file or directory");
   auto http = std::make_unique<server::HttpServer>(ctx);
   http->start();
   spdlog::info("octet serve: listening on http://{}:{} (model loading)", cfg.host, http->port());
