@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Benchmarks (printed, not tests): batch-1 prefill and decode tokens/s of both models in FP32
 # and FP8 W8A8 with the memory-bandwidth floor, the W8A8 kernel table, and the FP8 accuracy
-# cost on the standard corpus (perplexity, KL, top-1 agreement). Figures: docs/benchmarks.md.
+# cost on the standard corpus (perplexity, KL, top-1 agreement), continuous-batching decode
+# throughput and ITL against context per KV dtype (bench engine), and serving TTFT / ITL
+# (scripts/bench_serve.py). Figures: docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL="${OCTET_CACHE_DIR:-$HOME/.cache/octet}/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -15,3 +17,6 @@ done
 build/octet bench kernels
 build/octet perplexity --model "$MODEL" --text /usr/share/common-licenses/GPL-3 \
     --max-tokens 2048 --compare
+build/octet bench engine --model "$MODEL"
+python3 scripts/bench_serve.py --model "$MODEL" --server-args --kv-cache-dtype fp8_e4m3 \
+    --calculate-kv-scales
