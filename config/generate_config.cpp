@@ -42,6 +42,13 @@ void PerplexityConfig::validate() const {
   if (text.empty()) throw std::invalid_argument("--text is required");
   validate_quantization_flags(quantization, weight_strategy);
   if (max_tokens < 2) throw std::invalid_argument("--max-tokens must be at least 2");
+  if (kv_cache_dtype.empty() &&
+      (!kv_cache_dtype_skip_layers.empty() || !kv_scales_path.empty() || calculate_kv_scales))
+    throw std::invalid_argument("--kv-cache-dtype-skip-layers, --kv-scales-path and "
+                                "--calculate-kv-scales need --kv-cache-dtype");
+  if (!kv_cache_dtype.empty() && compare)
+    throw std::invalid_argument("--compare (weights vs FP32) and --kv-cache-dtype (KV vs bf16) "
+                                "are separate runs: give one of them");
 }
 
 void QuantizeConfig::validate() const {

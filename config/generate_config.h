@@ -97,6 +97,11 @@ struct PerplexityConfig {
   int64_t max_tokens = 2048;
   bool compare = false;
   bool json = false;
+  // KV cache mode: score through the paged engine with this dtype against bf16 KV.
+  std::string kv_cache_dtype;
+  std::string kv_cache_dtype_skip_layers;
+  std::string kv_scales_path;
+  bool calculate_kv_scales = false;
 
   template <class Visitor>
   static void visit(PerplexityConfig& c, Visitor&& v) {
@@ -108,6 +113,14 @@ struct PerplexityConfig {
     v(c.compare, "compare", "also run the unquantized model on the same tokens and print the "
                             "KL divergence and top-1 agreement of the next-token distributions");
     v(c.json, "json", "print one JSON object");
+    v(c.kv_cache_dtype, "kv_cache_dtype",
+      "score through the paged KV cache in this dtype (bf16, fp16, fp8, fp8_e4m3, fp8_e5m2) "
+      "and compare with bf16 KV: perplexity, top-1 agreement, logprob change");
+    v(c.kv_cache_dtype_skip_layers, "kv_cache_dtype_skip_layers",
+      "with --kv-cache-dtype: layers kept in bf16 (indices and/or sliding_window)");
+    v(c.kv_scales_path, "kv_scales_path", "with --kv-cache-dtype: JSON KV scales file");
+    v(c.calculate_kv_scales, "calculate_kv_scales",
+      "with --kv-cache-dtype: FP8 scales from the built-in calibration text");
   }
   void validate() const;
 };

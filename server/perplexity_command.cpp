@@ -10,6 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "config/generate_config.h"
+#include "config/engine_args.h"
+#include "engine/kv_accuracy.h"
 #include "engine/perplexity.h"
 #include "server/command.h"
 #include "server/commands.h"
@@ -31,6 +33,34 @@ int run_perplexity(int argc, const char* const* argv) {
     in.read(text.data(), limit);
     text.resize(static_cast<size_t>(in.gcount()));
     std::stringstream ss(text);
+    if (!cfg.kv_cache_dtype.empty()) {
+      EngineArgs args;
+      args.model = cfg.model;
+      args.quantization = cfg.quantization;
+      args.weight_strategy = cfg.weight_strategy;
+      args.cache.kv_cache_dtype = cfg.kv_cache_dtype;
+      args.cache.kv_cache_dtype_skip_layers = cfg.kv_cache_dtype_skip_layers;
+      args.cache.kv_scales_path = cfg.kv_scales_path;
+      args.cache.calculate_kv_scales = cfg.calculate_kv_scales;
+      args.validate();
+      const KVAccuracyResult r = compare_kv_cache_dtype(args, ss.str(), cfg.max_tokens);
+      nlohmann::json j;
+      j["kv_cache_dtype"] = r.kv_cache_dtype;
+      j["tokens"] = r.tokens;
+      j["perplexity"] = r.perplexity;
+      j["bf16_kv_perplexity"] = r.baseline_perplexity;
+      j["perplexity_change"] = r.perplexity / r.baseline_perplexity - 1.0;
+      j["top1_agreement"] = r.top1_agreement;
+      j["mean_abs_logprob_diff"] = r.mean_abs_logprob_diff;
+      j["max_abs_logprob_diff"] = r.max_abs_logprob_diff;
+      if (cfg.json) {
+        std::cout << j.dump() << "\n";
+      } else {
+        for (auto it = j.begin(); it != j.end(); ++it)
+          std::cout << it.key() << ": " << it.value().dump() << "\n";
+      }
+      return;
+    }
     PerplexityOptions o;
     o.model = cfg.model;
     o.quantization = cfg.quantization;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/engine_config.h"
+#include "config/generate_config.h"
 
 using namespace octet;
 using Catch::Matchers::Contains;
@@ -114,4 +115,18 @@ TEST_CASE("SchedulerConfig validation", "[engine_config]") {
   s.enable_chunked_prefill = true;
   s.max_model_len = 1024;
   CHECK_NOTHROW(s.validate());
+}
+
+TEST_CASE("perplexity: KV options need --kv-cache-dtype and exclude --compare",
+          "[engine_config]") {
+  PerplexityConfig c;
+  c.model = "m.gguf";
+  c.text = "t.txt";
+  CHECK_NOTHROW(c.validate());
+  c.calculate_kv_scales = true;
+  CHECK_THROWS_WITH(c.validate(), Contains("need --kv-cache-dtype"));
+  c.kv_cache_dtype = "fp8";
+  CHECK_NOTHROW(c.validate());
+  c.compare = true;
+  CHECK_THROWS_WITH(c.validate(), Contains("--compare"));
 }
