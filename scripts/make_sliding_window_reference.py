@@ -2,12 +2,13 @@
 """Tiny random-weight Llama, Mistral and Qwen2 checkpoints with sliding-window attention, and their
 reference logits, made by Hugging Face transformers (float32, eager attention).
 
-Each model is saved as a full, loadable Hugging Face directory under tests/models/golden/tiny_<arch>/
-(config.json, model.safetensors in float32, generation_config.json, and the stories260K tokenizer,
-vocab 512, from tests/models/golden/hf_stories260K_tokenizer*.json), so that
-`octet generate --model tests/models/golden/tiny_qwen2` runs. Shapes: hidden 32, 4 layers, 4 heads,
-2 KV heads, intermediate 64, vocab 512, window 8, max_position_embeddings 256 (smaller than the
-hidden 64 one might pick, to keep each directory under 400 KB of float32 weights).
+Each model is saved under tests/models/golden/tiny_<arch>/ as a Hugging Face directory WITHOUT
+its weights (config.json, generation_config.json, the stories260K tokenizer, vocab 512, from
+tests/models/golden/hf_stories260K_tokenizer*.json) plus weights.json: the recipe (seed, tensor
+names, shapes, init rule) from which tests/tiny_models.h writes model.safetensors at test time,
+bit-identical to the weights used here (portable_values). No weight file is committed. Shapes:
+hidden 32, 4 layers, 4 heads, 2 KV heads, intermediate 64, vocab 512, window 8,
+max_position_embeddings 256.
 
   tiny_llama   LlamaForCausalLM, full attention everywhere (the control).
   tiny_mistral MistralForCausalLM, sliding_window 8 on EVERY layer: transformers' Mistral applies
@@ -20,7 +21,7 @@ hidden 64 one might pick, to keep each directory under 400 KB of float32 weights
                tied embeddings, rope_theta 1e6.
 
 Every parameter (biases included, which transformers initialises to zero) is drawn from a fixed
-seed with magnitudes that give O(1) logits and clear argmax margins. Window semantics
+seed (a SplitMix64 recipe the C++ tests repeat) with magnitudes that give O(1) logits and clear argmax margins. Window semantics
 (transformers masking_utils.sliding_window_overlay): query at position p sees keys kv with
 kv > p - W, i.e. max(0, p-W+1)..p, W keys including itself.
 
@@ -38,10 +39,13 @@ The JSON (tests/models/golden/sliding_window_reference.json) holds, per model:
 Usage: /work/venv/bin/python scripts/make_sliding_window_reference.py [REPO_ROOT]
 """
 import json
+import math
 import os
 import shutil
 import sys
 
+import numpy as np
+import safetensors.numpy
 import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
@@ -83,22 +87,57 @@ def full_attention_twin(name, cfg_cls, model_cls, kwargs):
     return model_cls(cfg_cls(**COMMON, **kw, attn_implementation="eager"))
 
 
+MASK64 = (1 << 64) - 1
+
+
+def fnv1a64(text):
+    h = 0xCBF29CE484222325
+    for b in text.encode():
+        h = ((h ^ b) * 0x100000001B3) & MASK64
+    return h
+
+
+def portable_values(name, shape, rule, seed):
+    """The weights of one tensor from a recipe the C++ tests repeat (tests/tiny_models.h), so no
+    weight file is committed: SplitMix64 seeded with seed ^ fnv1a64(name), u = top 24 bits / 2^24,
+    z = sqrt(3) * (2u - 1) (uniform, unit variance), then in float64, rounded once to float32:
+    norm 1 + 0.2 z, bias 0.5 z, embed z, linear z * 0.7 / sqrt(in)."""
+    n = int(np.prod(shape))
+    state = np.uint64((seed ^ fnv1a64(name)) & MASK64)
+    with np.errstate(over="ignore"):
+        z = state + np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    u = (z >> np.uint64(40)).astype(np.float64) / float(1 << 24)
+    v = math.sqrt(3.0) * (2.0 * u - 1.0)
+    if rule == "norm":
+        v = 1.0 + 0.2 * v
+    elif rule == "bias":
+        v = 0.5 * v
+    elif rule == "linear":
+        v = v * (0.7 / math.sqrt(shape[1]))
+    return v.astype(np.float32).reshape(shape)
+
+
+def rule_of(pname):
+    if pname.endswith("norm.weight"):
+        return "norm"
+    if pname.endswith(".bias"):
+        return "bias"
+    if "embed_tokens" in pname:
+        return "embed"
+    return "linear"  # [out, in] (lm_head included)
+
+
 def randomize(model, seed):
-    """Fixed-seed weights: norms near 1, linears ~ N(0, 0.7^2/in), embeddings N(0, 1), biases
-    N(0, 0.25). Linear std 0.7/sqrt(in) keeps the 4-layer stack from amplifying perturbations:
-    at 1.5/sqrt(in) FP8 W8A8 rounding (simulated in torch) changed the greedy tokens from the first
-    step; at 0.7 it leaves them unchanged while the window still moves logits by > 0.3."""
-    g = torch.Generator().manual_seed(seed)
+    """Fixed-seed weights (portable_values): norms near 1, linears with std 0.7/sqrt(in),
+    embeddings std 1, biases std 0.5. Linear std 0.7/sqrt(in) keeps the 4-layer stack from
+    amplifying perturbations: at 1.5/sqrt(in) FP8 W8A8 rounding changed the greedy tokens from
+    the first step; at 0.7 it leaves them unchanged while the window still moves the logits."""
     with torch.no_grad():
-        for pname, p in sorted(model.named_parameters()):
-            if pname.endswith("norm.weight"):
-                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=g))
-            elif pname.endswith(".bias"):
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
-            elif "embed_tokens" in pname:
-                p.copy_(torch.randn(p.shape, generator=g))
-            else:  # [out, in] linear (lm_head included)
-                p.copy_(torch.randn(p.shape, generator=g) * (0.7 / p.shape[1] ** 0.5))
+        for pname, p in model.named_parameters():
+            p.copy_(torch.from_numpy(portable_values(pname, list(p.shape), rule_of(pname), seed)))
 
 
 def resolved_windows(cfg, name):
@@ -176,14 +215,27 @@ def main():
             assert float(diff.max()) == 0.0
         top = torch.topk(logits, TOP_K)
 
+        # The directory holds everything but the weights; weights.json is the recipe the tests
+        # materialize model.safetensors from (checked here to equal what transformers saves).
         d = os.path.join(golden, name)
         if os.path.isdir(d):
             shutil.rmtree(d)
         model.save_pretrained(d)
+        saved = safetensors.numpy.load_file(os.path.join(d, "model.safetensors"))
+        tensors = []
+        for tname, arr in saved.items():
+            assert arr.dtype == np.float32, tname
+            again = portable_values(tname, list(arr.shape), rule_of(tname), 100 + seed)
+            assert np.array_equal(again, arr), tname
+            tensors.append({"name": tname, "shape": list(arr.shape), "rule": rule_of(tname)})
+        os.remove(os.path.join(d, "model.safetensors"))
+        with open(os.path.join(d, "weights.json"), "w") as fh:
+            json.dump({"seed": 100 + seed, "tensors": sorted(tensors, key=lambda t: t["name"])},
+                      fh, indent=1)
+            fh.write("\n")
         for dst, src in tok_src.items():
             shutil.copyfile(src, os.path.join(d, dst))
         size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
-        assert size < 400 * 1024, (name, size)
 
         out["models"].append({
             "name": name, "architecture": model_cls.__name__,

@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "gguf_writer.h"
+#include "tiny_models.h"
 
 namespace octet {
 namespace {
@@ -80,7 +81,7 @@ void check_position(const TokenLogprobs& got, const nlohmann::json& ref_ids,
 // the same function: k_proj, v_proj rows * factor, q_proj and o_proj * (1 / factor). With a
 // power of two every FP8 weight code is unchanged and only the scales move.
 std::string scaled_tiny_llama(const testing::TempDir& dir, float factor) {
-  const std::string src = kGolden + "/tiny_llama", dst = dir.file("tiny_llama_scaled");
+  const std::string src = testing::tiny_model_dir("tiny_llama"), dst = dir.file("tiny_llama_scaled");
   fs::create_directories(dst);
   for (const char* f : {"config.json", "generation_config.json", "tokenizer.json",
                         "tokenizer_config.json"})
@@ -136,7 +137,7 @@ TEST_CASE("engine: paged sliding-window models match transformers", "[engine][sw
     // FP32 linears; fp16 KV keeps K/V to 11 significant bits (the only rounding vs the
     // FP32 reference): logit differences agree to 2.5e-3 (measured, Qwen2's logits reach 33);
     // a wrong window moves them by 0.3 or more (scripts/make_sliding_window_reference.py).
-    EngineArgs a = tiny_args(kGolden + "/" + name, "fp16");
+    EngineArgs a = tiny_args(testing::tiny_model_dir(name), "fp16");
     a.quantization = "none";
     a.scheduler.max_num_batched_tokens = 16;  // chunked prefill: 40 prompt tokens in 3 steps
     auto engine = Engine::create(a);
@@ -159,7 +160,7 @@ TEST_CASE("engine: paged sliding-window models match transformers", "[engine][sw
 }
 
 TEST_CASE("engine: scaling every k_scale and v_scale by 0.01 changes the output", "[engine]") {
-  const std::string model = kGolden + "/tiny_llama";
+  const std::string model = testing::tiny_model_dir("tiny_llama");
   EngineArgs a = tiny_args(model, "fp8_e4m3");
   a.cache.calculate_kv_scales = true;
   const std::vector<int32_t> prompt = reference("tiny_llama")["prompt_token_ids"];
@@ -208,7 +209,7 @@ TEST_CASE("engine: K/V beyond FP8's range are wrecked by unit scales, restored b
   testing::TempDir dir;
   const float factor = 65536.0f;  // 2^16: K and V far beyond E4M3's 448
   const std::string scaled = scaled_tiny_llama(dir, factor);
-  const std::string original = kGolden + "/tiny_llama";
+  const std::string original = testing::tiny_model_dir("tiny_llama");
   const std::vector<int32_t> prompt = reference("tiny_llama")["prompt_token_ids"];
   auto run_model = [&](const std::string& model, const std::string& dtype, bool calculate) {
     EngineArgs a = tiny_args(model, dtype);

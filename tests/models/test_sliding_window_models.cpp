@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "gguf_writer.h"
+#include "tiny_models.h"
 #include "greedy.h"
 #include "models/checkpoint.h"
 #include "models/gguf.h"
@@ -107,7 +108,7 @@ std::string edited_copy(const TempDir& dir, const std::string& name,
                         const std::function<void(json&)>& edit) {
   const std::string d = dir.file(name);
   fs::create_directories(d);
-  fs::copy_file(kGolden + name + "/model.safetensors", d + "/model.safetensors");
+  fs::copy_file(testing::tiny_model_dir(name) + "/model.safetensors", d + "/model.safetensors");
   std::ifstream in(kGolden + name + "/config.json");
   json cfg = json::parse(in);
   edit(cfg);
@@ -219,7 +220,7 @@ TEST_CASE("tiny llama/mistral/qwen2 (FP32) match transformers with their sliding
   for (const char* name : {"tiny_llama", "tiny_mistral", "tiny_qwen2"}) {
     DYNAMIC_SECTION(name) {
       const json& ref = model_ref(name);
-      const HFCheckpoint ck = HFCheckpoint::open(kGolden + name);
+      const HFCheckpoint ck = HFCheckpoint::open(testing::tiny_model_dir(name));
       const LlamaModel m = LlamaModel::load(ck, fp32());
       CHECK(m.config().architecture == ref["model_type"].get<std::string>());
       CHECK(m.config().layer_sliding_window ==
@@ -231,7 +232,7 @@ TEST_CASE("tiny llama/mistral/qwen2 (FP32) match transformers with their sliding
 }
 
 TEST_CASE("tiny models: parsed windows, biases and shapes", "[model][sliding_window]") {
-  const HFCheckpoint q = HFCheckpoint::open(kGolden + "tiny_qwen2");
+  const HFCheckpoint q = HFCheckpoint::open(testing::tiny_model_dir("tiny_qwen2"));
   const LlamaModel qwen = LlamaModel::load(q, fp32());
   CHECK(qwen.config().layer_sliding_window == std::vector<int64_t>{8, 0, 8, 0});
   CHECK(qwen.config().qkv_bias);
@@ -247,14 +248,14 @@ TEST_CASE("tiny models: parsed windows, biases and shapes", "[model][sliding_win
   // The first q bias value as stored (independent read of the safetensors tensor).
   CHECK(l0.q_proj.bias[0] == q.tensor("model.layers.0.self_attn.q_proj.bias").to_f32()[0]);
 
-  const HFCheckpoint mi = HFCheckpoint::open(kGolden + "tiny_mistral");
+  const HFCheckpoint mi = HFCheckpoint::open(testing::tiny_model_dir("tiny_mistral"));
   const LlamaModel mistral = LlamaModel::load(mi, fp32());
   CHECK(mistral.config().layer_sliding_window == std::vector<int64_t>{8, 8, 8, 8});
   CHECK(mistral.config().head_dim == 16);  // != hidden / heads = 8
   CHECK_FALSE(mistral.config().qkv_bias);
   CHECK(mistral.weights().layers[0].q_proj.bias.empty());
 
-  const HFCheckpoint ll = HFCheckpoint::open(kGolden + "tiny_llama");
+  const HFCheckpoint ll = HFCheckpoint::open(testing::tiny_model_dir("tiny_llama"));
   CHECK(LlamaModel::load(ll, fp32()).config().layer_sliding_window ==
         std::vector<int64_t>{0, 0, 0, 0});
 }
@@ -307,7 +308,7 @@ TEST_CASE("tiny models converted to GGUF match transformers", "[model][sliding_w
   TempDir dir;
   SECTION("qwen2: HF row order, q/k/v biases, per-layer bool pattern") {
     const std::string path = dir.file("qwen2.gguf");
-    write_gguf(kGolden + "tiny_qwen2", path, {"qwen2", [](GGUFWriter& w) {
+    write_gguf(testing::tiny_model_dir("tiny_qwen2"), path, {"qwen2", [](GGUFWriter& w) {
                                                 w.kv_u32("qwen2.attention.sliding_window", 8);
                                                 w.kv("qwen2.attention.sliding_window_pattern", kArr,
                                                      bool_array({true, false, true, false}));
@@ -322,7 +323,7 @@ TEST_CASE("tiny models converted to GGUF match transformers", "[model][sliding_w
   }
   SECTION("qwen2: integer period 2 (llama.cpp set_swa_pattern: i % 2 < 1 slides)") {
     const std::string path = dir.file("qwen2_period.gguf");
-    write_gguf(kGolden + "tiny_qwen2", path, {"qwen2", [](GGUFWriter& w) {
+    write_gguf(testing::tiny_model_dir("tiny_qwen2"), path, {"qwen2", [](GGUFWriter& w) {
                                                 w.kv_u32("qwen2.attention.sliding_window", 8);
                                                 w.kv_u32("qwen2.attention.sliding_window_pattern",
                                                          2);
@@ -334,7 +335,7 @@ TEST_CASE("tiny models converted to GGUF match transformers", "[model][sliding_w
   }
   SECTION("mistral as llama.cpp writes it: arch llama, Q/K permuted, window on every layer") {
     const std::string path = dir.file("mistral.gguf");
-    write_gguf(kGolden + "tiny_mistral", path,
+    write_gguf(testing::tiny_model_dir("tiny_mistral"), path,
                {"llama", [](GGUFWriter& w) { w.kv_u32("llama.attention.sliding_window", 8); }});
     GGUFFile f = GGUFFile::open(path);
     const LlamaModel m = LlamaModel::load(f, fp32());
@@ -344,7 +345,7 @@ TEST_CASE("tiny models converted to GGUF match transformers", "[model][sliding_w
   }
   SECTION("llama without window keys: full attention") {
     const std::string path = dir.file("llama.gguf");
-    write_gguf(kGolden + "tiny_llama", path, {"llama", nullptr});
+    write_gguf(testing::tiny_model_dir("tiny_llama"), path, {"llama", nullptr});
     GGUFFile f = GGUFFile::open(path);
     const LlamaModel m = LlamaModel::load(f, fp32());
     CHECK(m.config().layer_sliding_window == std::vector<int64_t>{0, 0, 0, 0});
@@ -357,7 +358,7 @@ TEST_CASE("GGUF sliding-window and bias errors", "[model][sliding_window][gguf][
   const std::string path = dir.file("bad.gguf");
   SECTION("pattern length is not block_count") {
     write_gguf(
-        kGolden + "tiny_qwen2", path,
+        testing::tiny_model_dir("tiny_qwen2"), path,
         {"qwen2", [](GGUFWriter& w) {
            w.kv_u32("qwen2.attention.sliding_window", 8);
            w.kv("qwen2.attention.sliding_window_pattern", kArr, bool_array({true, false, true}));
@@ -368,7 +369,7 @@ TEST_CASE("GGUF sliding-window and bias errors", "[model][sliding_window][gguf][
                                    "block_count is 4"));
   }
   SECTION("pattern marks sliding layers but there is no window") {
-    write_gguf(kGolden + "tiny_qwen2", path, {"qwen2", [](GGUFWriter& w) {
+    write_gguf(testing::tiny_model_dir("tiny_qwen2"), path, {"qwen2", [](GGUFWriter& w) {
                                                 w.kv("qwen2.attention.sliding_window_pattern", kArr,
                                                      bool_array({true, false, true, false}));
                                               }});
@@ -377,13 +378,13 @@ TEST_CASE("GGUF sliding-window and bias errors", "[model][sliding_window][gguf][
                                "absent or 0"));
   }
   SECTION("qwen2 without biases") {
-    write_gguf(kGolden + "tiny_qwen2", path, {"qwen2", nullptr, /*drop_biases=*/true});
+    write_gguf(testing::tiny_model_dir("tiny_qwen2"), path, {"qwen2", nullptr, /*drop_biases=*/true});
     CHECK_THAT(gguf_load_error(path),
                Catch::Contains("qwen2 needs q/k/v biases but there is no tensor "
                                "blk.0.attn_q.bias"));
   }
   SECTION("unsupported architecture still fails") {
-    write_gguf(kGolden + "tiny_llama", path, {"gemma", nullptr});
+    write_gguf(testing::tiny_model_dir("tiny_llama"), path, {"gemma", nullptr});
     CHECK_THAT(gguf_load_error(path),
                Catch::Contains("unsupported architecture 'gemma' (supported: llama, qwen2)"));
   }
@@ -540,7 +541,7 @@ TEST_CASE("tiny models load and run with FP8 (default)", "[model][sliding_window
   for (const char* name : {"tiny_llama", "tiny_mistral", "tiny_qwen2"}) {
     DYNAMIC_SECTION(name) {
       const json& ref = model_ref(name);
-      const LlamaModel m = LlamaModel::load(HFCheckpoint::open(kGolden + name));
+      const LlamaModel m = LlamaModel::load(HFCheckpoint::open(testing::tiny_model_dir(name)));
       CHECK(m.linear_format() == "fp8-w8a8-dynamic-channel");
       CHECK(m.config().layer_sliding_window ==
             ref["layer_sliding_window"].get<std::vector<int64_t>>());
