@@ -42,28 +42,6 @@ __attribute__((noinline)) void rms_scale_tail(const float* x, const float* weigh
 
 namespace {
 
-// exp(x) for 8 lanes: Cephes expf (range reduction by ln 2 in two parts, degree-5 polynomial,
-// 2^n via the exponent field); <= 2 ulp for x in [-87.3, 88.37], inputs clamped to that range.
-OCTET_AVX2 inline __m256 exp8(__m256 x) {
-  x = _mm256_min_ps(x, _mm256_set1_ps(88.3762626647949f));
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3365447504f));
-  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 x2 = _mm256_mul_ps(x, x);
-  p = _mm256_fmadd_ps(p, x2, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i pow2n = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
-}
-
 OCTET_AVX2 void rms_norm_impl(const float* x, const float* weight, float* y, int64_t n,
                               float eps) {
   __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
@@ -100,14 +78,14 @@ OCTET_AVX2 void silu_mul_impl(const float* gate, const float* up, float* out, in
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 g = _mm256_loadu_ps(gate + i);
-    const __m256 e = exp8(_mm256_xor_ps(g, sign));
+    const __m256 e = gemm_avx2::exp8(_mm256_xor_ps(g, sign));
     _mm256_storeu_ps(out + i,
                      _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
   }
   if (i < n) {
     const __m256i mask = gemm_avx2::tail_mask(n - i);
     const __m256 g = _mm256_maskload_ps(gate + i, mask);
-    const __m256 e = exp8(_mm256_xor_ps(g, sign));
+    const __m256 e = gemm_avx2::exp8(_mm256_xor_ps(g, sign));
     _mm256_maskstore_ps(out + i, mask,
                         _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)),
                                       _mm256_maskload_ps(up + i, mask)));

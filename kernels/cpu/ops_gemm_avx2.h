@@ -1,6 +1,6 @@
-// Internal to kernels/cpu (included by ops_avx2.cpp and w8a8_linear_avx2.cpp only): the AVX2
-// FP32 dot-product tile shared by the FP32 linear and the W8A8 GEMM, and the thread-blocking
-// rule. Both operands are k-contiguous rows (x: [m, k], w: [n, k]), as nn.Linear stores them.
+// Internal to kernels/cpu (included by ops_avx2.cpp, w8a8_linear_avx2.cpp and
+// paged_attention_avx2.cpp only): the AVX2 FP32 dot-product tile shared by the FP32 linear and
+// the W8A8 GEMM, the thread-blocking rule, and the vector exp of softmax and SiLU. Both operands are k-contiguous rows (x: [m, k], w: [n, k]), as nn.Linear stores them.
 // Every function is compiled for AVX2+FMA via a target attribute; callers check
 // fp8_avx2_available() first.
 #pragma once
@@ -16,6 +16,29 @@
 #define OCTET_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace octet::gemm_avx2 {
+
+/// exp(x) for 8 lanes: Cephes expf (range reduction by ln 2 in two parts, degree-5 polynomial,
+/// 2^n via the exponent field); <= 2 ulp on [-87.3, 88.4]. Inputs are clamped to that range
+/// with the constant as the first operand, so a NaN input stays NaN.
+OCTET_AVX2 inline __m256 exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), x);
+  x = _mm256_max_ps(_mm256_set1_ps(-87.3365447504f), x);
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(5.0000001201e-1f));
+  const __m256 x2 = _mm256_mul_ps(x, x);
+  p = _mm256_fmadd_ps(p, x2, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i pow2n =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
+}
 
 /// Mask for the last k % 8 lanes of a row (lane i active when i < r), r in [0, 8).
 OCTET_AVX2 inline __m256i tail_mask(int64_t r) {

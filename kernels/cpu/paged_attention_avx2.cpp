@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/ops_gemm_avx2.h"
 #include "kernels/cpu/paged_attention_kernel.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -29,28 +30,6 @@ namespace octet::paged_detail {
 #if OCTET_PA_AVX2_BUILT
 
 namespace {
-
-// exp(x) for 8 lanes: Cephes expf (as ops_avx2.cpp), <= 2 ulp on [-87.3, 88.4]; inputs are
-// clamped to that range with the constant first, so a NaN input stays NaN.
-OCTET_AVX2 inline __m256 exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_set1_ps(88.3762626647949f), x);
-  x = _mm256_max_ps(_mm256_set1_ps(-87.3365447504f), x);
-  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, x, _mm256_set1_ps(5.0000001201e-1f));
-  const __m256 x2 = _mm256_mul_ps(x, x);
-  p = _mm256_fmadd_ps(p, x2, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  const __m256i pow2n =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(pow2n));
-}
 
 OCTET_AVX2 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -213,7 +192,7 @@ OCTET_AVX2 void partial_avx2(const PartialArgs& a, float* scratch, float* m, flo
     const __m256 mv = _mm256_set1_ps(mx);
     __m256 sum = _mm256_setzero_ps();
     for (int64_t t = 0; t < n8; t += 8) {
-      const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
+      const __m256 e = gemm_avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
       _mm256_storeu_ps(sg + t, e);
       sum = _mm256_add_ps(sum, e);
     }
@@ -221,7 +200,7 @@ OCTET_AVX2 void partial_avx2(const PartialArgs& a, float* scratch, float* m, flo
     if (n8 < n) {  // the tail through the same exp8
       alignas(32) float tail[8] = {};
       std::copy(sg + n8, sg + n, tail);
-      _mm256_store_ps(tail, exp8(_mm256_sub_ps(_mm256_load_ps(tail), mv)));
+      _mm256_store_ps(tail, gemm_avx2::exp8(_mm256_sub_ps(_mm256_load_ps(tail), mv)));
       for (int64_t t = n8; t < n; ++t) s += (sg[t] = tail[t - n8]);
     }
     m[g] = mx;
