@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf_writer.h"
+#include "models/checkpoint_writer.h"
 
 namespace octet::testing {
 
@@ -61,26 +62,18 @@ inline std::string tiny_model_dir(const std::string& name) {
       fs::copy_file(e.path(), dst + "/" + e.path().filename().string());
   std::ifstream in(src + "/weights.json");
   const nlohmann::json recipe = nlohmann::json::parse(in);
-  nlohmann::json header = nlohmann::json::object();
-  std::vector<char> data;
+  std::vector<WriterTensor> tensors;
   for (const auto& t : recipe["tensors"]) {
-    const std::vector<int64_t> shape = t["shape"];
+    WriterTensor w;
+    w.name = t["name"];
+    w.shape = t["shape"].get<std::vector<int64_t>>();
     const std::vector<float> v =
-        tiny_tensor_values(t["name"], shape, t["rule"], recipe["seed"].get<uint64_t>());
-    const size_t begin = data.size();
-    data.resize(begin + v.size() * sizeof(float));
-    std::memcpy(data.data() + begin, v.data(), v.size() * sizeof(float));
-    header[t["name"].get<std::string>()] = {
-        {"dtype", "F32"}, {"shape", shape}, {"data_offsets", {begin, data.size()}}};
+        tiny_tensor_values(w.name, w.shape, t["rule"], recipe["seed"].get<uint64_t>());
+    w.bytes.resize(v.size() * sizeof(float));
+    std::memcpy(w.bytes.data(), v.data(), w.bytes.size());
+    tensors.push_back(std::move(w));
   }
-  std::string h = header.dump();
-  h.resize((h.size() + 7) / 8 * 8, ' ');  // safetensors: data 8-byte aligned
-  const uint64_t len = h.size();
-  std::ofstream out(dst + "/model.safetensors", std::ios::binary);
-  out.write(reinterpret_cast<const char*>(&len), 8);
-  out.write(h.data(), static_cast<std::streamsize>(h.size()));
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  out.close();
+  write_safetensors(dst + "/model.safetensors", tensors);
   return made[name] = dst;
 }
 
