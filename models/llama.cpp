@@ -219,66 +219,85 @@ std::vector<float> LlamaModel::forward(const int32_t* tokens, int64_t n, int64_t
                                   " is outside the vocabulary [0, " +
                                   std::to_string(c.vocab_size) + ")");
 
-  const int64_t h = c.hidden_size, hd = c.head_dim, nh = c.num_attention_heads,
-                nkv = c.num_key_value_heads, q_dim = nh * hd, kv_dim = nkv * hd,
-                ffn = c.intermediate_size;
+  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads,
+                q_dim = nh * hd, kv_dim = nkv * hd;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  LinearScratch scratch;
-
-  std::vector<float> x(n * h), xn(n * h), q(n * q_dim), k(n * kv_dim), v(n * kv_dim),
-      attn(n * q_dim), proj(n * h), gate(n * ffn), up(n * ffn);
-  for (int64_t i = 0; i < n; ++i)
-    std::copy_n(weights_.embed_tokens.data() + tokens[i] * h, h, x.data() + i * h);
-
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    const LlamaLayerWeights& w = weights_.layers[layer];
+  std::vector<int64_t> positions(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) positions[i] = start_pos + i;
+  const AttendFn attend = [&](int64_t layer, const float* q, const float* k, const float* v,
+                              float* attn) {
     // k_cache/v_cache of this layer: [max_tokens, nkv, hd]
     float* k_cache = cache.k.data() + layer * cache.max_tokens * kv_dim;
     float* v_cache = cache.v.data() + layer * cache.max_tokens * kv_dim;
-
-    for (int64_t i = 0; i < n; ++i)
-      cpu::rms_norm(x.data() + i * h, w.attn_norm.data(), xn.data() + i * h, h, c.rms_norm_eps);
-    linear_forward(w.q_proj, xn.data(), n, q.data(), scratch);
-    linear_forward(w.k_proj, xn.data(), n, k.data(), scratch);
-    linear_forward(w.v_proj, xn.data(), n, v.data(), scratch);
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t pos = start_pos + i;
-      cpu::rope(q.data() + i * q_dim, nh, hd, c.rotary_dim, pos, inv_freq_.data(), rope_layout_);
-      cpu::rope(k.data() + i * kv_dim, nkv, hd, c.rotary_dim, pos, inv_freq_.data(),
-                rope_layout_);
-      std::copy_n(k.data() + i * kv_dim, kv_dim, k_cache + pos * kv_dim);
-      std::copy_n(v.data() + i * kv_dim, kv_dim, v_cache + pos * kv_dim);
-    }
-    auto attend = [&](int64_t i) {
+    std::copy_n(k, n * kv_dim, k_cache + start_pos * kv_dim);
+    std::copy_n(v, n * kv_dim, v_cache + start_pos * kv_dim);
+    auto one = [&](int64_t i) {
       const int64_t window = c.layer_sliding_window[layer];
       const int64_t end = start_pos + i + 1;  // causal: positions < end
       const int64_t begin = window > 0 && end > window ? end - window : 0;
-      cpu::attention(q.data() + i * q_dim, k_cache + begin * kv_dim, v_cache + begin * kv_dim,
-                     attn.data() + i * q_dim, nh, nkv, hd, end - begin, scale);
+      cpu::attention(q + i * q_dim, k_cache + begin * kv_dim, v_cache + begin * kv_dim,
+                     attn + i * q_dim, nh, nkv, hd, end - begin, scale);
     };
     if (n == 1) {
-      attend(0);  // decode: cpu::attention spreads the heads over threads
+      one(0);  // decode: cpu::attention spreads the heads over threads
     } else {
 #pragma omp parallel for schedule(dynamic)
-      for (int64_t i = 0; i < n; ++i) attend(i);
+      for (int64_t i = 0; i < n; ++i) one(i);
     }
+  };
+  std::vector<int64_t> rows;
+  for (int64_t i = all_logits ? 0 : n - 1; i < n; ++i) rows.push_back(i);
+  return run_decoder(tokens, n, positions.data(), attend, rows);
+}
+
+std::vector<float> LlamaModel::run_decoder(const int32_t* tokens, int64_t n,
+                                           const int64_t* positions, const AttendFn& attend,
+                                           const std::vector<int64_t>& rows) const {
+  const ModelConfig& c = config_;
+  const int64_t h = c.hidden_size, hd = c.head_dim, nh = c.num_attention_heads,
+                nkv = c.num_key_value_heads, q_dim = nh * hd, kv_dim = nkv * hd,
+                ffn = c.intermediate_size;
+  LinearScratch scratch;
+
+  // Activations: [n, width] row-major, one row per token.
+  std::vector<float> x(n * h), xn(n * h), q(n * q_dim), k(n * kv_dim), v(n * kv_dim),
+      attn(n * q_dim), proj(n * h), gate(n * ffn), up(n * ffn);
+  for (int64_t i = 0; i < n; ++i)
+    std::copy_n(weights_.embed_tokens.data() + static_cast<int64_t>(tokens[i]) * h, h,
+                x.data() + i * h);
+
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const LlamaLayerWeights& w = weights_.layers[layer];
+    cpu::rms_norm_rows(x.data(), w.attn_norm.data(), xn.data(), n, h, c.rms_norm_eps);
+    linear_forward(w.q_proj, xn.data(), n, q.data(), scratch);
+    linear_forward(w.k_proj, xn.data(), n, k.data(), scratch);
+    linear_forward(w.v_proj, xn.data(), n, v.data(), scratch);
+    cpu::rope_rows(q.data(), n, q_dim, nh, hd, c.rotary_dim, positions, inv_freq_.data(),
+                   rope_layout_);
+    cpu::rope_rows(k.data(), n, kv_dim, nkv, hd, c.rotary_dim, positions, inv_freq_.data(),
+                   rope_layout_);
+    attend(layer, q.data(), k.data(), v.data(), attn.data());
     linear_forward(w.o_proj, attn.data(), n, proj.data(), scratch);
     for (int64_t j = 0; j < n * h; ++j) x[j] += proj[j];
 
-    for (int64_t i = 0; i < n; ++i)
-      cpu::rms_norm(x.data() + i * h, w.ffn_norm.data(), xn.data() + i * h, h, c.rms_norm_eps);
+    cpu::rms_norm_rows(x.data(), w.ffn_norm.data(), xn.data(), n, h, c.rms_norm_eps);
     linear_forward(w.gate_proj, xn.data(), n, gate.data(), scratch);
     linear_forward(w.up_proj, xn.data(), n, up.data(), scratch);
-    cpu::silu_mul(gate.data(), up.data(), gate.data(), n * ffn);
+#pragma omp parallel for schedule(static) if (n * ffn >= 32768)
+    for (int64_t i = 0; i < n; ++i)  // per row: vector/tail split never depends on the batch
+      cpu::silu_mul(gate.data() + i * ffn, up.data() + i * ffn, gate.data() + i * ffn, ffn);
     linear_forward(w.down_proj, gate.data(), n, proj.data(), scratch);
     for (int64_t j = 0; j < n * h; ++j) x[j] += proj[j];
   }
 
-  const int64_t first = all_logits ? 0 : n - 1, rows = n - first;
-  for (int64_t i = first; i < n; ++i)
-    cpu::rms_norm(x.data() + i * h, weights_.norm.data(), xn.data() + i * h, h, c.rms_norm_eps);
-  std::vector<float> logits(rows * c.vocab_size);
-  linear_forward(weights_.lm_head, xn.data() + first * h, rows, logits.data(), scratch);
+  const int64_t num_rows = static_cast<int64_t>(rows.size());
+  std::vector<float> logits(num_rows * c.vocab_size);
+  if (num_rows == 0) return logits;
+  std::vector<float> last(num_rows * h);
+  for (int64_t r = 0; r < num_rows; ++r)
+    cpu::rms_norm(x.data() + rows[r] * h, weights_.norm.data(), last.data() + r * h, h,
+                  c.rms_norm_eps);
+  linear_forward(weights_.lm_head, last.data(), num_rows, logits.data(), scratch);
   return logits;
 }
 

@@ -10,6 +10,7 @@
 // Linear layers run in FP32 (quantization "none", the reference that goldens check) or FP8 W8A8
 // (models/linear.h); norms, RoPE, attention and the residual stream are FP32 throughout.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,17 @@ class LlamaModel {
  private:
   static LlamaModel build(const WeightSource& src, ModelConfig config, QuantConfig quant,
                           const LoadOptions& options);
+
+  /// A forward's KV store and attention for one layer: q [n, heads*head_dim], k and v
+  /// [n, kv_heads*head_dim] after RoPE -> attn [n, heads*head_dim].
+  using AttendFn = std::function<void(int64_t layer, const float* q, const float* k,
+                                      const float* v, float* attn)>;
+  /// The recipe both forwards share (file comment): embeddings of tokens [n], per layer norm,
+  /// q/k/v, RoPE at positions [n], `attend`, o_proj and residual, norm, SwiGLU MLP and residual;
+  /// then the final norm and lm_head for the token indices `rows`. Returns logits
+  /// [rows.size(), vocab]. Every step but `attend` is per token, so rows never mix.
+  std::vector<float> run_decoder(const int32_t* tokens, int64_t n, const int64_t* positions,
+                                 const AttendFn& attend, const std::vector<int64_t>& rows) const;
 
   ModelConfig config_;
   QuantConfig quant_;
