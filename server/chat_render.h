@@ -18,4 +18,14 @@ std::string render_chat(const std::string& template_source, const nlohmann::json
                         bool add_generation_prompt, const std::string& bos_token,
                         const std::string& eos_token);
 
+/// Parses `chat_template` and renders a sample conversation (system, user, assistant, user;
+/// with and without add_generation_prompt) under the same budgets as requests
+/// (server/jinja_budget.h); call once at server start-up. A template whose own
+/// raise_exception rejects the system message (some refuse the system role) is retried with
+/// the sample minus the system message, which must then render. Throws std::invalid_argument
+/// with a message naming the problem when the template does not parse, exceeds a budget, or
+/// fails on the sample.
+void check_chat_template(const std::string& chat_template, const std::string& bos_token,
+                         const std::string& eos_token);
+
 }  // namespace octet::server

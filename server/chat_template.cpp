@@ -12,17 +12,24 @@ ChatTemplate ChatTemplate::parse(const std::string& source) {
   return t;
 }
 
-std::string ChatTemplate::render(const nlohmann::ordered_json& context, const ChatTemplateOptions& options) const {
+namespace {
+template <class Json>
+std::string render_body(const jinja::Body* body, const Json& context, const ChatTemplateOptions& options) {
   if (!context.is_object()) throw std::invalid_argument("chat template context must be a JSON object");
-  if (!body_) return "";
+  if (!body) return "";
   const jinja::Value ctx = jinja::Value::from_json(context);
   jinja::RenderOptions ro;
   ro.now = options.now;
-  return jinja::render(*body_, ctx.dict_ref(), ro);
+  return jinja::render(*body, ctx.dict_ref(), ro);
+}
+}  // namespace
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& context, const ChatTemplateOptions& options) const {
+  return render_body(body_.get(), context, options);
 }
 
 std::string ChatTemplate::render(const nlohmann::json& context, const ChatTemplateOptions& options) const {
-  return render(nlohmann::ordered_json::parse(context.dump()), options);
+  return render_body(body_.get(), context, options);
 }
 
 const std::string& ChatTemplate::source() const {

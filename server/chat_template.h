@@ -9,7 +9,10 @@
 // dict() and range(). Undefined values behave like jinja2's default Undefined: printing one
 // gives "", `is defined` is false, and using an attribute of one is an error.
 // Limits: no {% include %}/{% extends %}/{% import %}, no recursive loops, dict keys are strings,
-// str.upper()/lower() know Latin, Greek and Cyrillic letters only.
+// str.upper()/lower() know Latin, Greek and Cyrillic letters only, a namespace cannot hold a
+// namespace, macro or loop object, integers are 64-bit (overflow is an error, not a bigint).
+// Budgets (server/jinja_budget.h): parsing and rendering are bounded in steps, output and value
+// size and nesting depth; exceeding one throws ChatTemplateError kind Limit.
 #include <ctime>
 #include <memory>
 #include <optional>
@@ -37,7 +40,8 @@ class ChatTemplate {
   /// An empty template (renders ""); use parse() to make a real one.
   ChatTemplate() = default;
 
-  /// Parses `source`. Throws ChatTemplateError (kind Syntax, with the line) when it is malformed.
+  /// Parses `source`. Throws ChatTemplateError (kind Syntax, with the line) when it is malformed,
+  /// kind Limit when it nests deeper than kMaxParseDepth.
   static ChatTemplate parse(const std::string& source);
 
   /// Renders with `context`, a JSON object whose keys become template variables. The usual
@@ -46,7 +50,9 @@ class ChatTemplate {
   /// extra keys the template reads. Object key order is kept (it shows in tojson output), so
   /// parse request bodies into nlohmann::ordered_json. Throws ChatTemplateError: kind Raised
   /// when the template called raise_exception (message() is its text), kind Render for other
-  /// runtime errors; std::invalid_argument when context is not an object.
+  /// runtime errors, kind Limit when a budget is exceeded (steps, output or value bytes, depth,
+  /// integer overflow; the context itself may nest kMaxJsonDepth deep); std::invalid_argument
+  /// when context is not an object.
   std::string render(const nlohmann::ordered_json& context, const ChatTemplateOptions& options = {}) const;
   /// Same, from a nlohmann::json (its object keys are sorted, so tojson output is too).
   std::string render(const nlohmann::json& context, const ChatTemplateOptions& options = {}) const;

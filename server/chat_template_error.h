@@ -11,11 +11,13 @@ namespace octet {
 ///   kind() == Syntax: the template source is malformed (found by ChatTemplate::parse).
 ///   kind() == Raised: the template called raise_exception(message); message() is its text.
 ///   kind() == Render: a runtime error (undefined value used, type error, unknown filter ...).
+///   kind() == Limit: parsing or rendering exceeded a budget of server/jinja_budget.h (steps,
+///     output or value size, nesting depth, integer overflow); message() names it and its value.
 /// line() is the 1-based line of the template source where it happened (0 when unknown).
 /// what() is "chat template line N: message" (or just the message when the line is unknown).
 class ChatTemplateError : public std::invalid_argument {
  public:
-  enum class Kind { Syntax, Raised, Render };
+  enum class Kind { Syntax, Raised, Render, Limit };
 
   ChatTemplateError(Kind kind, std::string message, int line)
       : std::invalid_argument(line > 0 ? "chat template line " + std::to_string(line) + ": " + message

@@ -36,6 +36,7 @@ struct Expr {
   };
   Type type;
   int line = 0;
+  int depth = 1;  // of this subtree, at most kMaxParseDepth (jinja_budget.h)
   Value value;
   std::string name;
   std::vector<ExprPtr> children;

@@ -1,6 +1,7 @@
 // jinja2 3.1 filters (filters.py) and tests (tests.py), plus transformers' tojson override
 // (json.dumps(x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)).
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <unordered_map>
@@ -82,7 +83,10 @@ Value select_or_reject(const Value& seq, CallArgs& a, bool attr, bool select) {
 
 Value f_abs(const Value& v, CallArgs&) {
   if (v.kind() == Kind::Float) return Value(std::fabs(v.as_double()));
-  if (v.is_int()) return Value(static_cast<std::int64_t>(std::llabs(v.as_int())));
+  if (v.is_int()) {
+    if (v.as_int() == INT64_MIN) fail_limit("the integer result of abs(" + std::to_string(v.as_int()) + ")", "64-bit integers (integer overflow)");
+    return Value(static_cast<std::int64_t>(std::llabs(v.as_int())));
+  }
   fail("bad operand type for abs(): '" + type_name(v) + "'");
 }
 Value f_attr(const Value& v, CallArgs& a) {
@@ -151,6 +155,7 @@ Value f_format(const Value& v, CallArgs& a) {
 Value f_indent(const Value& v, CallArgs& a) {
   Params p("indent", a, {"width", "first", "blank"});
   const Value width = p.get_or(0, Value(4));
+  if (width.is_int() && width.as_int() > 0) check_value_bytes(static_cast<std::uint64_t>(width.as_int()));
   const std::string ind = width.is_string() ? width.as_string() : std::string(static_cast<std::size_t>(std::max<std::int64_t>(width.as_int(), 0)), ' ');
   const bool first = truthy(p.get_or(1, Value(false)));
   const bool blank = truthy(p.get_or(2, Value(false)));
@@ -165,6 +170,7 @@ Value f_indent(const Value& v, CallArgs& a) {
     }
   }
   if (start < s.size()) lines.push_back(s.substr(start));
+  check_value_bytes(s.size() + mul_size(lines.size() + 1, ind.size()));
   std::string rv;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     if (i > 0) rv += "\n";
@@ -174,11 +180,17 @@ Value f_indent(const Value& v, CallArgs& a) {
   if (first) rv = ind + rv;
   return Value(rv);
 }
+// Python int(d) of a finite double; past the int64 range it is an overflow error.
+std::int64_t double_to_int(double d) {
+  if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0))
+    fail_limit("the integer result of int(" + float_repr(d) + ")", "64-bit integers (integer overflow)");
+  return static_cast<std::int64_t>(d);
+}
 Value f_int(const Value& v, CallArgs& a) {
   Params p("int", a, {"default", "base"});
   const int base = static_cast<int>(p.get_or(1, Value(10)).as_int());
   if (v.kind() == Kind::Float) {
-    if (std::isfinite(v.as_double())) return Value(static_cast<std::int64_t>(v.as_double()));
+    if (std::isfinite(v.as_double())) return Value(double_to_int(v.as_double()));
   } else if (v.is_int()) {
     return Value(v.as_int());
   } else if (v.is_string()) {
@@ -193,7 +205,7 @@ Value f_int(const Value& v, CallArgs& a) {
     try {
       std::size_t used = 0;
       const double d = std::stod(s, &used);
-      if (used == s.size() && std::isfinite(d)) return Value(static_cast<std::int64_t>(d));
+      if (used == s.size() && std::isfinite(d)) return Value(double_to_int(d));
     } catch (const std::exception&) {
     }
   }
@@ -215,6 +227,7 @@ Value f_join(const Value& v, CallArgs& a) {
     if (!first) out += sep;
     first = false;
     out += to_str(p.get(1) && !p.get(1)->is_none() ? attr_path(item, *p.get(1)) : item);
+    check_value_bytes(out.size());
   }
   return Value(out);
 }
@@ -310,7 +323,12 @@ Value f_sum(const Value& v, CallArgs& a) {
     const Value x = p.get(0) && !p.get(0)->is_none() ? attr_path(item, *p.get(0)) : item;
     if (!x.is_number() || !total.is_number()) fail("unsupported operand type(s) for +: '" + type_name(total) + "' and '" + type_name(x) + "'");
     if (x.kind() == Kind::Float || total.kind() == Kind::Float) total = Value(total.as_double() + x.as_double());
-    else total = Value(total.as_int() + x.as_int());
+    else {
+      std::int64_t r = 0;
+      if (__builtin_add_overflow(total.as_int(), x.as_int(), &r))
+        fail_limit("the integer result of sum()", "64-bit integers (integer overflow)");
+      total = Value(r);
+    }
   }
   return total;
 }
@@ -338,7 +356,10 @@ Value f_tojson(const Value& v, CallArgs& a) {
   o.ensure_ascii = truthy(p.get_or(0, Value(false)));
   const Value indent = p.get_or(1, Value::none());
   if (indent.is_string()) o.indent_str = indent.as_string();
-  else if (indent.is_int()) o.indent = static_cast<int>(indent.as_int());
+  else if (indent.is_int()) {
+    if (indent.as_int() > 1024) fail_limit("tojson indent " + std::to_string(indent.as_int()), "1024");
+    o.indent = static_cast<int>(std::max<std::int64_t>(indent.as_int(), -1));
+  }
   else if (!indent.is_none()) fail("tojson: indent must be an int or a string");
   const Value seps = p.get_or(2, Value::none());
   if (!seps.is_none()) {

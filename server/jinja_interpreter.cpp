@@ -1,8 +1,11 @@
 #include "server/jinja_interpreter.h"
 
 #include <cmath>
+#include <climits>
+#include <cstdint>
 #include <deque>
 
+#include "server/jinja_budget.h"
 #include "server/jinja_builtins.h"
 
 namespace octet::jinja {
@@ -53,7 +56,38 @@ struct LoopObject : Object {
 
 enum class Flow { Normal, Break, Continue };
 
-constexpr int kMaxCallDepth = 256;
+// One level of nested evaluation (an expression or a block): bounds the native stack.
+class Nesting {
+ public:
+  explicit Nesting(int& depth) : depth_(depth) {
+    if (++depth_ > kMaxRenderDepth) {
+      --depth_;
+      fail_limit("nested evaluation", std::to_string(kMaxRenderDepth) + " levels");
+    }
+  }
+  ~Nesting() { --depth_; }
+  Nesting(const Nesting&) = delete;
+  Nesting& operator=(const Nesting&) = delete;
+
+ private:
+  int& depth_;
+};
+
+// Appends rendered text to an output buffer, within the output budget.
+void emit(std::string& out, const std::string& text) {
+  if (text.size() > kMaxOutputBytes - out.size())
+    fail_limit("the rendered text", std::to_string(kMaxOutputBytes) + " bytes");
+  charge_string_bytes(text.size());
+  out += text;
+}
+
+[[noreturn]] void overflow(const std::string& what) {
+  fail_limit("the integer result of " + what, "64-bit integers (integer overflow)");
+}
+
+std::string int_expr(std::int64_t x, const std::string& op, std::int64_t y) {
+  return std::to_string(x) + " " + op + " " + std::to_string(y);
+}
 
 class Interpreter {
  public:
@@ -63,6 +97,7 @@ class Interpreter {
   }
 
   std::string run(const Body& body, const Dict& context) {
+    StepBudget budget(kMaxSteps);
     Scope* top = new_scope(globals_);
     top->vars = context;
     std::string out;
@@ -74,6 +109,7 @@ class Interpreter {
   std::deque<Scope> arena_;  // every scope of this render; macros and callers point into it
   Scope* globals_ = nullptr;
   int call_depth_ = 0;
+  int nesting_ = 0;
 
   Scope* new_scope(Scope* parent) {
     arena_.emplace_back();
@@ -87,6 +123,7 @@ class Interpreter {
 
   // --- statements --------------------------------------------------------------------------------
   Flow exec(const Body& body, Scope* scope, std::string& out) {
+    Nesting nest(nesting_);
     for (const auto& s : body) {
       Flow f;
       try {
@@ -102,8 +139,8 @@ class Interpreter {
 
   Flow exec_stmt(const Stmt& s, Scope* scope, std::string& out) {
     switch (s.type) {
-      case Stmt::Type::Text: out += s.text; return Flow::Normal;
-      case Stmt::Type::Output: out += to_str(eval(*s.expr, scope)); return Flow::Normal;
+      case Stmt::Type::Text: emit(out, s.text); return Flow::Normal;
+      case Stmt::Type::Output: emit(out, to_str(eval(*s.expr, scope))); return Flow::Normal;
       case Stmt::Type::If:
         for (const auto& [cond, body] : s.branches)
           if (truthy(eval(*cond, scope))) return exec(body, scope, out);
@@ -126,7 +163,7 @@ class Interpreter {
         args.kwargs.emplace_back("caller", Value::function("caller", [this, &s, scope](CallArgs& a) {
                                    return invoke_body(s.params, s.body, scope, a, "caller");
                                  }));
-        out += to_str(call_value(callee, args));
+        emit(out, to_str(call_value(callee, args)));
         return Flow::Normal;
       }
       case Stmt::Type::FilterBlock: {
@@ -134,7 +171,7 @@ class Interpreter {
         exec(s.body, scope, text);
         Value v(std::move(text));
         for (const auto& f : s.filters) v = filter(*f, v, scope);
-        out += to_str(v);
+        emit(out, to_str(v));
         return Flow::Normal;
       }
       case Stmt::Type::With: {
@@ -173,7 +210,15 @@ class Interpreter {
     if (t.ns_attr[0] == '_')
       fail("Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" + t.ns_attr +
            "'. Please rename the attribute.");
-    ns->dict_ref().set(t.ns_attr, v);
+    // Namespaces are the only mutable values: holding no namespace, function or loop object keeps
+    // every value acyclic and its recorded depth() an upper bound.
+    if (v.holds_reference()) fail("a namespace cannot hold a namespace, function or loop object ('" + t.ns_attr + "')");
+    Dict& d = ns->dict_ref();
+    std::uint64_t bytes = sizeof(Value) + v.size_bytes();
+    for (const auto& [k, e] : d.entries)
+      if (!(k.is_string() && k.as_string() == t.ns_attr)) bytes += sizeof(Value) + e.size_bytes();
+    check_value_bytes(bytes);
+    d.set(t.ns_attr, v);
   }
 
   void exec_for(const Stmt& s, Scope* scope, std::string& out) {
@@ -182,6 +227,7 @@ class Interpreter {
       Scope* probe = new_scope(scope);
       std::vector<Value> kept;
       for (auto& item : items) {
+        charge_steps(1);
         probe->vars.entries.clear();
         bind(s.target, item, probe);
         if (truthy(eval(*s.cond, probe))) kept.push_back(std::move(item));
@@ -197,6 +243,7 @@ class Interpreter {
     const Value loop_value = Value::object(loop);
     Scope* inner = new_scope(scope);
     for (std::size_t i = 0; i < loop->items.size(); ++i) {
+      charge_steps(1);
       loop->index0 = i;
       inner->vars.entries.clear();  // each iteration starts from the enclosing scope again
       inner->vars.set("loop", loop_value);
@@ -216,7 +263,8 @@ class Interpreter {
   // keyword -> kwargs, missing -> Undefined) and renders `body` to a string.
   Value invoke_body(const std::vector<MacroParam>& params, const Body& body, Scope* def_scope, CallArgs& a,
                     const std::string& name) {
-    if (call_depth_ >= kMaxCallDepth) fail("maximum macro recursion depth exceeded in '" + name + "'");
+    if (call_depth_ >= kMaxMacroDepth)
+      fail_limit("the macro call depth in '" + name + "'", std::to_string(kMaxMacroDepth) + " nested calls");
     Scope* scope = new_scope(def_scope);
     std::vector<bool> bound(params.size(), false);
     for (std::size_t i = 0; i < params.size() && i < a.args.size(); ++i) {
@@ -261,6 +309,8 @@ class Interpreter {
 
   // --- expressions -------------------------------------------------------------------------------
   Value eval(const Expr& e, Scope* scope) {
+    Nesting nest(nesting_);
+    charge_steps(1);
     try {
       return eval_node(e, scope);
     } catch (const ChatTemplateError& err) {
@@ -344,7 +394,10 @@ class Interpreter {
         const Value v = eval(*e.children[0], scope);
         if (v.is_undefined()) v.fail_undefined();
         if (v.kind() == Kind::Float) return Value(e.name == "-" ? -v.as_double() : v.as_double());
-        if (v.is_int()) return Value(e.name == "-" ? -v.as_int() : v.as_int());
+        if (v.is_int()) {
+          if (e.name == "-" && v.as_int() == INT64_MIN) overflow("-(" + std::to_string(v.as_int()) + ")");
+          return Value(e.name == "-" ? -v.as_int() : v.as_int());
+        }
         fail("bad operand type for unary " + e.name + ": '" + type_name(v) + "'");
       }
       case Expr::Type::Binary: return binary(e.name, eval(*e.children[0], scope), eval(*e.children[1], scope));
@@ -388,64 +441,107 @@ class Interpreter {
     fail("unknown comparison " + op);
   }
 
+  // Python's a // b and a % b; b != 0. INT64_MIN // -1 overflows.
   static std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+    if (b == -1) {
+      if (a == INT64_MIN) overflow(int_expr(a, "//", b));
+      return -a;
+    }
     std::int64_t q = a / b;
     if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
     return q;
   }
+  static std::int64_t floor_mod(std::int64_t a, std::int64_t b) {
+    if (b == -1) return 0;
+    const std::int64_t r = a % b;
+    return r != 0 && ((r < 0) != (b < 0)) ? r + b : r;
+  }
+
+  static std::int64_t int_pow(std::int64_t x, std::int64_t y) {  // y >= 0
+    std::int64_t r = 1, base = x;
+    for (std::int64_t e = y; e > 0; e >>= 1) {
+      if ((e & 1) && __builtin_mul_overflow(r, base, &r)) overflow(int_expr(x, "**", y));
+      if (e > 1 && __builtin_mul_overflow(base, base, &base)) overflow(int_expr(x, "**", y));
+    }
+    return r;
+  }
+
+  static Value checked_float(double r, double dx, double dy, const std::string& op) {
+    if (std::isinf(r) && std::isfinite(dx) && std::isfinite(dy))
+      fail_limit("the float result of " + float_repr(dx) + " " + op + " " + float_repr(dy), "finite doubles (overflow)");
+    return Value(r);
+  }
 
   static Value repeat(const Value& seq, std::int64_t n) {
-    if (n * static_cast<std::int64_t>(seq.is_string() ? seq.as_string().size() : seq.items().size()) > 10'000'000)
-      fail("repetition result is too large");
+    if (n <= 0) n = 0;
+    const std::uint64_t unit = seq.is_string() ? seq.as_string().size() : seq.size_bytes();
+    check_value_bytes(mul_size(unit, static_cast<std::uint64_t>(n)));
     if (seq.is_string()) {
       std::string out;
+      out.reserve(unit * static_cast<std::uint64_t>(n));
       for (std::int64_t i = 0; i < n; ++i) out += seq.as_string();
-      return Value(out);
+      return Value(std::move(out));
     }
+    charge_steps(mul_size(seq.items().size(), static_cast<std::uint64_t>(n)));
     std::vector<Value> out;
     for (std::int64_t i = 0; i < n; ++i) out.insert(out.end(), seq.items().begin(), seq.items().end());
     return seq.kind() == Kind::Tuple ? Value::tuple(std::move(out)) : Value::list(std::move(out));
   }
 
   static Value binary(const std::string& op, const Value& a, const Value& b) {
-    if (op == "~") return Value(to_str(a) + to_str(b));
+    if (op == "~") {
+      const std::string sa = to_str(a), sb = to_str(b);
+      check_value_bytes(sa.size() + sb.size());
+      return Value(sa + sb);
+    }
     if (a.is_undefined()) a.fail_undefined();
     if (b.is_undefined()) b.fail_undefined();
     if (a.is_number() && b.is_number()) {
       const bool ints = a.kind() != Kind::Float && b.kind() != Kind::Float;
       const std::int64_t x = a.as_int(), y = b.as_int();
       const double dx = a.as_double(), dy = b.as_double();
-      if (op == "+") return ints ? Value(x + y) : Value(dx + dy);
-      if (op == "-") return ints ? Value(x - y) : Value(dx - dy);
-      if (op == "*") return ints ? Value(x * y) : Value(dx * dy);
+      std::int64_t r = 0;
+      if (op == "+") {
+        if (!ints) return checked_float(dx + dy, dx, dy, op);
+        if (__builtin_add_overflow(x, y, &r)) overflow(int_expr(x, op, y));
+        return Value(r);
+      }
+      if (op == "-") {
+        if (!ints) return checked_float(dx - dy, dx, dy, op);
+        if (__builtin_sub_overflow(x, y, &r)) overflow(int_expr(x, op, y));
+        return Value(r);
+      }
+      if (op == "*") {
+        if (!ints) return checked_float(dx * dy, dx, dy, op);
+        if (__builtin_mul_overflow(x, y, &r)) overflow(int_expr(x, op, y));
+        return Value(r);
+      }
       if (op == "/") {
         if (dy == 0) fail("division by zero");
-        return Value(dx / dy);
+        return checked_float(dx / dy, dx, dy, op);
       }
       if (op == "//" || op == "%") {
         if (ints ? y == 0 : dy == 0) fail(ints ? "integer division or modulo by zero" : "float modulo");
-        if (ints) return op == "//" ? Value(floor_div(x, y)) : Value(x - floor_div(x, y) * y);
+        if (ints) return op == "//" ? Value(floor_div(x, y)) : Value(floor_mod(x, y));
         if (op == "//") return Value(std::floor(dx / dy));
         double r = std::fmod(dx, dy);
         if (r != 0 && ((r < 0) != (dy < 0))) r += dy;
         return Value(r);
       }
       if (op == "**") {
-        if (ints && y >= 0) {
-          std::int64_t r = 1;
-          for (std::int64_t i = 0; i < y; ++i) r *= x;
-          return Value(r);
-        }
-        return Value(std::pow(dx, dy));
+        if (ints && y >= 0) return Value(int_pow(x, y));
+        return checked_float(std::pow(dx, dy), dx, dy, op);
       }
     }
     if (op == "+") {
       if (a.is_string() && b.is_string()) {
+        check_value_bytes(a.as_string().size() + b.as_string().size());
         if (!a.is_markup() && !b.is_markup()) return Value(a.as_string() + b.as_string());
         auto esc = [](const Value& s) { return s.is_markup() ? s.as_string() : html_escape(s.as_string()); };
         return Value::markup(esc(a) + esc(b));
       }
       if (a.is_sequence() && a.kind() == b.kind()) {
+        check_value_bytes(a.size_bytes() + b.size_bytes());
         std::vector<Value> items = a.items();
         items.insert(items.end(), b.items().begin(), b.items().end());
         return a.kind() == Kind::Tuple ? Value::tuple(std::move(items)) : Value::list(std::move(items));

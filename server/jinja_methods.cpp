@@ -1,6 +1,7 @@
 // Attribute/item access, Python str/dict/list methods and the globals of
 // transformers' chat-template environment (utils/chat_template_utils.py _compile_jinja_template).
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -130,6 +131,7 @@ Value str_method(const std::string& s, const std::string& name) {
         if (!first) out += s;
         out += item.as_string();
         first = false;
+        check_value_bytes(out.size());
       }
       return Value(out);
     });
@@ -378,9 +380,10 @@ Dict make_globals(const std::optional<std::tm>& now) {
           }
           if (step == 0) fail("range() arg 3 must not be zero");
           std::vector<Value> out;
-          for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
-            if (out.size() >= 100000) fail("range too big, max 100000 items");  // jinja2's sandbox limit
+          for (std::int64_t i = start; step > 0 ? i < stop : i > stop;) {
+            if (out.size() >= 100000) fail_limit("range()", "100000 items");  // jinja2's sandbox limit
             out.emplace_back(i);
+            if (__builtin_add_overflow(i, step, &i)) break;  // past INT64 range: the range ends
           }
           return Value::list(std::move(out));
         }));

@@ -5,9 +5,16 @@
 //   math1: concat (('+'|'-') concat)*     concat: math2 ('~' math2)*
 //   math2: pow (('*'|'/'|'//'|'%') pow)*  pow: unary ('**' unary)*   (left-associative, as jinja2)
 //   unary: ('-'|'+') unary_nofilter | primary postfix* ('|' filter | 'is' test | call)*
+//
+// Depth: each block, expression, unary operator and `not` the parser recurses into takes one unit
+// of depth_ (at most kMaxParseDepth), and every expression node records the depth of its
+// subtree (at most kMaxParseDepth too, so long operator, attribute and filter chains count), so
+// the recursion that parses, renders and destroys a template stays shallow.
+#include <algorithm>
 #include <set>
 
 #include "server/jinja_ast.h"
+#include "server/jinja_budget.h"
 #include "server/jinja_lexer.h"
 
 namespace octet::jinja {
@@ -27,6 +34,28 @@ class Parser {
   std::vector<Token> t_;
   std::size_t i_ = 0;
   int loop_depth_ = 0;
+  int depth_ = 0;
+
+  // Takes one unit of nesting depth; throws ChatTemplateError(Limit) past kMaxParseDepth.
+  void deeper() {
+    if (++depth_ > kMaxParseDepth)
+      throw ChatTemplateError(ChatTemplateError::Kind::Limit,
+                              "template nesting exceeds the chat template limit of " +
+                                  std::to_string(kMaxParseDepth) + " levels",
+                              cur().line);
+  }
+  // A nested level: one unit of depth, given back (with its chain links) when it ends.
+  class Level {
+   public:
+    explicit Level(Parser& p) : p_(p), saved_(p.depth_) { p.deeper(); }
+    ~Level() { p_.depth_ = saved_; }
+    Level(const Level&) = delete;
+    Level& operator=(const Level&) = delete;
+
+   private:
+    Parser& p_;
+    int saved_;
+  };
 
   const Token& cur() const { return t_[i_]; }
   const Token& peek(std::size_t k = 1) const { return t_[std::min(i_ + k, t_.size() - 1)]; }
@@ -83,9 +112,29 @@ class Parser {
     return e;
   }
 
+  // Records e's subtree depth from its (finished) children; throws past kMaxParseDepth.
+  ExprPtr fin(ExprPtr e) {
+    int d = 0;
+    auto see = [&d](const ExprPtr& c) {
+      if (c) d = std::max(d, c->depth);
+    };
+    for (const auto& c : e->children) see(c);
+    for (const auto& kv : e->kwargs) see(kv.second);
+    see(e->dyn_args);
+    see(e->dyn_kwargs);
+    e->depth = d + 1;
+    if (e->depth > kMaxParseDepth)
+      throw ChatTemplateError(ChatTemplateError::Kind::Limit,
+                              "expression nesting exceeds the chat template limit of " +
+                                  std::to_string(kMaxParseDepth) + " levels",
+                              e->line);
+    return e;
+  }
+
   // --- statements --------------------------------------------------------------------------------
   // Parses until a `{% name %}` with name in `end`; stops before that name (BlockBegin consumed).
   Body subparse(const std::set<std::string>& end) {
+    Level level(*this);
     Body body;
     while (true) {
       const Token& t = cur();
@@ -337,10 +386,11 @@ class Parser {
     }
     auto e = node(Expr::Type::Tuple, line);
     e->children = std::move(items);
-    return e;
+    return fin(std::move(e));
   }
 
   ExprPtr parse_expression(bool with_condexpr) {
+    Level level(*this);
     if (!with_condexpr) return parse_or();
     ExprPtr expr = parse_or();
     while (is_name("if")) {
@@ -351,7 +401,7 @@ class Parser {
       e->children.push_back(std::move(test));
       e->children.push_back(std::move(expr));
       e->children.push_back(std::move(otherwise));
-      expr = std::move(e);
+      expr = fin(std::move(e));
     }
     return expr;
   }
@@ -361,7 +411,7 @@ class Parser {
     e->name = std::move(op);
     e->children.push_back(std::move(left));
     e->children.push_back(std::move(right));
-    return e;
+    return fin(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -384,9 +434,10 @@ class Parser {
 
   ExprPtr parse_not() {
     if (is_name("not")) {
+      Level level(*this);
       auto e = node(Expr::Type::Not, next().line);
       e->children.push_back(parse_not());
-      return e;
+      return fin(std::move(e));
     }
     return parse_compare();
   }
@@ -417,7 +468,7 @@ class Parser {
     e->children.push_back(std::move(first));
     for (auto& o : operands) e->children.push_back(std::move(o));
     e->ops = std::move(ops);
-    return e;
+    return fin(std::move(e));
   }
 
   ExprPtr parse_math1() {
@@ -457,12 +508,14 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    Level level(*this);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       const Token& op = next();
       e = node(Expr::Type::Unary, op.line);
       e->name = op.text;
       e->children.push_back(parse_unary(false));
+      e = fin(std::move(e));
     } else {
       e = parse_primary();
     }
@@ -514,7 +567,7 @@ class Parser {
         e->children.push_back(parse_expression(true));
       }
       expect_op("]");
-      return e;
+      return fin(std::move(e));
     }
     if (skip_op("{")) {
       auto e = node(Expr::Type::Dict, line);
@@ -526,7 +579,7 @@ class Parser {
         e->children.push_back(parse_expression(true));
       }
       expect_op("}");
-      return e;
+      return fin(std::move(e));
     }
     fail_here("unexpected " + describe(t));
   }
@@ -539,14 +592,14 @@ class Parser {
           auto g = node(Expr::Type::Getattr, line);
           g->name = next().text;
           g->children.push_back(std::move(e));
-          e = std::move(g);
+          e = fin(std::move(g));
         } else if (cur().type == Tok::Int) {
           auto g = node(Expr::Type::Getitem, line);
           auto k = node(Expr::Type::Const, line);
           k->value = next().value;
           g->children.push_back(std::move(e));
           g->children.push_back(std::move(k));
-          e = std::move(g);
+          e = fin(std::move(g));
         } else {
           fail_here("expected name or number");
         }
@@ -565,9 +618,9 @@ class Parser {
         } else {
           auto tup = node(Expr::Type::Tuple, line);
           tup->children = std::move(args);
-          g->children.push_back(std::move(tup));
+          g->children.push_back(fin(std::move(tup)));
         }
-        e = std::move(g);
+        e = fin(std::move(g));
       } else if (is_op("(")) {
         e = parse_call(std::move(e));
       } else {
@@ -600,7 +653,7 @@ class Parser {
     }
     auto s = node(Expr::Type::Slice, line);
     s->children = std::move(args);
-    return s;
+    return fin(std::move(s));
   }
 
   // Call arguments into e (after its callee/operand children): positional, name=value, *a, **k.
@@ -633,7 +686,7 @@ class Parser {
     auto e = node(Expr::Type::Call, cur().line);
     e->children.push_back(std::move(callee));
     parse_call_args(*e);
-    return e;
+    return fin(std::move(e));
   }
 
   std::string dotted_name() {
@@ -650,7 +703,7 @@ class Parser {
     e->name = dotted_name();
     e->children.push_back(std::move(operand));
     if (is_op("(")) parse_call_args(*e);
-    return e;
+    return fin(std::move(e));
   }
 
   ExprPtr parse_test(ExprPtr operand) {
@@ -667,7 +720,7 @@ class Parser {
       if (is_name("is")) fail_here("You cannot chain multiple tests with is");
       e->children.push_back(parse_postfix(parse_primary()));
     }
-    return e;
+    return fin(std::move(e));
   }
 
   ExprPtr parse_filter_expr(ExprPtr e) {

@@ -124,6 +124,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
         ++n;
       }
       out += utf8_encode(std::u32string_view(&c, 1));
+      check_value_bytes(out.size());
     }
     if (count < 0 || n < count) out += repl;
     return out;
@@ -135,6 +136,7 @@ std::string py_replace(const std::string& s, const std::string& old, const std::
     if (hit == std::string::npos) break;
     out.append(s, pos, hit - pos);
     out += repl;
+    check_value_bytes(out.size());
     pos = hit + old.size();
     ++n;
   }

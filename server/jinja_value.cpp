@@ -50,9 +50,39 @@ void Dict::set_key(const Value& key, Value value) {
 }
 
 // --- Value construction ----------------------------------------------------------------------
+// Depth, size and reference-holding of a container, from its elements; checked against the
+// limits when done. Every container is built through list()/tuple()/dict()/ns(), so a value's
+// recorded depth bounds the recursion of repr, tojson, == and the destructor on it.
+struct Value::Measure {
+  int depth = 0;
+  std::uint64_t bytes = 0;
+  bool has_ref = false;
+  void add(const Value& e) {
+    depth = std::max(depth, e.depth_);
+    bytes += sizeof(Value) + e.size_bytes();
+    has_ref = has_ref || e.has_ref_;
+  }
+  void apply(Value& v, std::size_t elements) const {
+    charge_steps(elements);
+    if (depth + 1 > kMaxValueDepth) fail_limit("a value nested " + std::to_string(depth + 1) + " deep", std::to_string(kMaxValueDepth) + " levels");
+    check_value_bytes(bytes);
+    v.depth_ = depth + 1;
+    v.bytes_ = bytes;
+    v.has_ref_ = has_ref || v.kind_ == Kind::Namespace;
+  }
+};
+
+const std::string& Value::empty_string() {
+  static const std::string empty;
+  return empty;
+}
+Value::Value(std::string s) : kind_(Kind::String) {
+  charge_string_bytes(s.size());
+  s_ = std::make_shared<const std::string>(std::move(s));
+}
 Value Value::undefined(std::string hint) {
   Value v;
-  v.s_ = std::move(hint);
+  v.s_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
 Value Value::none() {
@@ -68,6 +98,9 @@ Value Value::markup(std::string s) {
 Value Value::list(std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::List;
+  Measure m;
+  for (const Value& e : items) m.add(e);
+  m.apply(v, items.size());
   v.ptr_ = std::make_shared<std::vector<Value>>(std::move(items));
   return v;
 }
@@ -79,58 +112,82 @@ Value Value::tuple(std::vector<Value> items) {
 Value Value::dict(Dict d) {
   Value v;
   v.kind_ = Kind::Dict;
+  Measure m;
+  for (const auto& [k, e] : d.entries) {
+    m.add(k);
+    m.add(e);
+  }
+  m.apply(v, d.entries.size());
   v.ptr_ = std::make_shared<Dict>(std::move(d));
   return v;
 }
 Value Value::ns(Dict d) {
+  for (const auto& [k, e] : d.entries)
+    if (e.has_ref_) fail("a namespace cannot hold a namespace, function or loop object");
   Value v = dict(std::move(d));
   v.kind_ = Kind::Namespace;
+  v.has_ref_ = true;
   return v;
 }
 Value Value::function(std::string name, std::function<Value(CallArgs&)> fn) {
   Value v;
   v.kind_ = Kind::Function;
+  v.has_ref_ = true;
   v.ptr_ = std::make_shared<Function>(Function{std::move(name), std::move(fn)});
   return v;
 }
 Value Value::object(std::shared_ptr<Object> o) {
   Value v;
   v.kind_ = Kind::Object;
+  v.has_ref_ = true;
   v.ptr_ = std::move(o);
   return v;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+namespace {
+template <class Json>
+Value value_from_json(const Json& j, int depth) {
+  if (depth > kMaxJsonDepth)
+    fail_limit("the template context nested more than " + std::to_string(kMaxJsonDepth) + " deep",
+               std::to_string(kMaxJsonDepth) + " levels");
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null:
-      return none();
-    case nlohmann::ordered_json::value_t::boolean:
-      return Value(j.get<bool>());
-    case nlohmann::ordered_json::value_t::number_integer:
-    case nlohmann::ordered_json::value_t::number_unsigned:
-      return Value(j.get<std::int64_t>());
-    case nlohmann::ordered_json::value_t::number_float:
-      return Value(j.get<double>());
-    case nlohmann::ordered_json::value_t::string:
-      return Value(j.get<std::string>());
-    case nlohmann::ordered_json::value_t::array: {
+    case Json::value_t::null:
+      return Value::none();
+    case Json::value_t::boolean:
+      return Value(j.template get<bool>());
+    case Json::value_t::number_integer:
+      return Value(j.template get<std::int64_t>());
+    case Json::value_t::number_unsigned: {
+      const auto u = j.template get<std::uint64_t>();
+      if (u > static_cast<std::uint64_t>(INT64_MAX)) return Value(static_cast<double>(u));
+      return Value(static_cast<std::int64_t>(u));
+    }
+    case Json::value_t::number_float:
+      return Value(j.template get<double>());
+    case Json::value_t::string:
+      return Value(j.template get<std::string>());
+    case Json::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
-      for (const auto& e : j) items.push_back(from_json(e));
-      return list(std::move(items));
+      for (const auto& e : j) items.push_back(value_from_json(e, depth + 1));
+      return Value::list(std::move(items));
     }
-    case nlohmann::ordered_json::value_t::object: {
+    case Json::value_t::object: {
       Dict d;
       d.entries.reserve(j.size());
-      for (const auto& [k, e] : j.items()) d.entries.emplace_back(Value(k), from_json(e));
-      return dict(std::move(d));
+      for (const auto& [k, e] : j.items()) d.entries.emplace_back(Value(k), value_from_json(e, depth + 1));
+      return Value::dict(std::move(d));
     }
     default:
       fail("unsupported JSON value in the template context");
   }
 }
+}  // namespace
 
-void Value::fail_undefined() const { fail(s_.empty() ? "value is undefined" : s_); }
+Value Value::from_json(const nlohmann::ordered_json& j) { return value_from_json(j, 1); }
+Value Value::from_json(const nlohmann::json& j) { return value_from_json(j, 1); }
+
+void Value::fail_undefined() const { fail(as_string().empty() ? "value is undefined" : as_string()); }
 
 // --- UTF-8 ---------------------------------------------------------------------------------------
 bool is_ascii(std::string_view s) {
@@ -439,13 +496,16 @@ std::vector<Value> iterate(const Value& v) {
   switch (v.kind()) {
     case Kind::Undefined: return {};
     case Kind::List:
-    case Kind::Tuple: return v.items();
+    case Kind::Tuple: charge_steps(v.items().size()); return v.items();
     case Kind::Dict: {
+      charge_steps(v.dict_ref().entries.size());
       std::vector<Value> keys;
       for (const auto& [k, _] : v.dict_ref().entries) keys.push_back(k);
       return keys;
     }
     case Kind::String: {
+      check_value_bytes(mul_size(v.as_string().size(), sizeof(Value)));  // one Value per character
+      charge_steps(v.as_string().size());
       std::vector<Value> chars;
       for (char32_t c : utf8_decode(v.as_string())) chars.emplace_back(utf8_encode(std::u32string_view(&c, 1)));
       return chars;

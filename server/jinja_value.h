@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/chat_template_error.h"
+#include "server/jinja_budget.h"
 
 namespace octet::jinja {
 
@@ -74,8 +75,10 @@ class Value {
   Value(int v) : kind_(Kind::Int), i_(v) {}
   Value(std::int64_t v) : kind_(Kind::Int), i_(v) {}
   Value(double v) : kind_(Kind::Float), f_(v) {}
-  Value(std::string s) : kind_(Kind::String), s_(std::move(s)) {}
-  Value(const char* s) : kind_(Kind::String), s_(s) {}
+  /// Strings are shared, immutable: copying a Value is O(1). Charges the render's budgets
+  /// (jinja_budget.h) and throws past kMaxValueBytes.
+  Value(std::string s);
+  Value(const char* s) : Value(std::string(s)) {}
 
   /// An Undefined whose use fails with `hint` (e.g. "'x' is undefined").
   static Value undefined(std::string hint);
@@ -89,7 +92,10 @@ class Value {
   static Value ns(Dict d = {});
   static Value function(std::string name, std::function<Value(CallArgs&)> fn);
   static Value object(std::shared_ptr<Object> o);
+  /// The JSON value as a template value. Throws ChatTemplateError(Limit) when it nests deeper
+  /// than kMaxJsonDepth.
   static Value from_json(const nlohmann::ordered_json& j);
+  static Value from_json(const nlohmann::json& j);
 
   Kind kind() const { return kind_; }
   bool is_undefined() const { return kind_ == Kind::Undefined; }
@@ -104,22 +110,35 @@ class Value {
   bool as_bool() const { return i_ != 0; }
   std::int64_t as_int() const { return i_; }  // Int or Bool
   double as_double() const { return kind_ == Kind::Float ? f_ : static_cast<double>(i_); }
-  const std::string& as_string() const { return s_; }
+  const std::string& as_string() const { return s_ ? *s_ : empty_string(); }
   std::vector<Value>& items() const { return *static_cast<std::vector<Value>*>(ptr_.get()); }
   Dict& dict_ref() const { return *static_cast<Dict*>(ptr_.get()); }
   Function& function_ref() const { return *static_cast<Function*>(ptr_.get()); }
   const Object& object_ref() const { return *static_cast<Object*>(ptr_.get()); }
   const void* identity() const { return ptr_.get(); }
   /// The failure message of an Undefined.
-  const std::string& undefined_hint() const { return s_; }
+  const std::string& undefined_hint() const { return as_string(); }
+  /// Nesting depth: 0 for scalars, 1 + the deepest element for containers (as built).
+  int depth() const { return depth_; }
+  /// Approximate bytes held: string length, or elements' sizes plus sizeof(Value) each.
+  std::uint64_t size_bytes() const { return kind_ == Kind::String ? as_string().size() : bytes_; }
+  /// True when this value is or holds a namespace, function or object: things whose contents
+  /// change or are not tracked by depth(), which therefore cannot be stored in a namespace.
+  bool holds_reference() const { return has_ref_; }
   /// Throws the UndefinedError this Undefined stands for.
   [[noreturn]] void fail_undefined() const;
 
  private:
+  static const std::string& empty_string();
+  struct Measure;
+
   Kind kind_ = Kind::Undefined;
+  bool has_ref_ = false;
+  int depth_ = 0;
   std::int64_t i_ = 0;
   double f_ = 0;
-  std::string s_;  // String, or the hint of an Undefined
+  std::uint64_t bytes_ = 0;
+  std::shared_ptr<const std::string> s_;  // String, or the hint of an Undefined
   std::shared_ptr<void> ptr_;
 };
 
