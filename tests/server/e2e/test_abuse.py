@@ -30,7 +30,7 @@ STORY = "Once upon a time there was a little girl named Lily. She loved to play 
 
 # Resource tolerances at the end of the module (see test_zz_resources_back_to_baseline).
 FD_SLACK = 2
-RSS_SLACK = 48 << 20
+RSS_SLACK = 16 << 20
 
 
 def big_text(n=BIG):
@@ -230,7 +230,7 @@ def test_sampling_limits(stories, fields, expected):
         assert len(r["choices"]) == fields["n"]
     if "max_tokens" in fields and status == 400:
         # The context check must not overflow: no negative count in the message.
-        assert not re.search(r"-\d", error_of(r)["message"]), r
+        assert not re.search(r"-\d{4,}", error_of(r)["message"]), r
     assert_alive(stories)
     # The same values streamed: the error arrives as JSON before any event, or the stream ends
     # with an error event and [DONE]; never a cut connection.
@@ -259,7 +259,8 @@ def test_chat_sampling_limits(stories, fields, expected):
     assert status in expected, (status, r)
     if status == 400:
         assert_names(error_of(r), *fields)
-        assert not re.search(r"-\d", error_of(r)["message"]), r
+        if any(f.startswith("max_") for f in fields):  # no overflowed (negative) count
+            assert not re.search(r"-\d{4,}", error_of(r)["message"]), r
     assert_alive(stories, chat=True)
 
 
@@ -841,7 +842,7 @@ def test_content_bomb_fails_the_request_alone(tmp_path):
             try:
                 results[name] = post(s.port, "/v1/chat/completions",
                                      chat(messages=[{"role": "user", "content": content}]),
-                                     timeout=90)
+                                     timeout=60)
             except Exception as e:  # noqa: BLE001 (reported below)
                 results[name] = (None, repr(e))
 
@@ -851,7 +852,7 @@ def test_content_bomb_fails_the_request_alone(tmp_path):
             t.start()
         time.sleep(0.5)
         polls = 0
-        deadline = time.time() + 90
+        deadline = time.time() + 60
         while any(t.is_alive() for t in threads) and time.time() < deadline:
             t0 = time.time()
             status = health_status(s.port, timeout=10)
@@ -863,7 +864,7 @@ def test_content_bomb_fails_the_request_alone(tmp_path):
         for t in threads:
             t.join(5)
         for name in ("steps", "length"):
-            status, r = results.get(name, (None, "no answer within 90 s"))
+            status, r = results.get(name, (None, "no answer within 60 s"))
             assert status in (400, 500), (name, status, r)
             error_of(r)
         assert_alive(s, chat=True)
