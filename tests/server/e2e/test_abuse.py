@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from abuse_client import (BYTE_FF, MAX_MODEL_LEN, MODEL_NAME, SOCKET_TIMEOUT, VOCAB,
+from abuse_client import (BYTE_FF, MODEL_NAME, VOCAB,
                           StoriesServer, assert_alive, connect, exchange, health_status,
                           http_request_bytes, parse_responses, post, read_response,
                           recv_until_close, request, start_expecting_refusal, wait_idle)
