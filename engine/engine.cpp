@@ -115,6 +115,8 @@ struct Engine::Impl {
   void loop();
   void step();
   void update(const SchedulerOutput& out, const StepLogits& logits);
+  void emit(Request& r, const SampleResult& res, bool no_token, Clock::time_point now,
+            int64_t& new_prompt_tokens);
   // Takes the id by value: it may name the Request that finish_request frees.
   void finish(std::string id, RequestStatus status, RequestOutput out);
   void fail_all(const std::string& error);
@@ -221,7 +223,9 @@ std::shared_ptr<RequestStream> Engine::add_request(const std::string& request_id
   if (n_prompt > limit || params.max_tokens > limit - n_prompt)
     throw std::invalid_argument(
         "This model's maximum context length is " + std::to_string(limit) +
-        " tokens. However, you requested " + std::to_string(n_prompt + params.max_tokens) +
+        " tokens. However, you requested " +
+        // In uint64: n_prompt + max_tokens may exceed INT64_MAX (both are in [0, INT64_MAX]).
+        std::to_string(static_cast<uint64_t>(n_prompt) + static_cast<uint64_t>(params.max_tokens)) +
         " tokens (" + std::to_string(n_prompt) + " in the prompt, " +
         std::to_string(params.max_tokens) + " for the completion). Please reduce the length "
         "of the prompt or max_tokens.");
@@ -403,13 +407,17 @@ void Engine::Impl::step() {
   update(out, logits);
 }
 
+// A request's failure (a non-finite logit, a sampler error, any exception from its own
+// logprobs, detokenizer or stop strings) fails that request alone: its stream ends with
+// RequestOutput::error, its blocks are freed, and the other requests of the step go on.
 void Engine::Impl::update(const SchedulerOutput& out, const StepLogits& logits) {
   const Clock::time_point now = Clock::now();
   const std::vector<int32_t>& eos_ids = loaded->eos_token_ids;
   struct Sampled {
     Request* req;
     SampleResult res;
-    bool no_token;  // max_tokens == 0 with prompt logprobs: finish without sampling
+    bool no_token;      // max_tokens == 0 with prompt logprobs: finish without sampling
+    std::string error;  // non-empty: fail this request (no token was appended)
   };
   std::vector<Sampled> sampled;
   int64_t new_prompt_tokens = 0;
@@ -417,95 +425,114 @@ void Engine::Impl::update(const SchedulerOutput& out, const StepLogits& logits) 
     Request& r = *out.scheduled[i];
     RequestState& st = states.at(r.request_id);
     const SamplingParams& p = r.sampling_params;
-    if (logits.prompt_row_begin[i] >= 0) {
-      const int64_t n_prompt = static_cast<int64_t>(r.prompt_token_ids.size());
-      st.prompt_logprobs.resize(static_cast<size_t>(n_prompt));
-      st.prompt_logprobs[0].token_id = r.prompt_token_ids[0];
-      for (int64_t k = 0; k < logits.prompt_row_count[i]; ++k) {
-        const int64_t pos = logits.prompt_pos_begin[i] + k;
-        const int32_t next = r.prompt_token_ids[pos + 1];
-        const SampleResult lp = logprobs_for(logits.row(logits.prompt_row_begin[i] + k),
-                                             logits.vocab, next, p.prompt_logprobs);
-        st.prompt_logprobs[pos + 1] = to_token_logprobs(lp);
+    try {
+      if (logits.prompt_row_begin[i] >= 0) {
+        const int64_t n_prompt = static_cast<int64_t>(r.prompt_token_ids.size());
+        st.prompt_logprobs.resize(static_cast<size_t>(n_prompt));
+        st.prompt_logprobs[0].token_id = r.prompt_token_ids[0];
+        for (int64_t k = 0; k < logits.prompt_row_count[i]; ++k) {
+          const int64_t pos = logits.prompt_pos_begin[i] + k;
+          const int32_t next = r.prompt_token_ids[pos + 1];
+          const SampleResult lp = logprobs_for(logits.row(logits.prompt_row_begin[i] + k),
+                                               logits.vocab, next, p.prompt_logprobs);
+          if (!lp.ok()) throw std::runtime_error("prompt logprobs: " + lp.error);
+          st.prompt_logprobs[pos + 1] = to_token_logprobs(lp);
+        }
       }
+      if (logits.sample_row[i] < 0) continue;
+      if (p.max_tokens == 0) {
+        sampled.push_back({&r, SampleResult{}, true, ""});
+        continue;
+      }
+      SampleResult res = sample(logits.row(logits.sample_row[i]), logits.vocab, p,
+                                r.prompt_token_ids, r.output_token_ids, eos_ids, st.rng);
+      if (!res.ok()) throw std::runtime_error("sampling: " + res.error);
+      r.append_output_token(res.token_id);
+      sampled.push_back({&r, std::move(res), false, ""});
+    } catch (const std::exception& e) {
+      sampled.push_back({&r, SampleResult{}, false, e.what()});
     }
-    if (logits.sample_row[i] < 0) continue;
-    const float* row = logits.row(logits.sample_row[i]);
-    for (int64_t v = 0; v < logits.vocab; ++v)
-      if (!std::isfinite(row[v]))
-        throw std::runtime_error("the model produced a non-finite logit (request " +
-                                 r.request_id + ")");
-    if (p.max_tokens == 0) {
-      sampled.push_back({&r, SampleResult{}, true});
-      continue;
-    }
-    SampleResult res = sample(row, logits.vocab, p, r.prompt_token_ids, r.output_token_ids,
-                              eos_ids, st.rng);
-    r.append_output_token(res.token_id);
-    sampled.push_back({&r, std::move(res), false});
   }
   scheduler->update(out);
 
   int64_t new_generated = 0;
   for (Sampled& s : sampled) {
     Request& r = *s.req;
-    RequestState& st = states.at(r.request_id);
-    const SamplingParams& p = r.sampling_params;
-    RequestOutput o;
-    o.request_id = r.request_id;
-    o.num_prompt_tokens = static_cast<int64_t>(r.prompt_token_ids.size());
-    o.num_cached_tokens = st.num_cached_tokens;
-    if (!st.produced_first) {
-      st.produced_first = true;
-      st.first_token = now;
-      new_prompt_tokens += o.num_prompt_tokens;
-      if (p.prompt_logprobs >= 0) o.prompt_logprobs = std::move(st.prompt_logprobs);
-    }
-    RequestStatus status = RequestStatus::Running;
-    if (s.no_token) {
-      status = RequestStatus::FinishedLength;
-    } else {
-      ++new_generated;
-      const int32_t tok = s.res.token_id;
-      const int64_t n_out = static_cast<int64_t>(r.output_token_ids.size());
-      o.token_ids.push_back(tok);
-      if (p.logprobs >= 0) o.logprobs.push_back(to_token_logprobs(s.res));
-      const bool may_stop = n_out >= p.min_tokens;
-      bool is_eos = false;
-      for (int32_t e : eos_ids) is_eos |= e == tok;
-      bool is_stop_token = false;
-      for (int32_t e : p.stop_token_ids) is_stop_token |= e == tok;
-      if (may_stop && is_eos && !p.ignore_eos) {
-        status = RequestStatus::FinishedStopped;
-      } else if (may_stop && is_stop_token) {
-        status = RequestStatus::FinishedStopped;
-        o.stop_reason = std::to_string(tok);
-      }
-      if (status == RequestStatus::FinishedStopped) {
-        // The stop token's text is dropped (unless include_stop_str_in_output) and held-back
-        // text is flushed.
-        o.text = st.detok->push(tok, /*stop_terminated=*/true).text;
-      } else {
-        DetokenizeStep d = st.detok->push(tok);
-        o.text = std::move(d.text);
-        if (d.stopped) {
-          status = RequestStatus::FinishedStopped;
-          o.stop_reason = d.stop_str;
-        } else if (n_out >= p.max_tokens || r.num_tokens() >= setup.max_model_len) {
-          status = RequestStatus::FinishedLength;
-          o.text += st.detok->finish();  // held-back text is final now
-        }
-      }
-    }
-    if (status == RequestStatus::Running) {
-      o.num_generated_tokens = static_cast<int64_t>(r.output_token_ids.size());
-      pending.emplace_back(st.stream, std::move(o));
-    } else {
-      o.finish_reason = status == RequestStatus::FinishedLength ? "length" : "stop";
-      finish(r.request_id, status, std::move(o));
+    const std::string id = r.request_id;
+    try {
+      if (!s.error.empty()) throw std::runtime_error(s.error);
+      new_generated += s.no_token ? 0 : 1;
+      emit(r, s.res, s.no_token, now, new_prompt_tokens);
+    } catch (const std::exception& e) {
+      std::cerr << "octet engine: request " << id << " failed: " << e.what() << "\n";
+      RequestOutput o;
+      o.finish_reason = "abort";
+      o.error = e.what();
+      finish(id, RequestStatus::FinishedAborted, std::move(o));
     }
   }
   refresh_stats(new_prompt_tokens, new_generated);
+}
+
+// The output of request r for this step (its token `res`, or none when `no_token`): text,
+// logprobs, stop checks; finishes it when it stopped.
+void Engine::Impl::emit(Request& r, const SampleResult& res, bool no_token,
+                        Clock::time_point now, int64_t& new_prompt_tokens) {
+  RequestState& st = states.at(r.request_id);
+  const SamplingParams& p = r.sampling_params;
+  const std::vector<int32_t>& eos_ids = loaded->eos_token_ids;
+  RequestOutput o;
+  o.request_id = r.request_id;
+  o.num_prompt_tokens = static_cast<int64_t>(r.prompt_token_ids.size());
+  o.num_cached_tokens = st.num_cached_tokens;
+  if (!st.produced_first) {
+    st.produced_first = true;
+    st.first_token = now;
+    new_prompt_tokens += o.num_prompt_tokens;
+    if (p.prompt_logprobs >= 0) o.prompt_logprobs = std::move(st.prompt_logprobs);
+  }
+  RequestStatus status = RequestStatus::Running;
+  if (no_token) {
+    status = RequestStatus::FinishedLength;
+  } else {
+    const int32_t tok = res.token_id;
+    const int64_t n_out = static_cast<int64_t>(r.output_token_ids.size());
+    o.token_ids.push_back(tok);
+    if (p.logprobs >= 0) o.logprobs.push_back(to_token_logprobs(res));
+    const bool may_stop = n_out >= p.min_tokens;
+    bool is_eos = false;
+    for (int32_t e : eos_ids) is_eos |= e == tok;
+    bool is_stop_token = false;
+    for (int32_t e : p.stop_token_ids) is_stop_token |= e == tok;
+    if (may_stop && is_eos && !p.ignore_eos) {
+      status = RequestStatus::FinishedStopped;
+    } else if (may_stop && is_stop_token) {
+      status = RequestStatus::FinishedStopped;
+      o.stop_reason = std::to_string(tok);
+    }
+    if (status == RequestStatus::FinishedStopped) {
+      // The stop token's text is dropped (unless include_stop_str_in_output) and held-back
+      // text is flushed.
+      o.text = st.detok->push(tok, /*stop_terminated=*/true).text;
+    } else {
+      DetokenizeStep d = st.detok->push(tok);
+      o.text = std::move(d.text);
+      if (d.stopped) {
+        status = RequestStatus::FinishedStopped;
+        o.stop_reason = d.stop_str;
+      } else if (n_out >= p.max_tokens || r.num_tokens() >= setup.max_model_len) {
+        status = RequestStatus::FinishedLength;
+        o.text += st.detok->finish();  // held-back text is final now
+      }
+    }
+  }
+  if (status == RequestStatus::Running) {
+    o.num_generated_tokens = static_cast<int64_t>(r.output_token_ids.size());
+    pending.emplace_back(st.stream, std::move(o));
+  } else {
+    o.finish_reason = status == RequestStatus::FinishedLength ? "length" : "stop";
+    finish(r.request_id, status, std::move(o));
+  }
 }
 
 // Frees the request's blocks at once, ends its stream with `out` (finished), forgets it.

@@ -102,8 +102,11 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
         logits = model.forward(&last, 1, n_prompt + step - 1, cache, false);
       }
       check_finite(logits, impl_->loaded->path, step);
-      const int32_t next = sample(logits.data(), vocab, params, prompt_ids, r.token_ids,
-                                  impl_->loaded->eos_token_ids, rng).token_id;
+      const SampleResult res = sample(logits.data(), vocab, params, prompt_ids, r.token_ids,
+                                      impl_->loaded->eos_token_ids, rng);
+      if (!res.ok()) throw std::runtime_error("sampling failed at step " + std::to_string(step) +
+                                              ": " + res.error);
+      const int32_t next = res.token_id;
       r.token_ids.push_back(next);
       std::string piece = detok.push(next);
       if (on_text && !piece.empty()) on_text(piece);

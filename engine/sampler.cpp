@@ -169,10 +169,11 @@ void keep_nucleus(float* w, int64_t n, float top_p) {
 
 /// w: [vocab] = the unnormalised probabilities exp((l - max) / T) of the tokens that survive
 /// min_p, top_k and top_p over processed logits `l`; 0 for every other token.
-void survivor_weights(const float* l, int64_t vocab, const SamplingParams& p,
+/// Returns false (w untouched) when every logit is -inf. l holds no NaN or +inf.
+bool survivor_weights(const float* l, int64_t vocab, const SamplingParams& p,
                       std::vector<float>& w) {
   const float mx = max_value(l, vocab);
-  if (mx == kNegInf) throw std::runtime_error("sampler: every token's logit is -inf");
+  if (mx == kNegInf) return false;
   const float inv_t = 1.0f / p.temperature;
   // top_k as vLLM: keep logits >= the k-th largest (ties kept). Monotone in the logit, like
   // min_p's cut, so applying both at once equals vLLM's min_p-then-top_k.
@@ -187,13 +188,46 @@ void survivor_weights(const float* l, int64_t vocab, const SamplingParams& p,
     std::memcpy(out + i, &o, sizeof o);
   });
   if (p.top_p < 1.0f) keep_nucleus(out, vocab, p.top_p);
+  return true;
 }
 
-void check_ids(const std::vector<int32_t>& ids, int64_t vocab, const char* what) {
-  for (int32_t id : ids)
-    if (id < 0 || id >= vocab)
-      throw std::out_of_range(std::string(what) + " token id " + std::to_string(id) +
-                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+/// Index of the first value of x: [n] that is NaN or +inf (and -inf unless kAllowNegInf), or -1.
+/// Bit tests, so the scan vectorises (an OR reduction over integer lanes).
+template <bool kAllowNegInf>
+int64_t first_bad_logit(const float* x, int64_t n) {
+  const auto bad = [](const float* v) -> uint32_t {
+    uint32_t b;
+    std::memcpy(&b, v, sizeof b);
+    const uint32_t mag = b & 0x7fffffffu;  // exponent all ones: inf (mantissa 0) or NaN
+    if (kAllowNegInf) return static_cast<uint32_t>(mag > 0x7f800000u) | (b == 0x7f800000u);
+    return static_cast<uint32_t>(mag >= 0x7f800000u);
+  };
+  uint32_t any = 0;
+  for (int64_t i = 0; i < n; ++i) any |= bad(x + i);
+  if (!any) return -1;
+  for (int64_t i = 0; i < n; ++i)
+    if (bad(x + i)) return i;
+  return -1;
+}
+
+std::string describe_logit(const float* x, int64_t i) {
+  return std::to_string(x[i]) + " for token id " + std::to_string(i);
+}
+
+/// The error for an id outside [0, vocab) in the processors' inputs, or "".
+std::string check_processor_ids(const SamplingParams& p, int64_t vocab,
+                                const std::vector<int32_t>& prompt_ids,
+                                const std::vector<int32_t>& output_ids) {
+  const auto outside = [&](int32_t id, const char* what) {
+    return std::string(what) + " token id " + std::to_string(id) +
+           " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
+  };
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < 0 || id >= vocab) return outside(id, "logit_bias");
+  for (const std::vector<int32_t>* ids : {&prompt_ids, &output_ids})
+    for (int32_t id : *ids)
+      if (id < 0 || id >= vocab) return outside(id, ids == &prompt_ids ? "prompt" : "output");
+  return "";
 }
 
 bool has_processors(const SamplingParams& p, int64_t num_output) {
@@ -270,20 +304,14 @@ void validate_token_ids(const SamplingParams& params, int64_t vocab) {
   for (int32_t id : params.stop_token_ids) check(id, "stop_token_ids");
 }
 
-bool apply_logits_processors(float* l, int64_t vocab, const SamplingParams& p,
-                             const std::vector<int32_t>& prompt_ids,
-                             const std::vector<int32_t>& output_ids,
-                             const std::vector<int32_t>& eos_token_ids) {
-  const int64_t num_output = static_cast<int64_t>(output_ids.size());
-  if (!has_processors(p, num_output)) return false;
-  for (const auto& [id, bias] : p.logit_bias) {
-    if (id < 0 || id >= vocab)
-      throw std::invalid_argument("logit_bias token id " + std::to_string(id) +
-                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-  }
-  check_ids(prompt_ids, vocab, "prompt");
-  check_ids(output_ids, vocab, "output");
+namespace {
 
+/// apply_logits_processors() once every id is known to be inside the vocabulary.
+void apply_processors(float* l, int64_t vocab, const SamplingParams& p,
+                      const std::vector<int32_t>& prompt_ids,
+                      const std::vector<int32_t>& output_ids,
+                      const std::vector<int32_t>& eos_token_ids) {
+  const int64_t num_output = static_cast<int64_t>(output_ids.size());
   for (const auto& [id, bias] : p.logit_bias) l[id] += bias;
   if (num_output < p.min_tokens) {
     for (const std::vector<int32_t>* ids : {&eos_token_ids, &p.stop_token_ids})
@@ -314,6 +342,22 @@ bool apply_logits_processors(float* l, int64_t vocab, const SamplingParams& p,
       t_counts[id] = 0;
     }
   }
+}
+
+}  // namespace
+
+bool apply_logits_processors(float* l, int64_t vocab, const SamplingParams& p,
+                             const std::vector<int32_t>& prompt_ids,
+                             const std::vector<int32_t>& output_ids,
+                             const std::vector<int32_t>& eos_token_ids) {
+  if (!has_processors(p, static_cast<int64_t>(output_ids.size()))) return false;
+  for (const auto& [id, bias] : p.logit_bias)
+    if (id < 0 || id >= vocab)
+      throw std::invalid_argument("logit_bias token id " + std::to_string(id) +
+                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  if (const std::string e = check_processor_ids(p, vocab, prompt_ids, output_ids); !e.empty())
+    throw std::out_of_range(e);
+  apply_processors(l, vocab, p, prompt_ids, output_ids, eos_token_ids);
   return true;
 }
 
@@ -321,7 +365,10 @@ std::vector<double> sampling_probs(const float* processed_logits, int64_t vocab,
                                    const SamplingParams& params) {
   if (params.temperature < kGreedyTemperature)
     throw std::invalid_argument("sampling_probs: greedy temperature has no distribution");
-  survivor_weights(processed_logits, vocab, params, t_weights);
+  if (first_bad_logit<true>(processed_logits, vocab) >= 0)
+    throw std::invalid_argument("sampling_probs: a logit is NaN or +inf");
+  if (!survivor_weights(processed_logits, vocab, params, t_weights))
+    throw std::runtime_error("sampler: every token's logit is -inf");
   double total = 0.0;
   for (int64_t i = 0; i < vocab; ++i) total += t_weights[i];
   std::vector<double> probs(static_cast<size_t>(vocab));
@@ -333,23 +380,46 @@ SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& pa
                     const std::vector<int32_t>& prompt_ids,
                     const std::vector<int32_t>& output_ids,
                     const std::vector<int32_t>& eos_token_ids, std::mt19937_64& rng) {
+  SampleResult r;
+  if (const int64_t bad = first_bad_logit<false>(logits, vocab); bad >= 0) {
+    r.error = "the model produced a non-finite logit (" + describe_logit(logits, bad) + ")";
+    return r;
+  }
   const float* l = logits;
   if (has_processors(params, static_cast<int64_t>(output_ids.size()))) {
+    r.error = check_processor_ids(params, vocab, prompt_ids, output_ids);
+    if (!r.error.empty()) return r;
     t_logits.assign(logits, logits + vocab);
-    apply_logits_processors(t_logits.data(), vocab, params, prompt_ids, output_ids,
-                            eos_token_ids);
+    apply_processors(t_logits.data(), vocab, params, prompt_ids, output_ids, eos_token_ids);
     l = t_logits.data();
+    if (const int64_t bad = first_bad_logit<true>(l, vocab); bad >= 0) {
+      r.error = "logits processing (logit_bias, penalties) made a logit non-finite (" +
+                describe_logit(l, bad) + ")";
+      return r;
+    }
   }
+  static const char* const kAllMasked =
+      "every token's logit is -inf after logits processing (min_tokens masks EOS and "
+      "stop_token_ids): no token can be sampled";
   int32_t token;
   if (params.temperature < kGreedyTemperature) {
     token = argmax(l, vocab);
-    if (l[token] == kNegInf) throw std::runtime_error("sampler: every token's logit is -inf");
+    if (l[token] == kNegInf) {
+      r.error = kAllMasked;
+      return r;
+    }
   } else {
-    survivor_weights(l, vocab, params, t_weights);
+    if (!survivor_weights(l, vocab, params, t_weights)) {
+      r.error = kAllMasked;
+      return r;
+    }
     token = inverse_cdf(t_weights.data(), vocab, uniform_from(rng));
+    if (token < 0) {
+      r.error = "no token survived min_p, top_k and top_p";
+      return r;
+    }
   }
   if (params.logprobs < 0) {
-    SampleResult r;
     r.token_id = token;
     return r;
   }
@@ -357,9 +427,16 @@ SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& pa
 }
 
 SampleResult logprobs_for(const float* logits, int64_t vocab, int32_t token, int64_t k) {
-  if (token < 0 || token >= vocab)
-    throw std::out_of_range("logprobs_for: token id " + std::to_string(token) +
-                            " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
+  SampleResult r;
+  if (token < 0 || token >= vocab) {
+    r.error = "logprobs_for: token id " + std::to_string(token) +
+              " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
+    return r;
+  }
+  if (const int64_t bad = first_bad_logit<false>(logits, vocab); bad >= 0) {
+    r.error = "the model produced a non-finite logit (" + describe_logit(logits, bad) + ")";
+    return r;
+  }
   // One pass after the max: the softmax sum, the rank and the top k.
   // log_softmax in FP32 with an FP64 sum: logprob_i = (l_i - max) - log(sum exp(l - max))
   // (subtracting the max first keeps the precision of large logits).
@@ -400,7 +477,6 @@ SampleResult logprobs_for(const float* logits, int64_t vocab, int32_t token, int
   const float log_sum = static_cast<float>(std::log(sum));
   const auto logprob = [&](int64_t i) { return (logits[i] - mx) - log_sum; };
 
-  SampleResult r;
   r.token_id = token;
   r.logprob = logprob(token);
   // Rank: tokens with a larger logit, and equal ones with a lower id, come first.

@@ -22,6 +22,7 @@
 // min_p survivors.
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/sampling_params.h"
@@ -42,12 +43,15 @@ struct TokenLogprob {
 
 /// The sampled (or given) token with its raw logprob and rank, and the top k tokens by raw
 /// logprob (logprob descending, id ascending). logprob and rank are 0 and top_logprobs empty
-/// when no logprobs were requested (SamplingParams::logprobs == -1).
+/// when no logprobs were requested (SamplingParams::logprobs == -1). When sampling failed for
+/// this request, `error` says why and token_id is -1 (the caller fails the one request).
 struct SampleResult {
   int32_t token_id = -1;
   float logprob = 0.0f;
   int64_t rank = 0;
   std::vector<TokenLogprob> top_logprobs;
+  std::string error;  // "" = a token was produced
+  bool ok() const { return error.empty(); }
 };
 
 /// Index of the largest logit; the lowest index wins ties (as torch.argmax). logits: [vocab].
@@ -70,12 +74,12 @@ bool apply_logits_processors(float* logits, int64_t vocab, const SamplingParams&
 /// The distribution a non-greedy request draws from: [vocab] probabilities (0 for filtered
 /// tokens) after temperature, min_p, top_k, top_p and renormalisation of `processed_logits`
 /// (step 4 above, without the draw). For tests and diagnostics; sample() does not build it.
-/// Throws std::invalid_argument when temperature < kGreedyTemperature, std::runtime_error when
-/// no logit is finite.
+/// Throws std::invalid_argument when temperature < kGreedyTemperature or a logit is NaN or
+/// +inf, std::runtime_error when every logit is -inf.
 std::vector<double> sampling_probs(const float* processed_logits, int64_t vocab,
                                    const SamplingParams& params);
 
-/// Samples one token from logits: [vocab] (FP32, no NaN) by steps 1-4 above. Greedy requests
+/// Samples one token from logits: [vocab] (FP32) by steps 1-4 above. Greedy requests
 /// use no random number; every other call takes exactly one rng() output, so a seeded request's
 /// stream depends neither on other requests nor on its filter settings. The logprob fields are
 /// filled when params.logprobs >= 0 (top_logprobs holds params.logprobs entries).
@@ -85,7 +89,12 @@ std::vector<double> sampling_probs(const float* processed_logits, int64_t vocab,
 /// full sort unless that bucket is most of the vocabulary); logprobs one more exp pass. Measured
 /// on vocab 49152 (test_sampler "[bench]", CPU time, shared 2-core build machine): greedy ~7 us,
 /// T=1 ~90 us, top_k=50 ~120 us, top_p=0.9 ~170 us, with logprobs=5 ~180 us.
-/// Throws as apply_logits_processors, and std::runtime_error when every processed logit is -inf.
+/// Total: never throws for any logits or ids (short of std::bad_alloc); instead returns a
+/// result with `error` set (token_id -1) when a raw logit is not finite (the model produced NaN
+/// or inf), an id is outside the vocabulary (logit_bias, prompt or output), logits processing
+/// made a logit NaN or +inf, every processed logit is -inf (e.g. min_tokens masking every
+/// token) or no token survived the filters. Costs one more bit-test pass over the raw row (and
+/// one over the processed row when a processor is active) for these checks.
 /// Thread-safe (scratch buffers are thread_local).
 SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& params,
                     const std::vector<int32_t>& prompt_ids,
@@ -94,7 +103,7 @@ SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& pa
 
 /// Raw logprob and rank of `token` and the top k (k >= 0) tokens of logits: [vocab] (for prompt
 /// logprobs: the logits at position i scored against prompt token i + 1). token_id = token.
-/// Throws std::out_of_range for a token outside [0, vocab).
+/// Total as sample(): `error` is set for a token outside [0, vocab) or a non-finite logit.
 SampleResult logprobs_for(const float* logits, int64_t vocab, int32_t token, int64_t k);
 
 /// The uniform in [0, 1) that sample() makes from one rng() output: its top 53 bits / 2^53.

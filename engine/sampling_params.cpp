@@ -1,7 +1,7 @@
 #include "engine/sampling_params.h"
 
 #include <cmath>
-#include <stdexcept>
+#include <sstream>
 #include <string>
 
 namespace octet {
@@ -10,32 +10,47 @@ namespace {
 // Most top logprobs a request may ask for (OpenAI's top_logprobs limit, vLLM's max_logprobs).
 constexpr int64_t kMaxLogprobs = 20;
 
-[[noreturn]] void bad(const std::string& field, const std::string& rule, const std::string& got) {
-  throw std::invalid_argument(field + " must be " + rule + ", got " + got);
+std::string fmt(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
 }
 
+/// Throws "'<field>' must be <rule>, got <got>" naming `param` (the request field).
+[[noreturn]] void bad(const std::string& param, const std::string& field, const std::string& rule,
+                      const std::string& got) {
+  throw SamplingParamError(param, "'" + field + "' must be " + rule + ", got " + got);
+}
+[[noreturn]] void bad(const std::string& field, const std::string& rule, const std::string& got) {
+  bad(field, field, rule, got);
+}
+
+/// v in [lo, hi] (NaN fails).
 void check_range(const char* field, float v, float lo, float hi) {
-  if (!std::isfinite(v) || v < lo || v > hi)
-    bad(field, "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", std::to_string(v));
+  if (!(v >= lo && v <= hi)) bad(field, "in [" + fmt(lo) + ", " + fmt(hi) + "]", fmt(v));
 }
 
 }  // namespace
 
-// Ranges as vLLM's SamplingParams._verify_args (and OpenAI's documented limits).
+// Ranges as vLLM's SamplingParams._verify_args (and OpenAI's documented limits), tightened
+// where the sampler's arithmetic needs it (sampling_params.h).
 void SamplingParams::validate() const {
   if (!std::isfinite(temperature) || temperature < 0.0f)
-    bad("temperature", "a finite number >= 0", std::to_string(temperature));
-  if (!(top_p > 0.0f && top_p <= 1.0f)) bad("top_p", "in (0, 1]", std::to_string(top_p));
-  if (top_k < -1) bad("top_k", "-1 or 0 (disabled) or at least 1", std::to_string(top_k));
+    bad("temperature", "a finite number >= 0", fmt(temperature));
+  if (!(top_p > 0.0f && top_p <= 1.0f)) bad("top_p", "in (0, 1]", fmt(top_p));
+  if (top_k < -1 || top_k > kMaxTopK)
+    bad("top_k", "-1 or 0 (disabled) or in [1, " + std::to_string(kMaxTopK) + "]",
+        std::to_string(top_k));
   check_range("min_p", min_p, 0.0f, 1.0f);
   check_range("presence_penalty", presence_penalty, -2.0f, 2.0f);
   check_range("frequency_penalty", frequency_penalty, -2.0f, 2.0f);
-  if (!std::isfinite(repetition_penalty) || repetition_penalty <= 0.0f)
-    bad("repetition_penalty", "a finite number > 0", std::to_string(repetition_penalty));
+  check_range("repetition_penalty", repetition_penalty, kMinRepetitionPenalty,
+              kMaxRepetitionPenalty);
   for (const auto& [id, bias] : logit_bias) {
-    if (id < 0) bad("logit_bias token id", ">= 0", std::to_string(id));
-    if (!std::isfinite(bias))
-      bad("logit_bias[" + std::to_string(id) + "]", "finite", std::to_string(bias));
+    if (id < 0) bad("logit_bias", "logit_bias token id", ">= 0", std::to_string(id));
+    if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias))
+      bad("logit_bias", "logit_bias[" + std::to_string(id) + "]",
+          "in [" + fmt(-kMaxLogitBias) + ", " + fmt(kMaxLogitBias) + "]", fmt(bias));
   }
   if (max_tokens < 0) bad("max_tokens", ">= 0", std::to_string(max_tokens));
   if (min_tokens < 0) bad("min_tokens", ">= 0", std::to_string(min_tokens));
@@ -43,7 +58,7 @@ void SamplingParams::validate() const {
     bad("min_tokens", "<= max_tokens (" + std::to_string(max_tokens) + ")",
         std::to_string(min_tokens));
   for (int32_t id : stop_token_ids)
-    if (id < 0) bad("stop_token_ids entry", ">= 0", std::to_string(id));
+    if (id < 0) bad("stop_token_ids", "stop_token_ids entries", ">= 0", std::to_string(id));
   for (const std::string& s : stop)
     if (s.empty()) bad("stop", "non-empty strings", "an empty string");
   if (logprobs < -1 || logprobs > kMaxLogprobs)

@@ -17,4 +17,51 @@ nlohmann::json error_json(int status, const std::string& message, const std::str
   return nlohmann::json{{"error", e}};
 }
 
+namespace {
+
+/// Length of the longest prefix of s of at most n bytes that ends at a character boundary.
+size_t utf8_prefix(const std::string& s, size_t n) {
+  if (n >= s.size()) return s.size();
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // continuation byte
+  return n;
+}
+
+std::string scalar(const nlohmann::json& v, size_t max_chars) {
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    const size_t keep = utf8_prefix(s, max_chars);
+    return nlohmann::json(s.substr(0, keep))
+               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
+           (keep < s.size() ? "..." : "");
+  }
+  if (v.is_array()) return v.empty() ? "[]" : "[...]";
+  if (v.is_object()) return v.empty() ? "{}" : "{...}";
+  return v.dump();  // number, boolean, null: short
+}
+
+}  // namespace
+
+std::string truncate_text(const std::string& text, size_t max_bytes) {
+  const size_t keep = utf8_prefix(text, max_bytes);
+  return keep < text.size() ? text.substr(0, keep) + "..." : text;
+}
+
+std::string describe_json(const nlohmann::json& v, size_t max_chars) {
+  if (!v.is_structured()) return scalar(v, max_chars);
+  std::string out = v.is_array() ? "[" : "{";
+  bool first = true;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (out.size() >= max_chars) {
+      out += ", ...";
+      break;
+    }
+    if (!first) out += ", ";
+    first = false;
+    if (v.is_object()) out += scalar(nlohmann::json(it.key()), max_chars) + ": ";
+    out += scalar(*it, max_chars);
+  }
+  out += v.is_array() ? "]" : "}";
+  return out;
+}
+
 }  // namespace octet::server

@@ -43,4 +43,14 @@ inline nlohmann::json error_json(const ApiError& e) {
   return error_json(e.status(), e.what(), e.param(), e.code());
 }
 
+/// A short rendering of a request value for an error message, at most about max_chars bytes
+/// ("..." marks a cut, made at a UTF-8 character boundary). Never recursive, so safe on
+/// arbitrarily deep values: scalars as JSON (strings quoted and cut), arrays and objects by
+/// their first elements with nested containers shown as [...] / {...}.
+std::string describe_json(const nlohmann::json& v, size_t max_chars = 80);
+
+/// `text` cut to at most max_bytes bytes at a UTF-8 character boundary, "..." appended when cut
+/// (for request strings quoted in messages: model names, keys).
+std::string truncate_text(const std::string& text, size_t max_bytes = 80);
+
 }  // namespace octet::server

@@ -33,7 +33,7 @@ GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
     : ctx_(ctx), engine_(engine_or_throw(ctx)), req_(std::move(request)) {
   const bool chat = req_.endpoint == Endpoint::kChatCompletions;
   if (!req_.model.empty() && req_.model != ctx_.model_name)
-    throw ApiError(404, "The model `" + req_.model + "` does not exist.", "model",
+    throw ApiError(404, "The model `" + truncate_text(req_.model) + "` does not exist.", "model",
                    "model_not_found");
   if (req_.priority != 0 && ctx_.config.engine.scheduler.scheduling_policy != "priority")
     throw bad_request("'priority' " + std::to_string(req_.priority) +
@@ -81,42 +81,11 @@ GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
   }
 
   // max_tokens against the context limit (OpenAI's context_length_exceeded).
-  const int64_t limit = engine_.max_model_len();
-  const char* prompt_field = chat ? "messages" : "prompt";
   std::vector<int64_t> max_tokens;
-  for (const auto& ids : prompt_ids_) {
-    const int64_t n_prompt = static_cast<int64_t>(ids.size());
-    if (n_prompt == 0) throw bad_request(std::string("'") + prompt_field + "' must not be empty", prompt_field);
-    int64_t m = 0;
-    if (req_.max_tokens) {
-      m = *req_.max_tokens;
-      if (n_prompt + m > limit)
-        throw ApiError(400,
-                       "This model's maximum context length is " + std::to_string(limit) +
-                           " tokens. However, you requested " + std::to_string(n_prompt + m) +
-                           " tokens (" + std::to_string(n_prompt) + " in the " +
-                           (chat ? "messages" : "prompt") + ", " + std::to_string(m) +
-                           " in the completion). Please reduce the length of the " +
-                           (chat ? "messages" : "prompt") + " or completion.",
-                       prompt_field, "context_length_exceeded");
-    } else {
-      if (n_prompt >= limit)
-        throw ApiError(400,
-                       "This model's maximum context length is " + std::to_string(limit) +
-                           " tokens. However, you requested " + std::to_string(n_prompt) +
-                           " tokens in the " + (chat ? "messages" : "prompt") +
-                           ", which leaves no room for the completion. Please reduce the "
-                           "length of the " + (chat ? "messages." : "prompt."),
-                       prompt_field, "context_length_exceeded");
-      m = limit - n_prompt;
-    }
-    if (req_.params.min_tokens > m)
-      throw bad_request("'min_tokens' (" + std::to_string(req_.params.min_tokens) +
-                            ") exceeds the tokens left for the completion (" +
-                            std::to_string(m) + ")",
-                        "min_tokens");
-    max_tokens.push_back(m);
-  }
+  for (const auto& ids : prompt_ids_)
+    max_tokens.push_back(resolve_max_tokens(static_cast<int64_t>(ids.size()), req_.max_tokens,
+                                            engine_.max_model_len(), req_.endpoint,
+                                            req_.params.min_tokens));
 
   // Queue limit (503) before adding anything.
   const int64_t num_new = static_cast<int64_t>(prompt_ids_.size()) * req_.n;
@@ -138,7 +107,7 @@ GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
         c.request_id = meta_.id + "-" + std::to_string(c.index);
         SamplingParams params = req_.params;
         params.max_tokens = max_tokens[p];
-        if (params.seed >= 0) params.seed += i;  // vLLM: child i of a parent gets seed + i
+        params.seed = choice_seed(params.seed, i);  // vLLM: child i gets seed + i
         c.stream = engine_.add_request(c.request_id, prompt_ids_[p], params, req_.priority);
         choices_.push_back(std::move(c));
       }
@@ -248,7 +217,7 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
       ctx_.metrics.time_to_first_token.observe(out.first_token_time_s);
     if (!out.error.empty()) {
       spdlog::error("request {} failed in the engine: {}", c.request_id, out.error);
-      fail(500, "internal error in the engine: " + out.error);
+      fail(500, "the engine failed this request: " + out.error);
     } else if (out.finish_reason == "abort") {
       fail(ctx_.shutting_down.load() ? 503 : 500,
            ctx_.shutting_down.load() ? "the request was aborted: the server is shutting down"

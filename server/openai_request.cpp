@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <cfloat>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -80,13 +81,29 @@ class Fields {
       throw bad_request(std::string("'") + key + "' must be finite", key);
     return d;
   }
+  /// A number that a float holds: finite doubles beyond FLT_MAX (e.g. 1e300) get 400 rather
+  /// than becoming inf (or undefined behaviour) in the cast.
+  std::optional<float> float32(const char* key) {
+    const auto d = number(key);
+    if (!d) return std::nullopt;
+    if (std::fabs(*d) > FLT_MAX)
+      throw bad_request(std::string("'") + key + "' is out of range for a 32-bit float, got " +
+                            fmt(*d),
+                        key);
+    return static_cast<float>(*d);
+  }
   std::optional<int64_t> integer(const char* key) {
     const json* v = get(key);
     if (!v) return std::nullopt;
     auto i = as_integer(*v);
     if (!i)
-      throw bad_request(std::string("'") + key + "' must be an integer, got " +
-                            (v->is_number() ? v->dump() : type_name(*v)),
+      throw bad_request(std::string("'") + key + "' must be an integer" +
+                            (v->is_number_unsigned() ||
+                                     (v->is_number_float() &&
+                                      v->get<double>() == std::floor(v->get<double>()))
+                                 ? " in [-2^63, 2^63)"
+                                 : "") +
+                            ", got " + (v->is_number() ? describe_json(*v) : type_name(*v)),
                         key);
     return i;
   }
@@ -118,14 +135,6 @@ class Fields {
   const json& body_;
   std::set<std::string> seen_;
 };
-
-void check_range(double v, double lo, double hi, bool lo_open, const char* key) {
-  const bool ok = (lo_open ? v > lo : v >= lo) && v <= hi;
-  if (!ok)
-    throw bad_request(std::string("'") + key + "' must be in " + (lo_open ? "(" : "[") +
-                          fmt(lo) + ", " + fmt(hi) + "], got " + fmt(v),
-                      key);
-}
 
 void unsupported(const std::string& key, const std::string& why = "") {
   throw bad_request("'" + key + "' is not supported by octet" + (why.empty() ? "" : ": " + why),
@@ -203,8 +212,9 @@ std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
   for (const auto& t : v) {
     auto i = as_integer(t);
     if (!i || *i < 0 || *i > std::numeric_limits<int32_t>::max())
-      throw bad_request(std::string("'") + key + "' must hold non-negative integer token ids, got " +
-                            t.dump(),
+      throw bad_request(std::string("'") + key +
+                            "' must hold integer token ids in [0, 2147483647], got " +
+                            describe_json(t),
                         key);
     ids.push_back(static_cast<int32_t>(*i));
   }
@@ -215,36 +225,24 @@ std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
 void parse_common(Fields& f, GenerateRequest& r) {
   SamplingParams& p = r.params;
   if (auto m = f.string("model")) r.model = *m;
-  if (auto v = f.number("temperature")) {
-    if (*v < 0) throw bad_request("'temperature' must be >= 0, got " + fmt(*v), "temperature");
-    p.temperature = static_cast<float>(*v);
+  // Ranges of the sampling fields: SamplingParams::validate() (validate_sampling below).
+  if (auto v = f.float32("temperature")) p.temperature = *v;
+  if (auto v = f.float32("top_p")) p.top_p = *v;
+  if (auto v = f.integer("top_k")) p.top_k = *v;
+  if (auto v = f.float32("min_p")) p.min_p = *v;
+  if (auto v = f.float32("presence_penalty")) p.presence_penalty = *v;
+  if (auto v = f.float32("frequency_penalty")) p.frequency_penalty = *v;
+  if (auto v = f.float32("repetition_penalty")) p.repetition_penalty = *v;
+  if (auto v = f.integer("seed")) {
+    // -1 is "no seed" (SamplingParams, and clients that send -1 for random); other negative
+    // seeds would silently become unseeded, so they are rejected.
+    if (*v < -1)
+      throw bad_request("'seed' must be in [0, " +
+                            std::to_string(std::numeric_limits<int64_t>::max()) +
+                            "] (or -1 for none), got " + std::to_string(*v),
+                        "seed");
+    p.seed = *v;
   }
-  if (auto v = f.number("top_p")) {
-    check_range(*v, 0.0, 1.0, true, "top_p");
-    p.top_p = static_cast<float>(*v);
-  }
-  if (auto v = f.integer("top_k")) {
-    if (*v < -1) throw bad_request("'top_k' must be -1 (all) or >= 0, got " + fmt(*v), "top_k");
-    p.top_k = *v;
-  }
-  if (auto v = f.number("min_p")) {
-    check_range(*v, 0.0, 1.0, false, "min_p");
-    p.min_p = static_cast<float>(*v);
-  }
-  if (auto v = f.number("presence_penalty")) {
-    check_range(*v, -2.0, 2.0, false, "presence_penalty");
-    p.presence_penalty = static_cast<float>(*v);
-  }
-  if (auto v = f.number("frequency_penalty")) {
-    check_range(*v, -2.0, 2.0, false, "frequency_penalty");
-    p.frequency_penalty = static_cast<float>(*v);
-  }
-  if (auto v = f.number("repetition_penalty")) {
-    if (*v <= 0)
-      throw bad_request("'repetition_penalty' must be > 0, got " + fmt(*v), "repetition_penalty");
-    p.repetition_penalty = static_cast<float>(*v);
-  }
-  if (auto v = f.integer("seed")) p.seed = *v;
   if (auto v = f.integer("n")) {
     if (*v < 1 || *v > kMaxN)
       throw bad_request("'n' must be in [1, " + std::to_string(kMaxN) + "], got " + fmt(*v), "n");
@@ -266,20 +264,24 @@ void parse_common(Fields& f, GenerateRequest& r) {
     if (!v->is_object())
       throw bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
     for (auto it = v->begin(); it != v->end(); ++it) {
-      size_t used = 0;
-      long long id = -1;
-      try {
-        id = std::stoll(it.key(), &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used == 0 || used != it.key().size() || id < 0 || id > std::numeric_limits<int32_t>::max())
-        throw bad_request("'logit_bias' keys must be token ids, got '" + it.key() + "'",
+      // A key is a decimal token id in [0, 2^31): digits only (no sign, space or exponent).
+      const std::string& key = it.key();
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          key.find_first_not_of("0123456789") == std::string::npos;
+      const long long id = digits ? std::stoll(key) : -1;
+      if (id < 0 || id > std::numeric_limits<int32_t>::max())
+        throw bad_request("'logit_bias' keys must be token ids in [0, 2147483647], got " +
+                              describe_json(json(key)),
                           "logit_bias");
-      if (!it.value().is_number() || !std::isfinite(it.value().get<double>()))
-        throw bad_request("'logit_bias' values must be numbers", "logit_bias");
+      if (!it.value().is_number())
+        throw bad_request("'logit_bias' values must be numbers, got " + type_name(it.value()),
+                          "logit_bias");
       const double b = it.value().get<double>();
-      check_range(b, -100.0, 100.0, false, "logit_bias");
+      // The range [-100, 100] is SamplingParams::validate()'s; a double outside float's
+      // range must not reach the cast.
+      if (!(std::fabs(b) <= FLT_MAX))
+        throw bad_request("'logit_bias' values must be in [-100, 100], got " + fmt(b),
+                          "logit_bias");
       p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
     }
   }
@@ -303,6 +305,20 @@ void parse_common(Fields& f, GenerateRequest& r) {
   }
   if (auto v = f.integer("priority")) r.priority = *v;
   if (auto v = f.string("user")) r.user = *v;
+}
+
+/// The sampling ranges are SamplingParams::validate()'s (one rule, engine/sampling_params.h):
+/// its error becomes a 400 naming the request field.
+void validate_sampling(const GenerateRequest& r) {
+  SamplingParams p = r.params;
+  p.max_tokens = r.max_tokens.value_or(std::numeric_limits<int64_t>::max());  // checked apart
+  try {
+    p.validate();
+  } catch (const SamplingParamError& e) {
+    std::string field = e.field();
+    if (field == "logprobs" && r.endpoint == Endpoint::kChatCompletions) field = "top_logprobs";
+    throw bad_request(e.what(), field);
+  }
 }
 
 /// max_tokens: absent -> `absent_default` (nullopt = context limit); null -> context limit;
@@ -401,8 +417,8 @@ json parse_messages(const json* v) {
           throw bad_request("'" + pw + "' must be an object with a 'type'", pw);
         const std::string type = part["type"];
         if (type != "text")
-          throw bad_request("'" + pw + ".type' \"" + type +
-                                "\" is not supported: octet serves text only",
+          throw bad_request("'" + pw + ".type' " + describe_json(part["type"]) +
+                                " is not supported: octet serves text only",
                             pw + ".type");
         if (!part.contains("text") || !part["text"].is_string())
           throw bad_request("'" + pw + ".text' must be a string", pw + ".text");
@@ -431,11 +447,82 @@ json parse_messages(const json* v) {
 }  // namespace
 
 nlohmann::json parse_json_body(const std::string& text) {
+  // Depth first, without recursion: a scan of the brackets outside strings. nlohmann's parser
+  // is iterative and its destructor too (3.11), but dump() and everything that walks a value
+  // recursively (error texts, chat templates) would overflow the stack on a deep value.
+  int64_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        throw bad_request("the JSON body is nested deeper than " + std::to_string(kMaxJsonDepth) +
+                          " levels");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
-    throw bad_request(std::string("malformed JSON: ") + e.what());
+    // e.what() quotes the last token read, which can be most of the body: bounded.
+    throw bad_request("malformed JSON: " + truncate_text(e.what(), 200));
+  } catch (const json::out_of_range& e) {
+    // A number literal too large for a double (1e999999).
+    throw bad_request("malformed JSON: a number is out of range (" +
+                      truncate_text(e.what(), 200) + ")");
+  } catch (const json::exception& e) {
+    throw bad_request("malformed JSON: " + truncate_text(e.what(), 200));
   }
+}
+
+int64_t choice_seed(int64_t seed, int64_t i) {
+  if (seed < 0) return seed;
+  // (seed + i) mod 2^63, in uint64 where it cannot overflow: stays a valid seed in [0, 2^63).
+  return static_cast<int64_t>((static_cast<uint64_t>(seed) + static_cast<uint64_t>(i)) &
+                              static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+}
+
+int64_t resolve_max_tokens(int64_t n_prompt, std::optional<int64_t> requested,
+                           int64_t max_model_len, Endpoint endpoint, int64_t min_tokens) {
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  const char* field = chat ? "messages" : "prompt";
+  if (n_prompt <= 0) throw bad_request(std::string("'") + field + "' must not be empty", field);
+  const std::string head = "This model's maximum context length is " +
+                           std::to_string(max_model_len) + " tokens. However, you requested ";
+  int64_t m = 0;
+  if (requested) {
+    m = *requested;  // >= 0 (parse_max_tokens)
+    // Compared as m > limit - n_prompt and summed in uint64: n_prompt + m may exceed INT64_MAX.
+    if (n_prompt > max_model_len || m > max_model_len - n_prompt)
+      throw ApiError(400,
+                     head +
+                         std::to_string(static_cast<uint64_t>(n_prompt) +
+                                        static_cast<uint64_t>(m)) +
+                         " tokens (" + std::to_string(n_prompt) + " in the " + field + ", " +
+                         std::to_string(m) + " in the completion). Please reduce the length of "
+                         "the " + field + " or completion.",
+                     field, "context_length_exceeded");
+  } else {
+    if (n_prompt >= max_model_len)
+      throw ApiError(400,
+                     head + std::to_string(n_prompt) + " tokens in the " + field +
+                         ", which leaves no room for the completion. Please reduce the length "
+                         "of the " + field + ".",
+                     field, "context_length_exceeded");
+    m = max_model_len - n_prompt;
+  }
+  if (min_tokens > m)
+    throw bad_request("'min_tokens' (" + std::to_string(min_tokens) +
+                          ") exceeds the tokens left for the completion (" + std::to_string(m) +
+                          ")",
+                      "min_tokens");
+  return m;
 }
 
 GenerateRequest parse_completion_request(const json& body) {
@@ -470,6 +557,7 @@ GenerateRequest parse_completion_request(const json& body) {
   r.params.logprobs = r.logprobs;
   if (r.echo && r.logprobs >= 0)
     r.params.prompt_logprobs = std::max(r.params.prompt_logprobs, r.logprobs);
+  validate_sampling(r);
   r.unknown_fields = [&] {
     auto u = f.unknown();
     u.insert(u.end(), r.unknown_fields.begin(), r.unknown_fields.end());
@@ -505,6 +593,7 @@ GenerateRequest parse_chat_request(const json& body) {
   r.logprobs = logprobs ? top.value_or(0) : -1;
   r.params.logprobs = r.logprobs;
   if (auto v = f.boolean("add_generation_prompt")) r.add_generation_prompt = *v;
+  validate_sampling(r);
   auto u = f.unknown();
   u.insert(u.end(), r.unknown_fields.begin(), r.unknown_fields.end());
   r.unknown_fields = u;

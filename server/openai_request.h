@@ -50,7 +50,7 @@ struct GenerateRequest {
   int64_t logprobs = -1;              // top-k count for the sampled tokens; -1 = none
   bool chat_logprobs = false;         // chat: logprobs: true (then top_logprobs = `logprobs`)
   int64_t prompt_logprobs = -1;       // completions (vLLM extra): top-k per prompt token; -1 = none
-  int64_t priority = 0;
+  int64_t priority = 0;               // any int64 (compared only, never summed)
   std::string user;
   std::vector<std::string> unknown_fields;  // ignored; the caller logs them once
 };
@@ -70,7 +70,26 @@ GenerateRequest parse_completion_request(const nlohmann::json& body);
 /// with "\n" (vLLM's "string" content format). Other part types get 400.
 GenerateRequest parse_chat_request(const nlohmann::json& body);
 
-/// Parses JSON text; throws ApiError 400 "malformed JSON: ..." on a syntax error.
+/// Deepest nesting of arrays and objects a request body may have (the top-level object is
+/// depth 1). A chat request with content parts is 5 deep ({messages: [{content: [{...}]}]}), a
+/// tool schema rarely 20; the limit stops deep bodies before anything walks them recursively.
+inline constexpr int64_t kMaxJsonDepth = 64;
+
+/// Parses JSON text. Throws ApiError 400 for a body nested deeper than kMaxJsonDepth (checked
+/// first, without recursion), "malformed JSON: ..." for a syntax error or a number literal out
+/// of a double's range (1e999999). Messages are bounded (they never quote the whole body).
 nlohmann::json parse_json_body(const std::string& text);
+
+/// The seed of choice i of a request seeded with `seed` (vLLM: seed + i), as (seed + i) mod
+/// 2^63 so that it never overflows and stays >= 0; -1 (no seed) stays -1.
+int64_t choice_seed(int64_t seed, int64_t i);
+
+/// max_tokens for one prompt of n_prompt tokens: `requested` (>= 0), or all the context left
+/// (max_model_len - n_prompt) when nullopt. Throws ApiError 400: naming the prompt field
+/// ("prompt" or "messages") for an empty prompt; code context_length_exceeded when the prompt
+/// and the requested tokens do not fit max_model_len (the message gives the exact, never
+/// overflowed counts); naming min_tokens when min_tokens exceeds the result.
+int64_t resolve_max_tokens(int64_t n_prompt, std::optional<int64_t> requested,
+                           int64_t max_model_len, Endpoint endpoint, int64_t min_tokens);
 
 }  // namespace octet::server

@@ -152,7 +152,7 @@ Reply handle_detokenize(ServerContext& ctx, const std::string& text) {
   for (const auto& t : body["tokens"]) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= engine.vocab_size())
       throw bad_request("'tokens' must hold token ids in [0, " +
-                            std::to_string(engine.vocab_size()) + "), got " + t.dump(),
+                            std::to_string(engine.vocab_size()) + "), got " + describe_json(t),
                         "tokens");
     ids.push_back(t.get<int32_t>());
   }

@@ -133,7 +133,9 @@ TEST_CASE("min_tokens masks EOS and stop_token_ids until enough tokens exist", "
   // Every token masked: an error, not a made-up token.
   const std::vector<float> two{1.0f, 2.0f};
   p.stop_token_ids = {0};
-  CHECK_THROWS_AS(sample(two.data(), 2, p, {}, {}, {1}, rng), std::runtime_error);
+  const SampleResult masked = sample(two.data(), 2, p, {}, {}, {1}, rng);
+  CHECK(masked.token_id == -1);
+  CHECK_THAT(masked.error, Catch::Contains("-inf"));
 }
 
 TEST_CASE("greedy picks the largest processed logit, lowest id on ties, no random draw",
@@ -260,7 +262,7 @@ TEST_CASE("logprobs are the raw log-softmax with ranks and an ordered top-k", "[
   CHECK(logprobs_for(tie.data(), 5, 3, 0).top_logprobs.empty());
   CHECK(logprobs_for(tie.data(), 5, 3, 0).rank == 5);
   CHECK(logprobs_for(tie.data(), 5, 0, 99).top_logprobs.size() == 5);
-  CHECK_THROWS_AS(logprobs_for(tie.data(), 5, 5, 1), std::out_of_range);
+  CHECK_THAT(logprobs_for(tie.data(), 5, 5, 1).error, Catch::Contains("outside the vocabulary"));
   // Large logits: no overflow (max subtracted first).
   const std::vector<float> big{1000.0f, 1000.0f};
   CHECK(logprobs_for(big.data(), 2, 0, 0).logprob == Approx(-std::log(2.0)).epsilon(1e-6));
@@ -408,6 +410,16 @@ TEST_CASE("SamplingParams::validate names the bad field", "[sampler]") {
   expect([](SamplingParams& p) { p.frequency_penalty = -2.5f; }, "frequency_penalty");
   expect([](SamplingParams& p) { p.frequency_penalty = NAN; }, "frequency_penalty");
   expect([](SamplingParams& p) { p.repetition_penalty = 0.0f; }, "repetition_penalty");
+  // The issue's 1e-40 (logits / 1e-40 overflow to inf), and the bounds [0.01, 100].
+  expect([](SamplingParams& p) { p.repetition_penalty = 1e-40f; }, "repetition_penalty");
+  expect([](SamplingParams& p) { p.repetition_penalty = 0.0099f; }, "repetition_penalty");
+  expect([](SamplingParams& p) { p.repetition_penalty = 100.5f; }, "repetition_penalty");
+  expect([](SamplingParams& p) { p.repetition_penalty = NAN; }, "repetition_penalty");
+  expect([](SamplingParams& p) { p.logit_bias = {{3, 100.5f}}; }, "logit_bias");
+  expect([](SamplingParams& p) { p.logit_bias = {{3, -1e30f}}; }, "logit_bias");
+  expect([](SamplingParams& p) { p.top_k = int64_t{1} << 31; }, "top_k");
+  expect([](SamplingParams& p) { p.min_p = NAN; }, "min_p");
+  expect([](SamplingParams& p) { p.temperature = INFINITY; }, "temperature");
   expect([](SamplingParams& p) { p.logit_bias = {{3, INFINITY}}; }, "logit_bias");
   expect([](SamplingParams& p) { p.logit_bias = {{-1, 1.0f}}; }, "logit_bias");
   expect([](SamplingParams& p) { p.max_tokens = -1; }, "max_tokens");
@@ -419,6 +431,12 @@ TEST_CASE("SamplingParams::validate names the bad field", "[sampler]") {
   expect([](SamplingParams& p) { p.logprobs = -2; }, "logprobs");
   expect([](SamplingParams& p) { p.prompt_logprobs = 21; }, "prompt_logprobs");
   SamplingParams ok;
+  ok.repetition_penalty = 0.01f;
+  CHECK_NOTHROW(ok.validate());
+  ok.repetition_penalty = 100.0f;
+  ok.logit_bias = {{0, -100.0f}, {1, 100.0f}};
+  ok.top_k = 2147483647;
+  CHECK_NOTHROW(ok.validate());
   ok.top_k = -1;
   ok.min_p = 1.0f;
   ok.presence_penalty = -2.0f;
@@ -484,4 +502,64 @@ TEST_CASE("sampler cost on a 49152-token vocabulary", "[.][bench]") {
     CHECK(bad == 0);
     std::printf("%-42s %8.1f us\n", c.name, us);
   }
+}
+
+TEST_CASE("the sampler returns an error, never throws, when no token can be sampled",
+          "[sampler]") {
+  std::mt19937_64 rng(7);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  SamplingParams random;  // T = 1
+  SamplingParams filtered;
+  filtered.top_k = 2;
+  filtered.top_p = 0.5f;
+  filtered.min_p = 0.1f;
+  filtered.logprobs = 2;
+  const std::vector<float> all_masked{-kInf, -kInf, -kInf, -kInf};
+  const std::vector<float> nan_row{0.5f, NAN, 1.0f, 0.0f};
+  const std::vector<float> nan_first{NAN, 0.5f, 1.0f, 0.0f};  // max_value starts at x[0]
+  const std::vector<float> inf_row{0.5f, 1.0f, kInf, 0.0f};
+  for (const SamplingParams* p : {&greedy, &random, &filtered}) {
+    INFO("temperature " << p->temperature << " top_k " << p->top_k);
+    SampleResult r;
+    REQUIRE_NOTHROW(r = sample(all_masked.data(), 4, *p, kNone, kNone, kNone, rng));
+    CHECK(r.token_id == -1);
+    CHECK(!r.ok());
+    for (const std::vector<float>* row : {&nan_row, &nan_first, &inf_row}) {
+      REQUIRE_NOTHROW(r = sample(row->data(), 4, *p, kNone, kNone, kNone, rng));
+      CHECK(r.token_id == -1);
+      CHECK_THAT(r.error, Catch::Contains("non-finite"));
+    }
+    // A masked row made by min_tokens (every token a stop token) is the same error.
+    SamplingParams q = *p;
+    q.min_tokens = 1;
+    q.max_tokens = 3;
+    q.stop_token_ids = {0, 1, 2};
+    const std::vector<float> ok{0.5f, 1.0f, 2.0f, 0.0f};
+    REQUIRE_NOTHROW(r = sample(ok.data(), 4, q, kNone, kNone, {3}, rng));
+    CHECK(r.token_id == -1);
+    CHECK_THAT(r.error, Catch::Contains("-inf"));
+    // Ids outside the vocabulary: an error, not std::out_of_range.
+    q = *p;
+    q.logit_bias = {{9, 1.0f}};
+    REQUIRE_NOTHROW(r = sample(ok.data(), 4, q, kNone, kNone, kNone, rng));
+    CHECK_THAT(r.error, Catch::Contains("logit_bias token id 9"));
+    q = *p;
+    q.repetition_penalty = 1.5f;
+    REQUIRE_NOTHROW(r = sample(ok.data(), 4, q, {1, 4}, kNone, kNone, rng));
+    CHECK_THAT(r.error, Catch::Contains("prompt token id 4"));
+    // A finite but huge logit that the (validated) repetition penalty pushes past FLT_MAX.
+    q = *p;
+    q.repetition_penalty = 0.01f;
+    const std::vector<float> huge{1e37f, 1.0f, 0.0f, 2.0f};
+    REQUIRE_NOTHROW(r = sample(huge.data(), 4, q, {0}, kNone, kNone, rng));
+    CHECK(r.token_id == -1);
+    CHECK_THAT(r.error, Catch::Contains("non-finite"));
+    // Still a token for a normal row.
+    r = sample(ok.data(), 4, *p, kNone, kNone, kNone, rng);
+    CHECK(r.ok());
+    CHECK(r.token_id >= 0);
+  }
+  CHECK_THAT(logprobs_for(nan_row.data(), 4, 0, 2).error, Catch::Contains("non-finite"));
+  CHECK(logprobs_for(all_masked.data(), 4, 0, 2).error.size() > 0);
 }

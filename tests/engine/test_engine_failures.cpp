@@ -1,0 +1,149 @@
+// A request whose sampling fails (every logit masked to -inf) fails alone: its stream ends with
+// an error and finish_reason "abort", its KV blocks are freed, a concurrent normal request
+// completes exactly as it does alone, and the engine keeps serving (issue 9, class 1).
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <string>
+
+#include "engine/engine.h"
+
+namespace octet {
+namespace {
+
+std::string stories() {
+  const std::string path = std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf";
+  if (!std::ifstream(path)) {
+    std::fprintf(stderr, "SKIP: %s not found\n", path.c_str());
+    std::exit(77);
+  }
+  return path;
+}
+
+struct Result {
+  std::vector<int32_t> token_ids;
+  std::vector<TokenLogprobs> logprobs;
+  std::string text, finish_reason, error;
+  bool finished = false;
+};
+
+Result collect(RequestStream& s) {
+  Result r;
+  while (auto o = s.next()) {
+    r.token_ids.insert(r.token_ids.end(), o->token_ids.begin(), o->token_ids.end());
+    r.logprobs.insert(r.logprobs.end(), o->logprobs.begin(), o->logprobs.end());
+    r.text += o->text;
+    if (o->finished) r.finished = true, r.finish_reason = o->finish_reason, r.error = o->error;
+  }
+  return r;
+}
+
+void require_same(const Result& a, const Result& b) {
+  REQUIRE(a.error.empty());
+  REQUIRE(b.error.empty());
+  REQUIRE(a.token_ids == b.token_ids);
+  REQUIRE(a.logprobs.size() == b.logprobs.size());
+  for (size_t i = 0; i < a.logprobs.size(); ++i) {
+    CHECK(a.logprobs[i].logprob == b.logprobs[i].logprob);  // bitwise
+    CHECK(a.logprobs[i].top == b.logprobs[i].top);
+  }
+  CHECK(a.text == b.text);
+  CHECK(a.finish_reason == b.finish_reason);
+}
+
+std::vector<int32_t> random_prompt(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int32_t& t : p) t = static_cast<int32_t>(3 + rng() % 500);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("a request whose every logit is masked fails alone; the engine stays alive",
+          "[engine][failures]") {
+  EngineArgs a;
+  a.model = stories();
+  a.quantization = "none";
+  a.scheduler.max_model_len = 256;
+  a.cache.kv_cache_memory_bytes = 0;
+  a.cache.num_kv_blocks = 64;
+  auto engine = Engine::create(a);
+  const int64_t free_blocks = engine->stats().num_free_kv_blocks;
+
+  SamplingParams normal;
+  normal.temperature = 0.8f;
+  normal.seed = 42;
+  normal.max_tokens = 24;
+  normal.logprobs = 2;
+  normal.ignore_eos = true;
+  const std::vector<int32_t> prompt = random_prompt(20, 1);
+  const Result solo = collect(*engine->add_request("solo", prompt, normal));
+  REQUIRE(solo.token_ids.size() == 24);
+
+  // min_tokens masks every stop token; listing every id as a stop token leaves no token to
+  // sample (passes validation: the ids are in the vocabulary). Greedy and random variants.
+  SamplingParams masked;
+  masked.max_tokens = 3;
+  masked.min_tokens = 1;
+  masked.stop_token_ids.resize(static_cast<size_t>(engine->vocab_size()));
+  std::iota(masked.stop_token_ids.begin(), masked.stop_token_ids.end(), 0);
+  SamplingParams masked_greedy = masked;
+  masked_greedy.temperature = 0.0f;
+  masked_greedy.logprobs = 1;
+
+  auto bad1 = engine->add_request("bad1", random_prompt(30, 2), masked);
+  auto good = engine->add_request("good", prompt, normal);
+  auto bad2 = engine->add_request("bad2", random_prompt(5, 3), masked_greedy);
+  const Result r1 = collect(*bad1);
+  const Result rg = collect(*good);
+  const Result r2 = collect(*bad2);
+  for (const Result* r : {&r1, &r2}) {
+    CHECK(r->finished);
+    CHECK(r->finish_reason == "abort");
+    CHECK_THAT(r->error, Catch::Contains("-inf"));
+    CHECK(r->token_ids.empty());
+  }
+  require_same(rg, solo);
+
+  // The engine is alive, holds no request and has every block back.
+  CHECK(engine->wait_idle(std::chrono::milliseconds(5000)));
+  EngineStats s = engine->stats();
+  CHECK(s.alive);
+  CHECK(s.num_requests_running == 0);
+  CHECK(s.num_requests_waiting == 0);
+  CHECK(s.num_free_kv_blocks == free_blocks);
+
+  // A later request still succeeds, identical to the first solo run.
+  const Result later = collect(*engine->add_request("later", prompt, normal));
+  require_same(later, solo);
+  CHECK(engine->stats().alive);
+}
+
+TEST_CASE("out-of-range sampling parameters are rejected before they reach the engine loop",
+          "[engine][failures]") {
+  EngineArgs a;
+  a.model = stories();
+  a.quantization = "none";
+  a.scheduler.max_model_len = 256;
+  a.cache.kv_cache_memory_bytes = 0;
+  a.cache.num_kv_blocks = 64;
+  auto engine = Engine::create(a);
+  SamplingParams p;
+  p.max_tokens = 3;
+  p.repetition_penalty = 1e-40f;  // the issue's example: logits / 1e-40 overflow to inf
+  CHECK_THROWS_AS(engine->add_request("x", {1, 2, 3}, p), SamplingParamError);
+  // The context message gives exact, non-negative counts even for max_tokens INT64_MAX.
+  p = SamplingParams{};
+  p.max_tokens = INT64_MAX;
+  CHECK_THROWS_WITH(engine->add_request("y", {1, 2, 3}, p),
+                    Catch::Contains("you requested 9223372036854775810 tokens (3 in the prompt, "
+                                    "9223372036854775807 for the completion)"));
+  CHECK(engine->stats().alive);
+}
+
+}  // namespace octet

@@ -1,0 +1,289 @@
+// Hostile request bodies (issue 9, classes 2 and 6): JSON nested past the depth limit, number
+// literals beyond a double, numbers beyond the range of the field's type (int64, int32 token
+// ids, float sampling values), seeds and max_tokens whose arithmetic would overflow, and error
+// texts that stay short on huge or deep values.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "server/api_error.h"
+#include "server/openai_request.h"
+
+using nlohmann::json;
+using namespace octet::server;
+
+namespace {
+
+std::string nested_array(size_t depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
+
+ApiError body_error(const std::string& text) {
+  try {
+    parse_json_body(text);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  FAIL("no ApiError for a body of " << text.size() << " bytes");
+  return ApiError(0, "");
+}
+
+/// The ApiError of parsing `body` (as text, so that numbers keep their literal form).
+ApiError request_error(const std::string& text, bool chat = false) {
+  try {
+    const json body = parse_json_body(text);
+    if (chat) parse_chat_request(body);
+    else parse_completion_request(body);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  FAIL("no ApiError for " << text);
+  return ApiError(0, "");
+}
+
+ApiError resolve_error(int64_t n_prompt, std::optional<int64_t> requested, int64_t limit,
+                       Endpoint endpoint = Endpoint::kCompletions, int64_t min_tokens = 0) {
+  try {
+    resolve_max_tokens(n_prompt, requested, limit, endpoint, min_tokens);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  FAIL("no ApiError");
+  return ApiError(0, "");
+}
+
+}  // namespace
+
+TEST_CASE("bodies nested deeper than kMaxJsonDepth are a 400, without recursion",
+          "[server][request][limits]") {
+  STATIC_REQUIRE(kMaxJsonDepth == 64);
+  // The issue's 100,000-deep array (dump() of it overflowed the stack).
+  for (size_t depth : {size_t{65}, size_t{100000}, size_t{1000000}}) {
+    INFO("depth " << depth);
+    const ApiError e = body_error(nested_array(depth));
+    CHECK(e.status() == 400);
+    CHECK(std::string(e.what()) == "the JSON body is nested deeper than 64 levels");
+  }
+  // Objects count as arrays do; unclosed brackets too (the scan needs no valid JSON).
+  std::string objects;
+  for (int i = 0; i < 70; ++i) objects += "{\"a\":";
+  CHECK(body_error(objects).status() == 400);
+  CHECK(std::string(body_error(std::string(200000, '[')).what()).find("nested deeper") !=
+        std::string::npos);
+  // At the limit: parsed.
+  CHECK(parse_json_body(nested_array(64)).is_array());
+  // Brackets inside strings (escaped quotes included) are not nesting.
+  const std::string in_string = "{\"prompt\": \"\\\"" + std::string(1000, '[') + "\"}";
+  CHECK(parse_json_body(in_string)["prompt"].get<std::string>().size() == 1001);
+  // A real chat body with content parts is far below the limit.
+  CHECK_NOTHROW(parse_json_body(R"({"messages": [{"role": "user", "content": [
+      {"type": "text", "text": "hi"}]}], "stream_options": {"include_usage": true}})"));
+}
+
+TEST_CASE("number literals beyond a double are a 400, not a 500", "[server][request][limits]") {
+  for (const char* text : {R"({"temperature": 1e999999})", R"({"prompt": [1e400]})",
+                           R"({"max_tokens": -1e999})"}) {
+    INFO(text);
+    const ApiError e = body_error(text);
+    CHECK(e.status() == 400);
+    CHECK(std::string(e.what()).rfind("malformed JSON: ", 0) == 0);
+  }
+}
+
+TEST_CASE("malformed JSON messages are bounded", "[server][request][limits]") {
+  // A 1 MB string with a control character at its end: nlohmann quotes the token it read.
+  const std::string text = "{\"prompt\": \"" + std::string(1000000, 'a') + "\x01\"}";
+  const ApiError e = body_error(text);
+  CHECK(e.status() == 400);
+  CHECK(std::string(e.what()).size() < 300);
+}
+
+TEST_CASE("describe_json is short and safe on any value", "[server][request][limits]") {
+  CHECK(describe_json(json(5)) == "5");
+  CHECK(describe_json(json(nullptr)) == "null");
+  CHECK(describe_json(json("ab\"c")) == R"("ab\"c")");
+  CHECK(describe_json(json::parse("[1, [2], {}, {\"a\": 1}, \"x\"]")) ==
+        R"([1, [...], {}, {...}, "x"])");
+  CHECK(describe_json(json{{"k", json::array()}}) == R"({"k": []})");
+  // A long string: cut at max_chars bytes, at a character boundary ("é" is 2 bytes).
+  std::string s;
+  for (int i = 0; i < 1000; ++i) s += "\xc3\xa9";
+  const std::string d = describe_json(json(s), 9);
+  CHECK(d == "\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\"...");
+  // A long array: stops soon after max_chars.
+  const std::string a = describe_json(json(std::vector<int>(100000, 123)));
+  CHECK(a.size() < 100);
+  CHECK(a.substr(a.size() - 6) == ", ...]");
+  // A deep value (built by the iterative parser; its destruction is iterative too).
+  json deep = json::parse(nested_array(100000));
+  CHECK(describe_json(deep) == "[[...]]");
+  CHECK(describe_json(deep[0]) == "[[...]]");
+  CHECK(truncate_text("abcdef", 3) == "abc...");
+  CHECK(truncate_text("abc", 3) == "abc");
+  CHECK(truncate_text("a\xc3\xa9", 2) == "a...");
+}
+
+TEST_CASE("error texts built from request values never dump them whole",
+          "[server][request][limits]") {
+  // A deep token id entry (within the depth limit) and a huge string: short messages.
+  const std::string deep_prompt = "{\"prompt\": [1, " + nested_array(60) + "]}";
+  ApiError e = request_error(deep_prompt);
+  CHECK(e.param() == "prompt");
+  CHECK(std::string(e.what()).size() < 200);
+  e = request_error("{\"prompt\": [1, \"" + std::string(100000, 'x') + "\"]}");
+  CHECK(std::string(e.what()).size() < 200);
+  e = request_error("{\"prompt\": \"hi\", \"logit_bias\": {\"" + std::string(100000, '7') +
+                    "\": 1}}");
+  CHECK(e.param() == "logit_bias");
+  CHECK(std::string(e.what()).size() < 200);
+  e = request_error(R"({"messages": [{"role": "user", "content": [{"type": ")" +
+                        std::string(100000, 'y') + "\"}]}]}",
+                    /*chat=*/true);
+  CHECK(e.param() == "messages[0].content[0].type");
+  CHECK(std::string(e.what()).size() < 200);
+}
+
+TEST_CASE("every numeric field is validated into the range its type holds",
+          "[server][request][limits]") {
+  const struct {
+    const char* fields;  // JSON members added to a completion body
+    const char* param;
+  } completion_cases[] = {
+      // Floats: a finite double beyond FLT_MAX must not become an inf float.
+      {R"("temperature": 1e300)", "temperature"},
+      {R"("temperature": -1e300)", "temperature"},
+      {R"("top_p": 1e300)", "top_p"},
+      {R"("min_p": 1e39)", "min_p"},
+      {R"("presence_penalty": 1e300)", "presence_penalty"},
+      {R"("frequency_penalty": -1e300)", "frequency_penalty"},
+      {R"("repetition_penalty": 1e300)", "repetition_penalty"},
+      // The issue's example: logits / 1e-40 overflow (now outside [0.01, 100]).
+      {R"("repetition_penalty": 1e-40)", "repetition_penalty"},
+      {R"("repetition_penalty": 0.001)", "repetition_penalty"},
+      {R"("repetition_penalty": 101)", "repetition_penalty"},
+      {R"("logit_bias": {"5": 1e300})", "logit_bias"},
+      {R"("logit_bias": {"5": -100.5})", "logit_bias"},
+      // logit_bias keys: decimal int32 ids only.
+      {R"("logit_bias": {"2147483648": 1})", "logit_bias"},
+      {R"("logit_bias": {"99999999999999999999": 1})", "logit_bias"},
+      {R"("logit_bias": {"-1": 1})", "logit_bias"},
+      {R"("logit_bias": {" 5": 1})", "logit_bias"},
+      {R"("logit_bias": {"+5": 1})", "logit_bias"},
+      {R"("logit_bias": {"5 ": 1})", "logit_bias"},
+      {R"("logit_bias": {"1e3": 1})", "logit_bias"},
+      {R"("logit_bias": {"": 1})", "logit_bias"},
+      // Integers beyond int64 (unsigned literals, large floats), and beyond the field's range.
+      {R"("n": 9223372036854775808)", "n"},
+      {R"("n": 18446744073709551615)", "n"},
+      {R"("n": 1e19)", "n"},
+      {R"("n": 129)", "n"},
+      {R"("max_tokens": 9223372036854775808)", "max_tokens"},
+      {R"("max_tokens": -9223372036854775808)", "max_tokens"},
+      {R"("min_tokens": 9223372036854775808)", "min_tokens"},
+      {R"("logprobs": 9223372036854775807)", "logprobs"},
+      {R"("logprobs": -9223372036854775808)", "logprobs"},
+      {R"("prompt_logprobs": 9223372036854775807)", "prompt_logprobs"},
+      {R"("seed": 9223372036854775808)", "seed"},
+      {R"("seed": -2)", "seed"},
+      {R"("seed": -9223372036854775808)", "seed"},
+      {R"("priority": 9223372036854775808)", "priority"},
+      {R"("priority": 1e19)", "priority"},
+      {R"("top_k": 9223372036854775807)", "top_k"},
+      {R"("top_k": 2147483648)", "top_k"},
+      {R"("top_k": -9223372036854775808)", "top_k"},
+      // Token ids are int32.
+      {R"("stop_token_ids": [2147483648])", "stop_token_ids"},
+      {R"("stop_token_ids": [9223372036854775808])", "stop_token_ids"},
+      {R"("best_of": 9223372036854775808)", "best_of"},
+  };
+  for (const auto& c : completion_cases) {
+    const std::string text = std::string(R"({"prompt": "hi", )") + c.fields + "}";
+    INFO(text);
+    const ApiError e = request_error(text);
+    CHECK(e.status() == 400);
+    CHECK(e.param() == c.param);
+  }
+  for (const char* prompt : {"[2147483648]", "[[1], [4294967296]]", "[-1]", "[1.5]"}) {
+    INFO(prompt);
+    const ApiError e = request_error(std::string(R"({"prompt": )") + prompt + "}");
+    CHECK(e.param() == "prompt");
+  }
+  const struct {
+    const char* fields;
+    const char* param;
+  } chat_cases[] = {
+      {R"("max_completion_tokens": 9223372036854775808)", "max_completion_tokens"},
+      {R"("max_tokens": 18446744073709551615)", "max_tokens"},
+      {R"("logprobs": true, "top_logprobs": 9223372036854775807)", "top_logprobs"},
+      {R"("temperature": 3.5e38)", "temperature"},
+      {R"("n": -9223372036854775808)", "n"},
+  };
+  for (const auto& c : chat_cases) {
+    const std::string text =
+        std::string(R"({"messages": [{"role": "user", "content": "hi"}], )") + c.fields + "}";
+    INFO(text);
+    const ApiError e = request_error(text, /*chat=*/true);
+    CHECK(e.status() == 400);
+    CHECK(e.param() == c.param);
+  }
+  // The edges of each range are accepted.
+  const GenerateRequest ok = parse_completion_request(parse_json_body(R"({"prompt": "hi",
+      "temperature": 3.4e38, "repetition_penalty": 0.01, "top_k": 2147483647,
+      "logit_bias": {"2147483647": -100, "0": 100}, "seed": 9223372036854775807,
+      "max_tokens": 9223372036854775807, "priority": -9223372036854775808,
+      "stop_token_ids": [2147483647], "n": 128})"));
+  CHECK(ok.params.repetition_penalty == 0.01f);
+  CHECK(ok.params.top_k == 2147483647);
+  CHECK(ok.params.seed == std::numeric_limits<int64_t>::max());
+  CHECK(ok.max_tokens == std::numeric_limits<int64_t>::max());
+  CHECK(ok.priority == std::numeric_limits<int64_t>::min());
+  CHECK(ok.params.logit_bias.size() == 2);
+  // seed -1 is "no seed".
+  CHECK(parse_completion_request(parse_json_body(R"({"prompt": "hi", "seed": -1})"))
+            .params.seed == -1);
+}
+
+TEST_CASE("choice seeds never overflow", "[server][request][limits]") {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  CHECK(choice_seed(5, 0) == 5);
+  CHECK(choice_seed(5, 2) == 7);
+  CHECK(choice_seed(-1, 3) == -1);
+  CHECK(choice_seed(kMax, 0) == kMax);
+  CHECK(choice_seed(kMax, 1) == 0);  // (2^63 - 1 + 1) mod 2^63
+  CHECK(choice_seed(kMax, 127) == 126);
+  CHECK(choice_seed(kMax - 1, 1) == kMax);
+}
+
+TEST_CASE("the context-length check never overflows and gives exact counts",
+          "[server][request][limits]") {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  // The issue's max_tokens 9223372036854775807 (the old message said -9223372036854775807).
+  ApiError e = resolve_error(2, kMax, 256);
+  CHECK(e.status() == 400);
+  CHECK(e.code() == "context_length_exceeded");
+  CHECK(e.param() == "prompt");
+  CHECK(std::string(e.what()) ==
+        "This model's maximum context length is 256 tokens. However, you requested "
+        "9223372036854775809 tokens (2 in the prompt, 9223372036854775807 in the completion). "
+        "Please reduce the length of the prompt or completion.");
+  CHECK(std::string(e.what()).find('-') == std::string::npos);
+  e = resolve_error(kMax, kMax, 256, Endpoint::kChatCompletions);
+  CHECK(e.param() == "messages");
+  CHECK(std::string(e.what()).find("you requested 18446744073709551614 tokens") !=
+        std::string::npos);
+  // Exact fit, one over, and up to the limit.
+  CHECK(resolve_max_tokens(5, 251, 256, Endpoint::kCompletions, 0) == 251);
+  CHECK(std::string(resolve_error(5, 252, 256).what()).find("you requested 257 tokens (5 in") !=
+        std::string::npos);
+  CHECK(resolve_max_tokens(5, std::nullopt, 256, Endpoint::kCompletions, 0) == 251);
+  CHECK(resolve_error(256, std::nullopt, 256).code() == "context_length_exceeded");
+  CHECK(resolve_error(300, 0, 256).code() == "context_length_exceeded");
+  // min_tokens beyond what is left, and an empty prompt.
+  CHECK(resolve_error(5, std::nullopt, 256, Endpoint::kCompletions, kMax).param() ==
+        "min_tokens");
+  CHECK(resolve_error(0, 1, 256).param() == "prompt");
+}
