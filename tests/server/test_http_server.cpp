@@ -205,6 +205,7 @@ http::request_header<> head(const std::string& raw) {
   p.eager(false);
   boost::beast::error_code ec;
   p.put(boost::asio::buffer(raw), ec);
+  INFO(raw << " -> " << ec.message());
   REQUIRE((!ec || ec == http::error::need_more));
   return p.get().base();
 }
@@ -223,7 +224,11 @@ TEST_CASE("validate_request_head applies RFC 9112 6.1, 6.3 and 3.2", "[http]") {
   for (const char* te : {"chunked, identity", "identity", "gzip, chunked", "chunked, chunked",
                          "chunked,chunked", ",", "chunked;x=1"}) {
     INFO(te);
-    const auto e = validate_request_head(head(ok + "Transfer-Encoding: " + te + "\r\n\r\n"));
+    http::request_header<> h;  // built, not parsed: Beast's parser refuses some of these itself
+    h.version(11);
+    h.set(http::field::host, "a");
+    h.set(http::field::transfer_encoding, te);
+    const auto e = validate_request_head(h);
     REQUIRE(e);
     CHECK(e->status == 400);
   }
@@ -235,8 +240,12 @@ TEST_CASE("validate_request_head applies RFC 9112 6.1, 6.3 and 3.2", "[http]") {
   twice.insert(http::field::transfer_encoding, "chunked");
   twice.insert(http::field::transfer_encoding, "chunked");
   CHECK(validate_request_head(twice));
-  const auto both = validate_request_head(
-      head(ok + "Transfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n"));
+  http::request_header<> te_and_cl;
+  te_and_cl.version(11);
+  te_and_cl.set(http::field::host, "a");
+  te_and_cl.set(http::field::transfer_encoding, "chunked");
+  te_and_cl.set(http::field::content_length, "5");
+  const auto both = validate_request_head(te_and_cl);
   REQUIRE(both);
   CHECK(both->message.find("Content-Length") != std::string::npos);
   const auto no_host = validate_request_head(head("GET / HTTP/1.1\r\n\r\n"));
