@@ -21,7 +21,7 @@ class AcceptBackoff {
   static constexpr std::chrono::milliseconds kMax{1000};
   static constexpr std::chrono::milliseconds kLogInterval{5000};
 
-  /// A failure at `now`: the delay before the next accept.
+  /// An accept failed: the delay before the next attempt.
   std::chrono::milliseconds on_failure() {
     delay_ = delay_.count() == 0 ? kFirst : std::min(delay_ * 2, kMax);
     return delay_;
