@@ -44,6 +44,11 @@ struct BenchEngineConfig {
     if (input_len <= 0 || output_len < 2 || itl_tokens < 2)
       throw std::invalid_argument("--input-len must be positive, --output-len and "
                                   "--itl-tokens at least 2");
+    if (input_len > SchedulerConfig::kMaxTokens ||
+        output_len > SchedulerConfig::kMaxTokens - input_len ||
+        itl_tokens > SchedulerConfig::kMaxTokens)
+      throw std::invalid_argument("--input-len + --output-len and --itl-tokens must be at most " +
+                                  std::to_string(SchedulerConfig::kMaxTokens));
   }
 };
 

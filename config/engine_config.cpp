@@ -64,24 +64,29 @@ void CacheConfig::validate() const {
   if (block_size < 1 || block_size > 1024 || (block_size & (block_size - 1)) != 0)
     throw std::invalid_argument("--block-size must be a power of two in [1, 1024], got " +
                                 std::to_string(block_size));
-  if (kv_cache_memory_bytes < 0)
-    throw std::invalid_argument("--kv-cache-memory-bytes must be >= 0 (0 = default), got " +
+  if (kv_cache_memory_bytes < 0 || kv_cache_memory_bytes > kMaxMemoryBytes)
+    throw std::invalid_argument("--kv-cache-memory-bytes must be in [0, " +
+                                std::to_string(kMaxMemoryBytes) + "] (0 = default), got " +
                                 std::to_string(kv_cache_memory_bytes));
-  if (num_kv_blocks < 0 || num_kv_blocks == 1)
-    throw std::invalid_argument("--num-kv-blocks must be 0 (use the byte budget) or >= 2 "
-                                "(block 0 is reserved), got " + std::to_string(num_kv_blocks));
+  if (num_kv_blocks < 0 || num_kv_blocks == 1 || num_kv_blocks > kMaxNumKVBlocks)
+    throw std::invalid_argument("--num-kv-blocks must be 0 (use the byte budget) or in [2, " +
+                                std::to_string(kMaxNumKVBlocks) +
+                                "] (block 0 is reserved; block ids are int32), got " +
+                                std::to_string(num_kv_blocks));
   KVSkipLayers::parse(kv_cache_dtype_skip_layers);
 }
 
 void SchedulerConfig::validate() const {
-  if (max_num_seqs < 1)
-    throw std::invalid_argument("--max-num-seqs must be >= 1, got " +
-                                std::to_string(max_num_seqs));
-  if (max_num_batched_tokens < 1)
-    throw std::invalid_argument("--max-num-batched-tokens must be >= 1, got " +
+  if (max_num_seqs < 1 || max_num_seqs > kMaxNumSeqs)
+    throw std::invalid_argument("--max-num-seqs must be in [1, " + std::to_string(kMaxNumSeqs) +
+                                "], got " + std::to_string(max_num_seqs));
+  if (max_num_batched_tokens < 1 || max_num_batched_tokens > kMaxTokens)
+    throw std::invalid_argument("--max-num-batched-tokens must be in [1, " +
+                                std::to_string(kMaxTokens) + "] (int32 token positions), got " +
                                 std::to_string(max_num_batched_tokens));
-  if (max_model_len < 0)
-    throw std::invalid_argument("--max-model-len must be >= 0 (0 = the model's context), got " +
+  if (max_model_len < 0 || max_model_len > kMaxTokens)
+    throw std::invalid_argument("--max-model-len must be in [0, " + std::to_string(kMaxTokens) +
+                                "] (0 = the model's context; int32 token positions), got " +
                                 std::to_string(max_model_len));
   if (scheduling_policy != "fcfs" && scheduling_policy != "priority")
     throw std::invalid_argument("--scheduling-policy must be fcfs or priority, got '" +

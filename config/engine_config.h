@@ -24,6 +24,10 @@ struct CacheConfig {
 
   /// Default KV budget when neither kv_cache_memory_bytes nor num_kv_blocks is set.
   static constexpr int64_t kDefaultMemoryBytes = int64_t{1} << 30;
+  /// Largest KV budget accepted (1 PiB): the block arithmetic stays far from int64 overflow.
+  static constexpr int64_t kMaxMemoryBytes = int64_t{1} << 50;
+  /// Largest num_kv_blocks accepted: block ids (+ the reserved block 0) are int32.
+  static constexpr int64_t kMaxNumKVBlocks = (int64_t{1} << 31) - 2;
 
   template <class Visitor>
   static void visit(CacheConfig& c, Visitor&& v) {
@@ -47,7 +51,8 @@ struct CacheConfig {
   }
 
   /// Throws std::invalid_argument naming the flag: unknown kv_cache_dtype, block_size not a
-  /// power of two in [1, 1024], negative budgets, a malformed skip-layer list.
+  /// power of two in [1, 1024], budgets negative or over kMaxMemoryBytes / kMaxNumKVBlocks, a
+  /// malformed skip-layer list.
   void validate() const;
 };
 
@@ -58,6 +63,12 @@ struct SchedulerConfig {
   int64_t max_model_len = 0;              // prompt + output tokens; 0 = the model's context
   bool enable_chunked_prefill = true;     // split long prompts over steps
   std::string scheduling_policy = "fcfs";  // fcfs | priority (lower value runs first)
+
+  /// Largest token count accepted (max_model_len, max_num_batched_tokens): token positions
+  /// and batch offsets are int32.
+  static constexpr int64_t kMaxTokens = (int64_t{1} << 31) - 1;
+  /// Largest max_num_seqs accepted (a bound on per-step batch rows, far beyond any real use).
+  static constexpr int64_t kMaxNumSeqs = int64_t{1} << 20;
 
   template <class Visitor>
   static void visit(SchedulerConfig& c, Visitor&& v) {
@@ -71,7 +82,8 @@ struct SchedulerConfig {
       "fcfs (arrival order) or priority (lower priority value first, then arrival)");
   }
 
-  /// Throws std::invalid_argument naming the flag for values out of range or an unknown policy.
+  /// Throws std::invalid_argument naming the flag for values out of range (non-positive, or
+  /// over kMaxTokens / kMaxNumSeqs) or an unknown policy.
   void validate() const;
 };
 

@@ -22,7 +22,9 @@ void GenerateConfig::validate() const {
     throw std::invalid_argument("give exactly one of --prompt TEXT, --prompt-ids 1,2,3 and "
                                 "--prompts-file FILE (an empty value counts as not given)");
   if (seed < -1) throw std::invalid_argument("--seed must be >= 0, or -1 for a random seed");
-  if (max_tokens < 0) throw std::invalid_argument("--max-tokens must be >= 0");
+  if (max_tokens < 0 || max_tokens > SchedulerConfig::kMaxTokens)
+    throw std::invalid_argument("--max-tokens must be in [0, " +
+                                std::to_string(SchedulerConfig::kMaxTokens) + "]");
   if (!std::isfinite(temperature) || temperature < 0)
     throw std::invalid_argument("--temperature must be a finite number >= 0");
   if (!(top_p > 0 && top_p <= 1)) throw std::invalid_argument("--top-p must be in (0, 1]");
@@ -35,13 +37,19 @@ void BenchLatencyConfig::validate() const {
   validate_quantization_flags(quantization, weight_strategy);
   if (input_len <= 0 || output_len <= 0 || num_iters <= 0)
     throw std::invalid_argument("--input-len, --output-len and --num-iters must be positive");
+  if (input_len > SchedulerConfig::kMaxTokens || output_len > SchedulerConfig::kMaxTokens -
+                                                                   input_len)
+    throw std::invalid_argument("--input-len + --output-len must be at most " +
+                                std::to_string(SchedulerConfig::kMaxTokens));
 }
 
 void PerplexityConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
   if (text.empty()) throw std::invalid_argument("--text is required");
   validate_quantization_flags(quantization, weight_strategy);
-  if (max_tokens < 2) throw std::invalid_argument("--max-tokens must be at least 2");
+  if (max_tokens < 2 || max_tokens > SchedulerConfig::kMaxTokens)
+    throw std::invalid_argument("--max-tokens must be in [2, " +
+                                std::to_string(SchedulerConfig::kMaxTokens) + "]");
   if (kv_cache_dtype.empty() &&
       (!kv_cache_dtype_skip_layers.empty() || !kv_scales_path.empty() || calculate_kv_scales))
     throw std::invalid_argument("--kv-cache-dtype-skip-layers, --kv-scales-path and "

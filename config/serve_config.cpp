@@ -1,6 +1,7 @@
 #include "config/serve_config.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -62,25 +63,46 @@ void ServeConfig::apply_config_file(const std::string& path) {
 }
 
 void ServeConfig::validate() const {
-  auto positive = [](double v, const char* key) {
-    if (v > 0 && std::isfinite(v)) return;
+  // Integers: positive and at most `max` (what the type or the arithmetic using it can hold).
+  auto in_range = [](int64_t v, int64_t min, int64_t max, const char* key, const char* why) {
+    if (v >= min && v <= max) return;
     std::ostringstream os;
-    os << flag(key) << " must be positive, got " << v;
+    if (min == 1 && v < 1) os << flag(key) << " must be positive, got " << v;
+    else os << flag(key) << " must be in [" << min << ", " << max << "]" << why << ", got " << v;
     throw std::invalid_argument(os.str());
   };
+  auto timeout = [](double v, bool zero_ok, const char* key) {
+    if ((zero_ok ? v >= 0 : v > 0) && v <= kMaxTimeoutSeconds) return;
+    std::ostringstream os;
+    if (!(v > 0) && !(zero_ok && v == 0))
+      os << flag(key) << " must be " << (zero_ok ? ">= 0" : "positive") << ", got " << v;
+    else
+      os << flag(key) << " must be at most " << kMaxTimeoutSeconds << " seconds (one week), got "
+         << v;
+    throw std::invalid_argument(os.str());
+  };
+  constexpr int64_t kTiB = int64_t{1} << 40;
   if (host.empty()) throw std::invalid_argument("--host must not be empty");
   if (port < 0 || port > 65535)
     throw std::invalid_argument("--port must be in [0, 65535], got " + std::to_string(port));
-  positive(static_cast<double>(max_body_bytes), "max_body_bytes");
-  positive(static_cast<double>(max_header_bytes), "max_header_bytes");
-  positive(idle_timeout, "idle_timeout");
-  positive(read_timeout, "read_timeout");
-  if (!(shutdown_timeout >= 0) || !std::isfinite(shutdown_timeout))
-    throw std::invalid_argument("--shutdown-timeout must be >= 0");
-  positive(static_cast<double>(max_num_waiting), "max_num_waiting");
-  if (http_threads < 1 || http_threads > 256)
-    throw std::invalid_argument("--http-threads must be in [1, 256], got " +
-                                std::to_string(http_threads));
+  in_range(max_body_bytes, 1, kTiB, "max_body_bytes", " (1 TiB)");
+  // The HTTP parser's header limit is a uint32.
+  in_range(max_header_bytes, 1, std::numeric_limits<uint32_t>::max(), "max_header_bytes",
+           " (the parser's 32-bit limit)");
+  timeout(idle_timeout, false, "idle_timeout");
+  timeout(read_timeout, false, "read_timeout");
+  timeout(shutdown_timeout, true, "shutdown_timeout");
+  in_range(max_num_waiting, 1, int64_t{1} << 30, "max_num_waiting", "");
+  in_range(http_threads, 1, 256, "http_threads", "");
+  in_range(num_prepare_threads, 1, 256, "num_prepare_threads", "");
+  in_range(max_queued_prepares, 1, int64_t{1} << 20, "max_queued_prepares", "");
+  in_range(max_connections, 1, int64_t{1} << 20, "max_connections", "");
+  in_range(max_total_body_bytes, 1, kTiB, "max_total_body_bytes", " (1 TiB)");
+  if (max_total_body_bytes < max_body_bytes)
+    throw std::invalid_argument("--max-total-body-bytes (" + std::to_string(max_total_body_bytes) +
+                                ") must be >= --max-body-bytes (" +
+                                std::to_string(max_body_bytes) +
+                                "): a largest body would always get 503");
   engine.validate();
 }
 

@@ -11,6 +11,9 @@
 namespace octet {
 
 struct ServeConfig {
+  /// Longest timeout accepted (one week): far from the overflow of a millisecond clock.
+  static constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600.0;
+
   std::string config;                // YAML file of the same snake_case keys ("" = none)
   std::string host = "0.0.0.0";
   int64_t port = 8000;
@@ -24,6 +27,10 @@ struct ServeConfig {
   double shutdown_timeout = 30.0;    // seconds in-flight requests get after SIGTERM/SIGINT
   int64_t max_num_waiting = 1024;    // engine requests waiting before new ones get 503
   int64_t http_threads = 2;          // I/O threads (they only parse, enqueue and stream)
+  int64_t num_prepare_threads = 2;   // threads that parse, render and tokenize request bodies
+  int64_t max_queued_prepares = 64;  // requests being prepared or queued before new ones get 503
+  int64_t max_connections = 512;     // open client connections before new ones get 503
+  int64_t max_total_body_bytes = 256 << 20;  // request-body bytes held across connections
   EngineArgs engine;
 
   template <class Visitor>
@@ -48,6 +55,16 @@ struct ServeConfig {
     v(c.max_num_waiting, "max_num_waiting",
       "waiting engine requests beyond which new requests get 503");
     v(c.http_threads, "http_threads", "HTTP I/O threads (they never run the model)");
+    v(c.num_prepare_threads, "num_prepare_threads",
+      "threads that parse request bodies, render chat templates and tokenize, off the I/O "
+      "threads");
+    v(c.max_queued_prepares, "max_queued_prepares",
+      "requests being prepared or waiting for a prepare thread beyond which new ones get 503");
+    v(c.max_connections, "max_connections",
+      "open client connections beyond which new ones get 503 and are closed");
+    v(c.max_total_body_bytes, "max_total_body_bytes",
+      "request-body bytes all connections together may hold (503 beyond); a body without "
+      "Content-Length counts as --max-body-bytes");
     EngineArgs::visit(c.engine, v);
   }
 
@@ -57,7 +74,8 @@ struct ServeConfig {
   void apply_config_file(const std::string& path);
 
   /// Throws std::invalid_argument naming the flag for values out of range (port outside
-  /// [0, 65535], non-positive limits or timeouts, ...) and for invalid engine options.
+  /// [0, 65535], non-positive limits or timeouts, timeouts over kMaxTimeoutSeconds, byte limits
+  /// the HTTP parser cannot hold, ...) and for invalid engine options.
   void validate() const;
 
   /// The model name the server answers to: served_model_name, else engine.model.

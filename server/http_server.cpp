@@ -1,10 +1,13 @@
 #include "server/http_server.h"
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <deque>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <boost/asio.hpp>
@@ -12,6 +15,7 @@
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
 
+#include "server/http_limits.h"
 #include "server/http_message.h"
 #include "server/routes.h"
 
@@ -24,8 +28,84 @@ using tcp = net::ip::tcp;
 
 namespace {
 
+/// Seconds -> milliseconds, saturating (options are validated to at most a week, but a
+/// conversion must never wrap into an immediate expiry).
 std::chrono::milliseconds ms(double seconds) {
-  return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
+  if (!(seconds > 0)) return std::chrono::milliseconds(0);
+  return std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 1e12) * 1000.0));
+}
+
+/// Pipelined bytes a connection may buffer while its response is produced; beyond it the
+/// session stops reading (TCP back-pressure) until the response is done.
+constexpr size_t kMaxPipelinedBytes = 8 << 10;
+/// A read buffer grown past this (a large head) is shrunk once the request is parsed.
+constexpr size_t kKeptBufferBytes = 64 << 10;
+
+/// What every connection shares: the context, the preparation pool and the server-wide limits.
+struct Shared {
+  ServerContext& ctx;
+  net::thread_pool& prepare_pool;
+  ByteBudget body_budget;
+  std::atomic<int64_t> connections{0};  // Sessions alive
+  std::atomic<int64_t> rejecting{0};    // connections being answered 503 and closed
+  std::atomic<int64_t> prepares{0};     // preparations queued or running
+};
+
+/// Request-body bytes taken from the server-wide budget; given back when destroyed.
+class BodyLease {
+ public:
+  BodyLease() = default;
+  BodyLease(ByteBudget* budget, int64_t bytes) : budget_(budget), bytes_(bytes) {}
+  BodyLease(BodyLease&& o) noexcept
+      : budget_(std::exchange(o.budget_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  BodyLease& operator=(BodyLease&& o) noexcept {
+    if (this != &o) {
+      reset();
+      budget_ = std::exchange(o.budget_, nullptr);
+      bytes_ = std::exchange(o.bytes_, 0);
+    }
+    return *this;
+  }
+  ~BodyLease() { reset(); }
+  void reset() {
+    if (budget_) budget_->release(bytes_);
+    budget_ = nullptr;
+    bytes_ = 0;
+  }
+
+ private:
+  ByteBudget* budget_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+/// The outcome of preparing a request off the I/O threads: a reply, or a started job.
+struct Prepared {
+  Reply reply;
+  std::unique_ptr<GenerationJob> job;
+};
+
+/// Runs one prepared route (on a preparation thread). Never throws: errors become replies.
+Prepared prepare_route(ServerContext& ctx, Route route, const std::string& body,
+                       const std::string& what) {
+  Prepared out;
+  try {
+    switch (route) {
+      case Route::kTokenize: out.reply = handle_tokenize(ctx, body); break;
+      case Route::kDetokenize: out.reply = handle_detokenize(ctx, body); break;
+      case Route::kChatCompletions:
+        out.job = start_generation(ctx, Endpoint::kChatCompletions, body);
+        break;
+      default: out.job = start_generation(ctx, Endpoint::kCompletions, body); break;
+    }
+  } catch (const ApiError& e) {
+    if (e.status() >= 500) spdlog::warn("{}: {} {}", what, e.status(), e.what());
+    out.reply = error_reply(e);
+  } catch (const std::exception& e) {
+    spdlog::error("{}: internal error: {}", what, e.what());
+    out.reply = Reply{500, "application/json",
+                      dump(error_json(500, std::string("internal error: ") + e.what()))};
+  }
+  return out;
 }
 
 /// A one-shot deadline on the session's strand: when it expires, `on_expire` runs; re-arming
@@ -51,15 +131,67 @@ class Deadline {
   uint64_t gen_ = 0;
 };
 
+/// A connection over --max-connections: answered 503 without reading its request, then closed
+/// after a short linger (so that the unread request does not turn the close into a reset that
+/// discards the answer).
+class Rejection : public std::enable_shared_from_this<Rejection> {
+ public:
+  Rejection(tcp::socket&& socket, Shared& shared)
+      : socket_(std::move(socket)), timer_(socket_.get_executor()), shared_(shared) {
+    shared_.rejecting.fetch_add(1);
+  }
+  ~Rejection() { shared_.rejecting.fetch_sub(1); }
+
+  void start(int64_t max_connections) {
+    response_ = serialize_response(
+        503, "application/json",
+        dump(error_json(503, "too many connections (--max-connections " +
+                                 std::to_string(max_connections) + "); retry later")),
+        false);
+    timer_.expires_after(std::chrono::seconds(1));
+    timer_.async_wait([self = shared_from_this()](beast::error_code) { self->close(); });
+    net::async_write(socket_, net::buffer(response_),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       if (ec) return self->close();
+                       beast::error_code ignored;
+                       self->socket_.shutdown(tcp::socket::shutdown_send, ignored);
+                       self->drain();
+                     });
+  }
+
+ private:
+  void drain() {
+    socket_.async_read_some(net::buffer(scratch_),
+                            [self = shared_from_this()](beast::error_code ec, size_t) {
+                              if (ec) return self->close();
+                              self->drain();
+                            });
+  }
+  void close() {
+    beast::error_code ignored;
+    timer_.cancel();
+    socket_.close(ignored);
+  }
+
+  tcp::socket socket_;
+  net::steady_timer timer_;
+  Shared& shared_;
+  std::string response_;
+  std::array<char, 4096> scratch_{};
+};
+
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket&& socket, ServerContext& ctx)
+  Session(tcp::socket&& socket, Shared& shared)
       : socket_(std::move(socket)),
         strand_(socket_.get_executor()),
         read_deadline_(strand_),
         write_deadline_(strand_),
-        ctx_(ctx),
-        notify_pending_(std::make_shared<std::atomic<bool>>(false)) {}
+        shared_(shared),
+        ctx_(shared.ctx),
+        notify_pending_(std::make_shared<std::atomic<bool>>(false)) {
+    shared_.connections.fetch_add(1);
+  }
 
   ~Session() {
     // A job still here means the client went away mid-response: abort its engine requests.
@@ -67,6 +199,7 @@ class Session : public std::enable_shared_from_this<Session> {
       job_->abort();
       job_.reset();
     }
+    shared_.connections.fetch_sub(1);
   }
 
   void start() {
@@ -78,7 +211,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void read_header() {
     if (closed_) return;
     parser_.emplace();
-    parser_->header_limit(static_cast<uint32_t>(ctx_.config.max_header_bytes));
+    parser_->header_limit(static_cast<uint32_t>(ctx_.config.max_header_bytes));  // validated
     parser_->body_limit(static_cast<uint64_t>(ctx_.config.max_body_bytes));
     read_deadline_.arm(ctx_.config.idle_timeout, [self = shared_from_this()] { self->close(); });
     http::async_read_header(
@@ -92,6 +225,22 @@ class Session : public std::enable_shared_from_this<Session> {
     read_deadline_.cancel();
     if (ec) return on_read_error(ec);
     const auto& req = parser_->get();
+    if (auto error = validate_request_head(req.base()))
+      return reply_and_close(error->status, error->message);
+    // The body is held in memory (Beast reserves a Content-Length at once): take its bytes
+    // from the server-wide budget before reading it; a chunked body may grow to the limit.
+    int64_t body_bytes = 0;
+    if (parser_->chunked()) body_bytes = ctx_.config.max_body_bytes;
+    else if (const auto n = parser_->content_length())
+      body_bytes = static_cast<int64_t>(
+          std::min<uint64_t>(*n, static_cast<uint64_t>(ctx_.config.max_body_bytes)));
+    if (body_bytes > 0) {
+      if (!shared_.body_budget.try_acquire(body_bytes))
+        return reply_and_close(503, "the server holds too many request bodies (" +
+                                        std::to_string(shared_.body_budget.capacity()) +
+                                        " bytes, --max-total-body-bytes); retry later");
+      body_lease_ = BodyLease(&shared_.body_budget, body_bytes);
+    }
     if (req[http::field::expect] == "100-continue") queue_write("HTTP/1.1 100 Continue\r\n\r\n");
     read_deadline_.arm(ctx_.config.read_timeout, [self = shared_from_this()] { self->close(); });
     http::async_read(
@@ -104,6 +253,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_read(beast::error_code ec) {
     read_deadline_.cancel();
     if (ec) return on_read_error(ec);
+    if (buffer_.capacity() > kKeptBufferBytes) buffer_.shrink_to_fit();
     handle(parser_->release());
   }
 
@@ -127,6 +277,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void reply_and_close(int status, const std::string& message) {
     keep_alive_ = false;
+    body_lease_.reset();
     const int s = status;
     queue_write(serialize_response(s, "application/json", dump(error_json(s, message)), false));
     response_done_ = true;
@@ -134,50 +285,86 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // ---- handling ------------------------------------------------------------------------
   void handle(http::request<http::string_body> req) {
-    keep_alive_ = req.keep_alive();
+    // HTTP/1.0: one request per connection (no chunked framing, no persistent connections).
+    http10_ = req.version() < 11;
+    keep_alive_ = req.keep_alive() && !http10_;
     const std::string target(req.target());
+    const std::string path = target.substr(0, target.find('?'));
     std::string method;
     const Route route = route_for(target, &method);
     Reply reply;
     try {
+      // Authentication first: without the key, unknown paths and methods answer 401 too.
+      if (!authorized(ctx_, route, std::string(req[http::field::authorization])))
+        throw ApiError(401, "Incorrect API key provided.", "", "invalid_api_key");
       if (route == Route::kNotFound) {
-        throw ApiError(404, "no such endpoint: " + std::string(req.method_string()) + " " +
-                                target.substr(0, target.find('?')),
+        throw ApiError(404, "no such endpoint: " + std::string(req.method_string()) + " " + path,
                        "", "not_found");
       }
       if (std::string(req.method_string()) != method)
         throw ApiError(405, "method " + std::string(req.method_string()) + " not allowed on " +
-                                target.substr(0, target.find('?')) + "; use " + method);
-      if (!authorized(ctx_, target, std::string(req[http::field::authorization])))
-        throw ApiError(401, "Incorrect API key provided.", "", "invalid_api_key");
+                                path + "; use " + method);
       switch (route) {
         case Route::kHealth: reply = handle_health(ctx_); break;
         case Route::kMetrics: reply = handle_metrics(ctx_); break;
         case Route::kVersion: reply = handle_version(); break;
         case Route::kModels: reply = handle_models(ctx_); break;
-        case Route::kTokenize: reply = handle_tokenize(ctx_, req.body()); break;
-        case Route::kDetokenize: reply = handle_detokenize(ctx_, req.body()); break;
+        case Route::kTokenize:
+        case Route::kDetokenize:
         case Route::kCompletions:
         case Route::kChatCompletions:
-          start_job(route == Route::kChatCompletions ? Endpoint::kChatCompletions
-                                                     : Endpoint::kCompletions,
-                    req.body());
+          prepare(route, std::string(req.method_string()) + " " + path, std::move(req.body()));
           return;
         case Route::kNotFound: break;
       }
     } catch (const ApiError& e) {
-      if (e.status() >= 500) spdlog::warn("{} {}: {} {}", req.method_string(), target, e.status(), e.what());
+      if (e.status() >= 500) spdlog::warn("{} {}: {} {}", req.method_string(), path, e.status(), e.what());
       reply = error_reply(e);
-    } catch (const std::exception& e) {
-      spdlog::error("{} {}: internal error: {}", req.method_string(), target, e.what());
-      reply = Reply{500, "application/json", dump(error_json(500, std::string("internal error: ") + e.what()))};
     }
+    body_lease_.reset();
     queue_write(serialize_response(reply.status, reply.content_type, reply.body, keep_alive_));
     response_done_ = true;
   }
 
-  void start_job(Endpoint endpoint, const std::string& body) {
-    job_ = start_generation(ctx_, endpoint, body);  // throws ApiError before any byte is sent
+  /// Parses, renders and tokenizes the body on a preparation thread; the result comes back
+  /// to this strand (on_prepared). Throws ApiError 503 when too many preparations are queued.
+  void prepare(Route route, std::string what, std::string body) {
+    if (shared_.prepares.fetch_add(1) >= ctx_.config.max_queued_prepares) {
+      shared_.prepares.fetch_sub(1);
+      throw ApiError(503, "too many requests being prepared (--max-queued-prepares " +
+                              std::to_string(ctx_.config.max_queued_prepares) + "); retry later");
+    }
+    preparing_ = true;
+    net::post(shared_.prepare_pool,
+              [self = shared_from_this(), route, what = std::move(what), body = std::move(body),
+               lease = std::move(body_lease_)]() mutable {
+                Prepared result = prepare_route(self->ctx_, route, body, what);
+                body = std::string();  // the body's memory is given back with its lease
+                lease.reset();
+                self->shared_.prepares.fetch_sub(1);
+                auto strand = self->strand_;
+                net::post(strand, [self = std::move(self), result = std::move(result)]() mutable {
+                  self->on_prepared(std::move(result));
+                });
+              });
+    watch();  // a client that goes away while its request is prepared is noticed
+  }
+
+  void on_prepared(Prepared result) {
+    preparing_ = false;
+    if (closed_) {
+      // The client went away while its request was prepared: its engine requests stop now.
+      if (result.job) result.job->abort();
+      return;
+    }
+    if (result.job) return start_job(std::move(result.job));
+    queue_write(serialize_response(result.reply.status, result.reply.content_type,
+                                   result.reply.body, keep_alive_));
+    response_done_ = true;
+  }
+
+  void start_job(std::unique_ptr<GenerationJob> job) {
+    job_ = std::move(job);
     // The engine thread calls this after each update: post one poll to our strand, no more
     // than one pending at a time. It holds only a weak reference: a session that is gone is
     // not kept alive (or destroyed) on the engine thread.
@@ -193,7 +380,11 @@ class Session : public std::enable_shared_from_this<Session> {
         if (auto self = weak.lock()) self->pump();
       });
     });
-    if (job_->stream()) queue_write(sse_head(keep_alive_));
+    if (job_->stream()) {
+      // HTTP/1.0 has no chunked coding: the stream's end is the connection's close.
+      if (http10_) keep_alive_ = false;
+      queue_write(sse_head(keep_alive_, /*chunked=*/!http10_));
+    }
     watch();
     pump();
   }
@@ -204,10 +395,11 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!job_ || response_done_ || closed_) return;
     const std::string data = job_->poll();
     if (job_->stream()) {
-      if (!data.empty()) queue_write(http_chunk(data));
+      if (!data.empty()) queue_write(http10_ ? data : http_chunk(data));
       if (job_->done()) {
-        queue_write(kLastChunk);
+        if (!http10_) queue_write(kLastChunk);
         response_done_ = true;
+        if (writes_.empty() && !writing_) end_response();
       }
     } else if (job_->done()) {
       queue_write(serialize_response(job_->status(), "application/json", data, keep_alive_));
@@ -243,10 +435,9 @@ class Session : public std::enable_shared_from_this<Session> {
       close();
       return;
     }
-    const auto limit = static_cast<size_t>(ctx_.config.max_header_bytes + ctx_.config.max_body_bytes);
-    if (job_ && buffer_.size() < limit) watch();
+    // Beyond a few KiB of pipelined bytes, stop reading until this response is done.
+    if ((job_ || preparing_) && buffer_.size() < kMaxPipelinedBytes) watch();
   }
-
   // ---- writing ---------------------------------------------------------------------------
   void queue_write(std::string data) {
     if (closed_ || data.empty()) return;
@@ -314,8 +505,10 @@ class Session : public std::enable_shared_from_this<Session> {
   tcp::socket socket_;
   net::any_io_executor strand_;  // the socket's executor: a strand of the io_context
   Deadline read_deadline_, write_deadline_;
+  Shared& shared_;
   ServerContext& ctx_;
   beast::flat_buffer buffer_;
+  BodyLease body_lease_;  // the current request body's bytes in shared_.body_budget
   std::optional<http::request_parser<http::string_body>> parser_;
   std::unique_ptr<GenerationJob> job_;
   std::shared_ptr<std::atomic<bool>> notify_pending_;
@@ -323,6 +516,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   bool response_done_ = false;  // the last bytes of the current response are queued
   bool keep_alive_ = true;
+  bool http10_ = false;    // the current request is HTTP/1.0
+  bool preparing_ = false;  // the current request is on a preparation thread
   bool watching_ = false;
   bool resume_after_watch_ = false;
   bool closed_ = false;
@@ -331,25 +526,53 @@ class Session : public std::enable_shared_from_this<Session> {
 }  // namespace
 
 struct HttpServer::Impl {
+  // Destruction runs bottom-up: the pool drops its pending preparations (sessions whose
+  // sockets belong to ioc) before ioc goes; every session counts itself out of `shared`,
+  // which goes last.
   ServerContext& ctx;
+  Shared shared;
   net::io_context ioc;
   tcp::acceptor acceptor{ioc};
+  net::steady_timer accept_timer{ioc};
+  AcceptBackoff backoff;
+  net::thread_pool prepare_pool;
   std::vector<std::thread> threads;
   bool stopped = false;
 
-  explicit Impl(ServerContext& c) : ctx(c) {}
+  explicit Impl(ServerContext& c)
+      : ctx(c),
+        shared{c, prepare_pool, ByteBudget(c.config.max_total_body_bytes)},
+        prepare_pool(static_cast<size_t>(c.config.num_prepare_threads)) {}
 
   void accept() {
     acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted) return;
-      if (!ec) {
-        beast::error_code ignored;
-        socket.set_option(tcp::no_delay(true), ignored);
-        std::make_shared<Session>(std::move(socket), ctx)->start();
-      } else {
-        spdlog::warn("accept failed: {}", ec.message());
-      }
+      if (ec) return on_accept_error(ec);
+      backoff.on_success();
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      const int64_t max_connections = shared.ctx.config.max_connections;
+      if (shared.connections.load() < max_connections) {
+        std::make_shared<Session>(std::move(socket), shared)->start();
+      } else if (shared.rejecting.load() < max_connections) {
+        std::make_shared<Rejection>(std::move(socket), shared)->start(max_connections);
+      }  // else: so many rejections in flight that this one is just closed
       accept();
+    });
+  }
+
+  /// accept() failed (out of file descriptors, say): retry after a growing delay, logging at
+  /// most one line per AcceptBackoff::kLogInterval, instead of spinning.
+  void on_accept_error(beast::error_code ec) {
+    const auto delay = backoff.on_failure();
+    if (backoff.should_log(AcceptBackoff::Clock::now())) {
+      const int64_t suppressed = backoff.take_suppressed();
+      spdlog::warn("accept failed: {}; retrying in {} ms ({} similar errors not logged)",
+                   ec.message(), delay.count(), suppressed);
+    }
+    accept_timer.expires_after(delay);
+    accept_timer.async_wait([this](beast::error_code e) {
+      if (!e) accept();
     });
   }
 };
@@ -389,6 +612,10 @@ void HttpServer::stop() {
   impl_->ioc.stop();
   for (auto& t : impl_->threads) t.join();
   impl_->threads.clear();
+  // Preparations still running finish (their results are posted to the stopped io_context
+  // and dropped); queued ones are dropped.
+  impl_->prepare_pool.stop();
+  impl_->prepare_pool.join();
 }
 
 }  // namespace octet::server

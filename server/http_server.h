@@ -10,10 +10,25 @@
 // one read pending on the socket: end-of-file or a reset means the client went away, and its
 // engine requests are aborted at once (streaming or not), which frees their KV blocks.
 //
+// Preparation: parsing a body, rendering the chat template, tokenizing and detokenizing run
+// on a pool of num_prepare_threads threads, never on an I/O thread (/health, /metrics and
+// streams keep flowing while a 15 MB body is tokenized); the reply or the started
+// GenerationJob is posted back to the session's strand. At most max_queued_prepares wait or
+// run (503 beyond); a client that leaves meanwhile has its job aborted on arrival.
+//
+// Protocol: request heads are checked by validate_request_head (http_message.h) before the
+// body is read; authentication (routes.h authorized) comes before routing; HTTP/1.0 clients
+// get one response per connection and close-delimited streams.
+//
 // Limits: request headers over max_header_bytes get 431, bodies over max_body_bytes 413 (both
 // close the connection); a keep-alive connection idle for idle_timeout seconds is closed; a
 // request body or a response write that takes longer than read_timeout seconds closes the
-// connection (slow clients cannot pin connections).
+// connection (slow clients cannot pin connections). At most max_connections sessions live
+// (beyond, a connection is answered 503 and closed); request bodies take their Content-Length
+// (a chunked body: max_body_bytes) from a server-wide max_total_body_bytes budget (503 beyond)
+// until prepared; while a response is produced at most a few KiB of pipelined bytes are
+// buffered (then reading pauses). A failing accept() (out of descriptors) is retried after a
+// back-off of 10 ms doubling to 1 s, logged at most every 5 s.
 #include <cstdint>
 #include <memory>
 

@@ -1,5 +1,7 @@
 #include "server/routes.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "server/chat_render.h"
@@ -59,10 +61,21 @@ Route route_for(const std::string& path, std::string* method) {
   return Route::kNotFound;
 }
 
-bool authorized(const ServerContext& ctx, const std::string& path,
-                const std::string& authorization) {
-  if (ctx.config.api_key.empty() || path.rfind("/v1/", 0) != 0) return true;
-  return authorization == "Bearer " + ctx.config.api_key;
+bool constant_time_equals(const std::string& a, const std::string& b) {
+  const size_t n = std::max(a.size(), b.size());
+  volatile unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff = diff | static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+bool authorized(const ServerContext& ctx, Route route, const std::string& authorization) {
+  if (ctx.config.api_key.empty() || route == Route::kHealth || route == Route::kMetrics)
+    return true;
+  return constant_time_equals(authorization, "Bearer " + ctx.config.api_key);
 }
 
 Reply handle_health(const ServerContext& ctx) {

@@ -29,10 +29,15 @@ enum class Route {
 /// Route for a path; `allowed_method` is set to "GET" or "POST" for known paths.
 Route route_for(const std::string& path, std::string* allowed_method);
 
-/// True when `authorization` (the Authorization header, "" if absent) grants access to `path`:
-/// always outside /v1/, else when no key is configured or it equals "Bearer <api_key>".
-bool authorized(const ServerContext& ctx, const std::string& path,
-                const std::string& authorization);
+/// True when the two strings are equal, in time that depends only on their lengths (for
+/// secrets: no early exit at the first differing byte).
+bool constant_time_equals(const std::string& a, const std::string& b);
+
+/// True when `authorization` (the Authorization header, "" if absent) grants access to
+/// `route`: always when no --api-key is configured and for /health and /metrics (probes and
+/// scrapers), else when it equals "Bearer <api_key>" (compared in constant time). Checked
+/// before routing errors, so unknown paths and wrong methods also need the key.
+bool authorized(const ServerContext& ctx, Route route, const std::string& authorization);
 
 /// GET /health: 200 "" once loaded and the engine is alive; 503 while loading, when shutting
 /// down and after the engine died.

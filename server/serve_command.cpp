@@ -28,12 +28,21 @@ namespace octet {
 
 namespace {
 
+/// The whole text of a regular, readable, non-empty file. Throws std::invalid_argument naming
+/// `flag` for a directory, a missing or unreadable file, or an empty one.
 std::string read_text_file(const std::string& path, const char* flag) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw std::invalid_argument(std::string(flag) + ": '" + path + "' is a directory, not a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument(std::string(flag) + ": cannot read '" + path + "'");
   std::ostringstream os;
   os << in.rdbuf();
-  return os.str();
+  if (in.bad()) throw std::invalid_argument(std::string(flag) + ": cannot read '" + path + "'");
+  std::string text = os.str();
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw std::invalid_argument(std::string(flag) + ": '" + path + "' is empty");
+  return text;
 }
 
 /// Waits for SIGINT/SIGTERM on its own thread (both are blocked in every other thread).
@@ -142,6 +151,7 @@ void serve(ServeConfig& cfg) {
   }
   // Drain: the engine finishes what it has; the HTTP side finishes writing those responses.
   engine->stop_accepting();
+  // shutdown_timeout is validated to at most a week, so the milliseconds cannot overflow.
   const auto deadline = std::chrono::steady_clock::now() +
                         std::chrono::milliseconds(static_cast<int64_t>(cfg.shutdown_timeout * 1000));
   const bool idle = engine->wait_idle(std::chrono::duration_cast<std::chrono::milliseconds>(

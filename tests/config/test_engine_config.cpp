@@ -2,6 +2,7 @@
 // rejected value names its flag; accepted edge values pass.
 #include <catch2/catch.hpp>
 
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -129,4 +130,29 @@ TEST_CASE("perplexity: KV options need --kv-cache-dtype and exclude --compare",
   CHECK_NOTHROW(c.validate());
   c.compare = true;
   CHECK_THROWS_WITH(c.validate(), Contains("--compare"));
+}
+
+TEST_CASE("engine options are capped where int32 ids and positions end", "[engine_config]") {
+  using Catch::Matchers::Contains;
+  CacheConfig k;
+  k.num_kv_blocks = CacheConfig::kMaxNumKVBlocks;
+  CHECK_NOTHROW(k.validate());
+  k.num_kv_blocks = CacheConfig::kMaxNumKVBlocks + 1;
+  CHECK_THROWS_WITH(k.validate(), Contains("--num-kv-blocks"));
+  CacheConfig m;
+  m.kv_cache_memory_bytes = CacheConfig::kMaxMemoryBytes;
+  CHECK_NOTHROW(m.validate());
+  m.kv_cache_memory_bytes = std::numeric_limits<int64_t>::max();
+  CHECK_THROWS_WITH(m.validate(), Contains("--kv-cache-memory-bytes"));
+  SchedulerConfig s;
+  s.max_model_len = int64_t{1} << 31;  // one past INT32_MAX
+  CHECK_THROWS_WITH(s.validate(), Contains("--max-model-len"));
+  s.max_model_len = SchedulerConfig::kMaxTokens;
+  s.max_num_batched_tokens = SchedulerConfig::kMaxTokens;
+  CHECK_NOTHROW(s.validate());
+  s.max_num_batched_tokens = std::numeric_limits<int64_t>::max();
+  CHECK_THROWS_WITH(s.validate(), Contains("--max-num-batched-tokens"));
+  SchedulerConfig q;
+  q.max_num_seqs = std::numeric_limits<int64_t>::max();
+  CHECK_THROWS_WITH(q.validate(), Contains("--max-num-seqs"));
 }

@@ -150,3 +150,89 @@ TEST_CASE("serve validation names the flag", "[server][config]") {
   c.engine.model.clear();
   CHECK(error(c) == "--model is required");
 }
+
+TEST_CASE("serve options are validated into what their type and arithmetic hold",
+          "[server][config]") {
+  auto error = [](const std::vector<std::string>& args) {
+    try {
+      ServeConfig c = parse(args);
+      c.validate();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  using Catch::Matchers::Contains;
+  const std::vector<std::string> m = {"--model", "m"};
+  auto with = [&](std::vector<std::string> a) {
+    a.insert(a.begin(), m.begin(), m.end());
+    return a;
+  };
+  // The examples: a uint32 truncation and seconds -> milliseconds overflows.
+  CHECK_THAT(error(with({"--max-header-bytes", "4294967296"})),
+             Contains("--max-header-bytes must be in [1, 4294967295]") && Contains("4294967296"));
+  CHECK(error(with({"--max-header-bytes", "4294967295", "--max-body-bytes", "1024"})) ==
+        "(no error)");
+  CHECK_THAT(error(with({"--idle-timeout", "1e16"})), Contains("--idle-timeout must be at most"));
+  CHECK_THAT(error(with({"--read-timeout", "1e300"})), Contains("--read-timeout must be at most"));
+  CHECK_THAT(error(with({"--shutdown-timeout", "1e300"})),
+             Contains("--shutdown-timeout must be at most"));
+  CHECK_THAT(error(with({"--shutdown-timeout", "inf"})), Contains("--shutdown-timeout"));
+  CHECK_THAT(error(with({"--idle-timeout", "nan"})), Contains("--idle-timeout must be positive"));
+  CHECK(error(with({"--idle-timeout", "604800", "--shutdown-timeout", "0"})) == "(no error)");
+  CHECK_THAT(error(with({"--max-body-bytes", "2000000000000"})), Contains("--max-body-bytes"));
+  CHECK_THAT(error(with({"--max-connections", "0"})), Contains("--max-connections"));
+  CHECK_THAT(error(with({"--max-connections", "9223372036854775807"})),
+             Contains("--max-connections"));
+  CHECK_THAT(error(with({"--num-prepare-threads", "0"})), Contains("--num-prepare-threads"));
+  CHECK_THAT(error(with({"--num-prepare-threads", "100000"})), Contains("--num-prepare-threads"));
+  CHECK_THAT(error(with({"--max-queued-prepares", "-1"})), Contains("--max-queued-prepares"));
+  CHECK_THAT(error(with({"--max-total-body-bytes", "0"})), Contains("--max-total-body-bytes"));
+  CHECK_THAT(error(with({"--max-total-body-bytes", "1000", "--max-body-bytes", "2000"})),
+             Contains("--max-total-body-bytes") && Contains("--max-body-bytes"));
+  CHECK_THAT(error(with({"--max-num-waiting", "9223372036854775807"})),
+             Contains("--max-num-waiting"));
+  CHECK_THAT(error(with({"--port", "-1"})), Contains("--port"));
+  // Engine options, through the serve flags.
+  CHECK_THAT(error(with({"--max-num-seqs", "9223372036854775807"})), Contains("--max-num-seqs"));
+  CHECK_THAT(error(with({"--max-model-len", "4294967296"})), Contains("--max-model-len"));
+  CHECK_THAT(error(with({"--max-num-batched-tokens", "4294967296"})),
+             Contains("--max-num-batched-tokens"));
+  CHECK_THAT(error(with({"--num-kv-blocks", "4294967296"})), Contains("--num-kv-blocks"));
+  CHECK_THAT(error(with({"--kv-cache-memory-bytes", "9223372036854775807"})),
+             Contains("--kv-cache-memory-bytes"));
+  CHECK_THAT(error(with({"--block-size", "4294967296"})), Contains("--block-size"));
+}
+
+TEST_CASE("the YAML config path is validated the same way", "[server][config]") {
+  auto error = [](const std::string& path) {
+    try {
+      ServeConfig c = parse({"--config", path});
+      c.validate();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  using Catch::Matchers::Contains;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"max_header_bytes: 4294967296\n", "--max-header-bytes"},
+      {"idle_timeout: 1e16\n", "--idle-timeout"},
+      {"read_timeout: 1e300\n", "--read-timeout"},
+      {"shutdown_timeout: 1e300\n", "--shutdown-timeout"},
+      {"max_connections: 0\n", "--max-connections"},
+      {"max_num_seqs: 9223372036854775807\n", "--max-num-seqs"},
+      {"num_kv_blocks: 4294967296\n", "--num-kv-blocks"}};
+  for (const auto& [yaml, flag] : cases) {
+    const std::string path = write_yaml("model: m\n" + yaml);
+    INFO(yaml);
+    CHECK_THAT(error(path), Contains(flag));
+    std::remove(path.c_str());
+  }
+  const std::string ok = write_yaml("model: m\nmax_connections: 8\nnum_prepare_threads: 3\n");
+  CHECK(error(ok) == "(no error)");
+  const ServeConfig c = parse({"--config", ok});
+  CHECK(c.max_connections == 8);
+  CHECK(c.num_prepare_threads == 3);
+  std::remove(ok.c_str());
+}

@@ -1,0 +1,504 @@
+// The HTTP edge of `octet serve`, for real over loopback: the binary runs on stories260K on a
+// free port and the tests speak raw bytes over POSIX sockets (framing, RFC 9112 head checks,
+// authentication order, connection and body limits, accept back-off, request preparation off
+// the I/O threads, option ranges). The pure pieces (validate_request_head, AcceptBackoff,
+// ByteBudget, constant_time_equals) are tested directly.
+#include <catch2/catch.hpp>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/beast/http.hpp>
+
+#include "server/http_limits.h"
+#include "server/http_message.h"
+#include "server/routes.h"
+
+using namespace std::chrono_literals;
+namespace http = boost::beast::http;
+
+namespace {
+
+const std::string kStories = std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf";
+
+/// The binary under test: OCTET_BINARY, or $OCTET_TEST_BINARY (to run these tests against
+/// another build, e.g. an older one).
+std::string octet_binary() {
+  const char* env = std::getenv("OCTET_TEST_BINARY");
+  return env && *env ? env : OCTET_BINARY;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+/// `octet serve` on stories260K in a child process; its log goes to a file.
+class ServeProcess {
+ public:
+  explicit ServeProcess(const std::vector<std::string>& extra, rlim_t nofile = 0) {
+    static int counter = 0;
+    log_ = "/tmp/octet_http_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++) +
+           ".log";
+    std::vector<std::string> args = {octet_binary(), "serve", "--model", kStories, "--host",
+                                     "127.0.0.1", "--port", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    REQUIRE(pid_ >= 0);
+    if (pid_ == 0) {
+      const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+      if (nofile) {
+        rlimit r{nofile, nofile};
+        setrlimit(RLIMIT_NOFILE, &r);
+      }
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
+    while (std::chrono::steady_clock::now() < deadline) {
+      const std::string text = slurp(log_);
+      std::smatch m;
+      if (port_ == 0 && std::regex_search(text, m, listening)) port_ = std::stoi(m[1]);
+      if (port_ && text.find("ready, serving") != std::string::npos) return;
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        FAIL("octet serve exited at start-up:\n" << text);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    FAIL("octet serve did not get ready:\n" << slurp(log_));
+  }
+  ~ServeProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    std::remove(log_.c_str());
+  }
+  int port() const { return port_; }
+  std::string log() const { return slurp(log_); }
+  pid_t pid() const { return pid_; }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+/// A connected loopback socket with a receive timeout.
+int connect_to(int port, double timeout_s = 10) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  timeval tv{static_cast<time_t>(timeout_s),
+             static_cast<suseconds_t>((timeout_s - static_cast<time_t>(timeout_s)) * 1e6)};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+void send_all(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    const ssize_t n = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    REQUIRE(n > 0);
+    off += static_cast<size_t>(n);
+  }
+}
+
+struct Received {
+  std::string bytes;
+  bool closed = false;  // the server closed the connection (EOF or reset), not a timeout
+};
+
+/// Reads until the server closes the connection or the receive timeout passes.
+Received read_all(int fd) {
+  Received r;
+  std::array<char, 65536> buf{};
+  for (;;) {
+    const ssize_t n = recv(fd, buf.data(), buf.size(), 0);
+    if (n > 0) {
+      r.bytes.append(buf.data(), static_cast<size_t>(n));
+      continue;
+    }
+    r.closed = n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK);
+    return r;
+  }
+}
+
+/// Sends one raw request on a fresh connection and reads until close or timeout.
+Received roundtrip(int port, const std::string& request, double timeout_s = 10) {
+  const int fd = connect_to(port, timeout_s);
+  send_all(fd, request);
+  Received r = read_all(fd);
+  close(fd);
+  return r;
+}
+
+std::string post(const std::string& path, const std::string& body,
+                 const std::string& extra_headers = "") {
+  return "POST " + path + " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n" + extra_headers +
+         "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+         "\r\n\r\n" + body;
+}
+
+std::string get(const std::string& path, const std::string& extra_headers = "") {
+  return "GET " + path + " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n" + extra_headers + "\r\n";
+}
+
+int status_of(const std::string& response) {
+  if (response.rfind("HTTP/1.1 ", 0) != 0 || response.size() < 12) return -1;
+  return std::stoi(response.substr(9, 3));
+}
+
+int count_of(const std::string& haystack, const std::string& needle) {
+  int n = 0;
+  for (size_t at = haystack.find(needle); at != std::string::npos;
+       at = haystack.find(needle, at + 1))
+    ++n;
+  return n;
+}
+
+struct RunResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+RunResult run_octet(const std::string& args) {
+  // Bounded: a binary that wrongly accepts the options would serve forever.
+  const std::string cmd = "timeout 30 " + octet_binary() + " " + args + " 2>&1";
+  RunResult r;
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+http::request_header<> head(const std::string& raw) {
+  http::request_parser<http::empty_body> p;
+  p.eager(false);
+  boost::beast::error_code ec;
+  p.put(boost::asio::buffer(raw), ec);
+  INFO(raw << " -> " << ec.message());
+  REQUIRE((!ec || ec == http::error::need_more));
+  return p.get().base();
+}
+
+}  // namespace
+
+// ---- pure pieces ----------------------------------------------------------------------------
+
+TEST_CASE("validate_request_head applies RFC 9112 6.1, 6.3 and 3.2", "[http]") {
+  using octet::server::validate_request_head;
+  const std::string ok = "POST / HTTP/1.1\r\nHost: a\r\n";
+  CHECK_FALSE(validate_request_head(head(ok + "Content-Length: 3\r\n\r\n")));
+  CHECK_FALSE(validate_request_head(head(ok + "Transfer-Encoding: chunked\r\n\r\n")));
+  CHECK_FALSE(validate_request_head(head(ok + "Transfer-Encoding: Chunked\r\n\r\n")));
+  CHECK_FALSE(validate_request_head(head("GET / HTTP/1.0\r\n\r\n")));
+  for (const char* te : {"chunked, identity", "identity", "gzip, chunked", "chunked, chunked",
+                         "chunked,chunked", ",", "chunked;x=1"}) {
+    INFO(te);
+    http::request_header<> h;  // built, not parsed: Beast's parser refuses some of these itself
+    h.version(11);
+    h.set(http::field::host, "a");
+    h.set(http::field::transfer_encoding, te);
+    const auto e = validate_request_head(h);
+    REQUIRE(e);
+    CHECK(e->status == 400);
+  }
+  // Two field lines add up to "chunked, chunked" (Beast's parser refuses these already; the
+  // check does not rely on it).
+  http::request_header<> twice;
+  twice.version(11);
+  twice.set(http::field::host, "a");
+  twice.insert(http::field::transfer_encoding, "chunked");
+  twice.insert(http::field::transfer_encoding, "chunked");
+  CHECK(validate_request_head(twice));
+  http::request_header<> te_and_cl;
+  te_and_cl.version(11);
+  te_and_cl.set(http::field::host, "a");
+  te_and_cl.set(http::field::transfer_encoding, "chunked");
+  te_and_cl.set(http::field::content_length, "5");
+  const auto both = validate_request_head(te_and_cl);
+  REQUIRE(both);
+  CHECK(both->message.find("Content-Length") != std::string::npos);
+  const auto no_host = validate_request_head(head("GET / HTTP/1.1\r\n\r\n"));
+  REQUIRE(no_host);
+  CHECK(no_host->status == 400);
+  CHECK(validate_request_head(head("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")));
+  CHECK(validate_request_head(head("GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n")));
+}
+
+TEST_CASE("AcceptBackoff doubles from 10 ms to 1 s and resets; logs are rate-limited", "[http]") {
+  octet::server::AcceptBackoff b;
+  std::vector<int64_t> delays;
+  for (int i = 0; i < 10; ++i) delays.push_back(b.on_failure().count());
+  CHECK(delays == std::vector<int64_t>{10, 20, 40, 80, 160, 320, 640, 1000, 1000, 1000});
+  b.on_success();
+  CHECK(b.on_failure().count() == 10);
+  const auto t0 = octet::server::AcceptBackoff::Clock::now();
+  CHECK(b.should_log(t0));
+  CHECK_FALSE(b.should_log(t0 + 1s));
+  CHECK_FALSE(b.should_log(t0 + 4s));
+  CHECK(b.take_suppressed() == 2);
+  CHECK(b.should_log(t0 + 5s));
+  CHECK(b.take_suppressed() == 0);
+}
+
+TEST_CASE("ByteBudget takes all or nothing", "[http]") {
+  octet::server::ByteBudget b(100);
+  CHECK(b.try_acquire(60));
+  CHECK_FALSE(b.try_acquire(41));
+  CHECK(b.used() == 60);
+  CHECK(b.try_acquire(40));
+  CHECK_FALSE(b.try_acquire(1));
+  b.release(60);
+  CHECK(b.try_acquire(60));
+  CHECK(b.used() == 100);
+}
+
+TEST_CASE("constant_time_equals", "[http]") {
+  using octet::server::constant_time_equals;
+  CHECK(constant_time_equals("Bearer k", "Bearer k"));
+  CHECK(constant_time_equals("", ""));
+  CHECK_FALSE(constant_time_equals("Bearer k", "Bearer x"));
+  CHECK_FALSE(constant_time_equals("Bearer k", "Bearer k2"));
+  CHECK_FALSE(constant_time_equals("Bearer k2", "Bearer k"));
+  CHECK_FALSE(constant_time_equals("", "x"));
+  CHECK_FALSE(constant_time_equals(std::string("a\0b", 3), std::string("a\0c", 3)));
+}
+
+// ---- over loopback ---------------------------------------------------------------------------
+
+TEST_CASE("HTTP/1.0 streams are close-delimited, never chunked", "[http][serve]") {
+  ServeProcess server({});
+  const std::string body = R"({"prompt":"Once","max_tokens":5,"stream":true})";
+  const Received r = roundtrip(server.port(), "POST /v1/completions HTTP/1.0\r\nContent-Length: " +
+                                                 std::to_string(body.size()) + "\r\n\r\n" + body);
+  INFO(r.bytes);
+  CHECK(r.closed);
+  CHECK(status_of(r.bytes) == 200);
+  const std::string lower = [&] {
+    std::string s = r.bytes.substr(0, r.bytes.find("\r\n\r\n"));
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  }();
+  CHECK(lower.find("transfer-encoding") == std::string::npos);
+  CHECK(lower.find("connection: close") != std::string::npos);
+  const std::string payload = r.bytes.substr(r.bytes.find("\r\n\r\n") + 4);
+  // The body is the SSE events themselves: it starts with "data: " (no chunk-size line) and
+  // ends with the [DONE] event (no last chunk).
+  CHECK(payload.rfind("data: ", 0) == 0);
+  CHECK(payload.size() >= 14);
+  CHECK(payload.substr(payload.size() - 14) == "data: [DONE]\n\n");
+  // HTTP/1.1 still gets chunked framing.
+  const Received c = roundtrip(server.port(), post("/v1/completions", body));
+  CHECK(c.bytes.find("Transfer-Encoding: chunked") != std::string::npos);
+  CHECK(c.bytes.size() >= 5);
+  CHECK(c.bytes.substr(c.bytes.size() - 5) == "0\r\n\r\n");
+}
+
+TEST_CASE("bad Transfer-Encoding and Host get 400 and close", "[http][serve]") {
+  ServeProcess server({});
+  // "chunked, identity" followed by a pipelined request: one 400, then the connection closes
+  // (the pipelined bytes are never taken as a request).
+  const std::string body = R"({"tokens":[1]})";
+  std::ostringstream chunked;
+  chunked << std::hex << body.size() << "\r\n" << body << "\r\n0\r\n\r\n";
+  const std::string smuggled = "GET /version HTTP/1.1\r\nHost: t\r\n\r\n";
+  const Received te = roundtrip(server.port(),
+                               "POST /detokenize HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked, "
+                               "identity\r\n\r\n" + chunked.str() + smuggled);
+  INFO(te.bytes);
+  CHECK(status_of(te.bytes) == 400);
+  CHECK(count_of(te.bytes, "HTTP/1.1 ") == 1);
+  CHECK(te.closed);
+  const Received both = roundtrip(server.port(),
+                                 "POST /detokenize HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: "
+                                 "chunked\r\nContent-Length: 30\r\n\r\n" + chunked.str());
+  CHECK(status_of(both.bytes) == 400);
+  CHECK(both.closed);
+  const Received no_host = roundtrip(server.port(), "GET /health HTTP/1.1\r\n\r\n");
+  CHECK(status_of(no_host.bytes) == 400);
+  CHECK(no_host.closed);
+  const Received two_hosts = roundtrip(server.port(), "GET /health HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+  CHECK(status_of(two_hosts.bytes) == 400);
+  // The server still serves.
+  CHECK(status_of(roundtrip(server.port(), get("/health")).bytes) == 200);
+}
+
+TEST_CASE("--api-key: 401 before 404/405, /tokenize behind it, /health and /metrics open",
+          "[http][serve]") {
+  ServeProcess server({"--api-key", "sekret"});
+  const int p = server.port();
+  const std::string key = "Authorization: Bearer sekret\r\n";
+  CHECK(status_of(roundtrip(p, get("/no/such/path")).bytes) == 401);
+  CHECK(status_of(roundtrip(p, "DELETE /v1/models HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").bytes) == 401);
+  CHECK(status_of(roundtrip(p, get("/v1/completions")).bytes) == 401);
+  CHECK(status_of(roundtrip(p, post("/tokenize", R"({"prompt":"Once"})")).bytes) == 401);
+  CHECK(status_of(roundtrip(p, post("/detokenize", R"({"tokens":[1]})")).bytes) == 401);
+  CHECK(status_of(roundtrip(p, post("/tokenize", R"({"prompt":"Once"})", "Authorization: Bearer sekreT\r\n")).bytes) == 401);
+  CHECK(status_of(roundtrip(p, get("/version")).bytes) == 401);
+  // With the key: the routing answers as usual.
+  CHECK(status_of(roundtrip(p, get("/no/such/path", key)).bytes) == 404);
+  CHECK(status_of(roundtrip(p, get("/v1/completions", key)).bytes) == 405);
+  CHECK(status_of(roundtrip(p, post("/tokenize", R"({"prompt":"Once"})", key)).bytes) == 200);
+  CHECK(status_of(roundtrip(p, post("/detokenize", R"({"tokens":[1]})", key)).bytes) == 200);
+  // Probes and scrapers need no key.
+  CHECK(status_of(roundtrip(p, get("/health")).bytes) == 200);
+  CHECK(status_of(roundtrip(p, get("/metrics")).bytes) == 200);
+}
+
+TEST_CASE("--max-connections answers 503 beyond the limit", "[http][serve]") {
+  ServeProcess server({"--max-connections", "2"});
+  const int a = connect_to(server.port()), b = connect_to(server.port());
+  std::this_thread::sleep_for(300ms);  // both accepted and counted
+  const Received third = roundtrip(server.port(), get("/health"), 5);
+  INFO(third.bytes);
+  CHECK(status_of(third.bytes) == 503);
+  CHECK(third.bytes.find("\"error\"") != std::string::npos);
+  CHECK(third.bytes.find("--max-connections") != std::string::npos);
+  CHECK(third.closed);
+  close(a);
+  close(b);
+  std::this_thread::sleep_for(300ms);  // the two sessions end
+  CHECK(status_of(roundtrip(server.port(), get("/health")).bytes) == 200);
+}
+
+TEST_CASE("--max-total-body-bytes bounds the bodies held across connections", "[http][serve]") {
+  ServeProcess server({"--max-body-bytes", "1000", "--max-total-body-bytes", "1500"});
+  // A holds 1000 bytes of budget while its body is incomplete; B's 1000 do not fit.
+  const int a = connect_to(server.port());
+  send_all(a, "POST /tokenize HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n{\"prompt\":");
+  std::this_thread::sleep_for(300ms);
+  const Received b = roundtrip(server.port(),
+                              "POST /tokenize HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n", 5);
+  INFO(b.bytes);
+  CHECK(status_of(b.bytes) == 503);
+  CHECK(b.bytes.find("--max-total-body-bytes") != std::string::npos);
+  CHECK(b.closed);
+  close(a);
+  std::this_thread::sleep_for(300ms);  // A's budget is given back
+  CHECK(status_of(roundtrip(server.port(), post("/tokenize", R"({"prompt":"Once"})")).bytes) == 200);
+}
+
+TEST_CASE("/health answers at once while large tokenize requests are prepared", "[http][serve]") {
+  ServeProcess server({});  // defaults: 2 I/O threads, 16 MiB bodies, 256 MiB in all
+  std::string text;
+  for (int i = 0; i < 300000; ++i) text += "Once upon a time there was a cat. ";
+  const std::string body = "{\"prompt\":\"" + text + "\"}";  // ~10 MB: ~3 s to tokenize
+  // As many big requests as the server has I/O threads, each from its own client thread.
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  std::vector<std::thread> clients;
+  std::vector<double> done_s(2, 0.0);
+  std::vector<int> statuses(2, 0);
+  for (size_t i = 0; i < 2; ++i)
+    clients.emplace_back([&, i] {
+      const int fd = connect_to(server.port(), 120);
+      send_all(fd, post("/tokenize", body));
+      const Received r = read_all(fd);
+      close(fd);
+      statuses[i] = status_of(r.bytes);
+      done_s[i] = std::chrono::duration<double>(Clock::now() - t0).count();
+    });
+  std::this_thread::sleep_for(1s);  // the bodies are in; tokenizing runs
+  const Received health = roundtrip(server.port(), get("/health"), 30);
+  const double health_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  for (auto& t : clients) t.join();
+  CHECK(status_of(health.bytes) == 200);
+  CHECK(statuses == std::vector<int>{200, 200});
+  INFO("health answered at " << health_s << " s; the tokenize requests at " << done_s[0]
+                             << " s and " << done_s[1] << " s");
+  // The point of the test holds only if tokenizing was still going when /health was asked.
+  REQUIRE(std::min(done_s[0], done_s[1]) > 1.5);
+  CHECK(health_s < 1.3);
+}
+
+TEST_CASE("accept errors back off instead of spinning the log", "[http][serve]") {
+  // 64 descriptors: start-up fits, 100 connections do not; accept() then fails with EMFILE.
+  ServeProcess server({}, 64);
+  const size_t log_before = server.log().size();
+  std::vector<int> fds;
+  for (int i = 0; i < 100; ++i) fds.push_back(connect_to(server.port()));
+  std::this_thread::sleep_for(2s);
+  const std::string log = server.log();
+  INFO(log.substr(log_before, 2000));
+  CHECK(log.find("accept failed") != std::string::npos);
+  // Without back-off the loop writes megabytes in these 2 s; with it, a few lines.
+  CHECK(log.size() - log_before < 20000);
+  for (int fd : fds) close(fd);
+  std::this_thread::sleep_for(1500ms);  // the back-off (at most 1 s) ends, accepts resume
+  CHECK(status_of(roundtrip(server.port(), get("/health")).bytes) == 200);
+}
+
+TEST_CASE("options that would overflow are start-up errors naming the flag", "[http][serve]") {
+  const std::string base = "serve --model " + kStories + " --host 127.0.0.1 --port 0 ";
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--max-header-bytes", "4294967296"},
+           {"--idle-timeout", "1e16"},
+           {"--read-timeout", "1e300"},
+           {"--shutdown-timeout", "1e300"},
+           {"--max-connections", "0"},
+           {"--num-prepare-threads", "0"},
+           {"--max-num-seqs", "9223372036854775807"},
+           {"--max-model-len", "4294967296"}}) {
+    const RunResult r = run_octet(base + flag + " " + value);
+    INFO(flag << " " << value << ": " << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find(flag) != std::string::npos);
+  }
+}
+
+TEST_CASE("--chat-template must be a readable, non-empty file", "[http][serve]") {
+  const std::string base = "serve --model " + kStories + " --host 127.0.0.1 --port 0 ";
+  const std::string dir = "/tmp/octet_http_test_dir_" + std::to_string(getpid());
+  mkdir(dir.c_str(), 0755);
+  const std::string empty = dir + "/empty.jinja";
+  std::ofstream(empty) << "";
+  for (const std::string& path : {dir, empty, dir + "/missing.jinja"}) {
+    const RunResult r = run_octet(base + "--chat-template " + path);
+    INFO(path << ": " << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("--chat-template") != std::string::npos);
+    CHECK(r.output.find("listening") == std::string::npos);
+  }
+  std::remove(empty.c_str());
+  rmdir(dir.c_str());
+}
