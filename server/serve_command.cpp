@@ -19,6 +19,7 @@
 
 #include "config/serve_config.h"
 #include "engine/engine.h"
+#include "server/chat_render.h"
 #include "server/command.h"
 #include "server/commands.h"
 #include "server/http_server.h"
@@ -43,6 +44,18 @@ std::string read_text_file(const std::string& path, const char* flag) {
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     throw std::invalid_argument(std::string(flag) + ": '" + path + "' is empty");
   return text;
+}
+
+/// Parses and dry-runs a chat template (server::check_chat_template). Throws
+/// std::invalid_argument naming `what` when it does not parse, exceeds a rendering budget or
+/// fails on the sample conversation: a broken template fails start-up, not every request.
+void check_template(const std::string& tmpl, const std::string& what, const std::string& bos,
+                    const std::string& eos) {
+  try {
+    server::check_chat_template(tmpl, bos, eos);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(what + ": " + e.what());
+  }
 }
 
 /// Waits for SIGINT/SIGTERM on its own thread (both are blocked in every other thread).
@@ -106,7 +119,12 @@ void serve(ServeConfig& cfg) {
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();
   std::string template_override;
-  if (!cfg.chat_template.empty()) template_override = read_text_file(cfg.chat_template, "--chat-template");
+  if (!cfg.chat_template.empty()) {
+    template_override = read_text_file(cfg.chat_template, "--chat-template");
+    // Parsed and dry-run before the model loads, so a broken file fails at once (the model's
+    // BOS/EOS strings are not known yet; the check after loading uses them).
+    check_template(template_override, "--chat-template " + cfg.chat_template, "<s>", "</s>");
+  }
 
   std::mutex mu;
   std::condition_variable cv;
@@ -137,6 +155,12 @@ void serve(ServeConfig& cfg) {
 
   engine = Engine::create(cfg.engine);
   ctx.chat_template = template_override.empty() ? engine->chat_template() : template_override;
+  if (!ctx.chat_template.empty())
+    check_template(ctx.chat_template,
+                   template_override.empty() ? "the model's chat template (override it with "
+                                               "--chat-template FILE)"
+                                             : "--chat-template " + cfg.chat_template,
+                   engine->bos_token(), engine->eos_token());
   std::cerr << engine->startup_report();
   if (ctx.chat_template.empty())
     spdlog::warn("the model has no chat template: /v1/chat/completions answers 400 (use "
