@@ -153,15 +153,25 @@ TEST_CASE("generate reports bad input clearly and never crashes", "[cli][errors]
     CHECK(r.exit_code == 1);
   }
   SECTION("bench beyond the context length") {
+    // Beyond int32 positions: rejected by the option's range, naming the flag.
     const RunResult r = run("bench latency --model " + kStories + " --input-len 99999999999");
     CHECK(r.exit_code == 2);
-    CHECK(r.output.find("context length") != std::string::npos);
+    CHECK(r.output.find("--input-len") != std::string::npos);
+    CHECK(r.output.find("2147483647") != std::string::npos);
+    // Within int32 but beyond the model: the context-length error.
+    const RunResult r2 = run("bench latency --model " + kStories + " --input-len 100000");
+    CHECK(r2.exit_code == 2);
+    CHECK(r2.output.find("context length") != std::string::npos);
   }
   SECTION("max_tokens at the int64 limit does not overflow") {
     const RunResult r = run("generate --model " + kStories +
                             " --prompt-ids 1 --max-tokens 9223372036854775807");
     CHECK(r.exit_code == 2);
-    CHECK(r.output.find("context length") != std::string::npos);
+    CHECK(r.output.find("--max-tokens must be in [0, 2147483647]") != std::string::npos);
+    const RunResult r2 = run("generate --model " + kStories +
+                             " --prompt-ids 1 --max-tokens 2147483647");
+    CHECK(r2.exit_code == 2);
+    CHECK(r2.output.find("context length") != std::string::npos);
   }
   SECTION("a directory that is not a checkpoint") {
     const RunResult r = run("generate --model /tmp --prompt-ids 1");

@@ -363,7 +363,7 @@ TEST_CASE("bad Transfer-Encoding and Host get 400 and close", "[http][serve]") {
   CHECK(status_of(roundtrip(server.port(), get("/health")).bytes) == 200);
 }
 
-TEST_CASE("--api-key: 401 before 404/405, /tokenize behind it, /health and /metrics open",
+TEST_CASE("serve --api-key: 401 before 404/405, /tokenize behind it, /health and /metrics open",
           "[http][serve]") {
   ServeProcess server({"--api-key", "sekret"});
   const int p = server.port();
@@ -385,7 +385,7 @@ TEST_CASE("--api-key: 401 before 404/405, /tokenize behind it, /health and /metr
   CHECK(status_of(roundtrip(p, get("/metrics")).bytes) == 200);
 }
 
-TEST_CASE("--max-connections answers 503 beyond the limit", "[http][serve]") {
+TEST_CASE("serve --max-connections answers 503 beyond the limit", "[http][serve]") {
   ServeProcess server({"--max-connections", "2"});
   const int a = connect_to(server.port()), b = connect_to(server.port());
   std::this_thread::sleep_for(300ms);  // both accepted and counted
@@ -401,7 +401,7 @@ TEST_CASE("--max-connections answers 503 beyond the limit", "[http][serve]") {
   CHECK(status_of(roundtrip(server.port(), get("/health")).bytes) == 200);
 }
 
-TEST_CASE("--max-total-body-bytes bounds the bodies held across connections", "[http][serve]") {
+TEST_CASE("serve --max-total-body-bytes bounds the bodies held across connections", "[http][serve]") {
   ServeProcess server({"--max-body-bytes", "1000", "--max-total-body-bytes", "1500"});
   // A holds 1000 bytes of budget while its body is incomplete; B's 1000 do not fit.
   const int a = connect_to(server.port());
@@ -486,7 +486,7 @@ TEST_CASE("options that would overflow are start-up errors naming the flag", "[h
   }
 }
 
-TEST_CASE("--chat-template must be a readable, non-empty file", "[http][serve]") {
+TEST_CASE("serve --chat-template must be a readable, non-empty file", "[http][serve]") {
   const std::string base = "serve --model " + kStories + " --host 127.0.0.1 --port 0 ";
   const std::string dir = "/tmp/octet_http_test_dir_" + std::to_string(getpid());
   mkdir(dir.c_str(), 0755);
