@@ -284,7 +284,13 @@ class Lexer {
         std::string t;
         for (std::size_t k = p; k < r; ++k)
           if (s_[k] != '_') t.push_back(s_[k]);
-        tokens_.push_back(Token{Tok::Float, t, Value(std::stod(t)), line_});
+        double v = 0.0;
+        try {
+          v = std::stod(t);
+        } catch (const std::exception&) {  // out_of_range: beyond a double
+          syntax_error("float literal " + t.substr(0, 40) + " is out of range", line_);
+        }
+        tokens_.push_back(Token{Tok::Float, t, Value(v), line_});
         return r;
       }
     }
@@ -303,7 +309,17 @@ class Lexer {
         ++q;
       }
       if (t.empty()) syntax_error("invalid integer literal", line_);
-      tokens_.push_back(Token{Tok::Int, t, Value(static_cast<std::int64_t>(std::stoll(t, nullptr, base))), line_});
+      std::int64_t v = 0;
+      try {
+        std::size_t used = 0;
+        v = static_cast<std::int64_t>(std::stoll(t, &used, base));
+        if (used != t.size()) throw std::invalid_argument(t);
+      } catch (const std::out_of_range&) {  // integers are 64-bit (chat_template.h)
+        syntax_error("integer literal " + t.substr(0, 40) + " exceeds 64 bits", line_);
+      } catch (const std::invalid_argument&) {
+        syntax_error("invalid integer literal " + t.substr(0, 40), line_);
+      }
+      tokens_.push_back(Token{Tok::Int, t, Value(v), line_});
       return q;
     }
     if (is_name_start(c)) {

@@ -97,6 +97,22 @@ TEST_CASE("arithmetic bombs and overflow fail with a limit error", "[jinja_budge
             .render(ojson::object()) == "4611686018427387904 -9223372036854775808 -7 0");
 }
 
+TEST_CASE("number literals beyond int64 or double are syntax errors, not std exceptions", "[jinja_budget]") {
+  // Found by the jinja fuzzer (tests/fuzz/findings/jinja/int_literal_overflow): std::stoll's
+  // out_of_range escaped as a non-template error.
+  for (const char* src : {"{{ 99999999999999999999 }}", "{{ 0xffffffffffffffffff }}", "{{ 1e999 }}"}) {
+    INFO(src);
+    try {
+      ChatTemplate::parse(src).render(ojson::object());
+      FAIL("expected a syntax error");
+    } catch (const ChatTemplateError& e) {
+      CHECK(e.kind() == ChatTemplateError::Kind::Syntax);
+    }
+  }
+  CHECK(ChatTemplate::parse("{{ 9223372036854775807 }} {{ 0x10 }} {{ 1e3 }}").render(ojson::object()) ==
+        "9223372036854775807 16 1000.0");
+}
+
 TEST_CASE("string and list growth stop at the value size limit", "[jinja_budget]") {
   limit_error(R"({{ "ab" * 4611686018427387904 }})", "bytes per value");
   limit_error("{{ [1, 2] * 4611686018427387904 }}", "bytes per value");
