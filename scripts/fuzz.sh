@@ -34,8 +34,9 @@ if [ -z "$scratch" ]; then
 fi
 mkdir -p "$scratch"
 
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:abort_on_error=0}"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+sym="$(command -v llvm-symbolizer-14 || command -v llvm-symbolizer || true)"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:external_symbolizer_path=$sym}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:external_symbolizer_path=$sym}"
 export OMP_NUM_THREADS=1
 
 failed=()

@@ -46,9 +46,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       try_get([&] { (void)f.get_float_array(key); });
       try_get([&] { (void)f.get_int_array(key); });
     }
-    for (const auto& [key, value] : f.metadata()) {
-      try_get([&] { (void)value.as_int(); });
-      try_get([&] { (void)value.as_float(); });
+    for (const auto& kv : f.metadata()) {
+      try_get([&] { (void)kv.second.as_int(); });
+      try_get([&] { (void)kv.second.as_float(); });
     }
     for (const octet::GGUFTensorInfo& t : f.tensors()) {
       if (t.num_elements() > (int64_t(1) << 16) || !octet::ggml_can_dequantize(t.type)) continue;
