@@ -180,7 +180,7 @@ meta = [gkv("general.architecture", 8, gstr("llama")),
 put("gguf", "metadata_only", gguf([], meta))
 put("gguf", "f32_2x4", gguf([("w", [4, 2], 0)], meta[:3]))
 put("gguf", "v2_f16_bf16", gguf([("a", [8], 1), ("b", [2, 2], 30)], meta[:1], version=2))
-put("gguf", "align64", gguf([("w", [32], 8)], [gkv("general.alignment", 4, struct.pack("<I", 64))],
+put("gguf", "align64", gguf([("w", [32], 8)], meta[:1] + [gkv("general.alignment", 4, struct.pack("<I", 64))],
                            alignment=64))
 for ty, name in [(2, "q4_0"), (3, "q4_1"), (6, "q5_0"), (7, "q5_1"), (8, "q8_0"), (9, "q8_1"),
                  (10, "q2_k"), (11, "q3_k"), (12, "q4_k"), (13, "q5_k"), (14, "q6_k")]:

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The sanitizer part of CI (scripts/test.sh runs it after the Release tests): a second build
 # tree, build-asan, compiled by clang with AddressSanitizer + UndefinedBehaviorSanitizer
-# (-O1 -g, CUDA off, OCTET_FUZZ=ON), then its CTest tests except those labelled `accuracy`
-# (long model-accuracy tests, not built there; README.md's test section) and the load test,
-# then the libFuzzer harnesses for their fixed time (scripts/fuzz.sh). Any sanitizer report
+# (-O1 -g, CUDA off, OCTET_FUZZ=ON), then its CTest tests except those labelled `heavy`
+# (SmolLM2 forward passes, not built there; README.md), the load test and one multi-prompt
+# generate case (minutes under ASan), then the libFuzzer harnesses for their fixed time (scripts/fuzz.sh). Any sanitizer report
 # fails the run (halt_on_error; LeakSanitizer on).
 #   scripts/test_sanitize.sh [CTEST_ARGS...]
 #   OCTET_FUZZ_SECONDS=0   skip the fuzzers; other OCTET_FUZZ_* variables: scripts/fuzz.sh
@@ -29,8 +29,8 @@ sym="$(command -v llvm-symbolizer-14 || command -v llvm-symbolizer || true)"
 export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:external_symbolizer_path=$sym"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:external_symbolizer_path=$sym"
 t0=$(date +%s)
-ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -LE accuracy \
-      -E '^server_e2e_load$' "$@"
+ctest --test-dir build-asan --output-on-failure -j "$(nproc)" -LE heavy \
+      -E '^(server_e2e_load|generate --prompts-file runs every line concurrently.*)$' "$@"
 phase "sanitizer tests"
 
 if [ "${OCTET_FUZZ_SECONDS:-30}" != 0 ]; then
