@@ -67,7 +67,7 @@ std::vector<float> TensorView::to_f32() const {
   std::vector<float> out(n);
   switch (dtype) {
     case DType::F32:
-      std::memcpy(out.data(), data, n * 4);
+      if (n != 0) std::memcpy(out.data(), data, n * 4);  // an empty vector's data() may be null
       break;
     case DType::F64:
       for (size_t i = 0; i < n; ++i) {
