@@ -124,7 +124,7 @@ std::vector<WriterTensor> tiny_fp8_tensors() {
     for (size_t i = 0; i < 7; ++i) {
       t.push_back(tensor(mods[i] + ".weight", DType::F8_E4M3, {shapes[i][0], shapes[i][1]},
                          seed++, 1));
-      std::vector<float> s(size_t(shapes[i][0]));
+      std::vector<float> s(static_cast<size_t>(shapes[i][0]));
       for (size_t r = 0; r < s.size(); ++r) s[r] = 0.001f * float(r + 1 + 10 * i);
       t.push_back({mods[i] + ".weight_scale", DType::F32, {shapes[i][0], 1}, f32_bytes(s), {}});
     }
