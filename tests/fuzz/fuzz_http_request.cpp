@@ -1,7 +1,7 @@
 // fuzz-layer: server
 // libFuzzer harness: bytes off the socket -> Boost.Beast http::request_parser<string_body> with
 // octet's limits (ServeConfig's max_header_bytes and max_body_bytes, as http_server.cpp sets
-// them), fed in pieces as async reads deliver them; then octet's routing (route_for, authorized)
+// them), fed in pieces as async reads deliver them; then octet's head validation (validate_request_head), routing (route_for, authorized)
 // on every request that parsed, and the next request on the same buffer (keep-alive
 // pipelining). Beast's parse errors are expected; a crash or sanitizer report is a finding.
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include <boost/beast/http.hpp>
 
 #include "config/serve_config.h"
+#include "server/http_message.h"
 #include "server/routes.h"
 #include "server/server_context.h"
 
@@ -42,12 +43,15 @@ void route(const http::request<http::string_body>& req) {
   const std::string target(req.target());
   std::string method;
   const octet::server::Route r = octet::server::route_for(target, &method);
-  // FUZZ-HOOK(http-head-validation): once server/http_message.h has the pure request-head
-  // validation function (Host, Transfer-Encoding, HTTP version rules of RFC 9112), call it here
-  // on `req` and accept its documented error type only.
+  // The RFC 9112 head rules (Host, Transfer-Encoding, Content-Length) run first, as in
+  // Session::on_header; a rejected head gets its status and is not routed.
+  if (const auto err = octet::server::validate_request_head(req)) {
+    if (err->status < 400 || err->status > 599 || err->message.empty()) __builtin_trap();
+    return;
+  }
+  const bool ok = octet::server::authorized(ctx, r, std::string(req[http::field::authorization]));
   if (r == octet::server::Route::kNotFound) return;
   const bool method_ok = std::string(req.method_string()) == method;
-  const bool ok = octet::server::authorized(ctx, target, std::string(req[http::field::authorization]));
   volatile bool sink = method_ok && ok && req.keep_alive() && !req.body().empty();
   (void)sink;
 }

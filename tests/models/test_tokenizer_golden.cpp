@@ -106,7 +106,8 @@ TEST_CASE("tokenizer: Golden round trips: decode(encode(s)) == s", "[tokenizer][
   SECTION("SmolLM2: every string, both parse modes") {
     const GGUFFile file = GGUFFile::open(smollm2_path());
     const auto tok = Tokenizer::from_gguf(file);
-    for (const json& c : load_golden("tokenizer_smollm2.json")["cases"]) {
+    const json golden = load_golden("tokenizer_smollm2.json");  // outlives the loop (a temporary would not)
+    for (const json& c : golden["cases"]) {
       const std::string text = c["text"];
       INFO("text " << shown(text));
       CHECK(tok->decode(tok->encode(text, true, false), false) == text);
@@ -116,7 +117,8 @@ TEST_CASE("tokenizer: Golden round trips: decode(encode(s)) == s", "[tokenizer][
   SECTION("stories260K: modulo the dummy prefix (one leading space stripped)") {
     const GGUFFile file = GGUFFile::open(std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf");
     const auto tok = Tokenizer::from_gguf(file);
-    for (const json& c : load_golden("tokenizer_stories260K.json")["cases"]) {
+    const json golden = load_golden("tokenizer_stories260K.json");  // outlives the loop (a temporary would not)
+    for (const json& c : golden["cases"]) {
       const std::string text = c["text"];
       INFO("text " << shown(text));
       // "▁" in the input reads as a space; the first space of the text is the stripped prefix.
