@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -264,10 +265,12 @@ void parse_common(Fields& f, GenerateRequest& r) {
     if (!v->is_object())
       throw bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
     for (auto it = v->begin(); it != v->end(); ++it) {
-      // A key is a decimal token id in [0, 2^31): digits only (no sign, space or exponent).
+      // A key is a decimal token id in [0, 2^31): digits only (no sign, space or exponent)
+      // and no leading zero ("05" would be a second entry for token 5).
       const std::string& key = it.key();
       const bool digits = !key.empty() && key.size() <= 10 &&
-                          key.find_first_not_of("0123456789") == std::string::npos;
+                          key.find_first_not_of("0123456789") == std::string::npos &&
+                          (key[0] != '0' || key.size() == 1);
       const long long id = digits ? std::stoll(key) : -1;
       if (id < 0 || id > std::numeric_limits<int32_t>::max())
         throw bad_request("'logit_bias' keys must be token ids in [0, 2147483647], got " +
@@ -284,6 +287,15 @@ void parse_common(Fields& f, GenerateRequest& r) {
                           "logit_bias");
       p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
     }
+    // Canonical keys are unique JSON members, so a repeated id can only come from a duplicate
+    // member; either way two entries would add up past the [-100, 100] bound.
+    std::vector<int32_t> ids;
+    ids.reserve(p.logit_bias.size());
+    for (const auto& e : p.logit_bias) ids.push_back(e.first);
+    std::sort(ids.begin(), ids.end());
+    if (auto d = std::adjacent_find(ids.begin(), ids.end()); d != ids.end())
+      throw bad_request("'logit_bias' has token id " + std::to_string(*d) + " more than once",
+                        "logit_bias");
   }
   if (auto v = f.boolean("stream")) r.stream = *v;
   if (const json* v = f.get("stream_options")) {

@@ -287,3 +287,77 @@ TEST_CASE("the context-length check never overflows and gives exact counts",
         "min_tokens");
   CHECK(resolve_error(0, 1, 256).param() == "prompt");
 }
+
+namespace {
+
+/// A completion body {"prompt": "hi", "<key>": <value>}.
+std::string body_with(const char* key, const json& value) {
+  return json{{"prompt", "hi"}, {key, value}}.dump();
+}
+
+}  // namespace
+
+TEST_CASE("stop strings, stop_token_ids and logit_bias entries are capped (issue 9, F1)",
+          "[server][request][limits]") {
+  using octet::kMaxLogitBiasEntries;
+  using octet::kMaxStopStringBytes;
+  using octet::kMaxStopStrings;
+  using octet::kMaxStopTokenIds;
+  // The attack sent 1,000,000 stop strings (and 1M stop_token_ids); each is a 400 naming the
+  // field and saying the limit.
+  json stops = json::array();
+  for (int i = 0; i < 1000000; ++i) stops.push_back("s" + std::to_string(i));
+  ApiError e = request_error(body_with("stop", stops));
+  CHECK(e.status() == 400);
+  CHECK(e.param() == "stop");
+  CHECK_THAT(e.what(), Catch::Contains("at most 64 strings"));
+  json ids = json::array();
+  for (int i = 0; i < 1000000; ++i) ids.push_back(i % 100);
+  e = request_error(body_with("stop_token_ids", ids));
+  CHECK(e.param() == "stop_token_ids");
+  CHECK_THAT(e.what(), Catch::Contains("at most 1024 ids"));
+  // One over each bound fails, the bound itself passes.
+  stops = json::array();
+  for (size_t i = 0; i < kMaxStopStrings; ++i) stops.push_back("s" + std::to_string(i));
+  CHECK(parse_completion_request(json::parse(body_with("stop", stops))).params.stop.size() ==
+        kMaxStopStrings);
+  stops.push_back("one more");
+  CHECK(request_error(body_with("stop", stops)).param() == "stop");
+  const std::string longest(kMaxStopStringBytes, 'x');
+  CHECK_NOTHROW(parse_completion_request(json::parse(body_with("stop", longest))));
+  e = request_error(body_with("stop", json::array({"ok", longest + "x"})));
+  CHECK(e.param() == "stop");
+  CHECK_THAT(e.what(), Catch::Contains("at most 1024 bytes"));
+  ids = json::array();
+  for (size_t i = 0; i < kMaxStopTokenIds; ++i) ids.push_back(i);
+  CHECK_NOTHROW(parse_completion_request(json::parse(body_with("stop_token_ids", ids))));
+  ids.push_back(7);
+  CHECK(request_error(body_with("stop_token_ids", ids)).param() == "stop_token_ids");
+  json bias = json::object();
+  for (size_t i = 0; i < kMaxLogitBiasEntries; ++i) bias[std::to_string(i)] = 1;
+  CHECK_NOTHROW(parse_completion_request(json::parse(body_with("logit_bias", bias))));
+  bias[std::to_string(kMaxLogitBiasEntries)] = 1;
+  e = request_error(body_with("logit_bias", bias));
+  CHECK(e.param() == "logit_bias");
+  CHECK_THAT(e.what(), Catch::Contains("at most 1024 entries"));
+}
+
+TEST_CASE("logit_bias keys with leading zeros cannot repeat a token id (issue 9, F5)",
+          "[server][request][limits]") {
+  // The attack: "5", "05", "005", ... all meant token 5, each adding +100.
+  ApiError e = request_error(R"({"prompt": "hi", "logit_bias": {"5": 100, "05": 100}})");
+  CHECK(e.status() == 400);
+  CHECK(e.param() == "logit_bias");
+  for (const char* key : {"05", "00", "0000000005"}) {
+    INFO(key);
+    CHECK(request_error(body_with("logit_bias", json{{key, 1}})).param() == "logit_bias");
+  }
+  // A duplicate JSON member (nlohmann keeps the last one; no double entry either way).
+  const GenerateRequest dup =
+      parse_completion_request(parse_json_body(R"({"prompt": "hi", "logit_bias": {"5": 100, "5": 100}})"));
+  CHECK(dup.params.logit_bias.size() == 1);
+  // "0" itself and ordinary ids are fine.
+  const GenerateRequest ok = parse_completion_request(
+      parse_json_body(R"({"prompt": "hi", "logit_bias": {"0": 1, "10": -1, "50": 2}})"));
+  CHECK(ok.params.logit_bias.size() == 3);
+}
