@@ -87,6 +87,13 @@ GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
                                             engine_.max_model_len(), req_.endpoint,
                                             req_.params.min_tokens));
 
+  // The logprob work and output the response would carry (400), before any engine work.
+  {
+    std::vector<int64_t> lens;
+    for (const auto& ids : prompt_ids_) lens.push_back(static_cast<int64_t>(ids.size()));
+    check_logprob_budget(req_, lens, max_tokens);
+  }
+
   // Queue limit (503) before adding anything.
   const int64_t num_new = static_cast<int64_t>(prompt_ids_.size()) * req_.n;
   const EngineStats stats = engine_.stats();
