@@ -110,6 +110,9 @@ GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
       nr.params = req_.params;
       nr.params.max_tokens = max_tokens[p];
       nr.params.seed = choice_seed(nr.params.seed, i);  // vLLM: child i gets seed + i
+      // The prompt's logprobs are the same for every choice: computed by the first one only and
+      // copied to the others (on_output), not n times.
+      if (i > 0) nr.params.prompt_logprobs = -1;
       nr.priority = req_.priority;
       group.push_back(std::move(nr));
       choices_.push_back(std::move(c));
@@ -182,7 +185,13 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
   const TokenText text_of = [this](int32_t id) { return token_text(id); };
   const bool first = c.first_update;
   c.first_update = false;
-  if (first) c.prompt_logprobs = std::move(out.prompt_logprobs);
+  if (first) {
+    const Choice& lead = choices_[c.prompt_index * static_cast<size_t>(req_.n)];
+    if (&lead == &c || req_.params.prompt_logprobs < 0)
+      c.prompt_logprobs = std::move(out.prompt_logprobs);
+    else
+      c.prompt_logprobs = lead.prompt_logprobs;  // poll() ran the lead's first update before
+  }
 
   // Inter-token latency: the time since the previous token, shared by the tokens of an update.
   if (!out.token_ids.empty()) {
@@ -327,7 +336,12 @@ std::string GenerationJob::poll() {
   }
   bool all_finished = true;
   for (Choice& c : choices_) {
-    while (!c.finished && status_ == 200) {
+    // A choice that copies its prompt logprobs from the prompt's first choice waits for that
+    // choice's first update (processed earlier in this loop, or in an earlier poll).
+    const Choice& lead = choices_[c.prompt_index * static_cast<size_t>(req_.n)];
+    const bool wait_for_lead =
+        &lead != &c && req_.params.prompt_logprobs >= 0 && c.first_update && lead.first_update;
+    while (!c.finished && status_ == 200 && !wait_for_lead) {
       bool timed_out = false;
       auto o = c.stream->next_for(std::chrono::milliseconds(0), &timed_out);
       if (!o) break;

@@ -245,3 +245,56 @@ TEST_CASE("echo + logprobs + large n is a 400 before any engine work", "[http][s
   // A dict keyed by token text: tokens with the same text share a key, so up to 20.
   CHECK(j["choices"][0]["logprobs"]["top_logprobs"][5].size() >= 10);
 }
+
+TEST_CASE("with n > 1 every choice gets the prompt's logprobs (computed once)",
+          "[http][serve][limits]") {
+  ServeProcess server({});
+  const auto body_of = [](const Received& r) {
+    REQUIRE(status_of(r.bytes) == 200);
+    return nlohmann::json::parse(r.bytes.substr(r.bytes.find("\r\n\r\n") + 4));
+  };
+  nlohmann::json req{{"prompt", "Once upon a time there was a little cat"},
+                     {"max_tokens", 3},
+                     {"logprobs", 2},
+                     {"echo", true},
+                     {"prompt_logprobs", 3},
+                     {"temperature", 0}};
+  const auto one = body_of(roundtrip(server.port(), post("/v1/completions", req.dump()), 60));
+  req["n"] = 4;
+  for (bool stream : {false, true}) {
+    if (stream) {
+      // prompt_logprobs is not available when streaming (vLLM); echo's logprobs are.
+      req.erase("prompt_logprobs");
+      req["stream"] = true;
+      const Received r = roundtrip(server.port(), post("/v1/completions", req.dump()), 60);
+      REQUIRE(status_of(r.bytes) == 200);
+      // Every choice's first chunk carries the echoed prompt tokens with their logprobs.
+      const auto& want = one["choices"][0]["logprobs"];
+      const size_t n_prompt = want["tokens"].size() - 3;
+      std::vector<int> seen(4, 0);
+      std::istringstream lines(r.bytes.substr(r.bytes.find("\r\n\r\n") + 4));
+      for (std::string line; std::getline(lines, line);) {
+        if (line.rfind("data: {", 0) != 0) continue;
+        const auto chunk = nlohmann::json::parse(line.substr(6));
+        const auto& c = chunk["choices"][0];
+        const int idx = c["index"].get<int>();
+        if (seen[idx]++ > 0 || c["logprobs"].is_null()) continue;
+        INFO("choice " << idx);
+        REQUIRE(c["logprobs"]["tokens"].size() >= n_prompt);
+        for (size_t k = 1; k < n_prompt; ++k)
+          CHECK(c["logprobs"]["token_logprobs"][k] == want["token_logprobs"][k]);
+      }
+      for (int s : seen) CHECK(s > 0);
+      continue;
+    }
+    const auto four = body_of(roundtrip(server.port(), post("/v1/completions", req.dump()), 60));
+    REQUIRE(four["choices"].size() == 4);
+    for (const auto& c : four["choices"]) {
+      INFO(c.dump().substr(0, 400));
+      CHECK(c["prompt_logprobs"] == one["choices"][0]["prompt_logprobs"]);
+      CHECK(!c["prompt_logprobs"].is_null());
+      CHECK(c["logprobs"]["token_logprobs"] == one["choices"][0]["logprobs"]["token_logprobs"]);
+      CHECK(c["logprobs"]["tokens"] == one["choices"][0]["logprobs"]["tokens"]);
+    }
+  }
+}
