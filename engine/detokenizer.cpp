@@ -1,6 +1,7 @@
 #include "engine/detokenizer.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace octet {
 
@@ -8,9 +9,29 @@ RequestDetokenizer::RequestDetokenizer(const Tokenizer& tokenizer,
                                        const std::vector<int32_t>& prompt_ids,
                                        const SamplingParams& params)
     : detok_(tokenizer, params.skip_special_tokens, prompt_ids),
-      stop_(params.stop),
       include_stop_str_in_output_(params.include_stop_str_in_output),
-      min_tokens_(params.min_tokens) {}
+      min_tokens_(params.min_tokens) {
+  stop_.reserve(params.stop.size());
+  for (const std::string& s : params.stop)
+    if (!s.empty()) stop_.emplace_back(s);  // validate() rejects "", which would match anywhere
+}
+
+RequestDetokenizer::StopMatcher::StopMatcher(std::string s) : str(std::move(s)) {
+  border.assign(str.size(), 0);
+  for (size_t i = 1, k = 0; i < str.size(); ++i) {
+    while (k > 0 && str[i] != str[k]) k = border[k - 1];
+    if (str[i] == str[k]) ++k;
+    border[i] = static_cast<uint32_t>(k);
+  }
+}
+
+bool RequestDetokenizer::StopMatcher::feed(char c) {
+  while (matched > 0 && str[matched] != c) matched = border[matched - 1];
+  if (str[matched] == c) ++matched;
+  if (matched < str.size()) return false;
+  matched = border[matched - 1];
+  return true;
+}
 
 DetokenizeStep RequestDetokenizer::push(int32_t token, bool stop_terminated) {
   if (stopped_ || finished_) return {std::string(), stopped_, stop_str_};
@@ -34,26 +55,31 @@ DetokenizeStep RequestDetokenizer::advance(const std::string& piece, bool flush)
   const size_t old_len = text_.size();
   text_ += piece;
   DetokenizeStep step;
-  // A new match ends inside `piece`; it may begin up to size - 1 bytes before it.
-  if (!piece.empty() && num_tokens_ > min_tokens_) {
-    size_t best_pos = 0, best_end = std::string::npos;
-    for (const std::string& s : stop_) {
-      const size_t from = old_len + 1 > s.size() ? old_len + 1 - s.size() : 0;
-      const size_t pos = text_.find(s, from);
-      if (pos != std::string::npos && pos + s.size() < best_end) {
-        best_pos = pos;
-        best_end = pos + s.size();
-        step.stop_str = s;
+  // Every byte goes through every matcher (a match may begin in earlier text); one ending
+  // inside `piece` counts only once more than min_tokens tokens were pushed.
+  size_t best_pos = 0, best_end = std::string::npos;
+  if (!piece.empty()) {
+    const bool check = num_tokens_ > min_tokens_;
+    for (StopMatcher& m : stop_) {
+      for (size_t j = 0; j < piece.size(); ++j) {
+        if (!m.feed(piece[j]) || !check) continue;
+        const size_t end = old_len + j + 1;
+        if (end < best_end) {  // ties: the earlier stop string wins
+          best_end = end;
+          best_pos = end - m.str.size();
+          step.stop_str = m.str;
+        }
+        break;  // the request stops; this matcher's later bytes no longer matter
       }
     }
-    if (best_end != std::string::npos) {
-      // Held-back text always covers a match's start: best_pos >= emitted_.
-      text_.resize(std::max(emitted_, include_stop_str_in_output_ ? best_end : best_pos));
-      stopped_ = true;
-      stop_str_ = step.stop_str;
-      step.stopped = true;
-      flush = true;
-    }
+  }
+  if (best_end != std::string::npos) {
+    // Held-back text always covers a match's start: best_pos >= emitted_.
+    text_.resize(std::max(emitted_, include_stop_str_in_output_ ? best_end : best_pos));
+    stopped_ = true;
+    stop_str_ = step.stop_str;
+    step.stopped = true;
+    flush = true;
   }
   const size_t safe = flush ? text_.size() : held_from();
   if (safe > emitted_) {
@@ -64,20 +90,11 @@ DetokenizeStep RequestDetokenizer::advance(const std::string& piece, bool flush)
 }
 
 size_t RequestDetokenizer::held_from() const {
-  const size_t n = text_.size();
-  size_t from = n;
-  for (const std::string& s : stop_) {
-    // Earliest i >= emitted_ with text_[i, n) a proper prefix of s. Stop strings and text are
-    // valid UTF-8, so i is a character boundary (text_[i] equals s[0], a lead byte).
-    size_t i = n + 1 > s.size() ? n + 1 - s.size() : 0;
-    for (i = std::max(i, emitted_); i < from; ++i) {
-      if (text_.compare(i, n - i, s, 0, n - i) == 0) {
-        from = i;
-        break;
-      }
-    }
-  }
-  return from;
+  // Each matcher's state is the longest suffix of text_ that is a proper prefix of its string.
+  // Stop strings and text are valid UTF-8, so the start is a character boundary.
+  size_t from = text_.size();
+  for (const StopMatcher& m : stop_) from = std::min(from, text_.size() - m.matched);
+  return std::max(from, emitted_);
 }
 
 }  // namespace octet

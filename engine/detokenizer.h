@@ -67,11 +67,24 @@ class RequestDetokenizer {
   /// to emit (all of it when `flush`).
   DetokenizeStep advance(const std::string& piece, bool flush);
   /// Byte offset where the longest proper prefix of a stop string begins as a suffix of text_
-  /// (text_.size() when none).
+  /// (text_.size() when none, never before emitted_).
   size_t held_from() const;
 
+  /// One stop string as a Knuth-Morris-Pratt matcher over the output bytes: each byte of text
+  /// is fed once, so a token costs O(its bytes) per stop string (amortized; at most the stop
+  /// string's length for one byte), never a search of the whole window.
+  struct StopMatcher {
+    explicit StopMatcher(std::string s);
+    /// Feeds byte c; true when it completes the stop string (the state then falls back to the
+    /// longest proper border, so overlapping matches are found too).
+    bool feed(char c);
+    std::string str;
+    std::vector<uint32_t> border;  // border[i]: longest proper border of str[0, i]
+    size_t matched = 0;            // longest suffix of the text fed that is a prefix of str
+  };
+
   StreamingDetokenizer detok_;
-  std::vector<std::string> stop_;
+  std::vector<StopMatcher> stop_;
   bool include_stop_str_in_output_;
   int64_t min_tokens_;
   int64_t num_tokens_ = 0;

@@ -98,6 +98,9 @@ struct Engine::Impl {
   std::unordered_set<std::string> live_ids;  // queued or running
   bool stopping = false;
   bool accepting = true;
+  // The scheduler's waiting queue as of the last refresh_stats, plus the arrivals handed to it
+  // since (add_requests' queue limit: sched_waiting + inbox.size() never undercounts).
+  int64_t sched_waiting = 0;
   EngineStats stats;
   std::thread thread;
 
@@ -196,84 +199,132 @@ Engine::~Engine() {
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
+namespace {
+
+/// A request checked and ready to queue (add_requests), or one finished at once (max_tokens 0
+/// without prompt logprobs: nothing for the engine to compute).
+struct PreparedRequest {
+  std::unique_ptr<Request> req;
+  RequestState st;
+  bool immediate = false;
+};
+
+}  // namespace
+
 std::shared_ptr<RequestStream> Engine::add_request(const std::string& request_id,
                                                    std::vector<int32_t> prompt_token_ids,
                                                    const SamplingParams& params,
                                                    int64_t priority) {
+  std::vector<NewRequest> one(1);
+  one[0].request_id = request_id;
+  one[0].prompt_token_ids = std::move(prompt_token_ids);
+  one[0].params = params;
+  one[0].priority = priority;
+  return add_requests(std::move(one)).front();
+}
+
+std::vector<std::shared_ptr<RequestStream>> Engine::add_requests(std::vector<NewRequest> requests,
+                                                                 int64_t max_num_waiting) {
   Impl& m = *impl_;
-  params.validate();
-  if (request_id.empty()) throw std::invalid_argument("request_id must not be empty");
-  if (prompt_token_ids.empty()) throw std::invalid_argument("the prompt has no tokens");
   const int64_t vocab = vocab_size();
-  for (int32_t id : prompt_token_ids)
-    if (id < 0 || id >= vocab)
-      throw std::invalid_argument("token id " + std::to_string(id) +
-                                  " is outside the vocabulary [0, " + std::to_string(vocab) +
-                                  ")");
-  for (int32_t id : params.stop_token_ids)
-    if (id < 0 || id >= vocab)
-      throw std::invalid_argument("stop_token_ids: token id " + std::to_string(id) +
-                                  " is outside the vocabulary");
-  for (const auto& [id, bias] : params.logit_bias)
-    if (id < 0 || id >= vocab)
-      throw std::invalid_argument("logit_bias: token id " + std::to_string(id) +
-                                  " is outside the vocabulary");
-  const int64_t n_prompt = static_cast<int64_t>(prompt_token_ids.size());
   const int64_t limit = m.setup.max_model_len;
-  if (n_prompt > limit || params.max_tokens > limit - n_prompt)
-    throw std::invalid_argument(
-        "This model's maximum context length is " + std::to_string(limit) +
-        " tokens. However, you requested " +
-        // In uint64: n_prompt + max_tokens may exceed INT64_MAX (both are in [0, INT64_MAX]).
-        std::to_string(static_cast<uint64_t>(n_prompt) + static_cast<uint64_t>(params.max_tokens)) +
-        " tokens (" + std::to_string(n_prompt) + " in the prompt, " +
-        std::to_string(params.max_tokens) + " for the completion). Please reduce the length "
-        "of the prompt or max_tokens.");
+  std::vector<PreparedRequest> prepared;
+  prepared.reserve(requests.size());
+  int64_t num_queued = 0;
+  for (NewRequest& nr : requests) {
+    const std::string& request_id = nr.request_id;
+    const SamplingParams& params = nr.params;
+    std::vector<int32_t>& prompt_token_ids = nr.prompt_token_ids;
+    params.validate();
+    if (request_id.empty()) throw std::invalid_argument("request_id must not be empty");
+    if (prompt_token_ids.empty()) throw std::invalid_argument("the prompt has no tokens");
+    for (int32_t id : prompt_token_ids)
+      if (id < 0 || id >= vocab)
+        throw std::invalid_argument("token id " + std::to_string(id) +
+                                    " is outside the vocabulary [0, " + std::to_string(vocab) +
+                                    ")");
+    for (int32_t id : params.stop_token_ids)
+      if (id < 0 || id >= vocab)
+        throw std::invalid_argument("stop_token_ids: token id " + std::to_string(id) +
+                                    " is outside the vocabulary");
+    for (const auto& [id, bias] : params.logit_bias)
+      if (id < 0 || id >= vocab)
+        throw std::invalid_argument("logit_bias: token id " + std::to_string(id) +
+                                    " is outside the vocabulary");
+    const int64_t n_prompt = static_cast<int64_t>(prompt_token_ids.size());
+    if (n_prompt > limit || params.max_tokens > limit - n_prompt)
+      throw std::invalid_argument(
+          "This model's maximum context length is " + std::to_string(limit) +
+          " tokens. However, you requested " +
+          // In uint64: n_prompt + max_tokens may exceed INT64_MAX (both are in [0, INT64_MAX]).
+          std::to_string(static_cast<uint64_t>(n_prompt) +
+                         static_cast<uint64_t>(params.max_tokens)) +
+          " tokens (" + std::to_string(n_prompt) + " in the prompt, " +
+          std::to_string(params.max_tokens) + " for the completion). Please reduce the length "
+          "of the prompt or max_tokens.");
 
-  RequestState st;
-  st.stream = std::make_shared<RequestStream>();
-  st.arrival = Clock::now();
-  st.rng.seed(params.seed >= 0 ? static_cast<uint64_t>(params.seed)
-                               : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
-                                     std::random_device{}());
-  st.detok = std::make_unique<RequestDetokenizer>(*m.loaded->tokenizer, prompt_token_ids, params);
-  if (params.prompt_logprobs >= 0) {
-    // Entry 0 has no logprob; a one-token prompt has no other entry and no logits row for it.
-    st.prompt_logprobs.resize(static_cast<size_t>(n_prompt));
-    st.prompt_logprobs[0].token_id = prompt_token_ids[0];
+    PreparedRequest pr;
+    RequestState& st = pr.st;
+    st.stream = std::make_shared<RequestStream>();
+    st.arrival = Clock::now();
+    st.rng.seed(params.seed >= 0 ? static_cast<uint64_t>(params.seed)
+                                 : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                       std::random_device{}());
+    pr.immediate = params.max_tokens == 0 && params.prompt_logprobs < 0;
+    if (!pr.immediate) {
+      st.detok =
+          std::make_unique<RequestDetokenizer>(*m.loaded->tokenizer, prompt_token_ids, params);
+      if (params.prompt_logprobs >= 0) {
+        // Entry 0 has no logprob; a one-token prompt has no other entry and no logits row.
+        st.prompt_logprobs.resize(static_cast<size_t>(n_prompt));
+        st.prompt_logprobs[0].token_id = prompt_token_ids[0];
+      }
+      ++num_queued;
+    }
+    pr.req = std::make_unique<Request>();
+    pr.req->request_id = request_id;
+    pr.req->prompt_token_ids = std::move(prompt_token_ids);
+    pr.req->sampling_params = params;
+    pr.req->priority = nr.priority;
+    prepared.push_back(std::move(pr));
   }
-  auto req = std::make_unique<Request>();
-  req->request_id = request_id;
-  req->prompt_token_ids = std::move(prompt_token_ids);
-  req->sampling_params = params;
-  req->priority = priority;
-  std::shared_ptr<RequestStream> stream = st.stream;
 
-  if (params.max_tokens == 0 && params.prompt_logprobs < 0) {
-    // Nothing to compute: finished at once (OpenAI's max_tokens 0).
-    std::lock_guard<std::mutex> lock(m.mu);
-    if (!m.accepting || !m.stats.alive)
-      throw std::runtime_error(m.stats.alive ? "the engine is shutting down"
-                                             : "the engine has stopped after an internal error");
-    RequestOutput out;
-    out.request_id = request_id;
-    out.finished = true;
-    out.finish_reason = "length";
-    out.num_prompt_tokens = n_prompt;
-    stream->push(std::move(out));
-    return stream;
-  }
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  streams.reserve(prepared.size());
   {
     std::lock_guard<std::mutex> lock(m.mu);
     if (!m.accepting || !m.stats.alive)
       throw std::runtime_error(m.stats.alive ? "the engine is shutting down"
                                              : "the engine has stopped after an internal error");
-    if (!m.live_ids.insert(request_id).second)
-      throw std::invalid_argument("request id '" + request_id + "' is already in use");
-    m.inbox.emplace_back(std::move(req), std::move(st));
+    const int64_t waiting = m.sched_waiting + static_cast<int64_t>(m.inbox.size());
+    if (max_num_waiting >= 0 && num_queued > 0 && waiting + num_queued > max_num_waiting)
+      throw EngineOverloaded(waiting, max_num_waiting);
+    // Ids: unique among the live ones and within the group, checked before anything is queued.
+    std::unordered_set<std::string> group;
+    for (const PreparedRequest& pr : prepared) {
+      if (pr.immediate) continue;
+      const std::string& id = pr.req->request_id;
+      if (m.live_ids.count(id) || !group.insert(id).second)
+        throw std::invalid_argument("request id '" + id + "' is already in use");
+    }
+    for (PreparedRequest& pr : prepared) {
+      streams.push_back(pr.st.stream);
+      if (pr.immediate) {
+        // Nothing to compute: finished at once (OpenAI's max_tokens 0).
+        RequestOutput out;
+        out.request_id = pr.req->request_id;
+        out.finished = true;
+        out.finish_reason = "length";
+        out.num_prompt_tokens = static_cast<int64_t>(pr.req->prompt_token_ids.size());
+        pr.st.stream->push(std::move(out));
+        continue;
+      }
+      m.live_ids.insert(pr.req->request_id);
+      m.inbox.emplace_back(std::move(pr.req), std::move(pr.st));
+    }
   }
-  m.cv.notify_all();
-  return stream;
+  if (num_queued > 0) m.cv.notify_all();
+  return streams;
 }
 
 void Engine::abort(const std::string& request_id) {
@@ -354,6 +405,7 @@ void Engine::Impl::loop() {
       if (stopping) break;
       arrivals.swap(inbox);
       aborts.swap(abort_inbox);
+      sched_waiting += static_cast<int64_t>(arrivals.size());
     }
     try {
       for (auto& [req, st] : arrivals) {
@@ -594,6 +646,7 @@ void Engine::Impl::refresh_stats(int64_t new_prompt_tokens, int64_t new_generate
   const SchedulerStats s = scheduler->stats();
   std::lock_guard<std::mutex> lock(mu);
   stats.num_requests_running = s.num_running;
+  sched_waiting = s.num_waiting;
   stats.num_requests_waiting = s.num_waiting + static_cast<int64_t>(inbox.size());
   stats.num_preemptions = s.num_preemptions;
   stats.kv_cache_usage = s.kv_cache_usage;

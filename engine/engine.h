@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,29 @@ struct KVLayerInfo {
   int64_t sliding_window = 0;
 };
 
+/// What add_requests() throws when the waiting queue has no room for the group: nothing of it
+/// was queued. num_waiting: requests waiting when it was checked; limit: max_num_waiting.
+class EngineOverloaded : public std::runtime_error {
+ public:
+  EngineOverloaded(int64_t num_waiting, int64_t limit)
+      : std::runtime_error(std::to_string(num_waiting) + " requests are waiting (limit " +
+                           std::to_string(limit) + ")"),
+        num_waiting_(num_waiting), limit_(limit) {}
+  int64_t num_waiting() const { return num_waiting_; }
+  int64_t limit() const { return limit_; }
+
+ private:
+  int64_t num_waiting_, limit_;
+};
+
+/// One request for Engine::add_requests (the arguments of add_request).
+struct NewRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams params;
+  int64_t priority = 0;
+};
+
 class Engine {
  public:
   /// Loads the model, sets up the KV cache (dtypes, scales, budget) and starts the engine
@@ -119,6 +143,13 @@ class Engine {
   std::shared_ptr<RequestStream> add_request(const std::string& request_id,
                                              std::vector<int32_t> prompt_token_ids,
                                              const SamplingParams& params, int64_t priority = 0);
+  /// Queues several requests, all or none, with add_request's checks for each (it throws as
+  /// add_request does, and then queues nothing). With max_num_waiting >= 0 the queue limit is
+  /// checked under the same lock as the enqueue: when the requests waiting (queued and not yet
+  /// scheduled, or preempted) plus those of the group that need the engine exceed it, throws
+  /// EngineOverloaded and queues nothing. Streams are returned in the order of `requests`.
+  std::vector<std::shared_ptr<RequestStream>> add_requests(std::vector<NewRequest> requests,
+                                                           int64_t max_num_waiting = -1);
   /// Aborts a queued or running request (no-op when unknown or finished): its KV blocks are
   /// freed at the next engine step and its stream ends with finish_reason "abort".
   void abort(const std::string& request_id);

@@ -46,6 +46,9 @@ void SamplingParams::validate() const {
   check_range("frequency_penalty", frequency_penalty, -2.0f, 2.0f);
   check_range("repetition_penalty", repetition_penalty, kMinRepetitionPenalty,
               kMaxRepetitionPenalty);
+  if (logit_bias.size() > kMaxLogitBiasEntries)
+    bad("logit_bias", "at most " + std::to_string(kMaxLogitBiasEntries) + " entries",
+        std::to_string(logit_bias.size()));
   for (const auto& [id, bias] : logit_bias) {
     if (id < 0) bad("logit_bias", "logit_bias token id", ">= 0", std::to_string(id));
     if (!(bias >= -kMaxLogitBias && bias <= kMaxLogitBias))
@@ -57,10 +60,20 @@ void SamplingParams::validate() const {
   if (min_tokens > max_tokens)
     bad("min_tokens", "<= max_tokens (" + std::to_string(max_tokens) + ")",
         std::to_string(min_tokens));
+  if (stop_token_ids.size() > kMaxStopTokenIds)
+    bad("stop_token_ids", "at most " + std::to_string(kMaxStopTokenIds) + " ids",
+        std::to_string(stop_token_ids.size()));
   for (int32_t id : stop_token_ids)
     if (id < 0) bad("stop_token_ids", "stop_token_ids entries", ">= 0", std::to_string(id));
-  for (const std::string& s : stop)
+  if (stop.size() > kMaxStopStrings)
+    bad("stop", "at most " + std::to_string(kMaxStopStrings) + " strings",
+        std::to_string(stop.size()));
+  for (const std::string& s : stop) {
     if (s.empty()) bad("stop", "non-empty strings", "an empty string");
+    if (s.size() > kMaxStopStringBytes)
+      bad("stop", "strings of at most " + std::to_string(kMaxStopStringBytes) + " bytes",
+          "one of " + std::to_string(s.size()) + " bytes");
+  }
   if (logprobs < -1 || logprobs > kMaxLogprobs)
     bad("logprobs", "-1 (none) or in [0, " + std::to_string(kMaxLogprobs) + "]",
         std::to_string(logprobs));

@@ -2,6 +2,7 @@
 // Per-request sampling parameters (names, defaults and semantics as vLLM's SamplingParams and
 // OpenAI's API). Applied by engine/sampler.h (logits) and engine/detokenizer.h (stop strings);
 // validate() is in sampling_params.cpp.
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -20,12 +21,20 @@ namespace octet {
 /// - top_k at most kMaxTopK (any k >= the vocabulary keeps every token).
 /// - temperature finite and >= 0: 1 / T > 0 for every finite T, and masked (-inf) logits are
 ///   dropped by comparisons that NaN also fails, so no upper bound is needed.
+/// - at most kMaxStopStrings stop strings of at most kMaxStopStringBytes bytes each, at most
+///   kMaxStopTokenIds stop_token_ids and kMaxLogitBiasEntries logit_bias entries: the engine
+///   thread checks them for every token of every choice, so their number bounds the work one
+///   request adds to every step (OpenAI allows 4 stop strings; vLLM has no cap).
 /// The sampler still checks what it computes (engine/sampler.h): a non-finite logit fails the
 /// one request, never the engine.
 inline constexpr float kMinRepetitionPenalty = 0.01f;
 inline constexpr float kMaxRepetitionPenalty = 100.0f;
 inline constexpr float kMaxLogitBias = 100.0f;
 inline constexpr int64_t kMaxTopK = 2147483647;  // token ids are int32
+inline constexpr size_t kMaxStopStrings = 64;
+inline constexpr size_t kMaxStopStringBytes = 1024;
+inline constexpr size_t kMaxStopTokenIds = 1024;
+inline constexpr size_t kMaxLogitBiasEntries = 1024;
 
 /// A SamplingParams field out of range: what() is the message ("'top_p' must be ..."),
 /// field() the request field it names (OpenAI / vLLM spelling, e.g. "top_p", "logit_bias").
@@ -68,7 +77,8 @@ struct SamplingParams {
   /// outside [0, 1], presence / frequency penalties outside [-2, 2], repetition_penalty outside
   /// [0.01, 100], a logit_bias outside [-100, 100], max_tokens or min_tokens < 0, min_tokens >
   /// max_tokens, logprobs or prompt_logprobs < -1 or > 20, an empty stop string, a negative
-  /// logit_bias or stop_token_ids id; NaN is out of every range). Ids beyond the vocabulary:
+  /// logit_bias or stop_token_ids id, more stop strings, stop bytes, stop_token_ids or
+  /// logit_bias entries than the kMax* bounds above; NaN is out of every range). Ids beyond the vocabulary:
   /// validate_token_ids() in engine/sampler.h.
   void validate() const;
 };

@@ -87,40 +87,57 @@ GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
                                             engine_.max_model_len(), req_.endpoint,
                                             req_.params.min_tokens));
 
-  // Queue limit (503) before adding anything.
-  const int64_t num_new = static_cast<int64_t>(prompt_ids_.size()) * req_.n;
-  const EngineStats stats = engine_.stats();
-  if (!stats.alive) throw ApiError(503, "the engine has stopped", "", "engine_dead");
-  if (stats.num_requests_waiting + num_new > ctx_.config.max_num_waiting)
-    throw ApiError(503,
-                   "the server is overloaded: " + std::to_string(stats.num_requests_waiting) +
-                       " requests are waiting (limit " +
-                       std::to_string(ctx_.config.max_num_waiting) + "); retry later",
-                   "", "overloaded");
+  // The logprob work and output the response would carry (400), before any engine work.
+  {
+    std::vector<int64_t> lens;
+    for (const auto& ids : prompt_ids_) lens.push_back(static_cast<int64_t>(ids.size()));
+    check_logprob_budget(req_, lens, max_tokens);
+  }
 
-  try {
-    for (size_t p = 0; p < prompt_ids_.size(); ++p) {
-      for (int64_t i = 0; i < req_.n; ++i) {
-        Choice c;
-        c.index = static_cast<int64_t>(p) * req_.n + i;
-        c.prompt_index = p;
-        c.request_id = meta_.id + "-" + std::to_string(c.index);
-        SamplingParams params = req_.params;
-        params.max_tokens = max_tokens[p];
-        params.seed = choice_seed(params.seed, i);  // vLLM: child i gets seed + i
-        c.stream = engine_.add_request(c.request_id, prompt_ids_[p], params, req_.priority);
-        choices_.push_back(std::move(c));
-      }
+  // All choices at once; the queue limit (503) is checked by the engine under the lock that
+  // enqueues them, so concurrent jobs cannot together pass it.
+  if (!engine_.stats().alive) throw ApiError(503, "the engine has stopped", "", "engine_dead");
+  std::vector<NewRequest> group;
+  for (size_t p = 0; p < prompt_ids_.size(); ++p) {
+    for (int64_t i = 0; i < req_.n; ++i) {
+      Choice c;
+      c.index = static_cast<int64_t>(p) * req_.n + i;
+      c.prompt_index = p;
+      c.request_id = meta_.id + "-" + std::to_string(c.index);
+      NewRequest nr;
+      nr.request_id = c.request_id;
+      nr.prompt_token_ids = prompt_ids_[p];
+      nr.params = req_.params;
+      nr.params.max_tokens = max_tokens[p];
+      nr.params.seed = choice_seed(nr.params.seed, i);  // vLLM: child i gets seed + i
+      // The prompt's logprobs are the same for every choice: computed by the first one only and
+      // copied to the others (on_output), not n times.
+      if (i > 0) nr.params.prompt_logprobs = -1;
+      nr.priority = req_.priority;
+      group.push_back(std::move(nr));
+      choices_.push_back(std::move(c));
     }
+  }
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  try {
+    streams = engine_.add_requests(std::move(group), ctx_.config.max_num_waiting);
+  } catch (const EngineOverloaded& e) {
+    choices_.clear();  // nothing was queued
+    throw ApiError(503,
+                   "the server is overloaded: " + std::to_string(e.num_waiting()) +
+                       " requests are waiting (limit " + std::to_string(e.limit()) +
+                       "); retry later",
+                   "", "overloaded");
   } catch (const std::invalid_argument& e) {
-    abort();
+    choices_.clear();
     throw bad_request(e.what());
   } catch (const std::exception& e) {
-    abort();
+    choices_.clear();
     if (ctx_.shutting_down.load()) throw ApiError(503, "the server is shutting down", "", "shutting_down");
     if (!engine_.stats().alive) throw ApiError(503, "the engine has stopped", "", "engine_dead");
     throw ApiError(503, std::string("cannot queue the request: ") + e.what());
   }
+  for (size_t k = 0; k < choices_.size(); ++k) choices_[k].stream = std::move(streams[k]);
   aborted_ = false;
   ctx_.active_jobs.fetch_add(1);
   counted_ = true;
@@ -168,7 +185,13 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
   const TokenText text_of = [this](int32_t id) { return token_text(id); };
   const bool first = c.first_update;
   c.first_update = false;
-  if (first) c.prompt_logprobs = std::move(out.prompt_logprobs);
+  if (first) {
+    const Choice& lead = choices_[c.prompt_index * static_cast<size_t>(req_.n)];
+    if (&lead == &c || req_.params.prompt_logprobs < 0)
+      c.prompt_logprobs = std::move(out.prompt_logprobs);
+    else
+      c.prompt_logprobs = lead.prompt_logprobs;  // poll() ran the lead's first update before
+  }
 
   // Inter-token latency: the time since the previous token, shared by the tokens of an update.
   if (!out.token_ids.empty()) {
@@ -313,7 +336,12 @@ std::string GenerationJob::poll() {
   }
   bool all_finished = true;
   for (Choice& c : choices_) {
-    while (!c.finished && status_ == 200) {
+    // A choice that copies its prompt logprobs from the prompt's first choice waits for that
+    // choice's first update (processed earlier in this loop, or in an earlier poll).
+    const Choice& lead = choices_[c.prompt_index * static_cast<size_t>(req_.n)];
+    const bool wait_for_lead =
+        &lead != &c && req_.params.prompt_logprobs >= 0 && c.first_update && lead.first_update;
+    while (!c.finished && status_ == 200 && !wait_for_lead) {
       bool timed_out = false;
       auto o = c.stream->next_for(std::chrono::milliseconds(0), &timed_out);
       if (!o) break;

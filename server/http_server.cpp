@@ -40,6 +40,9 @@ std::chrono::milliseconds ms(double seconds) {
 constexpr size_t kMaxPipelinedBytes = 8 << 10;
 /// A read buffer grown past this (a large head) is shrunk once the request is parsed.
 constexpr size_t kKeptBufferBytes = 64 << 10;
+/// Bytes per async_write of a response; the write deadline (--read-timeout) is re-armed per
+/// slice.
+constexpr size_t kWriteSliceBytes = 1 << 20;
 
 /// What every connection shares: the context, the preparation pool and the server-wide limits.
 struct Shared {
@@ -445,6 +448,9 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!writing_) do_write();
   }
 
+  /// Sends the next slice (at most kWriteSliceBytes) of writes_.front(). The deadline is armed
+  /// per slice, so --read-timeout measures a client that stopped reading, not the time a large
+  /// body takes (one deadline over a whole 86 MB body cut it short).
   void do_write() {
     writing_ = true;
     write_deadline_.arm(ctx_.config.read_timeout, [self = shared_from_this()] {
@@ -452,14 +458,16 @@ class Session : public std::enable_shared_from_this<Session> {
                    self->ctx_.config.read_timeout);
       self->close();
     });
+    const std::string& front = writes_.front();
+    const size_t len = std::min(kWriteSliceBytes, front.size() - write_offset_);
     net::async_write(
-        socket_, net::buffer(writes_.front()),
-        net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
-          self->on_write(ec);
+        socket_, net::buffer(front.data() + write_offset_, len),
+        net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t n) {
+          self->on_write(ec, n);
         }));
   }
 
-  void on_write(beast::error_code ec) {
+  void on_write(beast::error_code ec, size_t written) {
     write_deadline_.cancel();
     writing_ = false;
     if (ec) {
@@ -467,6 +475,9 @@ class Session : public std::enable_shared_from_this<Session> {
       close();
       return;
     }
+    write_offset_ += written;
+    if (write_offset_ < writes_.front().size()) return do_write();
+    write_offset_ = 0;
     writes_.pop_front();
     if (!writes_.empty()) return do_write();
     if (response_done_) end_response();
@@ -513,6 +524,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::unique_ptr<GenerationJob> job_;
   std::shared_ptr<std::atomic<bool>> notify_pending_;
   std::deque<std::string> writes_;
+  size_t write_offset_ = 0;  // bytes of writes_.front() already sent
   bool writing_ = false;
   bool response_done_ = false;  // the last bytes of the current response are queued
   bool keep_alive_ = true;

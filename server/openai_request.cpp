@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -264,10 +265,12 @@ void parse_common(Fields& f, GenerateRequest& r) {
     if (!v->is_object())
       throw bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
     for (auto it = v->begin(); it != v->end(); ++it) {
-      // A key is a decimal token id in [0, 2^31): digits only (no sign, space or exponent).
+      // A key is a decimal token id in [0, 2^31): digits only (no sign, space or exponent)
+      // and no leading zero ("05" would be a second entry for token 5).
       const std::string& key = it.key();
       const bool digits = !key.empty() && key.size() <= 10 &&
-                          key.find_first_not_of("0123456789") == std::string::npos;
+                          key.find_first_not_of("0123456789") == std::string::npos &&
+                          (key[0] != '0' || key.size() == 1);
       const long long id = digits ? std::stoll(key) : -1;
       if (id < 0 || id > std::numeric_limits<int32_t>::max())
         throw bad_request("'logit_bias' keys must be token ids in [0, 2147483647], got " +
@@ -284,6 +287,15 @@ void parse_common(Fields& f, GenerateRequest& r) {
                           "logit_bias");
       p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
     }
+    // Canonical keys are unique JSON members, so a repeated id can only come from a duplicate
+    // member; either way two entries would add up past the [-100, 100] bound.
+    std::vector<int32_t> ids;
+    ids.reserve(p.logit_bias.size());
+    for (const auto& e : p.logit_bias) ids.push_back(e.first);
+    std::sort(ids.begin(), ids.end());
+    if (auto d = std::adjacent_find(ids.begin(), ids.end()); d != ids.end())
+      throw bad_request("'logit_bias' has token id " + std::to_string(*d) + " more than once",
+                        "logit_bias");
   }
   if (auto v = f.boolean("stream")) r.stream = *v;
   if (const json* v = f.get("stream_options")) {
@@ -598,6 +610,51 @@ GenerateRequest parse_chat_request(const json& body) {
   u.insert(u.end(), r.unknown_fields.begin(), r.unknown_fields.end());
   r.unknown_fields = u;
   return r;
+}
+
+namespace {
+
+int64_t sat_mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
+}
+int64_t sat_add(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
+}
+
+}  // namespace
+
+int64_t logprob_entries(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
+                        const std::vector<int64_t>& max_tokens) {
+  const bool chat = r.endpoint == Endpoint::kChatCompletions;
+  const bool sampled = chat ? r.chat_logprobs : r.logprobs >= 0;
+  const int64_t per_sampled = sampled ? std::max<int64_t>(r.logprobs, 0) + 1 : 0;
+  const int64_t per_echoed = !chat && r.echo && r.logprobs >= 0 ? r.logprobs + 1 : 0;
+  const int64_t per_prompt = !chat && r.prompt_logprobs >= 0 ? r.prompt_logprobs + 1 : 0;
+  int64_t per_choice_total = 0;
+  for (size_t p = 0; p < prompt_lens.size(); ++p) {
+    const int64_t len = std::max<int64_t>(prompt_lens[p], 0);
+    const int64_t gen = p < max_tokens.size() ? std::max<int64_t>(max_tokens[p], 0) : 0;
+    per_choice_total = sat_add(per_choice_total, sat_mul(len, per_echoed + per_prompt));
+    per_choice_total = sat_add(per_choice_total, sat_mul(gen, per_sampled));
+  }
+  return sat_mul(per_choice_total, std::max<int64_t>(r.n, 1));
+}
+
+void check_logprob_budget(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
+                          const std::vector<int64_t>& max_tokens) {
+  const int64_t entries = logprob_entries(r, prompt_lens, max_tokens);
+  if (entries <= kMaxLogprobEntries) return;
+  const bool chat = r.endpoint == Endpoint::kChatCompletions;
+  const char* field = chat ? (r.logprobs > 0 ? "top_logprobs" : "logprobs")
+                           : (r.logprobs >= 0 ? "logprobs" : "prompt_logprobs");
+  throw bad_request("the response would carry " + std::to_string(entries) +
+                        " logprob entries (n x tokens x (top logprobs + 1)), more than the limit "
+                        "of " + std::to_string(kMaxLogprobEntries) +
+                        "; lower n, max_tokens, the number of top logprobs, or the prompt " +
+                        "(echo, prompt_logprobs)",
+                    field);
 }
 
 }  // namespace octet::server

@@ -92,4 +92,23 @@ int64_t choice_seed(int64_t seed, int64_t i);
 int64_t resolve_max_tokens(int64_t n_prompt, std::optional<int64_t> requested,
                            int64_t max_model_len, Endpoint endpoint, int64_t min_tokens);
 
+/// Most logprob entries (a token's logprob, or one of its top alternatives) one response may
+/// carry: ~16 bytes of JSON each, so ~16 MB. A 2000-token prompt echoed with logprobs 20 is
+/// 2000 x 21 = 42,000 per choice; the same with n = 128 (5.4M) is refused.
+inline constexpr int64_t kMaxLogprobEntries = 1000000;
+
+/// The logprob entries a response to `r` carries, over its prompts (prompt_lens[p] tokens,
+/// max_tokens[p] the resolved completion budget) and n choices each: prompt tokens x
+/// (logprobs + 1) when echo with logprobs, prompt tokens x (prompt_logprobs + 1) for
+/// prompt_logprobs, and max_tokens x (logprobs + 1) for the sampled tokens. Saturates at
+/// INT64_MAX instead of overflowing.
+int64_t logprob_entries(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
+                        const std::vector<int64_t>& max_tokens);
+
+/// Throws ApiError 400 naming the logprobs field ("logprobs", "top_logprobs" or
+/// "prompt_logprobs") when logprob_entries() exceeds kMaxLogprobEntries; the message gives the
+/// count, the limit and what to lower.
+void check_logprob_budget(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
+                          const std::vector<int64_t>& max_tokens);
+
 }  // namespace octet::server

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -253,4 +254,49 @@ TEST_CASE("after a stop, pushes are ignored; bad ids throw", "[detokenizer]") {
   RequestDetokenizer e(smollm2(), {}, SamplingParams{});
   CHECK_THROWS_AS(e.push(-1), std::out_of_range);
   CHECK_THROWS_AS(e.push(smollm2().vocab_size()), std::out_of_range);
+}
+
+TEST_CASE("a stop string whose prefix repeats is found after a partial match falls back",
+          "[detokenizer]") {
+  // "aab" in "aaab": after "aaa" the matcher must fall back to "aa", not restart.
+  SamplingParams p;
+  p.stop = {"aab"};
+  RequestDetokenizer d(smollm2(), {}, p);
+  const std::vector<int32_t> a = ids_of("a"), b = ids_of("b");
+  REQUIRE(a.size() == 1);
+  REQUIRE(b.size() == 1);
+  CHECK(d.push(a[0]).text.empty());  // "a" could begin "aab"
+  CHECK(d.push(a[0]).text.empty());  // "aa" too
+  CHECK(d.push(a[0]).text == "a");   // "aaa": only the last "aa" can
+  const DetokenizeStep s = d.push(b[0]);
+  CHECK(s.stopped);
+  CHECK(s.stop_str == "aab");
+  CHECK(s.text.empty());
+  CHECK(d.text() == "a");
+}
+
+TEST_CASE("stop matching costs O(token bytes) per stop string (issue 9, F1)",
+          "[detokenizer]") {
+  // 64 stop strings of 1023 'a' and a 'b' (the request limits, sampling_params.h) against text
+  // of only 'a': every byte extends a partial match of every stop string. A search of the last
+  // len(stop) bytes per token costs |piece| x 64 KiB byte compares (~13 ms for these 2000
+  // 4-byte tokens here; ~7 us per token); a KMP matcher a few operations per byte (~1.4 ms).
+  // The bound guards against any search quadratic in the stop length (seconds here).
+  SamplingParams p;
+  p.stop.assign(kMaxStopStrings, std::string(kMaxStopStringBytes - 1, 'a') + "b");
+  const std::vector<int32_t> ids = ids_of(std::string(8000, 'a'));
+  REQUIRE(ids.size() >= 500);
+  RequestDetokenizer d(smollm2(), {}, p);
+  timespec t0{}, t1{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+  std::string streamed;
+  for (int32_t id : ids) streamed += d.push(id).text;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+  const double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+  INFO(ids.size() << " tokens took " << ms << " ms of CPU");
+  CHECK(ms < 50.0);
+  // Everything but the last 1023 bytes (which could still begin a stop string) was streamed.
+  CHECK(!d.stopped());
+  CHECK(streamed == std::string(8000 - (kMaxStopStringBytes - 1), 'a'));
+  CHECK(d.finish() == std::string(kMaxStopStringBytes - 1, 'a'));
 }

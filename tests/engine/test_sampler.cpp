@@ -430,6 +430,16 @@ TEST_CASE("SamplingParams::validate names the bad field", "[sampler]") {
   expect([](SamplingParams& p) { p.logprobs = 21; }, "logprobs");
   expect([](SamplingParams& p) { p.logprobs = -2; }, "logprobs");
   expect([](SamplingParams& p) { p.prompt_logprobs = 21; }, "prompt_logprobs");
+  // Caps on the per-token work a request adds (issue 9, F1): one over each bound fails.
+  expect([](SamplingParams& p) { p.stop.assign(kMaxStopStrings + 1, "x"); }, "stop");
+  expect([](SamplingParams& p) { p.stop = {std::string(kMaxStopStringBytes + 1, 'x')}; },
+         "stop");
+  expect([](SamplingParams& p) { p.stop_token_ids.assign(kMaxStopTokenIds + 1, 2); },
+         "stop_token_ids");
+  expect([](SamplingParams& p) {
+    for (size_t i = 0; i <= kMaxLogitBiasEntries; ++i)
+      p.logit_bias.emplace_back(static_cast<int32_t>(i), 1.0f);
+  }, "logit_bias");
   SamplingParams ok;
   ok.repetition_penalty = 0.01f;
   CHECK_NOTHROW(ok.validate());
@@ -442,6 +452,9 @@ TEST_CASE("SamplingParams::validate names the bad field", "[sampler]") {
   ok.presence_penalty = -2.0f;
   ok.logprobs = 20;
   ok.min_tokens = 16;
+  CHECK_NOTHROW(ok.validate());
+  ok.stop.assign(kMaxStopStrings, std::string(kMaxStopStringBytes, 'x'));
+  ok.stop_token_ids.assign(kMaxStopTokenIds, 2);
   CHECK_NOTHROW(ok.validate());
 }
 

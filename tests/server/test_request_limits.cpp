@@ -287,3 +287,129 @@ TEST_CASE("the context-length check never overflows and gives exact counts",
         "min_tokens");
   CHECK(resolve_error(0, 1, 256).param() == "prompt");
 }
+
+namespace {
+
+/// A completion body {"prompt": "hi", "<key>": <value>}.
+std::string body_with(const char* key, const json& value) {
+  return json{{"prompt", "hi"}, {key, value}}.dump();
+}
+
+}  // namespace
+
+TEST_CASE("stop strings, stop_token_ids and logit_bias entries are capped (issue 9, F1)",
+          "[server][request][limits]") {
+  using octet::kMaxLogitBiasEntries;
+  using octet::kMaxStopStringBytes;
+  using octet::kMaxStopStrings;
+  using octet::kMaxStopTokenIds;
+  // The attack sent 1,000,000 stop strings (and 1M stop_token_ids); each is a 400 naming the
+  // field and saying the limit.
+  json stops = json::array();
+  for (int i = 0; i < 1000000; ++i) stops.push_back("s" + std::to_string(i));
+  ApiError e = request_error(body_with("stop", stops));
+  CHECK(e.status() == 400);
+  CHECK(e.param() == "stop");
+  CHECK_THAT(e.what(), Catch::Contains("at most 64 strings"));
+  json ids = json::array();
+  for (int i = 0; i < 1000000; ++i) ids.push_back(i % 100);
+  e = request_error(body_with("stop_token_ids", ids));
+  CHECK(e.param() == "stop_token_ids");
+  CHECK_THAT(e.what(), Catch::Contains("at most 1024 ids"));
+  // One over each bound fails, the bound itself passes.
+  stops = json::array();
+  for (size_t i = 0; i < kMaxStopStrings; ++i) stops.push_back("s" + std::to_string(i));
+  CHECK(parse_completion_request(json::parse(body_with("stop", stops))).params.stop.size() ==
+        kMaxStopStrings);
+  stops.push_back("one more");
+  CHECK(request_error(body_with("stop", stops)).param() == "stop");
+  const std::string longest(kMaxStopStringBytes, 'x');
+  CHECK_NOTHROW(parse_completion_request(json::parse(body_with("stop", longest))));
+  e = request_error(body_with("stop", json::array({"ok", longest + "x"})));
+  CHECK(e.param() == "stop");
+  CHECK_THAT(e.what(), Catch::Contains("at most 1024 bytes"));
+  ids = json::array();
+  for (size_t i = 0; i < kMaxStopTokenIds; ++i) ids.push_back(i);
+  CHECK_NOTHROW(parse_completion_request(json::parse(body_with("stop_token_ids", ids))));
+  ids.push_back(7);
+  CHECK(request_error(body_with("stop_token_ids", ids)).param() == "stop_token_ids");
+  json bias = json::object();
+  for (size_t i = 0; i < kMaxLogitBiasEntries; ++i) bias[std::to_string(i)] = 1;
+  CHECK_NOTHROW(parse_completion_request(json::parse(body_with("logit_bias", bias))));
+  bias[std::to_string(kMaxLogitBiasEntries)] = 1;
+  e = request_error(body_with("logit_bias", bias));
+  CHECK(e.param() == "logit_bias");
+  CHECK_THAT(e.what(), Catch::Contains("at most 1024 entries"));
+}
+
+TEST_CASE("logit_bias keys with leading zeros cannot repeat a token id (issue 9, F5)",
+          "[server][request][limits]") {
+  // The attack: "5", "05", "005", ... all meant token 5, each adding +100.
+  ApiError e = request_error(R"({"prompt": "hi", "logit_bias": {"5": 100, "05": 100}})");
+  CHECK(e.status() == 400);
+  CHECK(e.param() == "logit_bias");
+  for (const char* key : {"05", "00", "0000000005"}) {
+    INFO(key);
+    CHECK(request_error(body_with("logit_bias", json{{key, 1}})).param() == "logit_bias");
+  }
+  // A duplicate JSON member (nlohmann keeps the last one; no double entry either way).
+  const GenerateRequest dup =
+      parse_completion_request(parse_json_body(R"({"prompt": "hi", "logit_bias": {"5": 100, "5": 100}})"));
+  CHECK(dup.params.logit_bias.size() == 1);
+  // "0" itself and ordinary ids are fine.
+  const GenerateRequest ok = parse_completion_request(
+      parse_json_body(R"({"prompt": "hi", "logit_bias": {"0": 1, "10": -1, "50": 2}})"));
+  CHECK(ok.params.logit_bias.size() == 3);
+}
+
+TEST_CASE("the logprob entries a response may carry are bounded (issue 9, F2)",
+          "[server][request][limits]") {
+  // The attack: a 2000-token prompt echoed with logprobs 20 for n = 128 choices (86 MB).
+  std::string ids = "[";
+  for (int i = 0; i < 2000; ++i) ids += (i ? "," : "") + std::to_string(i % 200 + 1);
+  ids += "]";
+  const GenerateRequest attack = parse_completion_request(parse_json_body(
+      R"({"prompt":)" + ids + R"(,"max_tokens":1,"n":128,"logprobs":20,"echo":true})"));
+  // 128 x (2000 x 21 echoed + 1 x 21 sampled).
+  CHECK(logprob_entries(attack, {2000}, {1}) == 128 * (2000 * 21 + 21));
+  try {
+    check_logprob_budget(attack, {2000}, {1});
+    FAIL("the attack was accepted");
+  } catch (const ApiError& e) {
+    CHECK(e.status() == 400);
+    CHECK(e.param() == "logprobs");
+    CHECK_THAT(e.what(), Catch::Contains("5378688") && Catch::Contains("1000000"));
+  }
+  // The same prompt for one choice (42,021 entries) is fine; so is n = 23 (966,483), not 24.
+  GenerateRequest one = attack;
+  one.n = 1;
+  CHECK(logprob_entries(one, {2000}, {1}) == 42021);
+  CHECK_NOTHROW(check_logprob_budget(one, {2000}, {1}));
+  one.n = 23;
+  CHECK_NOTHROW(check_logprob_budget(one, {2000}, {1}));
+  one.n = 24;
+  CHECK_THROWS_AS(check_logprob_budget(one, {2000}, {1}), ApiError);
+  // Without echo only the sampled tokens count; without logprobs nothing does.
+  GenerateRequest plain = attack;
+  plain.echo = false;
+  CHECK(logprob_entries(plain, {2000}, {1}) == 128 * 21);
+  plain.logprobs = -1;
+  CHECK(logprob_entries(plain, {2000}, {100000}) == 0);
+  // prompt_logprobs count the prompt (k + 1 each) beside echo; several prompts add up.
+  GenerateRequest pl = parse_completion_request(parse_json_body(
+      R"({"prompt":[[1,2,3],[4,5]],"max_tokens":4,"prompt_logprobs":5})"));
+  CHECK(logprob_entries(pl, {3, 2}, {4, 4}) == (3 + 2) * 6);
+  try {
+    check_logprob_budget(pl, {200000, 2}, {4, 4});
+    FAIL("accepted");
+  } catch (const ApiError& e) {
+    CHECK(e.param() == "prompt_logprobs");
+  }
+  // Chat: max_tokens x (top_logprobs + 1) per choice, and no overflow on huge inputs.
+  const GenerateRequest chat = parse_chat_request(parse_json_body(
+      R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":20,"n":128})"));
+  CHECK(logprob_entries(chat, {10}, {1000}) == 128 * 1000 * 21);
+  CHECK_THROWS_AS(check_logprob_budget(chat, {10}, {1000}), ApiError);
+  CHECK(logprob_entries(chat, {10}, {std::numeric_limits<int64_t>::max()}) ==
+        std::numeric_limits<int64_t>::max());
+}
