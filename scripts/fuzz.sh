@@ -36,7 +36,7 @@ mkdir -p "$scratch"
 
 sym="$(command -v llvm-symbolizer-14 || command -v llvm-symbolizer || true)"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:halt_on_error=1:external_symbolizer_path=$sym}"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$PWD/scripts/ubsan.supp:external_symbolizer_path=$sym}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:external_symbolizer_path=$sym}"
 export OMP_NUM_THREADS=1
 
 failed=()

@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <optional>
 #include <thread>
@@ -573,6 +574,15 @@ struct HttpServer::Impl {
     });
   }
 
+  /// accept() errors are errno values (EMFILE, ENFILE, ...): strerror, not error_code::message(),
+  /// whose virtual call on Boost 1.81's constexpr system category UBSan's vptr check rejects.
+  static std::string accept_error_text(const beast::error_code& ec) {
+    if (ec.category() == boost::system::system_category() ||
+        ec.category() == boost::system::generic_category())
+      return std::strerror(ec.value());
+    return "error " + std::to_string(ec.value());
+  }
+
   /// accept() failed (out of file descriptors, say): retry after a growing delay, logging at
   /// most one line per AcceptBackoff::kLogInterval, instead of spinning.
   void on_accept_error(beast::error_code ec) {
@@ -580,7 +590,7 @@ struct HttpServer::Impl {
     if (backoff.should_log(AcceptBackoff::Clock::now())) {
       const int64_t suppressed = backoff.take_suppressed();
       spdlog::warn("accept failed: {}; retrying in {} ms ({} similar errors not logged)",
-                   ec.message(), delay.count(), suppressed);
+                   accept_error_text(ec), delay.count(), suppressed);
     }
     accept_timer.expires_after(delay);
     accept_timer.async_wait([this](beast::error_code e) {
