@@ -1,0 +1,135 @@
+// Backend: the one seam between the model recipe (models/) and a device. The recipe makes one
+// virtual call per op per layer, never per element, on memory the backend allocated; it never
+// names a device. CpuBackend (kernels/cpu/cpu_backend.h) holds the CPU kernels and every OpenMP
+// region; a CUDA backend implements the same calls. Chosen once per process (--device).
+// Shapes are row-major; every pointer argument is memory of this backend (Buffer::data()), host
+// pointers only where a parameter says "host". Ops are ordered on one stream: a later op sees
+// an earlier op's writes; download() and synchronize() wait for all queued work.
+// Errors: a shape or dtype the backend does not support, or a broken invariant (null pointer,
+// slot or block id out of range, non-finite FP8 scale), is an OCTET_CHECK abort; allocation
+// failure throws std::bad_alloc.
+// Anchors: ggml's backend interface (buffers + graph ops), vLLM's attention backend and
+// linear method objects chosen once per platform.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/common/dtype.h"
+#include "kernels/common/views.h"
+
+namespace octet {
+
+/// Memory owned by a Backend: freed when the last copy of the handle goes (shared ownership, so
+/// weights may be shared between models and views). Zero bytes gives an empty buffer with
+/// data() == nullptr.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(std::shared_ptr<void> mem, int64_t bytes) : mem_(std::move(mem)), bytes_(bytes) {}
+  void* data() const { return mem_.get(); }
+  int64_t bytes() const { return bytes_; }
+  bool empty() const { return bytes_ == 0; }
+  template <class T>
+  T* as() const { return static_cast<T*>(mem_.get()); }
+
+ private:
+  std::shared_ptr<void> mem_;
+  int64_t bytes_ = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  /// "cpu", "cuda:0", ... for logs.
+  virtual std::string name() const = 0;
+
+  // --- Buffers -----------------------------------------------------------------------------
+  /// `bytes` of zeroed memory (large ones on huge pages on the CPU).
+  virtual Buffer allocate(int64_t bytes) = 0;
+  /// Copies `bytes` from host `src` into dst at byte `offset`. Returns once src may be reused.
+  virtual void upload(const Buffer& dst, int64_t offset, const void* src, int64_t bytes) = 0;
+  /// Copies `bytes` at byte `offset` of src into host `dst`, after all queued work.
+  virtual void download(const Buffer& src, int64_t offset, void* dst, int64_t bytes) = 0;
+  /// Waits until all queued work is done.
+  virtual void synchronize() = 0;
+
+  // --- Ops the Llama recipe runs (models/llama.h) -----------------------------------------
+  /// out[i, :] = table[token_ids[i], :] widened to FP32. table: [vocab, hidden] F32 or BF16;
+  /// token_ids: [n] (each in [0, vocab)); out: [n, hidden].
+  virtual void embedding(const TensorRef& table, const int32_t* token_ids, int64_t n,
+                         float* out) = 0;
+
+  /// RMSNorm with fused residual add (Zhang & Sennrich 2019; vLLM's fused_add_rms_norm): when
+  /// delta != nullptr first residual += delta; then out = residual / sqrt(mean(residual^2) +
+  /// eps) * weight, per row. residual, delta, out: [m, n]; weight: [n]. out may not alias.
+  virtual void rms_norm(float* residual, const float* delta, const float* weight, float* out,
+                        int64_t m, int64_t n, float eps) = 0;
+
+  /// Rotates q [n, num_heads * head_dim] and k [n, num_kv_heads * head_dim] in place at
+  /// positions [n]: angle_i = pos * inv_freq[i], inv_freq: [rot_dim / 2]; only the first
+  /// rot_dim dims of each head rotate, paired as `layout` says. k may be null (q only).
+  virtual void rope(float* q, float* k, int64_t n, int64_t num_heads, int64_t num_kv_heads,
+                    int64_t head_dim, int64_t rot_dim, const int64_t* positions,
+                    const float* inv_freq, RopeLayout layout) = 0;
+
+  /// out[m, n] = silu(gate) * up, silu(x) = x / (1 + exp(-x)) (SwiGLU, Shazeer 2020).
+  /// out may alias gate.
+  virtual void silu_mul(const float* gate, const float* up, float* out, int64_t m,
+                        int64_t n) = 0;
+
+  /// amax[i] = max_j |x[i, j]| (NaN ignored) of x: [m, k]: the local half of a dynamic
+  /// per-token scale whose row is split over ranks (all-reduce max, then quantize_fp8_dynamic).
+  virtual void row_amax(const float* x, int64_t m, int64_t k, float* amax) = 0;
+
+  /// Dynamic per-token E4M3 quantization, vLLM's rule (kernels/cpu/w8a8.h): scale[i] =
+  /// max(amax_i / 448, 1 / (448 * 512)), q = fp8(x / scale[i]). x: [m, k]; q: [m, k]; scale: [m].
+  /// amax: [m] precomputed row maxima (tensor parallelism), or null to take them from x.
+  virtual void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* amax,
+                                    uint8_t* q, float* scale) = 0;
+
+  /// Static per-tensor E4M3 quantization: q = fp8(x * (1 / scale)), vLLM's static rule; scale is
+  /// a host value (> 0, finite). x, q: [m, k].
+  virtual void quantize_fp8_static(const float* x, int64_t m, int64_t k, float scale,
+                                   uint8_t* q) = 0;
+
+  /// y[m, n] = x[m, k] . W^T + bias for an F32 or BF16 weight (W.dtype), FP32 accumulation.
+  /// Batch invariant: row i of y is bit-identical whatever m and the row's position.
+  virtual void linear(const float* x, int64_t m, const WeightRef& w, float* y) = 0;
+
+  /// FP8 W8A8: y[m, n] = (sum_k fp32(qa[m,k]) * fp32(qw[n,k])) * (a_scale * s_w[n]) + bias,
+  /// FP32 accumulation. qa: [m, k] E4M3; a_scale: [m] (a_granularity PerRow, dynamic) or [1]
+  /// (PerTensor, static); w.dtype == FP8_E4M3. Batch invariant as linear.
+  virtual void linear_w8a8(const uint8_t* qa, const float* a_scale,
+                           ScaleGranularity a_granularity, int64_t m, const WeightRef& w,
+                           float* y) = 0;
+
+  /// Stores n tokens' K and V (k, v: [n, num_kv_heads, head_dim] FP32) into slots
+  /// slot_mapping[i] of `cache` (negative: skipped), converted to cache.dtype: 16-bit RNE, FP8
+  /// fp8(x / scale[kv head]) with saturation (vLLM's reshape_and_cache).
+  virtual void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
+                              const int64_t* slot_mapping, int64_t n) = 0;
+
+  /// Causal paged attention (Kwon et al. 2023), varlen queries: q [num_tokens, num_heads,
+  /// head_dim] FP32 -> out, same shape, over the blocks of `batch` (GQA: query head h reads KV
+  /// head h / (num_heads / num_kv_heads)); sliding_window > 0 keeps the last `window` positions
+  /// (HF semantics), 0 = full. Scores, softmax and the V sum in FP32. batch's arrays are memory
+  /// of this backend. Batch invariant: a query's output depends only on its own sequence.
+  virtual void paged_attention(const KVCacheView& cache, const float* q,
+                               const PagedAttentionBatch& batch, int64_t num_heads,
+                               int64_t sliding_window, float softmax_scale, float* out) = 0;
+
+  /// out[r, :] = x[rows[r], :] for r < num_rows (the rows whose logits are needed).
+  /// x: [*, width]; rows: [num_rows]; out: [num_rows, width].
+  virtual void gather_rows(const float* x, int64_t width, const int64_t* rows,
+                           int64_t num_rows, float* out) = 0;
+};
+
+/// The backend for `device`: "cpu", or "cuda" / "cuda:N" when built with CUDA, or "auto" (the
+/// CUDA backend when built with it and a GPU is present, else the CPU). Throws
+/// std::invalid_argument naming the device for an unknown or unavailable one.
+std::unique_ptr<Backend> make_backend(const std::string& device);
+
+}  // namespace octet

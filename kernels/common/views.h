@@ -1,0 +1,77 @@
+// Plain, non-owning views of the tensors the kernels read and write. Every pointer is memory of
+// the backend that runs the op (host memory for the CPU, device memory for CUDA); views carry no
+// ownership and no device. Layouts are row-major.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/common/dtype.h"
+
+namespace octet {
+
+/// A 2-D tensor data: [rows, cols] of `dtype`, row-major, contiguous.
+struct TensorRef {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+/// A linear layer's weight: [n, k] ([out, in], PyTorch nn.Linear layout) of `dtype` (F32, BF16 or
+/// FP8_E4M3), with, for FP8, scale [n] (PerRow) or [1] (PerTensor) FP32; bias [n] FP32 or null.
+/// y[m, n] = sum_k x[m, k] * w[n, k] (* s_a[m] * s_w[n] for FP8) + bias[n].
+struct WeightRef {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t n = 0;  // out features
+  int64_t k = 0;  // in features
+  const float* scale = nullptr;
+  ScaleGranularity granularity = ScaleGranularity::PerRow;
+  const float* bias = nullptr;
+};
+
+/// An E4M3 weight matrix: data [n, k] row-major ([out, in]), scale [n] (PerRow) or [1].
+struct Fp8WeightView {
+  const uint8_t* data = nullptr;
+  const float* scale = nullptr;
+  ScaleGranularity granularity = ScaleGranularity::PerRow;
+  int64_t n = 0;  // out features
+  int64_t k = 0;  // in features
+};
+
+/// One layer's paged cache.
+///   k, v:     [num_blocks, block_size, num_kv_heads, head_dim] elements of `dtype` (BF16, F16,
+///             FP8_E4M3 or FP8_E5M2; F32 for calibration runs)
+///   k_scale, v_scale: [num_kv_heads] FP32 (a per-tensor scale is repeated per head); read only
+///             for FP8 dtypes, may be null otherwise.
+/// Slot s is block s / block_size, offset s % block_size.
+struct KVCacheView {
+  void* k = nullptr;
+  void* v = nullptr;
+  DType dtype = DType::BF16;
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+};
+
+/// The query tokens of a batch of sequences (a struct of arrays, ForwardBatch's layout).
+///   query_start_loc: [num_seqs + 1]; sequence s owns query rows [query_start_loc[s],
+///                    query_start_loc[s+1]) of q and out
+///   seq_lens:        [num_seqs]; context length of sequence s after this step: its queries are
+///                    the last positions seq_lens[s] - num_queries .. seq_lens[s] - 1, and the
+///                    cache already holds K/V for positions 0 .. seq_lens[s] - 1 (the queries'
+///                    own included, written by write_kv_cache before the call)
+///   block_tables:    [num_seqs, max_blocks_per_seq]; position p of sequence s is in block
+///                    block_tables[s * max_blocks_per_seq + p / block_size]
+struct PagedAttentionBatch {
+  int64_t num_seqs = 0;
+  const int64_t* query_start_loc = nullptr;
+  const int64_t* seq_lens = nullptr;
+  const int32_t* block_tables = nullptr;
+  int64_t max_blocks_per_seq = 0;
+};
+
+}  // namespace octet
