@@ -14,6 +14,7 @@ struct EngineArgs {
   std::string model;
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
+  std::string device = "auto";
   CacheConfig cache;
   SchedulerConfig scheduler;
 
@@ -22,6 +23,7 @@ struct EngineArgs {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
+    v(c.device, "device", kDeviceHelp);
     CacheConfig::visit(c.cache, v);
     SchedulerConfig::visit(c.scheduler, v);
   }
@@ -30,6 +32,7 @@ struct EngineArgs {
   void validate() const {
     if (model.empty()) throw std::invalid_argument("--model is required");
     validate_quantization_flags(quantization, weight_strategy);
+    validate_device(device);
     cache.validate();
     scheduler.validate();
   }

@@ -15,9 +15,18 @@ void validate_quantization_flags(const std::string& quantization,
                                 weight_strategy + "'");
 }
 
+void validate_device(const std::string& device) {
+  if (device == "cpu" || device == "cuda" || device == "auto") return;
+  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
+      device.find_first_not_of("0123456789", 5) == std::string::npos)
+    return;
+  throw std::invalid_argument("--device must be cpu, cuda, cuda:N or auto, got '" + device + "'");
+}
+
 void GenerateConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
   validate_quantization_flags(quantization, weight_strategy);
+  validate_device(device);
   if (int(!prompt.empty()) + int(!prompt_ids.empty()) + int(!prompts_file.empty()) != 1)
     throw std::invalid_argument("give exactly one of --prompt TEXT, --prompt-ids 1,2,3 and "
                                 "--prompts-file FILE (an empty value counts as not given)");
@@ -35,6 +44,7 @@ void GenerateConfig::validate() const {
 void BenchLatencyConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
   validate_quantization_flags(quantization, weight_strategy);
+  validate_device(device);
   if (input_len <= 0 || output_len <= 0 || num_iters <= 0)
     throw std::invalid_argument("--input-len, --output-len and --num-iters must be positive");
   if (input_len > SchedulerConfig::kMaxTokens || output_len > SchedulerConfig::kMaxTokens -
@@ -47,6 +57,7 @@ void PerplexityConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
   if (text.empty()) throw std::invalid_argument("--text is required");
   validate_quantization_flags(quantization, weight_strategy);
+  validate_device(device);
   if (max_tokens < 2 || max_tokens > SchedulerConfig::kMaxTokens)
     throw std::invalid_argument("--max-tokens must be in [2, " +
                                 std::to_string(SchedulerConfig::kMaxTokens) + "]");

@@ -15,6 +15,14 @@ inline constexpr const char* kQuantizationHelp =
 inline constexpr const char* kWeightStrategyHelp =
     "scales of weights quantized at load: channel (one per output channel) or tensor";
 
+inline constexpr const char* kDeviceHelp =
+    "device the model runs on: cpu, cuda, cuda:N or auto (auto = cpu until the CUDA backend "
+    "exists)";
+
+/// Throws std::invalid_argument naming the value for a --device other than cpu, cuda, cuda:N
+/// (N a non-negative integer) or auto. Whether the device is present is checked at start-up.
+void validate_device(const std::string& device);
+
 /// Throws std::invalid_argument naming the flag for values outside auto|fp8|none and
 /// channel|tensor.
 void validate_quantization_flags(const std::string& quantization,
@@ -24,6 +32,7 @@ struct GenerateConfig {
   std::string model;
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
+  std::string device = "auto";
   std::string prompt;
   std::string prompt_ids;
   std::string prompts_file;
@@ -42,6 +51,7 @@ struct GenerateConfig {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
+    v(c.device, "device", kDeviceHelp);
     v(c.prompt, "prompt", "prompt text (special tokens such as <|im_start|> are recognised)");
     v(c.prompt_ids, "prompt_ids", "prompt as comma-separated token ids, e.g. 1,2,3");
     v(c.prompts_file, "prompts_file",
@@ -69,6 +79,7 @@ struct BenchLatencyConfig {
   std::string model;
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
+  std::string device = "auto";
   int64_t input_len = 128;
   int64_t output_len = 64;
   int64_t num_iters = 3;
@@ -79,6 +90,7 @@ struct BenchLatencyConfig {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
+    v(c.device, "device", kDeviceHelp);
     v(c.input_len, "input_len", "prompt tokens per prefill (random ids)");
     v(c.output_len, "output_len", "greedy decode steps after the prefill");
     v(c.num_iters, "num_iters", "repetitions; the best run is reported");
@@ -94,6 +106,7 @@ struct PerplexityConfig {
   std::string text;
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
+  std::string device = "auto";
   int64_t max_tokens = 2048;
   bool compare = false;
   bool json = false;
@@ -109,6 +122,7 @@ struct PerplexityConfig {
     v(c.text, "text", "text file to score (standard corpus: /usr/share/common-licenses/GPL-3)");
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
+    v(c.device, "device", kDeviceHelp);
     v(c.max_tokens, "max_tokens", "tokens scored from the start of the text");
     v(c.compare, "compare", "also run the unquantized model on the same tokens and print the "
                             "KL divergence and top-1 agreement of the next-token distributions");

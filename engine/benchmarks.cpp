@@ -1,6 +1,6 @@
 #include "engine/benchmarks.h"
 
-#include "kernels/cpu/w8a8_bench.h"
+#include "kernels/kernel_bench.h"
 
 namespace octet {
 

@@ -5,7 +5,7 @@
 
 namespace octet {
 
-/// The W8A8 vs FP32 kernel table for SmolLM2's linear shapes (kernels/cpu/w8a8_bench.h).
+/// The W8A8 vs FP32 kernel table for SmolLM2's linear shapes (kernels/kernel_bench.h).
 std::string kernel_benchmark_table(int64_t m_max);
 
 /// Measured memory read bandwidth, GB/s (256 MiB streamed by 2 threads, best of 10).

@@ -161,11 +161,13 @@ std::unique_ptr<Engine> Engine::create(const EngineArgs& args) {
 
 void Engine::Impl::start() {
   Impl& m = *this;
-  loaded = load_model(args.model, make_load_options(args.quantization, args.weight_strategy));
+  LoadOptions load_options = make_load_options(args.quantization, args.weight_strategy);
+  load_options.device = args.device;
+  loaded = load_model(args.model, load_options);
   const ModelConfig& c = m.loaded->model->config();
   m.setup = setup_kv_cache(args.cache, args.scheduler.max_model_len, *m.loaded);
   for (const std::string& w : m.setup.warnings) std::cerr << w << "\n";
-  m.cache = std::make_unique<PagedKVCache>(m.setup.num_usable_blocks + 1, m.setup.block_size,
+  m.cache = std::make_unique<PagedKVCache>(m.loaded->model->backend(), m.setup.num_usable_blocks + 1, m.setup.block_size,
                                            c.num_key_value_heads, c.head_dim, m.setup.layers);
   m.kv = std::make_unique<KVCacheManager>(m.setup.num_usable_blocks + 1, m.setup.block_size,
                                           args.cache.enable_prefix_caching, m.setup.cache_salt,
@@ -173,7 +175,8 @@ void Engine::Impl::start() {
   SchedulerConfig sched = args.scheduler;
   sched.max_model_len = m.setup.max_model_len;
   m.scheduler = std::make_unique<Scheduler>(sched, *m.kv);
-  m.runner = std::make_unique<ModelRunner>(*m.loaded->model, *m.cache);
+  m.runner = std::make_unique<ModelRunner>(*m.loaded->model, *m.cache,
+                                           sched.max_num_batched_tokens, sched.max_num_seqs);
   for (const KVLayerSpec& s : m.setup.layers) {
     KVLayerInfo info;
     info.dtype = kv_cache_dtype_name(s.dtype);

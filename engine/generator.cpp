@@ -89,7 +89,7 @@ GenerateResult Generator::generate(const std::vector<int32_t>& prompt_ids,
   std::mt19937_64 rng(params.seed >= 0 ? static_cast<uint64_t>(params.seed)
                                        : std::random_device{}());
   StreamingDetokenizer detok(tok, /*skip_special=*/true, prompt_ids);
-  DenseKVCache cache = model.new_cache(n_prompt + params.max_tokens);
+  SequenceKVCache cache = model.new_cache(n_prompt + params.max_tokens);
 
   const auto t0 = Clock::now();
   if (params.max_tokens > 0) {
@@ -137,7 +137,7 @@ ThroughputResult Generator::bench(int64_t input_len, int64_t output_len) const {
   std::vector<int32_t> ids(input_len);
   std::mt19937_64 rng(0);
   for (auto& id : ids) id = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
-  DenseKVCache cache = model.new_cache(input_len + output_len);
+  SequenceKVCache cache = model.new_cache(input_len + output_len);
   ThroughputResult r;
   r.input_len = input_len;
   r.output_len = output_len;

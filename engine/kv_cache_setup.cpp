@@ -157,15 +157,16 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
       s.scale_source = "checkpoint";
     } else if (cache.calculate_kv_scales) {
       if (calculated.empty()) {
-        // The calibration text through the model's own (FP8-weight) dense forward; amax of the
+        // The calibration text through the model's own (FP8-weight) forward as one sequence
+        // over an FP32 cache (the K/V exactly as computed); amax of the
         // K (after RoPE) and V it produces, per layer and KV head. Cut at the model's context,
         // not at max_model_len: the scales must not depend on the serving limit.
         std::vector<int32_t> ids = kv_calibration_ids(*loaded.tokenizer, c.vocab_size);
         if (static_cast<int64_t>(ids.size()) > c.max_position_embeddings)
           ids.resize(static_cast<size_t>(c.max_position_embeddings));
-        DenseKVCache dense = model.new_cache(static_cast<int64_t>(ids.size()));
-        (void)model.forward(ids.data(), static_cast<int64_t>(ids.size()), 0, dense, false);
-        calculated = calculate_kv_scales(dense, static_cast<int64_t>(ids.size()), L, nkv, hd,
+        SequenceKVCache seq = model.new_cache(static_cast<int64_t>(ids.size()));
+        (void)model.forward(ids.data(), static_cast<int64_t>(ids.size()), 0, seq, false);
+        calculated = calculate_kv_scales(seq.download(), static_cast<int64_t>(ids.size()), L, nkv, hd,
                                          dtype, /*per_head=*/true);
       }
       s.k_scale = calculated[l].k_scale, s.v_scale = calculated[l].v_scale;

@@ -56,11 +56,26 @@ ForwardBatch ModelRunner::build_batch(const SchedulerOutput& out, const KVCacheM
   return b;
 }
 
+ModelRunner::ModelRunner(const LlamaModel& model, PagedKVCache& cache,
+                         int64_t max_num_batched_tokens, int64_t max_num_seqs)
+    : model_(model), cache_(cache), backend_(model.backend_ptr()) {
+  if (max_num_batched_tokens > 0)
+    act_ = model_.new_activations(max_num_batched_tokens, std::max<int64_t>(max_num_seqs, 1));
+}
+
 StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager& kv) {
   StepLogits rows;
   rows.vocab = model_.config().vocab_size;
   const ForwardBatch batch = build_batch(out, kv, rows);
-  rows.logits = model_.forward(batch, cache_);
+  const int64_t n = batch.num_tokens(), num_rows = static_cast<int64_t>(batch.logits_indices.size());
+  if (n > act_.max_tokens || num_rows > act_.max_logit_rows)
+    act_ = model_.new_activations(std::max(n, act_.max_tokens),
+                                  std::max(num_rows, act_.max_logit_rows));
+  device_batch_.upload(*backend_, batch);
+  model_.forward(batch, device_batch_, cache_, act_);
+  rows.logits.resize(static_cast<size_t>(num_rows * rows.vocab));
+  backend_->download(act_.logits, 0, rows.logits.data(),
+                     static_cast<int64_t>(rows.logits.size() * sizeof(float)));
   return rows;
 }
 

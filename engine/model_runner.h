@@ -3,6 +3,7 @@
 // block tables, which rows need logits), runs the model over the paged KV cache and hands back
 // the logits rows each request needs (DESIGN.md "One request's path").
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "engine/scheduler_output.h"
@@ -26,9 +27,14 @@ struct StepLogits {
   const float* row(int64_t r) const { return logits.data() + r * vocab; }
 };
 
+/// Owns the model's backend (shared with the model), the preallocated activations and the
+/// persistent batch buffers; each step uploads the ForwardBatch and downloads the logits rows.
 class ModelRunner {
  public:
-  ModelRunner(const LlamaModel& model, PagedKVCache& cache) : model_(model), cache_(cache) {}
+  /// Preallocates activations for max_num_batched_tokens tokens and max_num_seqs logits rows
+  /// (0: sized by the first batches; a larger batch grows them, never shrinks).
+  ModelRunner(const LlamaModel& model, PagedKVCache& cache, int64_t max_num_batched_tokens = 0,
+              int64_t max_num_seqs = 0);
 
   /// Builds the batch for `out` (block ids from `kv`) and runs the forward pass. A request is
   /// sampled when its scheduled tokens reach its last token; prompt-logprob rows are added for
@@ -42,6 +48,9 @@ class ModelRunner {
  private:
   const LlamaModel& model_;
   PagedKVCache& cache_;
+  std::shared_ptr<Backend> backend_;
+  LlamaActivations act_;
+  ForwardBatchBuffers device_batch_;
 };
 
 }  // namespace octet

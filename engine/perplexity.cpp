@@ -11,7 +11,9 @@ namespace octet {
 namespace {
 
 LoadOptions load_options(const PerplexityOptions& o, const std::string& quantization) {
-  return make_load_options(quantization, o.weight_strategy);
+  LoadOptions lo = make_load_options(quantization, o.weight_strategy);
+  lo.device = o.device;
+  return lo;
 }
 
 // log-softmax of one row in double: logp[i] = x[i] - max - log(sum exp(x - max)).
@@ -35,7 +37,7 @@ void for_each_prediction(const LlamaModel& model, const std::vector<int32_t>& id
   for (int64_t w0 = 0; w0 < n; w0 += window) {
     const int64_t wn = std::min(window, n - w0);
     if (wn < 2) break;
-    DenseKVCache cache = model.new_cache(wn);
+    SequenceKVCache cache = model.new_cache(wn);
     for (int64_t c0 = 0; c0 < wn; c0 += chunk) {
       const int64_t cn = std::min(chunk, wn - c0);
       const std::vector<float> logits = model.forward(ids.data() + w0 + c0, cn, c0, cache, true);

@@ -11,6 +11,7 @@ struct PerplexityOptions {
   std::string model;                  // GGUF file or HF directory
   std::string quantization = "auto";  // auto | fp8 | none
   std::string weight_strategy = "channel";  // channel | tensor (online quantization)
+  std::string device = "auto";              // --device: cpu | cuda | cuda:N | auto
   int64_t max_tokens = 2048;          // tokens of the text scored (from its start)
   bool compare = false;               // also run quantization "none" on the same tokens
 };

@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/cpu/half.h"
-#include "kernels/cpu/w8a8.h"
+#include "kernels/common/half.h"
+#include "kernels/common/weight_quant.h"
 #include "models/checkpoint.h"
 #include "models/checkpoint_writer.h"
 #include "models/quant_config.h"

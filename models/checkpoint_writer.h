@@ -5,7 +5,8 @@
 // scheme="FP8_DYNAMIC", ignore=["lm_head"]))` then `save_pretrained(save_compressed=True)`).
 // Reference layout: tests/models/golden/llmcompressor_smollm2.json (made by
 // scripts/make_llmcompressor_checkpoints.py with llmcompressor from PyPI).
-// This file knows tensors as bytes only: quantization math lives in kernels/cpu/w8a8.h and the
+// This file knows tensors as bytes only: quantization math lives in
+// kernels/common/weight_quant.h and the
 // caller (`octet quantize`) decides what each tensor holds.
 #include <cstdint>
 #include <functional>

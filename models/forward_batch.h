@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/backend.h"
+
 namespace octet {
 
 struct ForwardBatch {
@@ -18,6 +20,18 @@ struct ForwardBatch {
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
   int64_t num_seqs() const { return static_cast<int64_t>(seq_lens.size()); }
+};
+
+/// A ForwardBatch's arrays in backend memory, persistent across steps (the model runner keeps
+/// one and uploads each step's batch into it; a buffer grows when a batch needs more).
+struct ForwardBatchBuffers {
+  Buffer token_ids, positions, slot_mapping, query_start_loc, seq_lens, block_tables,
+      logits_indices;
+
+  /// Allocates room for max_tokens tokens, max_seqs sequences, max_blocks_per_seq blocks each.
+  void reserve(Backend& backend, int64_t max_tokens, int64_t max_seqs, int64_t max_blocks_per_seq);
+  /// Copies b's arrays into the buffers (growing any that is too small).
+  void upload(Backend& backend, const ForwardBatch& b);
 };
 
 }  // namespace octet

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "models/gguf.h"
-#include "kernels/cpu/half.h"  // fp16_to_float, bf16_to_float
+#include "kernels/common/half.h"  // fp16_to_float, bf16_to_float
 
 namespace octet {
 namespace {

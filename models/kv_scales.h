@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/paged_attention.h"  // DType
+#include "kernels/common/dtype.h"
 
 namespace octet {
 

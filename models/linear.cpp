@@ -2,55 +2,79 @@
 
 #include <stdexcept>
 
-#include "kernels/cpu/linear_bf16.h"
-#include "kernels/cpu/ops.h"
+#include "kernels/common/check.h"
+#include "kernels/common/weight_quant.h"
 
 namespace octet {
 
-int64_t LinearWeight::weight_bytes() const {
-  switch (format) {
-    case DType::F32: return static_cast<int64_t>(w_f32.size() * 4);
-    case DType::BF16: return static_cast<int64_t>(w_bf16.size() * 2);
-    case DType::FP8_E4M3: return static_cast<int64_t>(w_fp8.size() + w_scale.size() * 4);
-    default: break;
-  }
-  return 0;
+namespace {
+
+template <class T>
+Buffer upload_vector(Backend& backend, const std::vector<T>& v) {
+  const int64_t bytes = static_cast<int64_t>(v.size() * sizeof(T));
+  Buffer b = backend.allocate(bytes);
+  backend.upload(b, 0, v.data(), bytes);
+  return b;
 }
 
-void linear_forward(const LinearWeight& w, const float* x, int64_t m, float* y,
-                    LinearScratch& scratch) {
-  const int64_t n = w.out_features, k = w.in_features;
-  const float* bias = w.bias.empty() ? nullptr : w.bias.data();
-  switch (w.format) {
-    case DType::F32:
-      cpu::linear(x, w.w_f32.data(), bias, y, m, n, k);
-      return;
-    case DType::BF16:
-      linear_bf16(x, w.w_bf16.data(), y, m, n, k);
-      if (bias)
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < n; ++j) y[i * n + j] += bias[j];
-      return;
-    case DType::FP8_E4M3: {
-      if (static_cast<int64_t>(scratch.qa.size()) < m * k) scratch.qa.resize(m * k);
-      if (static_cast<int64_t>(scratch.a_scale.size()) < m) scratch.a_scale.resize(m);
-      ScaleGranularity a_gran = ScaleGranularity::PerRow;
-      if (w.static_input) {
-        quantize_static_e4m3(x, m, k, w.input_scale, scratch.qa.data());
-        scratch.a_scale[0] = w.input_scale;
-        a_gran = ScaleGranularity::PerTensor;
-      } else {
-        quantize_per_token_e4m3(x, m, k, scratch.qa.data(), scratch.a_scale.data());
-      }
-      const Fp8WeightView view{w.w_fp8.data(), w.w_scale.data(), w.w_granularity, n, k};
-      linear_w8a8(scratch.qa.data(), scratch.a_scale.data(), a_gran, view, bias, y, m);
-      return;
-    }    default: break;
+}  // namespace
+
+WeightRef LinearWeight::ref() const {
+  WeightRef r;
+  r.data = weight.data();
+  r.dtype = format;
+  r.n = out_features;
+  r.k = in_features;
+  r.scale = scale.as<const float>();
+  r.granularity = w_granularity;
+  r.bias = bias.as<const float>();
+  return r;
+}
+
+Buffer upload_f32(Backend& backend, const std::vector<float>& v) {
+  return upload_vector(backend, v);
+}
+
+LinearWeight upload_linear(Backend& backend, const HostLinearWeight& h) {
+  LinearWeight w;
+  w.name = h.name;
+  w.format = h.format;
+  w.out_features = h.out_features;
+  w.in_features = h.in_features;
+  w.w_granularity = h.w_granularity;
+  w.static_input = h.static_input;
+  w.input_scale = h.input_scale;
+  w.bias = upload_vector(backend, h.bias);
+  switch (h.format) {
+    case DType::F32: w.weight = upload_vector(backend, h.w_f32); break;
+    case DType::BF16: w.weight = upload_vector(backend, h.w_bf16); break;
+    case DType::FP8_E4M3:
+      w.weight = upload_vector(backend, h.w_fp8);
+      w.scale = upload_vector(backend, h.w_scale);
+      if (h.static_input) w.input_scale_buffer = upload_vector(backend, std::vector<float>{h.input_scale});
+      break;
+    default: OCTET_CHECK(false, h.name, ": weight format ", dtype_name(h.format));
+  }
+  return w;
+}
+
+void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int64_t m,
+                    float* y, uint8_t* qa, float* a_scale) {
+  if (w.format != DType::FP8_E4M3) {
+    backend.linear(x, m, w.ref(), y);
+    return;
+  }
+  const int64_t k = w.in_features;
+  if (w.static_input) {
+    backend.quantize_fp8_static(x, m, k, w.input_scale, qa);
+    backend.linear_w8a8(qa, w.input_scale_buffer.as<const float>(), ScaleGranularity::PerTensor, m, w.ref(), y);
+  } else {
+    backend.quantize_fp8_dynamic(x, m, k, nullptr, qa, a_scale);
+    backend.linear_w8a8(qa, a_scale, ScaleGranularity::PerRow, m, w.ref(), y);
   }
 }
 
-void quantize_linear_fp8(LinearWeight& w, ScaleGranularity granularity,
-                         DType arithmetic) {
+void quantize_linear_fp8(HostLinearWeight& w, ScaleGranularity granularity, DType arithmetic) {
   if (w.format == DType::FP8_E4M3) return;
   if (w.format != DType::F32)
     throw std::logic_error("quantize_linear_fp8: " + w.name + " is not an FP32 weight");
@@ -58,7 +82,7 @@ void quantize_linear_fp8(LinearWeight& w, ScaleGranularity granularity,
   w.w_fp8.resize(n * k);
   w.w_scale.resize(granularity == ScaleGranularity::PerRow ? n : 1);
   quantize_weight_e4m3_as(w.w_f32.data(), n, k, granularity, arithmetic, w.w_fp8.data(),
-                         w.w_scale.data());
+                          w.w_scale.data());
   w.w_granularity = granularity;
   w.format = DType::FP8_E4M3;
   w.static_input = false;

@@ -1,51 +1,72 @@
 #pragma once
 // A linear layer's weights in one of the formats octet computes with, and y = x W^T (+ b).
-//   F32:  W [out, in] FP32 (the unquantized path; GGUF weights are dequantized to FP32).
-//   BF16: W [out, in] bf16 bits (embeddings / lm_head "stay 16-bit").
-//   FP8:  W [out, in] E4M3 with weight_scale [out] (channel) or [1] (tensor); activations
-//         quantized per token at run time (FP8_DYNAMIC) or with a static input_scale.
+//   F32:      W [out, in] FP32 (the unquantized path; GGUF weights are dequantized to FP32).
+//   BF16:     W [out, in] bf16 bits (embeddings / lm_head "stay 16-bit").
+//   FP8_E4M3: W [out, in] E4M3 with weight_scale [out] (channel) or [1] (tensor); activations
+//             quantized per token at run time (FP8_DYNAMIC) or with a static input_scale.
 // DESIGN.md "Numerics conventions": y[m,n] = s_a[m] * s_w[n] * sum_k qa[m,k] * qw[n,k], FP32.
+// Loaders build a HostLinearWeight (host vectors), cut a rank's shard, then upload it to the
+// Backend as a LinearWeight (backend buffers only; no host copy is kept).
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/huge_page_allocator.h"
-#include "kernels/cpu/w8a8.h"
+#include "kernels/backend.h"
 
 namespace octet {
 
-struct LinearWeight {
+/// A linear layer on the host, as read from a checkpoint (before upload).
+struct HostLinearWeight {
   std::string name;  // HF module name, e.g. "model.layers.0.self_attn.q_proj" (for errors/logs)
-  DType format = DType::F32;
+  DType format = DType::F32;      // F32, BF16 or FP8_E4M3
   int64_t out_features = 0;
   int64_t in_features = 0;
-  WeightVector<float> w_f32;      // [out, in] when F32 (huge pages: streamed every step)
-  WeightVector<uint16_t> w_bf16;  // [out, in] when BF16
-  WeightVector<uint8_t> w_fp8;    // [out, in] E4M3 when FP8
-  std::vector<float> w_scale;     // [out] or [1] when FP8
+  std::vector<float> w_f32;       // [out, in] when F32
+  std::vector<uint16_t> w_bf16;   // [out, in] when BF16
+  std::vector<uint8_t> w_fp8;     // [out, in] E4M3 when FP8_E4M3
+  std::vector<float> w_scale;     // [out] or [1] when FP8_E4M3
   ScaleGranularity w_granularity = ScaleGranularity::PerRow;
   bool static_input = false;      // FP8: true -> input_scale, false -> dynamic per token
   float input_scale = 0.0f;       // FP8 static only
   std::vector<float> bias;        // [out] or empty
+};
 
+/// A linear layer on a Backend.
+struct LinearWeight {
+  std::string name;
+  DType format = DType::F32;
+  int64_t out_features = 0;
+  int64_t in_features = 0;
+  Buffer weight;  // [out, in] of `format`
+  Buffer scale;   // FP8: [out] (PerRow) or [1] (PerTensor) FP32; else empty
+  ScaleGranularity w_granularity = ScaleGranularity::PerRow;
+  bool static_input = false;
+  float input_scale = 0.0f;
+  Buffer input_scale_buffer;  // FP8 static: [1] FP32 = input_scale (linear_w8a8's a_scale)
+  Buffer bias;    // [out] FP32 or empty
+
+  /// The kernels' view of this weight.
+  WeightRef ref() const;
   /// Bytes of weight data read per forward call (weights and scales), for bandwidth figures.
-  int64_t weight_bytes() const;
+  int64_t weight_bytes() const { return weight.bytes() + scale.bytes(); }
 };
 
-/// Reusable buffers for activation quantization (grown on demand, not shrunk).
-struct LinearScratch {
-  std::vector<uint8_t> qa;       // [m, in]
-  std::vector<float> a_scale;    // [m]
-};
+/// Uploads a host weight to `backend` (its shard, already cut by the caller).
+LinearWeight upload_linear(Backend& backend, const HostLinearWeight& w);
 
-/// y: [m, out] = x: [m, in] . W^T (+ bias), in the weight's format (FP8 quantizes x first).
-void linear_forward(const LinearWeight& w, const float* x, int64_t m, float* y,
-                    LinearScratch& scratch);
+/// Uploads n floats (norm weights, biases) to a new buffer of `backend`; empty for n == 0.
+Buffer upload_f32(Backend& backend, const std::vector<float>& v);
 
-/// Quantizes an F32 weight to FP8 E4M3 in place (scale = amax/448 per output channel or per
-/// tensor, compressed-tensors' rule in the arithmetic of the checkpoint's dtype, so the codes
-/// equal llm-compressor's; see kernels/cpu/w8a8.h); activations dynamic per token.
-void quantize_linear_fp8(LinearWeight& w, ScaleGranularity granularity,
+/// y: [m, out] = x: [m, in] . W^T (+ bias), in the weight's format. FP8 weights quantize x
+/// first into qa: [m, in] E4M3 and a_scale: [m] (caller-owned backend memory).
+void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int64_t m,
+                    float* y, uint8_t* qa, float* a_scale);
+
+/// Quantizes an F32 host weight to FP8 E4M3 in place (scale = amax/448 per output channel or
+/// per tensor, compressed-tensors' rule in the arithmetic of the checkpoint's dtype, so the codes
+/// equal llm-compressor's; see kernels/common/weight_quant.h); activations dynamic per token.
+/// Throws std::logic_error for a BF16 weight.
+void quantize_linear_fp8(HostLinearWeight& w, ScaleGranularity granularity,
                          DType arithmetic = DType::F32);
 
 }  // namespace octet

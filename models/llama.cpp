@@ -4,10 +4,11 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/fp8.h"
-#include "kernels/cpu/half.h"
-#include "kernels/cpu/ops.h"
+#include <spdlog/spdlog.h>
+
+#include "kernels/common/check.h"
+#include "kernels/common/fp8.h"
+#include "kernels/common/half.h"
 #include "models/checkpoint.h"
 #include "models/gguf.h"
 #include "models/quant_validate.h"
@@ -23,8 +24,8 @@ bool online_fp8(const LoadOptions& o, const QuantConfig& q) {
 
 // A linear layer stored as FP8 in the checkpoint (compressed-tensors / fp8): codes, scales
 // and, for static activations, input_scale; shapes were checked by validate_quantized_tensors.
-LinearWeight load_fp8_linear(const WeightSource& src, const QuantConfig& q,
-                             const LoadOptions& o, LinearWeight w) {
+HostLinearWeight load_fp8_linear(const WeightSource& src, const QuantConfig& q,
+                                 const LoadOptions& o, HostLinearWeight w) {
   const std::string wname = w.name + ".weight";
   const TensorView* t = src.raw(wname);
   const TensorView* s = src.raw(w.name + ".weight_scale");
@@ -65,7 +66,7 @@ LinearWeight load_fp8_linear(const WeightSource& src, const QuantConfig& q,
 }
 
 // `module`.bias [out] into w.bias (FP32 on every path: linear_forward adds it after the GEMM).
-void load_bias(const WeightSource& src, const std::string& module, LinearWeight& w) {
+void load_bias(const WeightSource& src, const std::string& module, HostLinearWeight& w) {
   w.bias = src.load_f32(module + ".bias", {w.out_features});
   for (size_t i = 0; i < w.bias.size(); ++i)
     if (!std::isfinite(w.bias[i]))
@@ -74,10 +75,10 @@ void load_bias(const WeightSource& src, const std::string& module, LinearWeight&
                                            std::to_string(i));
 }
 
-LinearWeight load_linear(const WeightSource& src, const QuantConfig& q, const LoadOptions& o,
-                         const std::string& module, int64_t out, int64_t in,
-                         bool bias = false) {
-  LinearWeight w;
+HostLinearWeight load_linear(const WeightSource& src, const QuantConfig& q,
+                             const LoadOptions& o, const std::string& module, int64_t out,
+                             int64_t in, bool bias = false) {
+  HostLinearWeight w;
   w.name = module;
   w.out_features = out;
   w.in_features = in;
@@ -98,12 +99,28 @@ LinearWeight load_linear(const WeightSource& src, const QuantConfig& q, const Lo
   return w;
 }
 
-void to_bf16(LinearWeight& w) {
+void to_bf16(HostLinearWeight& w) {
   w.w_bf16.resize(w.w_f32.size());
   for (size_t i = 0; i < w.w_f32.size(); ++i) w.w_bf16[i] = float_to_bf16(w.w_f32[i]);
   w.format = DType::BF16;
   w.w_f32.clear();
   w.w_f32.shrink_to_fit();
+}
+
+// How a layer is split over tensor-parallel ranks (issue 10 item 5; Megatron-LM's layout).
+enum class ShardKind {
+  ColumnParallel,  // q/k/v, gate/up: each rank keeps its block of output rows (and bias)
+  RowParallel,     // o_proj, down_proj: each rank keeps its block of input columns
+  VocabParallel,   // lm_head: each rank keeps its block of vocabulary rows
+};
+
+// A rank's shard of a host weight, cut before upload. World size 1: the whole weight.
+// Tensor parallelism fills this in with models/tensor_parallel.h's helpers.
+HostLinearWeight shard_for_rank(HostLinearWeight w, ShardKind kind, int rank, int world_size) {
+  (void)kind;
+  if (world_size == 1 && rank == 0) return w;
+  throw std::invalid_argument("tensor parallelism (world size " + std::to_string(world_size) +
+                              ") is not implemented yet");
 }
 
 }  // namespace
@@ -128,30 +145,41 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
     throw std::invalid_argument("quantization must be auto, fp8 or none, got '" +
                                 options.quantization + "'");
   LlamaModel m;
+  m.backend_ = options.backend ? options.backend : std::shared_ptr<Backend>(make_backend(options.device));
+  Backend& be = *m.backend_;
+  spdlog::info("device: {} (--device {})", be.name(), options.backend ? be.name() : options.device);
   m.config_ = std::move(config);
   m.quant_ = std::move(quant);
   const ModelConfig& c = m.config_;
   const QuantConfig& q = m.quant_;
   const int64_t h = c.hidden_size, q_dim = c.num_attention_heads * c.head_dim,
                 kv_dim = c.num_key_value_heads * c.head_dim, ffn = c.intermediate_size;
+  const int rank = options.rank, world = options.world_size;
+  // Host tensors are read, cut to this rank's shard, uploaded, then dropped.
+  const auto upload = [&](HostLinearWeight w, ShardKind kind) {
+    return upload_linear(be, shard_for_rank(std::move(w), kind, rank, world));
+  };
   LlamaWeights& w = m.weights_;
-  w.embed_tokens = src.load_f32("model.embed_tokens.weight", {c.vocab_size, h});
-  w.norm = src.load_f32("model.norm.weight", {h});
+  const std::vector<float> embed = src.load_f32("model.embed_tokens.weight", {c.vocab_size, h});
+  w.embed_tokens = upload_f32(be, embed);
+  w.norm = upload_f32(be, src.load_f32("model.norm.weight", {h}));
   if (!c.tie_word_embeddings && !src.has("lm_head.weight"))
     throw ModelFileError(src.path(), "missing tensor lm_head.weight (tie_word_embeddings is "
                                      "false)");
+  HostLinearWeight lm_head;
   if (c.tie_word_embeddings) {
-    w.lm_head.name = "lm_head";
-    w.lm_head.out_features = c.vocab_size;
-    w.lm_head.in_features = h;
-    w.lm_head.w_f32.assign(w.embed_tokens.begin(), w.embed_tokens.end());
+    lm_head.name = "lm_head";
+    lm_head.out_features = c.vocab_size;
+    lm_head.in_features = h;
+    lm_head.w_f32 = embed;
   } else {
     LoadOptions keep = options;
     keep.quantization = "none";  // lm_head stays 16-bit unless the checkpoint quantizes it
-    w.lm_head = load_linear(src, q, q.weights_fp8 ? options : keep, "lm_head", c.vocab_size, h);
+    lm_head = load_linear(src, q, q.weights_fp8 ? options : keep, "lm_head", c.vocab_size, h);
   }
   // lm_head "stays 16-bit" on the FP8 path; FP32 on the reference path.
-  if (options.quantization != "none" && w.lm_head.format == DType::F32) to_bf16(w.lm_head);
+  if (options.quantization != "none" && lm_head.format == DType::F32) to_bf16(lm_head);
+  w.lm_head = upload(std::move(lm_head), ShardKind::VocabParallel);
 
   const std::string last = "model.layers." + std::to_string(c.num_hidden_layers - 1) +
                            ".input_layernorm.weight";
@@ -160,20 +188,21 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
                                          std::to_string(c.num_hidden_layers) +
                                          " but there is no tensor " + last);
   w.layers.resize(c.num_hidden_layers);
+  const auto col = ShardKind::ColumnParallel, row = ShardKind::RowParallel;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LlamaLayerWeights& l = w.layers[i];
-    l.attn_norm = src.load_f32(p + "input_layernorm.weight", {h});
-    l.q_proj = load_linear(src, q, options, p + "self_attn.q_proj", q_dim, h, c.qkv_bias);
-    l.k_proj = load_linear(src, q, options, p + "self_attn.k_proj", kv_dim, h, c.qkv_bias);
-    l.v_proj = load_linear(src, q, options, p + "self_attn.v_proj", kv_dim, h, c.qkv_bias);
-    l.o_proj = load_linear(src, q, options, p + "self_attn.o_proj", h, q_dim, c.o_proj_bias);
-    l.ffn_norm = src.load_f32(p + "post_attention_layernorm.weight", {h});
-    l.gate_proj = load_linear(src, q, options, p + "mlp.gate_proj", ffn, h, c.mlp_bias);
-    l.up_proj = load_linear(src, q, options, p + "mlp.up_proj", ffn, h, c.mlp_bias);
-    l.down_proj = load_linear(src, q, options, p + "mlp.down_proj", h, ffn, c.mlp_bias);
+    l.attn_norm = upload_f32(be, src.load_f32(p + "input_layernorm.weight", {h}));
+    l.q_proj = upload(load_linear(src, q, options, p + "self_attn.q_proj", q_dim, h, c.qkv_bias), col);
+    l.k_proj = upload(load_linear(src, q, options, p + "self_attn.k_proj", kv_dim, h, c.qkv_bias), col);
+    l.v_proj = upload(load_linear(src, q, options, p + "self_attn.v_proj", kv_dim, h, c.qkv_bias), col);
+    l.o_proj = upload(load_linear(src, q, options, p + "self_attn.o_proj", h, q_dim, c.o_proj_bias), row);
+    l.ffn_norm = upload_f32(be, src.load_f32(p + "post_attention_layernorm.weight", {h}));
+    l.gate_proj = upload(load_linear(src, q, options, p + "mlp.gate_proj", ffn, h, c.mlp_bias), col);
+    l.up_proj = upload(load_linear(src, q, options, p + "mlp.up_proj", ffn, h, c.mlp_bias), col);
+    l.down_proj = upload(load_linear(src, q, options, p + "mlp.down_proj", h, ffn, c.mlp_bias), row);
   }
-  m.inv_freq_ = c.rope_inv_freq();
+  m.inv_freq_ = upload_f32(be, c.rope_inv_freq());
   m.rope_layout_ = src.rope_layout();
   return m;
 }
@@ -194,111 +223,123 @@ int64_t LlamaModel::decode_weight_bytes() const {
   return bytes;
 }
 
-DenseKVCache LlamaModel::new_cache(int64_t max_tokens) const {
+LlamaActivations LlamaModel::new_activations(int64_t max_tokens, int64_t max_logit_rows) const {
   const ModelConfig& c = config_;
-  DenseKVCache cache;
-  cache.max_tokens = max_tokens;
-  const size_t n = static_cast<size_t>(c.num_hidden_layers * max_tokens * c.num_key_value_heads *
-                                       c.head_dim);
-  cache.k.assign(n, 0.0f);
-  cache.v.assign(n, 0.0f);
-  return cache;
+  const int64_t h = c.hidden_size, q_dim = c.num_attention_heads * c.head_dim,
+                kv_dim = c.num_key_value_heads * c.head_dim, ffn = c.intermediate_size;
+  Backend& be = *backend_;
+  const auto f32 = [&](int64_t rows, int64_t width) { return be.allocate(rows * width * 4); };
+  LlamaActivations a;
+  a.max_tokens = max_tokens;
+  a.max_logit_rows = max_logit_rows;
+  a.x = f32(max_tokens, h);
+  a.xn = f32(max_tokens, h);
+  a.q = f32(max_tokens, q_dim);
+  a.k = f32(max_tokens, kv_dim);
+  a.v = f32(max_tokens, kv_dim);
+  a.attn = f32(max_tokens, q_dim);
+  a.proj = f32(max_tokens, h);
+  a.gate = f32(max_tokens, ffn);
+  a.up = f32(max_tokens, ffn);
+  a.qa = be.allocate(std::max(max_tokens, max_logit_rows) * std::max({h, q_dim, ffn}));
+  a.a_scale = f32(std::max(max_tokens, max_logit_rows), 1);
+  a.last = f32(max_logit_rows, h);
+  a.logits = f32(max_logit_rows, c.vocab_size);
+  return a;
+}
+
+void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64_t num_rows,
+                             const PagedAttentionBatch& attn_batch, PagedKVCache& cache,
+                             LlamaActivations& act) const {
+  const ModelConfig& c = config_;
+  Backend& be = *backend_;
+  const int64_t h = c.hidden_size, hd = c.head_dim, nh = c.num_attention_heads,
+                nkv = c.num_key_value_heads, ffn = c.intermediate_size;
+  const float eps = c.rms_norm_eps, softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Activations: [n, width] row-major, one row per token.
+  float *x = act.x.as<float>(), *xn = act.xn.as<float>(), *q = act.q.as<float>(),
+        *k = act.k.as<float>(), *v = act.v.as<float>(), *attn = act.attn.as<float>(),
+        *proj = act.proj.as<float>(), *gate = act.gate.as<float>(), *up = act.up.as<float>();
+  const auto linear = [&](const LinearWeight& w, const float* in, int64_t m, float* out) {
+    linear_forward(be, w, in, m, out, act.qa.as<uint8_t>(), act.a_scale.as<float>());
+  };
+  const int64_t* positions = device.positions.as<const int64_t>();
+
+  be.embedding({weights_.embed_tokens.data(), DType::F32, c.vocab_size, h},
+               device.token_ids.as<const int32_t>(), n, x);
+  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const LlamaLayerWeights& w = weights_.layers[layer];
+    // x += the previous layer's MLP output (none before layer 0), then n = rms(x).
+    be.rms_norm(x, layer == 0 ? nullptr : proj, w.attn_norm.as<float>(), xn, n, h, eps);
+    linear(w.q_proj, xn, n, q);
+    linear(w.k_proj, xn, n, k);
+    linear(w.v_proj, xn, n, v);
+    be.rope(q, k, n, nh, nkv, hd, c.rotary_dim, positions, inv_freq_.as<float>(), rope_layout_);
+    // The whole batch's K/V of a layer are written before its attention reads them back, so a
+    // token's K/V are the cached (possibly FP8) values whether computed now or earlier.
+    const KVCacheView kv = cache.layer(layer);
+    be.write_kv_cache(kv, k, v, device.slot_mapping.as<const int64_t>(), n);
+    be.paged_attention(kv, q, attn_batch, nh, c.layer_sliding_window[layer], softmax_scale, attn);
+    linear(w.o_proj, attn, n, proj);
+    be.rms_norm(x, proj, w.ffn_norm.as<float>(), xn, n, h, eps);  // h = x + attn; rms(h)
+    linear(w.gate_proj, xn, n, gate);
+    linear(w.up_proj, xn, n, up);
+    be.silu_mul(gate, up, gate, n, ffn);
+    linear(w.down_proj, gate, n, proj);
+  }
+  if (num_rows == 0) return;
+  be.rms_norm(x, proj, weights_.norm.as<float>(), xn, n, h, eps);
+  be.gather_rows(xn, h, device.logits_indices.as<const int64_t>(), num_rows, act.last.as<float>());
+  linear(weights_.lm_head, act.last.as<float>(), num_rows, act.logits.as<float>());
+}
+
+SequenceKVCache LlamaModel::new_cache(int64_t max_tokens) const {
+  const ModelConfig& c = config_;
+  constexpr int64_t kBlock = 16;
+  std::vector<KVLayerSpec> layers(static_cast<size_t>(c.num_hidden_layers));
+  for (KVLayerSpec& l : layers) l.dtype = DType::F32;
+  const int64_t blocks = std::max<int64_t>(1, (max_tokens + kBlock - 1) / kBlock);
+  return SequenceKVCache{max_tokens, PagedKVCache(*backend_, blocks, kBlock,
+                                                  c.num_key_value_heads, c.head_dim, layers)};
+}
+
+DenseKVCache SequenceKVCache::download() const {
+  // Blocks 0, 1, ... hold positions in order, so a layer's blocks are [max_tokens, kv_dim].
+  DenseKVCache d;
+  d.max_tokens = max_tokens;
+  const int64_t row = cache.num_kv_heads() * cache.head_dim();
+  const int64_t layer_bytes = max_tokens * row * 4;
+  d.k.resize(static_cast<size_t>(cache.num_layers() * max_tokens * row));
+  d.v.resize(d.k.size());
+  Backend& be = cache.backend();
+  for (int64_t l = 0; l < cache.num_layers(); ++l) {
+    be.download(cache.k_buffer(l), 0, d.k.data() + l * max_tokens * row, layer_bytes);
+    be.download(cache.v_buffer(l), 0, d.v.data() + l * max_tokens * row, layer_bytes);
+  }
+  return d;
 }
 
 std::vector<float> LlamaModel::forward(const int32_t* tokens, int64_t n, int64_t start_pos,
-                                       DenseKVCache& cache, bool all_logits) const {
-  const ModelConfig& c = config_;
+                                       SequenceKVCache& cache, bool all_logits) const {
   if (n <= 0) throw std::invalid_argument("forward: no tokens");
   if (start_pos < 0 || start_pos + n > cache.max_tokens)
     throw std::invalid_argument("forward: positions " + std::to_string(start_pos) + ".." +
                                 std::to_string(start_pos + n - 1) + " exceed the cache of " +
                                 std::to_string(cache.max_tokens) + " tokens");
-  for (int64_t i = 0; i < n; ++i)
-    if (tokens[i] < 0 || tokens[i] >= c.vocab_size)
-      throw std::invalid_argument("token id " + std::to_string(tokens[i]) +
-                                  " is outside the vocabulary [0, " +
-                                  std::to_string(c.vocab_size) + ")");
-
-  const int64_t hd = c.head_dim, nh = c.num_attention_heads, nkv = c.num_key_value_heads,
-                q_dim = nh * hd, kv_dim = nkv * hd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  std::vector<int64_t> positions(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) positions[i] = start_pos + i;
-  const AttendFn attend = [&](int64_t layer, const float* q, const float* k, const float* v,
-                              float* attn) {
-    // k_cache/v_cache of this layer: [max_tokens, nkv, hd]
-    float* k_cache = cache.k.data() + layer * cache.max_tokens * kv_dim;
-    float* v_cache = cache.v.data() + layer * cache.max_tokens * kv_dim;
-    std::copy_n(k, n * kv_dim, k_cache + start_pos * kv_dim);
-    std::copy_n(v, n * kv_dim, v_cache + start_pos * kv_dim);
-    auto one = [&](int64_t i) {
-      const int64_t window = c.layer_sliding_window[layer];
-      const int64_t end = start_pos + i + 1;  // causal: positions < end
-      const int64_t begin = window > 0 && end > window ? end - window : 0;
-      cpu::attention(q + i * q_dim, k_cache + begin * kv_dim, v_cache + begin * kv_dim,
-                     attn + i * q_dim, nh, nkv, hd, end - begin, scale);
-    };
-    if (n == 1) {
-      one(0);  // decode: cpu::attention spreads the heads over threads
-    } else {
-#pragma omp parallel for schedule(dynamic)
-      for (int64_t i = 0; i < n; ++i) one(i);
-    }
-  };
-  std::vector<int64_t> rows;
-  for (int64_t i = all_logits ? 0 : n - 1; i < n; ++i) rows.push_back(i);
-  return run_decoder(tokens, n, positions.data(), attend, rows);
-}
-
-std::vector<float> LlamaModel::run_decoder(const int32_t* tokens, int64_t n,
-                                           const int64_t* positions, const AttendFn& attend,
-                                           const std::vector<int64_t>& rows) const {
-  const ModelConfig& c = config_;
-  const int64_t h = c.hidden_size, hd = c.head_dim, nh = c.num_attention_heads,
-                nkv = c.num_key_value_heads, q_dim = nh * hd, kv_dim = nkv * hd,
-                ffn = c.intermediate_size;
-  LinearScratch scratch;
-
-  // Activations: [n, width] row-major, one row per token.
-  std::vector<float> x(n * h), xn(n * h), q(n * q_dim), k(n * kv_dim), v(n * kv_dim),
-      attn(n * q_dim), proj(n * h), gate(n * ffn), up(n * ffn);
-  for (int64_t i = 0; i < n; ++i)
-    std::copy_n(weights_.embed_tokens.data() + static_cast<int64_t>(tokens[i]) * h, h,
-                x.data() + i * h);
-
-  for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
-    const LlamaLayerWeights& w = weights_.layers[layer];
-    cpu::rms_norm_rows(x.data(), w.attn_norm.data(), xn.data(), n, h, c.rms_norm_eps);
-    linear_forward(w.q_proj, xn.data(), n, q.data(), scratch);
-    linear_forward(w.k_proj, xn.data(), n, k.data(), scratch);
-    linear_forward(w.v_proj, xn.data(), n, v.data(), scratch);
-    cpu::rope_rows(q.data(), n, q_dim, nh, hd, c.rotary_dim, positions, inv_freq_.data(),
-                   rope_layout_);
-    cpu::rope_rows(k.data(), n, kv_dim, nkv, hd, c.rotary_dim, positions, inv_freq_.data(),
-                   rope_layout_);
-    attend(layer, q.data(), k.data(), v.data(), attn.data());
-    linear_forward(w.o_proj, attn.data(), n, proj.data(), scratch);
-    for (int64_t j = 0; j < n * h; ++j) x[j] += proj[j];
-
-    cpu::rms_norm_rows(x.data(), w.ffn_norm.data(), xn.data(), n, h, c.rms_norm_eps);
-    linear_forward(w.gate_proj, xn.data(), n, gate.data(), scratch);
-    linear_forward(w.up_proj, xn.data(), n, up.data(), scratch);
-#pragma omp parallel for schedule(static) if (n * ffn >= 32768)
-    for (int64_t i = 0; i < n; ++i)  // per row: vector/tail split never depends on the batch
-      cpu::silu_mul(gate.data() + i * ffn, up.data() + i * ffn, gate.data() + i * ffn, ffn);
-    linear_forward(w.down_proj, gate.data(), n, proj.data(), scratch);
-    for (int64_t j = 0; j < n * h; ++j) x[j] += proj[j];
+  // One sequence whose block table is 0, 1, 2, ...: slot = position.
+  ForwardBatch b;
+  b.token_ids.assign(tokens, tokens + n);
+  for (int64_t i = 0; i < n; ++i) {
+    b.positions.push_back(start_pos + i);
+    b.slot_mapping.push_back(start_pos + i);
   }
-
-  const int64_t num_rows = static_cast<int64_t>(rows.size());
-  std::vector<float> logits(num_rows * c.vocab_size);
-  if (num_rows == 0) return logits;
-  std::vector<float> last(num_rows * h);
-  for (int64_t r = 0; r < num_rows; ++r)
-    cpu::rms_norm(x.data() + rows[r] * h, weights_.norm.data(), last.data() + r * h, h,
-                  c.rms_norm_eps);
-  linear_forward(weights_.lm_head, last.data(), num_rows, logits.data(), scratch);
-  return logits;
+  b.query_start_loc = {0, n};
+  b.seq_lens = {start_pos + n};
+  b.max_blocks_per_seq = cache.cache.num_blocks();
+  for (int64_t i = 0; i < b.max_blocks_per_seq; ++i)
+    b.block_tables.push_back(static_cast<int32_t>(i));
+  for (int64_t i = all_logits ? 0 : n - 1; i < n; ++i) b.logits_indices.push_back(i);
+  return forward(b, cache.cache);
 }
 
 }  // namespace octet

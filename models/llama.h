@@ -10,16 +10,16 @@
 // Linear layers run in FP32 (quantization "none", the reference that goldens check) or FP8 W8A8
 // (models/linear.h); norms, RoPE, attention and the residual stream are FP32 throughout.
 #include <cstdint>
-#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/ops_ref.h"
+#include "kernels/backend.h"
+#include "models/forward_batch.h"
 #include "models/linear.h"
 #include "models/model_config.h"
-#include "models/quant_config.h"
-#include "models/forward_batch.h"
 #include "models/paged_kv_cache.h"
+#include "models/quant_config.h"
 
 namespace octet {
 
@@ -34,33 +34,62 @@ class WeightSource;
 struct LoadOptions {
   std::string quantization = "auto";
   ScaleGranularity weight_granularity = ScaleGranularity::PerRow;
+  /// The backend the weights go to; null: make_backend(device).
+  std::shared_ptr<Backend> backend;
+  /// --device (cpu, cuda, cuda:N, auto), used when backend is null.
+  std::string device = "auto";
+  /// Tensor parallelism: this process's rank and the number of ranks (shard_for_rank).
+  int rank = 0;
+  int world_size = 1;
 };
 
 struct LlamaLayerWeights {
-  std::vector<float> attn_norm;  // [hidden]
-  LinearWeight q_proj;           // [num_heads*head_dim, hidden]
-  LinearWeight k_proj;           // [num_kv_heads*head_dim, hidden]
-  LinearWeight v_proj;           // [num_kv_heads*head_dim, hidden]
-  LinearWeight o_proj;           // [hidden, num_heads*head_dim]
-  std::vector<float> ffn_norm;   // [hidden]
-  LinearWeight gate_proj;        // [intermediate, hidden]
-  LinearWeight up_proj;          // [intermediate, hidden]
-  LinearWeight down_proj;        // [hidden, intermediate]
+  Buffer attn_norm;       // [hidden] FP32
+  LinearWeight q_proj;    // [num_heads*head_dim, hidden]
+  LinearWeight k_proj;    // [num_kv_heads*head_dim, hidden]
+  LinearWeight v_proj;    // [num_kv_heads*head_dim, hidden]
+  LinearWeight o_proj;    // [hidden, num_heads*head_dim]
+  Buffer ffn_norm;        // [hidden] FP32
+  LinearWeight gate_proj; // [intermediate, hidden]
+  LinearWeight up_proj;   // [intermediate, hidden]
+  LinearWeight down_proj; // [hidden, intermediate]
 };
 
+/// The model's weights, buffers of the model's Backend.
 struct LlamaWeights {
-  std::vector<float> embed_tokens;  // [vocab, hidden] FP32 (rows are looked up)
-  std::vector<float> norm;          // [hidden]
-  LinearWeight lm_head;             // [vocab, hidden]: FP32 unquantized, else BF16 or FP8
+  Buffer embed_tokens;  // [vocab, hidden] FP32 (rows are looked up)
+  Buffer norm;          // [hidden] FP32
+  LinearWeight lm_head; // [vocab, hidden]: FP32 unquantized, else BF16 or FP8
   std::vector<LlamaLayerWeights> layers;
 };
 
-/// Contiguous FP32 KV cache of one sequence (reference path; the paged FP8 cache is the
-/// engine's). k, v: [num_layers, max_tokens, num_kv_heads, head_dim].
+/// Preallocated activations of run_decoder for up to max_tokens tokens and max_logit_rows
+/// logits rows (buffers of the model's Backend, owned by the caller: the model runner).
+struct LlamaActivations {
+  int64_t max_tokens = 0;
+  int64_t max_logit_rows = 0;
+  Buffer x, xn, q, k, v, attn, proj, gate, up;  // [max_tokens, width] FP32
+  Buffer qa;                                    // [max_tokens, max(in)] E4M3
+  Buffer a_scale;                               // [max_tokens] FP32
+  Buffer last;                                  // [max_logit_rows, hidden] FP32
+  Buffer logits;                                // [max_logit_rows, vocab] FP32
+};
+
+/// K/V of one sequence in FP32 on the host, k, v: [num_layers, max_tokens, num_kv_heads,
+/// head_dim] (what calculate_kv_scales reads).
 struct DenseKVCache {
   int64_t max_tokens = 0;
   std::vector<float> k;
   std::vector<float> v;
+};
+
+/// A one-sequence FP32 paged cache (blocks 0, 1, ... in order) for the one-sequence forward
+/// (perplexity, KV-scale calibration, tests). Its slots are the positions.
+struct SequenceKVCache {
+  int64_t max_tokens = 0;
+  PagedKVCache cache;
+  /// The cached K/V of positions [0, max_tokens), downloaded.
+  DenseKVCache download() const;
 };
 
 class LlamaModel {
@@ -84,43 +113,55 @@ class LlamaModel {
   /// Bytes of weights read per decode step (every linear + lm_head; embedding rows excluded).
   int64_t decode_weight_bytes() const;
 
-  /// A zeroed cache for up to max_tokens positions (bytes: 2*layers*max_tokens*kv_dim*4).
-  DenseKVCache new_cache(int64_t max_tokens) const;
+  /// The backend holding the weights (shared with caches and runners made for this model).
+  Backend& backend() const { return *backend_; }
+  const std::shared_ptr<Backend>& backend_ptr() const { return backend_; }
 
-  /// Runs n tokens at positions start_pos..start_pos+n-1 (causal; earlier positions must be in
-  /// `cache`), writes their K/V to `cache`, and returns logits [n, vocab] when all_logits, else
-  /// [1, vocab] for the last token. Throws std::invalid_argument for a token id outside
-  /// [0, vocab) or when start_pos + n exceeds cache.max_tokens.
+  /// Activations for up to max_tokens tokens and max_logit_rows logits rows per forward.
+  LlamaActivations new_activations(int64_t max_tokens, int64_t max_logit_rows) const;
+
+  /// A zeroed one-sequence FP32 cache for up to max_tokens positions.
+  SequenceKVCache new_cache(int64_t max_tokens) const;
+
+  /// Runs n tokens of one sequence at positions start_pos..start_pos+n-1 (causal; earlier
+  /// positions must be in `cache`) as a one-sequence batch through the paged forward, writes
+  /// their K/V to `cache`, and returns logits [n, vocab] when all_logits, else [1, vocab] for
+  /// the last token. Throws std::invalid_argument for a token id outside [0, vocab) or when
+  /// start_pos + n exceeds cache.max_tokens.
   std::vector<float> forward(const int32_t* tokens, int64_t n, int64_t start_pos,
-                             DenseKVCache& cache, bool all_logits) const;
+                             SequenceKVCache& cache, bool all_logits) const;
 
-  /// One engine step over the paged KV cache (models/llama_paged.cpp): runs batch.token_ids
-  /// at batch.positions, writes their K/V to batch.slot_mapping in `cache` (in each layer's
-  /// dtype and scales), attends over the block tables with each layer's sliding window, and
-  /// returns logits [batch.logits_indices.size(), vocab] (FP32) for the rows named there.
-  /// Batch-invariant: a token's logits depend only on its own sequence. Throws
+  /// One engine step over the paged KV cache (models/llama_paged.cpp), the one device entry
+  /// point: runs batch.token_ids at batch.positions, writes their K/V to batch.slot_mapping in
+  /// `cache` (in each layer's dtype and scales), attends over the block tables with each
+  /// layer's sliding window, and leaves logits [batch.logits_indices.size(), vocab] (FP32) in
+  /// act.logits. `device` holds batch's arrays uploaded (ForwardBatchBuffers::upload); act must
+  /// fit the batch. Batch-invariant: a token's logits depend only on its own sequence. Throws
   /// std::invalid_argument for token ids outside the vocabulary or inconsistent batch arrays.
+  void forward(const ForwardBatch& batch, const ForwardBatchBuffers& device, PagedKVCache& cache,
+               LlamaActivations& act) const;
+
+  /// forward() with activations and batch buffers made for this call; returns the logits rows
+  /// downloaded (tests and one-off callers; the engine's runner keeps them preallocated).
   std::vector<float> forward(const ForwardBatch& batch, PagedKVCache& cache) const;
 
  private:
   static LlamaModel build(const WeightSource& src, ModelConfig config, QuantConfig quant,
                           const LoadOptions& options);
 
-  /// A forward's KV store and attention for one layer: q [n, heads*head_dim], k and v
-  /// [n, kv_heads*head_dim] after RoPE -> attn [n, heads*head_dim].
-  using AttendFn = std::function<void(int64_t layer, const float* q, const float* k,
-                                      const float* v, float* attn)>;
-  /// The recipe both forwards share (file comment): embeddings of tokens [n], per layer norm,
-  /// q/k/v, RoPE at positions [n], `attend`, o_proj and residual, norm, SwiGLU MLP and residual;
-  /// then the final norm and lm_head for the token indices `rows`. Returns logits
-  /// [rows.size(), vocab]. Every step but `attend` is per token, so rows never mix.
-  std::vector<float> run_decoder(const int32_t* tokens, int64_t n, const int64_t* positions,
-                                 const AttendFn& attend, const std::vector<int64_t>& rows) const;
+  /// The recipe (file comment) over the n tokens of `device`: embeddings, per layer norm,
+  /// q/k/v, RoPE, KV write and paged attention, o_proj and residual, norm, SwiGLU MLP and
+  /// residual; then the final norm and lm_head for the num_rows rows of logits_indices, into
+  /// act.logits. Every step but attention is per token, so rows never mix.
+  void run_decoder(const ForwardBatchBuffers& device, int64_t n, int64_t num_rows,
+                   const PagedAttentionBatch& attn_batch, PagedKVCache& cache,
+                   LlamaActivations& act) const;
 
+  std::shared_ptr<Backend> backend_;
   ModelConfig config_;
   QuantConfig quant_;
   LlamaWeights weights_;
-  std::vector<float> inv_freq_;  // [rotary_dim/2]
+  Buffer inv_freq_;  // [rotary_dim/2] FP32
   RopeLayout rope_layout_ = RopeLayout::AdjacentPairs;
 };
 

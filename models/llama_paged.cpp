@@ -1,13 +1,12 @@
 // LlamaModel::forward over the paged KV cache: run_decoder (llama.cpp) with K/V written to
 // blocks in each layer's dtype and attention read back from the blocks
-// (kernels/cpu/paged_attention.h). Every op is per token or per
+// (Backend::paged_attention). Every op is per token or per
 // (token, head), and the linear kernels are row-invariant, so a sequence's results do not
 // depend on what else is in the batch.
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cpu/paged_attention.h"
 #include "models/llama.h"
 
 namespace octet {
@@ -43,28 +42,34 @@ void check_batch(const ForwardBatch& b, const ModelConfig& c, const PagedKVCache
 
 }  // namespace
 
-std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKVCache& cache) const {
-  const ModelConfig& c = config_;
-  check_batch(batch, c, cache);
-  const int64_t hd = c.head_dim;
-  const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+void LlamaModel::forward(const ForwardBatch& batch, const ForwardBatchBuffers& device,
+                         PagedKVCache& cache, LlamaActivations& act) const {
+  check_batch(batch, config_, cache);
+  const int64_t n = batch.num_tokens(), rows = static_cast<int64_t>(batch.logits_indices.size());
+  if (n > act.max_tokens || rows > act.max_logit_rows)
+    throw std::invalid_argument("forward: " + std::to_string(n) + " tokens and " +
+                                std::to_string(rows) + " logits rows exceed the activations (" +
+                                std::to_string(act.max_tokens) + ", " +
+                                std::to_string(act.max_logit_rows) + ")");
   PagedAttentionBatch attn_batch;
   attn_batch.num_seqs = batch.num_seqs();
-  attn_batch.query_start_loc = batch.query_start_loc.data();
-  attn_batch.seq_lens = batch.seq_lens.data();
-  attn_batch.block_tables = batch.block_tables.data();
+  attn_batch.query_start_loc = device.query_start_loc.as<const int64_t>();
+  attn_batch.seq_lens = device.seq_lens.as<const int64_t>();
+  attn_batch.block_tables = device.block_tables.as<const int32_t>();
   attn_batch.max_blocks_per_seq = batch.max_blocks_per_seq;
-  // The whole batch's K/V of a layer are written before its attention reads them back, so a
-  // token's K/V are the cached (possibly FP8) values whether computed now or earlier.
-  const AttendFn attend = [&](int64_t layer, const float* q, const float* k, const float* v,
-                              float* attn) {
-    const KVCacheView kv = cache.layer(layer);
-    write_kv_cache(kv, k, v, batch.slot_mapping.data(), batch.num_tokens());
-    paged_attention(kv, q, attn_batch, c.num_attention_heads, c.layer_sliding_window[layer],
-                    softmax_scale, attn);
-  };
-  return run_decoder(batch.token_ids.data(), batch.num_tokens(), batch.positions.data(), attend,
-                     batch.logits_indices);
+  run_decoder(device, n, rows, attn_batch, cache, act);
+}
+
+std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKVCache& cache) const {
+  check_batch(batch, config_, cache);
+  const int64_t rows = static_cast<int64_t>(batch.logits_indices.size());
+  LlamaActivations act = new_activations(batch.num_tokens(), rows);
+  ForwardBatchBuffers device;
+  device.upload(*backend_, batch);
+  forward(batch, device, cache, act);
+  std::vector<float> logits(static_cast<size_t>(rows * config_.vocab_size));
+  backend_->download(act.logits, 0, logits.data(), static_cast<int64_t>(logits.size() * 4));
+  return logits;
 }
 
 }  // namespace octet

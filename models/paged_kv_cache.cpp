@@ -4,9 +4,10 @@
 
 namespace octet {
 
-PagedKVCache::PagedKVCache(int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
+PagedKVCache::PagedKVCache(Backend& backend, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads,
                            int64_t head_dim, std::vector<KVLayerSpec> layers)
-    : num_blocks_(num_blocks),
+    : backend_(&backend),
+      num_blocks_(num_blocks),
       block_size_(block_size),
       num_kv_heads_(num_kv_heads),
       head_dim_(head_dim),
@@ -17,6 +18,8 @@ PagedKVCache::PagedKVCache(int64_t num_blocks, int64_t block_size, int64_t num_k
                                 std::to_string(block_size) + ")");
   k_.resize(layers_.size());
   v_.resize(layers_.size());
+  k_scale_.resize(layers_.size());
+  v_scale_.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     KVLayerSpec& s = layers_[l];
     if (dtype_is_fp8(s.dtype) &&
@@ -24,10 +27,14 @@ PagedKVCache::PagedKVCache(int64_t num_blocks, int64_t block_size, int64_t num_k
          static_cast<int64_t>(s.v_scale.size()) != num_kv_heads))
       throw std::invalid_argument("PagedKVCache: layer " + std::to_string(l) + " needs " +
                                   std::to_string(num_kv_heads) + " k/v scales");
-    const size_t bytes = static_cast<size_t>(num_blocks * block_size * num_kv_heads * head_dim *
-                                             dtype_bytes(s.dtype));
-    k_[l].assign(bytes, 0);
-    v_[l].assign(bytes, 0);
+    const int64_t bytes = num_blocks * block_size * num_kv_heads * head_dim * dtype_bytes(s.dtype);
+    k_[l] = backend.allocate(bytes);
+    v_[l] = backend.allocate(bytes);
+    for (auto [host, dev] : {std::pair{&s.k_scale, &k_scale_[l]}, {&s.v_scale, &v_scale_[l]}}) {
+      const int64_t n = static_cast<int64_t>(host->size() * sizeof(float));
+      *dev = backend.allocate(n);
+      backend.upload(*dev, 0, host->data(), n);
+    }
   }
 }
 
@@ -39,8 +46,8 @@ int64_t PagedKVCache::bytes_per_block(int64_t block_size, int64_t num_kv_heads, 
   return bytes;
 }
 
-KVCacheView PagedKVCache::layer(int64_t l) {
-  KVLayerSpec& s = layers_.at(l);
+KVCacheView PagedKVCache::layer(int64_t l) const {
+  const KVLayerSpec& s = layers_.at(l);
   KVCacheView view;
   view.k = k_[l].data();
   view.v = v_[l].data();
@@ -49,8 +56,8 @@ KVCacheView PagedKVCache::layer(int64_t l) {
   view.block_size = block_size_;
   view.num_kv_heads = num_kv_heads_;
   view.head_dim = head_dim_;
-  view.k_scale = s.k_scale.empty() ? nullptr : s.k_scale.data();
-  view.v_scale = s.v_scale.empty() ? nullptr : s.v_scale.data();
+  view.k_scale = k_scale_[l].as<const float>();
+  view.v_scale = v_scale_[l].as<const float>();
   return view;
 }
 

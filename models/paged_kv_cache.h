@@ -1,19 +1,19 @@
 #pragma once
 // The paged KV cache's storage: per layer, K and V blocks in that layer's dtype with its scales
 // (DESIGN.md "Numerics conventions"). Block bookkeeping (which request owns which block) is the
-// engine's BlockPool; this is only memory.
+// engine's BlockPool; this is only memory, buffers of one Backend.
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/huge_page_allocator.h"
-#include "kernels/cpu/paged_attention.h"
+#include "kernels/backend.h"
 
 namespace octet {
 
 /// One layer's cache format. k_scale / v_scale: [num_kv_heads] FP32 (per-tensor scales are
 /// repeated), used for FP8 dtypes. scale_source says where they came from, for the startup
-/// table: "file", "checkpoint", "calculated", "unit", or "-" (16-bit layers).
+/// table: "file", "checkpoint", "calculated", "unit", or "-" (16-bit layers). dtype F32 is for
+/// calibration and one-sequence caches (LlamaModel::new_cache).
 struct KVLayerSpec {
   DType dtype = DType::BF16;
   std::vector<float> k_scale;
@@ -24,10 +24,11 @@ struct KVLayerSpec {
 
 class PagedKVCache {
  public:
-  /// Allocates num_blocks blocks of block_size tokens for every layer (zeroed).
+  /// Allocates num_blocks blocks of block_size tokens for every layer (zeroed) on `backend`,
+  /// which must outlive the cache; the scales are uploaded.
   /// k_cache/v_cache of layer l: [num_blocks, block_size, num_kv_heads, head_dim], layers[l].dtype.
   /// Throws std::invalid_argument for non-positive sizes or scales of the wrong length.
-  PagedKVCache(int64_t num_blocks, int64_t block_size, int64_t num_kv_heads, int64_t head_dim,
+  PagedKVCache(Backend& backend, int64_t num_blocks, int64_t block_size, int64_t num_kv_heads, int64_t head_dim,
                std::vector<KVLayerSpec> layers);
 
   /// Bytes of one block summed over all layers, K and V: block_size * num_kv_heads * head_dim
@@ -35,7 +36,15 @@ class PagedKVCache {
   static int64_t bytes_per_block(int64_t block_size, int64_t num_kv_heads, int64_t head_dim,
                                  const std::vector<KVLayerSpec>& layers);
 
-  KVCacheView layer(int64_t l);
+  /// Layer l's view (backend memory).
+  KVCacheView layer(int64_t l) const;
+  /// Layer l's K and V blocks (for downloads).
+  const Buffer& k_buffer(int64_t l) const { return k_.at(l); }
+  const Buffer& v_buffer(int64_t l) const { return v_.at(l); }
+  /// The backend whose memory holds the cache.
+  Backend& backend() const { return *backend_; }
+  int64_t num_kv_heads() const { return num_kv_heads_; }
+  int64_t head_dim() const { return head_dim_; }
   const KVLayerSpec& spec(int64_t l) const { return layers_.at(l); }
   int64_t num_layers() const { return static_cast<int64_t>(layers_.size()); }
   int64_t num_blocks() const { return num_blocks_; }
@@ -43,9 +52,10 @@ class PagedKVCache {
   int64_t total_bytes() const;
 
  private:
+  Backend* backend_;
   int64_t num_blocks_, block_size_, num_kv_heads_, head_dim_;
   std::vector<KVLayerSpec> layers_;
-  std::vector<WeightVector<uint8_t>> k_, v_;  // per layer, raw bytes
+  std::vector<Buffer> k_, v_, k_scale_, v_scale_;  // per layer
 };
 
 }  // namespace octet

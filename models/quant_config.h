@@ -15,7 +15,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "kernels/cpu/w8a8.h"
+#include "kernels/common/dtype.h"
 
 namespace octet {
 

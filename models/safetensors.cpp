@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
-#include "kernels/cpu/fp8.h"
-#include "kernels/cpu/half.h"
+#include "kernels/common/fp8.h"
+#include "kernels/common/half.h"
 #include "models/checkpoint.h"
 #include "models/mapped_file.h"
 

@@ -9,8 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/ops_ref.h"
-#include "kernels/cpu/w8a8.h"
+#include "kernels/common/dtype.h"
 
 namespace octet {
 

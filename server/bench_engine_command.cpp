@@ -154,6 +154,7 @@ int run_bench_engine(int argc, const char* const* argv) {
       EngineArgs a;
       a.model = cfg.model;
       a.quantization = cfg.quantization;
+      a.device = cfg.device;
       a.weight_strategy = cfg.weight_strategy;
       a.cache.kv_cache_dtype = cfg.throughput_kv_cache_dtype;
       a.cache.calculate_kv_scales = true;
@@ -179,6 +180,8 @@ int run_bench_engine(int argc, const char* const* argv) {
         EngineArgs a;
         a.model = cfg.model;
         a.quantization = cfg.quantization;
+        a.device = cfg.device;
+      a.device = cfg.device;
         a.weight_strategy = cfg.weight_strategy;
         a.cache.kv_cache_dtype = dtype;
         a.cache.calculate_kv_scales = true;

@@ -76,6 +76,7 @@ int run_generate(int argc, const char* const* argv) {
     EngineArgs args;
     args.model = cfg.model;
     args.quantization = cfg.quantization;
+    args.device = cfg.device;
     args.weight_strategy = cfg.weight_strategy;
     args.cache = cfg.cache;
     args.scheduler = cfg.scheduler;

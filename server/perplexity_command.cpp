@@ -37,6 +37,7 @@ int run_perplexity(int argc, const char* const* argv) {
       EngineArgs args;
       args.model = cfg.model;
       args.quantization = cfg.quantization;
+      args.device = cfg.device;
       args.weight_strategy = cfg.weight_strategy;
       args.cache.kv_cache_dtype = cfg.kv_cache_dtype;
       args.cache.kv_cache_dtype_skip_layers = cfg.kv_cache_dtype_skip_layers;
@@ -64,6 +65,7 @@ int run_perplexity(int argc, const char* const* argv) {
     PerplexityOptions o;
     o.model = cfg.model;
     o.quantization = cfg.quantization;
+    o.device = cfg.device;
     o.weight_strategy = cfg.weight_strategy;
     o.max_tokens = cfg.max_tokens;
     o.compare = cfg.compare;

@@ -7,7 +7,7 @@
 
 #include "kernels/common/check.h"
 #include "kernels/cpu/fp8.h"
-#include "kernels/cpu/half.h"
+#include "kernels/common/half.h"
 #include "kernels/cpu/huge_page_allocator.h"
 #include "kernels/cpu/linear_bf16.h"
 #include "kernels/cpu/ops.h"

@@ -20,7 +20,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/fp8.h"
-#include "kernels/cpu/half.h"
+#include "kernels/common/half.h"
 #include "kernels/cpu/ops_ref.h"
 #include "kernels/cpu/paged_attention_kernel.h"
 
@@ -83,11 +83,11 @@ std::vector<Row> query_rows(const KVCacheView& c, const PagedAttentionBatch& b,
 }
 
 // The fastest kernel this CPU runs for this head size.
-// F32 caches (calibration runs) always take the portable kernel.
+// F32 caches (calibration and one-sequence runs) take the AVX2 or the portable kernel.
 paged_detail::Kernel best_kernel(int64_t head_dim, DType dtype) {
   using namespace paged_detail;
-  if (dtype == DType::F32) return scalar_kernel();
   static const bool avx512 = avx512_kernel_available(), avx2 = avx2_kernel_available();
+  if (dtype == DType::F32) return avx2 ? avx2_kernel() : scalar_kernel();
   if (avx512 && head_dim <= avx512_kernel().max_head_dim) return avx512_kernel();
   return avx2 ? avx2_kernel() : scalar_kernel();
 }

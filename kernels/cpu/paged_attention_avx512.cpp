@@ -370,7 +370,7 @@ OCTET_AVX512 void partial_avx512(const PartialArgs& a, float* scratch, float* m,
                                  float* acc) {
   static const Bf16Table e4m3(DType::FP8_E4M3), e5m2(DType::FP8_E5M2);
   switch (a.dtype) {
-    case DType::F32: OCTET_CHECK(false, "F32 caches take the scalar kernel"); break;
+    case DType::F32: OCTET_CHECK(false, "F32 caches take the AVX2 or scalar kernel"); break;
     case DType::BF16: partial_nd(DecodeBf16{}, a, scratch, m, l, acc); break;
     case DType::F16: partial_nd(DecodeFp16{}, a, scratch, m, l, acc); break;
     case DType::FP8_E4M3: partial_nd(DecodeFp8(e4m3), a, scratch, m, l, acc); break;

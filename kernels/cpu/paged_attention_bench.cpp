@@ -13,7 +13,7 @@
 
 #include <omp.h>
 
-#include "kernels/cpu/half.h"
+#include "kernels/common/half.h"
 #include "kernels/cpu/huge_page_allocator.h"
 #include "kernels/cpu/w8a8_bench.h"
 

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "kernels/cpu/fp8.h"
-#include "kernels/cpu/half.h"
+#include "kernels/common/half.h"
 #include "kernels/cpu/paged_attention_kernel.h"
 
 namespace octet::paged_detail {

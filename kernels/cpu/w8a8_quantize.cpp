@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "kernels/cpu/fp8.h"
-#include "kernels/cpu/half.h"
+#include "kernels/common/half.h"
 #include "kernels/cpu/w8a8.h"
 
 namespace octet {

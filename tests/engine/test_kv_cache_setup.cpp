@@ -131,11 +131,13 @@ TEST_CASE("kv setup: calibration ids are the text, then every special token", "[
 TEST_CASE("kv setup: calculated scales are amax / 224 (448 with 2x headroom) of the calibration K/V", "[kv]") {
   const KVCacheSetup s = setup_kv_cache(cache_with("fp8", 1 << 20), 512, stories());
   const LlamaModel& model = *stories().model;
-  // Independent recomputation: the calibration ids through the dense forward, amax per head.
+  // Independent recomputation: the calibration ids through the one-sequence forward (FP32
+  // cache), amax per head.
   std::vector<int32_t> ids = kv_calibration_ids(*stories().tokenizer, 512);
   if (ids.size() > 2048) ids.resize(2048);  // the model's context (not max_model_len 512)
-  DenseKVCache dense = model.new_cache(static_cast<int64_t>(ids.size()));
-  (void)model.forward(ids.data(), static_cast<int64_t>(ids.size()), 0, dense, false);
+  SequenceKVCache seq = model.new_cache(static_cast<int64_t>(ids.size()));
+  (void)model.forward(ids.data(), static_cast<int64_t>(ids.size()), 0, seq, false);
+  const DenseKVCache dense = seq.download();
   const int64_t n = static_cast<int64_t>(ids.size());
   for (int64_t l = 0; l < 5; ++l)
     for (int64_t h = 0; h < 4; ++h) {

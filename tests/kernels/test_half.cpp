@@ -14,7 +14,7 @@
 #include <cuda_fp16.h>
 #endif
 
-#include "kernels/cpu/half.h"
+#include "kernels/common/half.h"
 #include "kernels/fp8_test_values.h"
 #include "kernels/minifloat_reference.h"
 #include "kernels/mismatch_log.h"

@@ -5,7 +5,7 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/half.h"
+#include "kernels/common/half.h"
 #include "kernels/cpu/linear_bf16.h"
 
 using namespace octet;

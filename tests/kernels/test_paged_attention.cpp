@@ -19,7 +19,7 @@
 #include <omp.h>
 
 #include "kernels/cpu/fp8.h"
-#include "kernels/cpu/half.h"
+#include "kernels/common/half.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/paged_attention_bench.h"
 #include "kernels/cpu/paged_attention_kernel.h"

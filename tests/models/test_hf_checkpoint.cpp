@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/half.h"
+#include "kernels/common/half.h"
 #include "models/checkpoint.h"
 #include "models/gguf.h"
 #include "models/model_config.h"

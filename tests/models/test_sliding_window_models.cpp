@@ -240,9 +240,9 @@ TEST_CASE("tiny models: parsed windows, biases and shapes", "[model][sliding_win
   CHECK(qwen.config().tie_word_embeddings);
   CHECK(qwen.config().rope_theta == 1e6f);
   const LlamaLayerWeights& l0 = qwen.weights().layers[0];
-  CHECK(l0.q_proj.bias.size() == 32);
-  CHECK(l0.k_proj.bias.size() == 16);
-  CHECK(l0.v_proj.bias.size() == 16);
+  CHECK(l0.q_proj.bias.bytes() == 32 * 4);
+  CHECK(l0.k_proj.bias.bytes() == 16 * 4);
+  CHECK(l0.v_proj.bias.bytes() == 16 * 4);
   CHECK(l0.o_proj.bias.empty());
   CHECK(l0.gate_proj.bias.empty());
   // The first q bias value as stored (independent read of the safetensors tensor).
@@ -547,7 +547,7 @@ TEST_CASE("tiny models load and run with FP8 (default)", "[model][sliding_window
             ref["layer_sliding_window"].get<std::vector<int64_t>>());
       if (m.config().qkv_bias) {  // biases stay FP32 beside the FP8 weight
         CHECK(m.weights().layers[0].q_proj.format == DType::FP8_E4M3);
-        CHECK(m.weights().layers[0].q_proj.bias.size() == 32);
+        CHECK(m.weights().layers[0].q_proj.bias.bytes() == 32 * 4);
       }
       const std::vector<int32_t> prompt = prompt_of(ref);
       const auto want = ref["greedy_token_ids"].get<std::vector<int32_t>>();
