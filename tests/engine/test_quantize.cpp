@@ -62,11 +62,24 @@ TEST_CASE("quantize writes an FP8_DYNAMIC checkpoint equal to online quantizatio
                         {&a.v_proj, &b.v_proj}, {&a.o_proj, &b.o_proj},
                         {&a.gate_proj, &b.gate_proj}, {&a.up_proj, &b.up_proj},
                         {&a.down_proj, &b.down_proj}}) {
-      REQUIRE(x->w_fp8.size() == y->w_fp8.size());
-      for (size_t i = 0; i < x->w_fp8.size(); ++i) same_codes += x->w_fp8[i] == y->w_fp8[i];
-      codes += static_cast<int64_t>(x->w_fp8.size());
-      for (size_t i = 0; i < x->w_scale.size(); ++i) same_scales += x->w_scale[i] == y->w_scale[i];
-      scales += static_cast<int64_t>(x->w_scale.size());
+      // The weights live in backend buffers: download codes and scales to compare them.
+      const auto codes_of = [](const LlamaModel& m, const LinearWeight& w) {
+        std::vector<uint8_t> v(static_cast<size_t>(w.weight.bytes()));
+        m.backend().download(w.weight, 0, v.data(), w.weight.bytes());
+        return v;
+      };
+      const auto scales_of = [](const LlamaModel& m, const LinearWeight& w) {
+        std::vector<float> v(static_cast<size_t>(w.scale.bytes() / 4));
+        m.backend().download(w.scale, 0, v.data(), w.scale.bytes());
+        return v;
+      };
+      const std::vector<uint8_t> xq = codes_of(online, *x), yq = codes_of(from_ckpt, *y);
+      const std::vector<float> xs = scales_of(online, *x), ys = scales_of(from_ckpt, *y);
+      REQUIRE(xq.size() == yq.size());
+      for (size_t i = 0; i < xq.size(); ++i) same_codes += xq[i] == yq[i];
+      codes += static_cast<int64_t>(xq.size());
+      for (size_t i = 0; i < xs.size(); ++i) same_scales += xs[i] == ys[i];
+      scales += static_cast<int64_t>(xs.size());
     }
   }
   WARN("identical FP8 codes " << same_codes << "/" << codes << ", scales " << same_scales << "/"
