@@ -59,7 +59,7 @@ class KVCacheManager {
   /// request's blocks that are full of tokens whose KV is computed by the end of this step
   /// (those before num_computed + hit + num_new_tokens), as vLLM: a request admitted later in
   /// the same step may hit them, so the model runner must write the whole batch's K/V of a
-  /// layer before that layer's attention reads it (kernels/cpu/paged_attention.h's order).
+  /// layer before that layer's attention reads it (Backend::paged_attention's order).
   /// On the first allocation of a request that was never preempted, adds num_tokens to the
   /// prefix-cache queries and the hit to the hits (vLLM counts preempted requests apart; octet
   /// leaves them out; a failed allocation counts nothing).

@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "kernels/common/host_parallel.h"
 #include "models/gguf_reader.h"
 #include "models/mapped_file.h"
 
@@ -294,10 +295,9 @@ std::vector<float> GGUFFile::dequantize(const GGUFTensorInfo& t) const {
   const int64_t n_rows = n / row;
   const int64_t row_bytes = row / ggml_block_elems(t.type) * ggml_block_bytes(t.type);
   std::vector<float> out(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static) if (n >= (int64_t(1) << 20))
-  for (int64_t i = 0; i < n_rows; ++i) {
+  host_parallel_for(n_rows, n >= (int64_t(1) << 20), [&](int64_t i) {
     dequantize_row(t.type, t.data + i * row_bytes, out.data() + i * row, row);
-  }
+  });
   return out;
 }
 
