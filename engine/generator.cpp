@@ -43,8 +43,9 @@ Generator::~Generator() = default;
 
 std::unique_ptr<Generator> Generator::load(const std::string& model_path,
                                            const GeneratorOptions& options) {
-  auto impl = std::unique_ptr<Impl>(new Impl{load_model(
-      model_path, make_load_options(options.quantization, options.weight_strategy))});
+  LoadOptions load_options = make_load_options(options.quantization, options.weight_strategy);
+  load_options.device = options.device;
+  auto impl = std::unique_ptr<Impl>(new Impl{load_model(model_path, load_options)});
   return std::unique_ptr<Generator>(new Generator(std::move(impl)));
 }
 

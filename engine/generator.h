@@ -37,6 +37,7 @@ struct ThroughputResult {
 struct GeneratorOptions {
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
+  std::string device = "auto";  // --device
 };
 
 class Generator {

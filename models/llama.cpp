@@ -299,8 +299,10 @@ SequenceKVCache LlamaModel::new_cache(int64_t max_tokens) const {
   std::vector<KVLayerSpec> layers(static_cast<size_t>(c.num_hidden_layers));
   for (KVLayerSpec& l : layers) l.dtype = DType::F32;
   const int64_t blocks = std::max<int64_t>(1, (max_tokens + kBlock - 1) / kBlock);
-  return SequenceKVCache{max_tokens, PagedKVCache(*backend_, blocks, kBlock,
-                                                  c.num_key_value_heads, c.head_dim, layers)};
+  return SequenceKVCache{max_tokens,
+                         PagedKVCache(*backend_, blocks, kBlock, c.num_key_value_heads,
+                                      c.head_dim, layers),
+                         {}, {}};
 }
 
 DenseKVCache SequenceKVCache::download() const {
@@ -339,7 +341,7 @@ std::vector<float> LlamaModel::forward(const int32_t* tokens, int64_t n, int64_t
   for (int64_t i = 0; i < b.max_blocks_per_seq; ++i)
     b.block_tables.push_back(static_cast<int32_t>(i));
   for (int64_t i = all_logits ? 0 : n - 1; i < n; ++i) b.logits_indices.push_back(i);
-  return forward(b, cache.cache);
+  return forward(b, cache.cache, cache.act, cache.device);
 }
 
 }  // namespace octet

@@ -88,6 +88,8 @@ struct DenseKVCache {
 struct SequenceKVCache {
   int64_t max_tokens = 0;
   PagedKVCache cache;
+  LlamaActivations act;        // reused by every forward on this cache (grown when needed)
+  ForwardBatchBuffers device;  // the batch arrays, reused likewise
   /// The cached K/V of positions [0, max_tokens), downloaded.
   DenseKVCache download() const;
 };
@@ -144,6 +146,10 @@ class LlamaModel {
   /// forward() with activations and batch buffers made for this call; returns the logits rows
   /// downloaded (tests and one-off callers; the engine's runner keeps them preallocated).
   std::vector<float> forward(const ForwardBatch& batch, PagedKVCache& cache) const;
+  /// forward() into `act` and `device`, grown first when the batch does not fit; returns the
+  /// logits rows downloaded.
+  std::vector<float> forward(const ForwardBatch& batch, PagedKVCache& cache,
+                             LlamaActivations& act, ForwardBatchBuffers& device) const;
 
  private:
   static LlamaModel build(const WeightSource& src, ModelConfig config, QuantConfig quant,

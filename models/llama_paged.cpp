@@ -3,6 +3,7 @@
 // (Backend::paged_attention). Every op is per token or per
 // (token, head), and the linear kernels are row-invariant, so a sequence's results do not
 // depend on what else is in the batch.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -61,10 +62,17 @@ void LlamaModel::forward(const ForwardBatch& batch, const ForwardBatchBuffers& d
 }
 
 std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKVCache& cache) const {
-  check_batch(batch, config_, cache);
-  const int64_t rows = static_cast<int64_t>(batch.logits_indices.size());
-  LlamaActivations act = new_activations(batch.num_tokens(), rows);
+  LlamaActivations act;
   ForwardBatchBuffers device;
+  return forward(batch, cache, act, device);
+}
+
+std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKVCache& cache,
+                                       LlamaActivations& act, ForwardBatchBuffers& device) const {
+  check_batch(batch, config_, cache);
+  const int64_t n = batch.num_tokens(), rows = static_cast<int64_t>(batch.logits_indices.size());
+  if (n > act.max_tokens || rows > act.max_logit_rows)
+    act = new_activations(std::max(n, act.max_tokens), std::max(rows, act.max_logit_rows));
   device.upload(*backend_, batch);
   forward(batch, device, cache, act);
   std::vector<float> logits(static_cast<size_t>(rows * config_.vocab_size));

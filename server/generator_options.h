@@ -8,6 +8,7 @@ template <class Config>
 GeneratorOptions generator_options(const Config& cfg) {
   GeneratorOptions o;
   o.quantization = cfg.quantization;
+  o.device = cfg.device;
   o.weight_strategy = cfg.weight_strategy;
   return o;
 }
