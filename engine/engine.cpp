@@ -167,7 +167,8 @@ void Engine::Impl::start() {
   const ModelConfig& c = m.loaded->model->config();
   m.setup = setup_kv_cache(args.cache, args.scheduler.max_model_len, *m.loaded);
   for (const std::string& w : m.setup.warnings) std::cerr << w << "\n";
-  m.cache = std::make_unique<PagedKVCache>(m.loaded->model->backend(), m.setup.num_usable_blocks + 1, m.setup.block_size,
+  m.cache = std::make_unique<PagedKVCache>(m.loaded->model->backend(),
+                                           m.setup.num_usable_blocks + 1, m.setup.block_size,
                                            c.num_key_value_heads, c.head_dim, m.setup.layers);
   m.kv = std::make_unique<KVCacheManager>(m.setup.num_usable_blocks + 1, m.setup.block_size,
                                           args.cache.enable_prefix_caching, m.setup.cache_salt,

@@ -166,7 +166,8 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
           ids.resize(static_cast<size_t>(c.max_position_embeddings));
         SequenceKVCache seq = model.new_cache(static_cast<int64_t>(ids.size()));
         (void)model.forward(ids.data(), static_cast<int64_t>(ids.size()), 0, seq, false);
-        calculated = calculate_kv_scales(seq.download(), static_cast<int64_t>(ids.size()), L, nkv, hd,
+        calculated = calculate_kv_scales(seq.download(), static_cast<int64_t>(ids.size()), L,
+                                         nkv, hd,
                                          dtype, /*per_head=*/true);
       }
       s.k_scale = calculated[l].k_scale, s.v_scale = calculated[l].v_scale;

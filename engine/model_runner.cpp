@@ -67,7 +67,8 @@ StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager
   StepLogits rows;
   rows.vocab = model_.config().vocab_size;
   const ForwardBatch batch = build_batch(out, kv, rows);
-  const int64_t n = batch.num_tokens(), num_rows = static_cast<int64_t>(batch.logits_indices.size());
+  const int64_t n = batch.num_tokens();
+  const int64_t num_rows = static_cast<int64_t>(batch.logits_indices.size());
   if (n > act_.max_tokens || num_rows > act_.max_logit_rows)
     act_ = model_.new_activations(std::max(n, act_.max_tokens),
                                   std::max(num_rows, act_.max_logit_rows));

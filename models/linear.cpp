@@ -51,7 +51,8 @@ LinearWeight upload_linear(Backend& backend, const HostLinearWeight& h) {
     case DType::FP8_E4M3:
       w.weight = upload_vector(backend, h.w_fp8);
       w.scale = upload_vector(backend, h.w_scale);
-      if (h.static_input) w.input_scale_buffer = upload_vector(backend, std::vector<float>{h.input_scale});
+      if (h.static_input)
+        w.input_scale_buffer = upload_vector(backend, std::vector<float>{h.input_scale});
       break;
     default: OCTET_CHECK(false, h.name, ": weight format ", dtype_name(h.format));
   }
@@ -67,7 +68,8 @@ void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int
   const int64_t k = w.in_features;
   if (w.static_input) {
     backend.quantize_fp8_static(x, m, k, w.input_scale, qa);
-    backend.linear_w8a8(qa, w.input_scale_buffer.as<const float>(), ScaleGranularity::PerTensor, m, w.ref(), y);
+    backend.linear_w8a8(qa, w.input_scale_buffer.as<const float>(), ScaleGranularity::PerTensor,
+                        m, w.ref(), y);
   } else {
     backend.quantize_fp8_dynamic(x, m, k, nullptr, qa, a_scale);
     backend.linear_w8a8(qa, a_scale, ScaleGranularity::PerRow, m, w.ref(), y);

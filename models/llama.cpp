@@ -145,7 +145,8 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
     throw std::invalid_argument("quantization must be auto, fp8 or none, got '" +
                                 options.quantization + "'");
   LlamaModel m;
-  m.backend_ = options.backend ? options.backend : std::shared_ptr<Backend>(make_backend(options.device));
+  m.backend_ = options.backend ? options.backend
+                              : std::shared_ptr<Backend>(make_backend(options.device));
   Backend& be = *m.backend_;
   spdlog::info("device: {} (--device {})", be.name(), options.backend ? be.name() : options.device);
   m.config_ = std::move(config);

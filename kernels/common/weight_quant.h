@@ -20,8 +20,9 @@ constexpr float zero_weight_scale(DType arithmetic) {
   return arithmetic == DType::BF16 ? 0x1p-7f : arithmetic == DType::F16 ? 0x1p-10f : 0x1p-23f;
 }
 
-/// Quantizes a weight w: [n, k] FP32 to E4M3 with the compressed-tensors rule (kernels/cpu/w8a8.h), FP32
-/// arithmetic. q: [n, k]; scale: [n] (PerRow) or [1] (PerTensor). Multithreaded over rows.
+/// Quantizes a weight w: [n, k] FP32 to E4M3 with the compressed-tensors rule (quoted in
+/// kernels/cpu/w8a8.h), FP32 arithmetic. q: [n, k]; scale: [n] (PerRow) or [1] (PerTensor).
+/// Multithreaded over rows.
 void quantize_weight_e4m3(const float* w, int64_t n, int64_t k, ScaleGranularity granularity,
                           uint8_t* q, float* scale);
 

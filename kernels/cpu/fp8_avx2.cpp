@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/common/check.h"
 #include "kernels/cpu/fp8.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -22,9 +23,10 @@ namespace octet {
 namespace {
 
 [[noreturn]] void die_without_avx2(const char* function) {
-  std::fprintf(stderr, "octet: %s needs AVX2+FMA+F16C on x86-64, which this build/CPU lacks\n",
-               function);
-  std::abort();
+  ::octet::detail::check_failed(__FILE__, __LINE__, "avx2 available",
+                                ::octet::detail::check_message(
+                                    "octet: ", function, " needs AVX2+FMA+F16C on x86-64,",
+                                    " which this build/CPU lacks"));
 }
 
 #if OCTET_FP8_AVX2_BUILT

@@ -1,3 +1,4 @@
+#include "kernels/common/check.h"
 #include "kernels/cpu/linear_bf16.h"
 
 #include <cstdio>
@@ -146,8 +147,7 @@ void linear_bf16_avx2(const float* x, const uint16_t* w, float* y, int64_t m, in
 #ifdef OCTET_X86
   if (linear_bf16_avx2_available()) return linear_bf16_avx2_impl(x, w, y, m, n, k);
 #endif
-  std::fprintf(stderr, "octet: linear_bf16_avx2 needs AVX2+FMA, which this build/CPU lacks\n");
-  std::abort();
+  OCTET_CHECK(false, "octet: linear_bf16_avx2 needs AVX2+FMA, which this build/CPU lacks");
 }
 
 void linear_bf16(const float* x, const uint16_t* w, float* y, int64_t m, int64_t n, int64_t k) {

@@ -10,6 +10,7 @@
 
 #include <omp.h>
 
+#include "kernels/common/check.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/ops_gemm_avx2.h"
@@ -19,9 +20,10 @@ namespace octet::cpu::avx2 {
 namespace {
 
 [[noreturn]] void die_without_avx2(const char* function) {
-  std::fprintf(stderr, "octet: %s needs AVX2+FMA+F16C on x86-64, which this build/CPU lacks\n",
-               function);
-  std::abort();
+  ::octet::detail::check_failed(__FILE__, __LINE__, "avx2 available",
+                                ::octet::detail::check_message(
+                                    "octet: ", function, " needs AVX2+FMA+F16C on x86-64,",
+                                    " which this build/CPU lacks"));
 }
 
 // The reference rotation of one pair, kept out of the FMA-enabled code (see the file comment).

@@ -7,6 +7,7 @@
 // the partials are folded in partition order. Whether the partitions of a query run in one
 // work item or spread over threads and are folded afterwards, the same fold runs on the same
 // partials, so the result is bitwise the same whatever the batch and the thread count.
+#include "kernels/common/check.h"
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
@@ -33,9 +34,7 @@ using paged_detail::kPartitionTokens;
 using paged_detail::padded_head_dim;
 
 void check(bool ok, const char* function, const char* what) {
-  if (ok) return;
-  std::fprintf(stderr, "octet: %s: %s\n", function, what);
-  std::abort();
+  OCTET_CHECK(ok, "octet: ", function, ": ", what);
 }
 
 void check_cache(const KVCacheView& c, const char* function) {
@@ -370,8 +369,8 @@ void paged_attention_with(const Kernel& kernel, const KVCacheView& cache, const 
 
 void paged_attention(const KVCacheView& cache, const float* q, const PagedAttentionBatch& batch,
                      int64_t num_heads, int64_t sliding_window, float softmax_scale, float* out) {
-  paged_detail::paged_attention_with(best_kernel(cache.head_dim, cache.dtype), cache, q, batch, num_heads, sliding_window,
-                                     softmax_scale, out);
+  paged_detail::paged_attention_with(best_kernel(cache.head_dim, cache.dtype), cache, q, batch,
+                                     num_heads, sliding_window, softmax_scale, out);
 }
 
 namespace ref {

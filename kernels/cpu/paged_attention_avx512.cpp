@@ -362,7 +362,8 @@ OCTET_AVX512 void partial_nd(const D& dec, const PartialArgs& a, float* scratch,
     case 2: partial_impl<D, 2>(dec, a, scratch, m, l, acc); break;
     case 3: partial_impl<D, 3>(dec, a, scratch, m, l, acc); break;
     case 4: partial_impl<D, 4>(dec, a, scratch, m, l, acc); break;
-    default: std::abort();  // avx512 partial is chosen only for head_dim <= 256
+    default:
+      OCTET_CHECK(false, "avx512 partial is chosen only for head_dim <= 256, got ", a.head_dim);
   }
 }
 

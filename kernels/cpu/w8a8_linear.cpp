@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "kernels/common/check.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/w8a8.h"
 #include "kernels/cpu/w8a8_internal.h"
@@ -15,8 +16,8 @@ namespace octet {
 namespace {
 
 [[noreturn]] void fail(const char* what) {
-  std::fprintf(stderr, "octet: linear_w8a8: %s\n", what);
-  std::abort();
+  ::octet::detail::check_failed(__FILE__, __LINE__, "linear_w8a8",
+                                ::octet::detail::check_message("octet: linear_w8a8: ", what));
 }
 
 // All 256 E4M3 codes decoded (exact), for the scalar paths.

@@ -23,6 +23,7 @@
 
 #include <omp.h>
 
+#include "kernels/common/check.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/ops_gemm_avx2.h"
 #include "kernels/cpu/w8a8.h"
@@ -33,9 +34,10 @@ namespace octet {
 namespace {
 
 [[noreturn]] void die_without_avx2(const char* function) {
-  std::fprintf(stderr, "octet: %s needs AVX2+FMA+F16C on x86-64, which this build/CPU lacks\n",
-               function);
-  std::abort();
+  ::octet::detail::check_failed(__FILE__, __LINE__, "avx2 available",
+                                ::octet::detail::check_message(
+                                    "octet: ", function, " needs AVX2+FMA+F16C on x86-64,",
+                                    " which this build/CPU lacks"));
 }
 
 }  // namespace

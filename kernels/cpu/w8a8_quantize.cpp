@@ -7,6 +7,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/common/check.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/common/half.h"
 #include "kernels/cpu/w8a8.h"
@@ -16,8 +17,8 @@ namespace octet {
 namespace {
 
 [[noreturn]] void fail(const char* what) {
-  std::fprintf(stderr, "octet: w8a8: %s\n", what);
-  std::abort();
+  ::octet::detail::check_failed(__FILE__, __LINE__, "w8a8",
+                                ::octet::detail::check_message("octet: w8a8: ", what));
 }
 
 // Rounds an FP32 value to the arithmetic dtype (RNE) and widens it back, as torch stores the

@@ -1,6 +1,7 @@
 // FP8 conversion on the GPU: fp32 <-> E4M3/E5M2 with cuda_fp8.h's intrinsics (__NV_SATFINITE,
-// round to nearest even), the device twin of the CPU conversions (cpu/fp8.h). On sm_89+ they compile to the
-// hardware cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32; on sm_80 to cuda_fp8.h's software path.
+// round to nearest even), the device twin of the CPU conversions (cpu/fp8.h). On sm_89+ they
+// compile to the hardware cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32; on sm_80 to cuda_fp8.h's
+// software path.
 // Host-callable; no CUDA types here, so any host code may include this header.
 #pragma once
 
