@@ -48,7 +48,7 @@ const int64_t kCounts[] = {0, 1, 7, 64, 1001};
 
 }  // namespace
 
-TEST_CASE("all_reduce_sum equals the rank-order sum on every rank, bit for bit", "[comm]") {
+TEST_CASE("all_reduce_sum gives every rank the rank-order sum bit for bit", "[comm]") {
   for (int world : {1, 2, 3, 4}) {
     for (int64_t count : kCounts) {
       CAPTURE(world, count);
@@ -89,7 +89,7 @@ TEST_CASE("the rank-order sum is order-sensitive for the test's data", "[comm]")
   REQUIRE(differ > 10);
 }
 
-TEST_CASE("all_reduce_max is the element-wise max, NaN ignored", "[comm]") {
+TEST_CASE("all_reduce_max is the element-wise max with NaN ignored", "[comm]") {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (int world : {1, 2, 3, 4}) {
     for (int64_t count : kCounts) {
@@ -236,7 +236,7 @@ TEST_CASE("thousands of mixed collectives in a row neither deadlock nor mix up",
   }
 }
 
-TEST_CASE("an exception on one rank reaches the caller; peers in a collective are woken",
+TEST_CASE("an exception on one rank reaches the caller and wakes the peers in a collective",
           "[comm]") {
   for (int world : {2, 3, 4}) {
     for (int thrower = 0; thrower < world; ++thrower) {
@@ -245,7 +245,8 @@ TEST_CASE("an exception on one rank reaches the caller; peers in a collective ar
       auto body = [&](int rank, Communicator& comm) {
         float x = 1.0f;
         comm.all_reduce_sum(&x, 1);  // one collective that succeeds
-        if (rank == thrower) throw std::invalid_argument("rank " + std::to_string(rank) + " failed");
+        if (rank == thrower)
+          throw std::invalid_argument("rank " + std::to_string(rank) + " failed");
         try {
           comm.all_reduce_sum(&x, 1);  // blocks until the thrower's abort wakes it
         } catch (const CommunicatorAborted&) {

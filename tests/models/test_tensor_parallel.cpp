@@ -93,7 +93,8 @@ TEST_CASE("vLLM's rule: head counts and intermediate_size must split over the ra
   CHECK(error_of(stories260k(), 4).empty());
   CHECK(error_of(stories260k(), 3) ==
         "tensor_parallel_size 3 does not divide num_attention_heads 8 (num_key_value_heads 4)");
-  CHECK(error_of(stories260k(), 8) == "tensor_parallel_size 8 does not divide intermediate_size 172");
+  CHECK(error_of(stories260k(), 8) ==
+        "tensor_parallel_size 8 does not divide intermediate_size 172");
 
   // KV heads that do not divide and cannot be replicated.
   CHECK(error_of(config(64, 12, 6, 4, 48, 100), 4) ==
@@ -194,7 +195,7 @@ void require_rows_reassemble(const std::vector<HostLinearShard<float>>& shards,
 
 }  // namespace
 
-TEST_CASE("column-parallel shards reassemble (q, k/v, gate/up), scales and biases split along",
+TEST_CASE("column-parallel shards (q k/v gate/up) reassemble with their scales and biases",
           "[tp]") {
   for (int world = 1; world <= 4; ++world) {
     CAPTURE(world);
@@ -202,8 +203,8 @@ TEST_CASE("column-parallel shards reassemble (q, k/v, gate/up), scales and biase
     const int64_t q_out = kMha.num_attention_heads * kMha.head_dim;  // 72
     const int64_t kv_out = kMha.num_key_value_heads * kMha.head_dim;  // 36
     const int64_t ffn = kMha.intermediate_size;
-    const std::vector<float> q = random_vector(q_out * h, 1), q_s = random_vector(q_out, 2, 0.1f, 1),
-                             q_b = random_vector(q_out, 3);
+    const std::vector<float> q = random_vector(q_out * h, 1);
+    const std::vector<float> q_s = random_vector(q_out, 2, 0.1f, 1), q_b = random_vector(q_out, 3);
     const std::vector<float> k = random_vector(kv_out * h, 4), k_s = random_vector(kv_out, 5);
     const std::vector<float> g = random_vector(ffn * h, 6), g_b = random_vector(ffn, 7);
     std::vector<HostLinearShard<float>> qs, ks, gs;
@@ -252,7 +253,7 @@ TEST_CASE("replicated KV heads: each rank's k/v rows are its group's head", "[tp
   }
 }
 
-TEST_CASE("row-parallel shards reassemble by columns (o_proj, down_proj); bias on rank 0 only",
+TEST_CASE("row-parallel shards (o_proj down_proj) reassemble by columns with the bias on rank 0",
           "[tp]") {
   for (int world = 1; world <= 4; ++world) {
     CAPTURE(world);
@@ -290,7 +291,8 @@ TEST_CASE("row-parallel shards reassemble by columns (o_proj, down_proj); bias o
   }
 }
 
-TEST_CASE("vocab-parallel lm_head shards, padded, reassemble; other element types too", "[tp]") {
+TEST_CASE("vocab-parallel lm_head shards are padded and reassemble for every element type",
+          "[tp]") {
   for (const int64_t vocab : {10, 4, 12, 1}) {
     for (int world = 1; world <= 4; ++world) {
       CAPTURE(vocab, world);
@@ -376,7 +378,8 @@ TEST_CASE("column-then-row parallel MLP and vocab-parallel lm_head equal the uns
   for (int64_t i = 0; i < m; ++i)
     for (int64_t j = 0; j < h; ++j) {
       double t = std::fabs(b2[j]);
-      for (int64_t k = 0; k < ffn; ++k) t += std::fabs(double(ref_h[i * ffn + k]) * w2[j * ffn + k]);
+      for (int64_t k = 0; k < ffn; ++k)
+        t += std::fabs(double(ref_h[i * ffn + k]) * w2[j * ffn + k]);
       bound[i * h + j] = 2 * gamma * t;
     }
 
