@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -296,9 +297,12 @@ std::pair<bool, std::string> run_in_child(const std::function<void()>& fn) {
   REQUIRE(pipe(pipefd) == 0);
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
-  if (pid == 0) {
+  if (pid == 0) {  // the child: default SIGABRT (not Catch's handler), quiet stdout
+    std::signal(SIGABRT, SIG_DFL);
     close(pipefd[0]);
     dup2(pipefd[1], 2);
+    const int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) dup2(devnull, 1);
     fn();
     _exit(0);
   }
