@@ -7,7 +7,7 @@
 // device, "backend <device>: <op>" tagged [backend_ops][<device>]; catch_discover_tests makes each
 // a CTest test that runs in its own process (CMakeLists.txt, SKIP_RETURN_CODE 77). A case whose
 // device is unavailable (make_backend throws std::invalid_argument: not built with it, no GPU)
-// prints "SKIPPED: ..." and returns without running its body; at process exit, when every case
+// reports "SKIPPED: ..." (a Catch warning) and returns without running its body; at process exit, when every case
 // this process ran was such a skip, the exit code becomes 77, which CTest reports as skipped,
 // never as passed. A process that also ran real cases (e.g. the whole binary run by hand) keeps
 // Catch's own exit code, so a CPU failure is never hidden behind a 77, in any case order; the
@@ -82,8 +82,6 @@ inline void run_on_backend(const char* device, void (*body)(octet::Backend&)) {
   octet::Backend* backend = backend_for(device, why);
   if (backend == nullptr && std::strcmp(device, "cpu") != 0) {
     if (backend_case_counts().skipped++ == 0) std::atexit(exit_skipped_if_nothing_ran);
-    std::printf("SKIPPED: backend \"%s\" unavailable: %s\n", device, why.c_str());
-    std::fflush(stdout);
     WARN("SKIPPED: backend \"" << device << "\" unavailable: " << why);
     return;
   }

@@ -67,6 +67,22 @@ uint16_t ref_fp16(float x) {
       octet_test::kFp16, x, octet_test::Overflow::kToInfinity, 0x7FFF));
 }
 
+// Midpoints between consecutive normal codes of an FP8 format. x = s * mid is exact in FP32 for
+// s = 61 * 2^e, and x / s == mid is a tie (RNE: to the even code), while x * (1 / s) with the
+// FP32 reciprocal lands off the tie for about half of them (59 of 118 for E4M3): they tell the
+// contract's two quantization rules (true division, reciprocal multiply) apart, and RNE from
+// rounding half up or truncation. Random inputs almost never do (a 1-ulp difference changes a
+// code with probability ~2^-20).
+std::vector<float> fp8_midpoints(DType d) {
+  const octet_test::MiniFloat& f = d == DType::FP8_E4M3 ? octet_test::kE4M3 : octet_test::kE5M2;
+  std::vector<float> mids;
+  for (uint32_t c = 1u << f.mantissa_bits; c < f.max_code(); ++c)
+    mids.push_back(static_cast<float>(
+        (octet_test::code_value(f, c) + octet_test::code_value(f, c + 1)) / 2));
+  return mids;
+}
+constexpr float kTieScale = 61 * 0x1p-6f;  // 0.953125, see fp8_midpoints
+
 // Random finite E4M3 codes (every code but the NaNs 0x7F / 0xFF), all binades.
 std::vector<uint8_t> random_e4m3_codes(std::mt19937& rng, size_t n) {
   std::uniform_int_distribution<int> d(0, 253);
@@ -416,6 +432,13 @@ void quantize_dynamic_case(Backend& be) {
   for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 45}, {6, 131}, {7, 1007}}) {
     std::vector<float> x = amax_rows(rng, m, k);
     for (int64_t j = 0; j < k; ++j) x[j] *= 1e-6f;  // row 0: tiny, scale clamps to the minimum
+    if (m > 1) {  // row m - 1: amax 448 * kTieScale, so scale kTieScale, and ties x / scale
+      const std::vector<float> mids = fp8_midpoints(DType::FP8_E4M3);
+      float* row = x.data() + (m - 1) * k;
+      row[0] = 448 * kTieScale;
+      for (int64_t j = 1; j < k; ++j)
+        row[j] = (j % 2 ? kTieScale : -kTieScale) * mids[static_cast<size_t>(j) % mids.size()];
+    }
     for (bool given_amax : {false, true}) {
       CAPTURE(m, k, given_amax);
       std::vector<float> amax(m, 0.0f);
@@ -449,9 +472,14 @@ BACKEND_TEST_CASE("quantize_fp8_dynamic with and without a given amax", quantize
 void quantize_static_case(Backend& be) {
   std::mt19937 rng(7);
   for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 45}, {3, 131}}) {
-    for (float scale : {0.0173f, 3.0f, 1.0f / 448.0f}) {
+    for (float scale : {0.0173f, kTieScale, 1.0f / 448.0f}) {
       CAPTURE(m, k, scale);
       std::vector<float> x = uniform(rng, m * k, -8, 8);
+      if (scale == kTieScale) {  // odd elements: ties of x / scale (see fp8_midpoints)
+        const std::vector<float> mids = fp8_midpoints(DType::FP8_E4M3);
+        for (int64_t i = 5; i < m * k; i += 2)
+          x[i] = kTieScale * mids[static_cast<size_t>(i) % mids.size()];
+      }
       x[0] = kNaN;
       x[1] = -0.0f;
       x[2] = 1e6f;    // saturates to 448
@@ -687,13 +715,14 @@ float decode_kv(DType d, const uint8_t* src, float scale) {
 }
 
 // Per-KV-head scales for a dtype (distinct per head; FP8 ones map inputs in [-2.5, 2.5] below the
-// top code), or empty for 16/32-bit caches (the view then passes null scales).
+// top code), or empty for 16/32-bit caches (the view then passes null scales). Head 0's scale is
+// 61 * 2^e (see fp8_midpoints).
 std::vector<float> kv_scales(DType d, int64_t kv_heads, bool v) {
   if (!dtype_is_fp8(d)) return {};
   std::vector<float> s(kv_heads);
   for (int64_t h = 0; h < kv_heads; ++h)
-    s[h] = d == DType::FP8_E4M3 ? (v ? 0.008f : 0.006f) * (1.0f + 0.37f * float(h))
-                                : (v ? 0.5f : 0.25f) * float(1 << h);
+    s[h] = d == DType::FP8_E4M3 ? (h == 0 ? 61 * 0x1p-13f : (v ? 0.008f : 0.006f) * (1 + 0.37f * h))
+                                : (h == 0 ? kTieScale : (v ? 0.5f : 0.25f) * float(1 << h));
   return s;
 }
 
@@ -719,10 +748,32 @@ void write_kv_cache_case(Backend& be) {
       std::vector<float> k = uniform(rng, n * row, -2.5f, 2.5f);
       std::vector<float> v = uniform(rng, n * row, -2.5f, 2.5f);
       if (n > 4) {
-        k[3] = 1e6f;                    // FP8: saturates; 16-bit: finite (bf16) or inf (f16)
-        k[row + 4] = -1e6f;             // a skipped token's value
-        k[2 * row + 5] = kNaN;          // NaN stays NaN
-        v[7] = -0.0f;                   // keeps its sign
+        // Head 0 of tokens 0..2: FP8 scale * midpoints (ties of x / scale, see fp8_midpoints);
+        // heads 1 and 2: BF16 and F16 ties (RNE, not truncation or half up). Others random.
+        const std::vector<float> mids = dtype_is_fp8(dtype) ? fp8_midpoints(dtype)
+                                                            : std::vector<float>{};
+        const float bf16_ties[] = {std::bit_cast<float>(0x3F808000u),   // -> 0x3F80
+                                   std::bit_cast<float>(0x3F818000u),   // -> 0x3F82
+                                   std::bit_cast<float>(0xBFC08000u)};  // -> 0xBFC0
+        const float fp16_ties[] = {1.0f + 0x1p-11f,      // -> 1.0 (0x3C00)
+                                   1.0f + 3 * 0x1p-11f,  // -> 1 + 2^-9 (0x3C02)
+                                   -(2.0f + 0x1p-10f)};  // -> -2.0 (0xC000)
+        for (int64_t t = 0; t < 3; ++t)
+          for (int64_t j = 0; j < head_dim; ++j) {
+            float* kt = k.data() + t * row;
+            float* vt = v.data() + t * row;
+            if (!mids.empty()) {
+              const float mid = mids[static_cast<size_t>(t * head_dim + j) % mids.size()];
+              kt[j] = k_scale[0] * (j % 2 ? mid : -mid);
+              vt[j] = v_scale[0] * mid;
+            }
+            kt[head_dim + j] = bf16_ties[j % 3];
+            vt[2 * head_dim + j] = fp16_ties[j % 3];
+          }
+        k[3 * row + 3] = 1e6f;                    // FP8: saturates; 16-bit: finite (bf16) or inf (f16)
+        k[row + 4 + 2 * head_dim] = -1e6f;  // a skipped token's value
+        k[5 * row + 5] = kNaN;          // NaN stays NaN
+        v[3 * row + 7] = -0.0f;         // keeps its sign
         v[3 * row + 2] = 1e-7f;         // FP8 subnormal or zero after scaling
         v[4 * row + 35] = 70000.0f;     // F16: rounds to inf
       }
