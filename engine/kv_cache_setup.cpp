@@ -89,11 +89,11 @@ std::vector<int32_t> kv_calibration_ids(const Tokenizer& tok, int64_t vocab) {
   return ids;
 }
 
-KVCacheDType parse_kv_cache_dtype(const std::string& name) {
-  if (name == "auto" || name == "bf16" || name == "bfloat16") return KVCacheDType::BF16;
-  if (name == "fp16" || name == "float16" || name == "half") return KVCacheDType::FP16;
-  if (name == "fp8" || name == "fp8_e4m3") return KVCacheDType::FP8_E4M3;
-  if (name == "fp8_e5m2") return KVCacheDType::FP8_E5M2;
+DType parse_kv_cache_dtype(const std::string& name) {
+  if (name == "auto" || name == "bf16" || name == "bfloat16") return DType::BF16;
+  if (name == "fp16" || name == "float16" || name == "half") return DType::F16;
+  if (name == "fp8" || name == "fp8_e4m3") return DType::FP8_E4M3;
+  if (name == "fp8_e5m2") return DType::FP8_E5M2;
   throw std::invalid_argument("--kv-cache-dtype: unknown dtype '" + name +
                               "' (expected auto, bf16, fp16, fp8, fp8_e4m3 or fp8_e5m2)");
 }
@@ -112,7 +112,7 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
                                 std::to_string(c.max_position_embeddings) + " tokens");
 
   // Dtypes: kv_cache_dtype everywhere except the skip layers, which stay bf16.
-  const KVCacheDType dtype = parse_kv_cache_dtype(cache.kv_cache_dtype);
+  const DType dtype = parse_kv_cache_dtype(cache.kv_cache_dtype);
   out.layers.resize(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) {
     out.layers[l].dtype = dtype;
@@ -124,13 +124,13 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
       throw std::invalid_argument("--kv-cache-dtype-skip-layers: layer " + std::to_string(l) +
                                   " is out of range; the model has layers 0.." +
                                   std::to_string(L - 1));
-    out.layers[l].dtype = KVCacheDType::BF16;
+    out.layers[l].dtype = DType::BF16;
   }
   if (skip.sliding_window) {
     bool any = false;
     for (int64_t l = 0; l < L; ++l)
       if (out.layers[l].sliding_window > 0) {
-        out.layers[l].dtype = KVCacheDType::BF16;
+        out.layers[l].dtype = DType::BF16;
         any = true;
       }
     if (!any)
@@ -148,7 +148,7 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
   std::vector<int64_t> unit_layers;
   for (int64_t l = 0; l < L; ++l) {
     KVLayerSpec& s = out.layers[l];
-    if (!kv_cache_dtype_is_fp8(s.dtype)) continue;
+    if (!dtype_is_fp8(s.dtype)) continue;
     if (!from_file.empty()) {
       s.k_scale = from_file[l].k_scale, s.v_scale = from_file[l].v_scale;
       s.scale_source = "file";
@@ -187,7 +187,7 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
         "WARNING: no KV cache scales for FP8 layers " + names +
         " (no --kv-scales-path, none in the checkpoint, no --calculate-kv-scales): using "
         "k_scale = v_scale = 1.0. K/V beyond +-" +
-        std::string(dtype == KVCacheDType::FP8_E5M2 ? "57344" : "448") +
+        std::string(dtype == DType::FP8_E5M2 ? "57344" : "448") +
         " saturate and small values lose precision; pass --calculate-kv-scales");
   }
 

@@ -37,7 +37,7 @@ struct KVCacheSetup {
 
 /// kv_cache_dtype spelling -> dtype: auto/bf16 -> BF16, fp16, fp8/fp8_e4m3 -> FP8_E4M3,
 /// fp8_e5m2. Throws std::invalid_argument naming --kv-cache-dtype otherwise.
-KVCacheDType parse_kv_cache_dtype(const std::string& name);
+DType parse_kv_cache_dtype(const std::string& name);
 
 /// Resolves dtypes, scales (in order: --kv-scales-path file, checkpoint tensors,
 /// --calculate-kv-scales on the built-in calibration text, else 1.0 with a warning naming the

@@ -18,21 +18,21 @@ namespace octet {
 
 namespace {
 
-QuantArithmetic arithmetic_of(DType d) {
+DType arithmetic_of(TensorDType d) {
   switch (d) {
-    case DType::BF16: return QuantArithmetic::BFloat16;
-    case DType::F16: return QuantArithmetic::Float16;
-    default: return QuantArithmetic::Float32;
+    case TensorDType::BF16: return DType::BF16;
+    case TensorDType::F16: return DType::F16;
+    default: return DType::F32;
   }
 }
 
 // Scale values (exactly representable in `d` by construction) as bytes of dtype d.
-std::vector<uint8_t> scale_bytes(const std::vector<float>& s, DType d) {
+std::vector<uint8_t> scale_bytes(const std::vector<float>& s, TensorDType d) {
   std::vector<uint8_t> out;
-  if (d == DType::BF16 || d == DType::F16) {
+  if (d == TensorDType::BF16 || d == TensorDType::F16) {
     out.resize(s.size() * 2);
     for (size_t i = 0; i < s.size(); ++i) {
-      const uint16_t b = d == DType::BF16 ? float_to_bf16(s[i]) : float_to_fp16(s[i]);
+      const uint16_t b = d == TensorDType::BF16 ? float_to_bf16(s[i]) : float_to_fp16(s[i]);
       out[2 * i] = static_cast<uint8_t>(b);
       out[2 * i + 1] = static_cast<uint8_t>(b >> 8);
     }
@@ -82,13 +82,13 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o) {
       report.output_bytes += static_cast<int64_t>(t->nbytes);
       continue;
     }
-    if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
+    if (t->dtype != TensorDType::F32 && t->dtype != TensorDType::BF16 && t->dtype != TensorDType::F16)
       throw ModelFileError(t->file, "tensor " + name + " has dtype " + dtype_name(t->dtype) +
                                         ", expected F32, BF16 or F16");
     const int64_t n = t->shape[0], k = t->shape[1];
     // Quantize once, lazily, when the writer reaches the weight; the scale is produced with it.
     auto scales = std::make_shared<std::vector<float>>();
-    WriterTensor w{name, DType::F8_E4M3, {n, k}, {}, {}};
+    WriterTensor w{name, TensorDType::F8_E4M3, {n, k}, {}, {}};
     w.produce = [t, n, k, scales] {
       const std::vector<float> x = t->to_f32();
       std::vector<uint8_t> codes(static_cast<size_t>(n * k));
@@ -98,7 +98,7 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o) {
       return codes;
     };
     const std::string scale_name = name.substr(0, name.size() - 6) + "weight_scale";
-    const DType scale_dtype = t->dtype;  // llm-compressor stores scales in the model's dtype
+    const TensorDType scale_dtype = t->dtype;  // llm-compressor stores scales in the model's dtype
     WriterTensor s{scale_name, scale_dtype, {n, 1}, {}, {}};
     s.produce = [t, n, k, scales, scale_dtype] {
       if (scales->empty()) {  // the writer placed the scale first: quantize now

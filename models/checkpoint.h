@@ -19,17 +19,17 @@
 
 namespace octet {
 
-enum class DType { F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64, I32, I16, I8, U8, BOOL };
+enum class TensorDType { F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64, I32, I16, I8, U8, BOOL };
 
 /// "F32", "BF16", "F8_E4M3", ... as safetensors spells them.
-const char* dtype_name(DType d);
+const char* dtype_name(TensorDType d);
 /// Bytes per element.
-int64_t dtype_size(DType d);
+int64_t dtype_size(TensorDType d);
 
 /// One tensor inside a mapped file; data valid while the owning file lives.
 struct TensorView {
   std::string name;
-  DType dtype = DType::F32;
+  TensorDType dtype = TensorDType::F32;
   std::vector<int64_t> shape;  // outermost first
   const uint8_t* data = nullptr;
   uint64_t nbytes = 0;

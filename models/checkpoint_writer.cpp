@@ -213,7 +213,7 @@ void write_compressed_tensors_fp8_dynamic(const std::string& out_dir,
     return std::find(ckpt.ignore.begin(), ckpt.ignore.end(), module) != ckpt.ignore.end();
   };
   for (const WriterTensor& t : ckpt.tensors) {
-    if (t.dtype != DType::F8_E4M3) continue;
+    if (t.dtype != TensorDType::F8_E4M3) continue;
     if (!t.name.ends_with(".weight") || t.shape.size() != 2)
       throw std::invalid_argument("tensor " + t.name +
                                   ": F8_E4M3 only for 2-D linear weights [out, in]");
@@ -228,7 +228,7 @@ void write_compressed_tensors_fp8_dynamic(const std::string& out_dir,
     if (sc.shape != std::vector<int64_t>{t.shape[0], 1})
       throw std::invalid_argument("tensor " + sc.name + " must have shape [" +
                                   std::to_string(t.shape[0]) + ", 1]");
-    if (sc.dtype != DType::F32 && sc.dtype != DType::BF16 && sc.dtype != DType::F16)
+    if (sc.dtype != TensorDType::F32 && sc.dtype != TensorDType::BF16 && sc.dtype != TensorDType::F16)
       throw std::invalid_argument("tensor " + sc.name + " must be F32, BF16 or F16");
   }
   for (const std::string& f : ckpt.copy_files)

@@ -25,7 +25,7 @@ namespace octet {
 /// tensor is written, so a large model can be streamed without holding every tensor.
 struct WriterTensor {
   std::string name;
-  DType dtype = DType::F32;
+  TensorDType dtype = TensorDType::F32;
   std::vector<int64_t> shape;  // [] is a scalar (1 element)
   std::vector<uint8_t> bytes;
   std::function<std::vector<uint8_t>()> produce;

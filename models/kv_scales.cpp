@@ -9,7 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "kernels/cpu/fp8_format.h"
+#include "kernels/common/dtype.h"
 #include "models/checkpoint.h"
 #include "models/llama.h"
 #include "models/model_file_error.h"
@@ -98,7 +98,7 @@ int64_t scale_count(const std::vector<int64_t>& shape, int64_t num_kv_heads) {
 
 /// Validates one scale tensor and returns its values (1 or num_kv_heads floats).
 std::vector<float> read_scale(const TensorView& t, const QuantConfig& quant, int64_t num_kv_heads) {
-  if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
+  if (t.dtype != TensorDType::F32 && t.dtype != TensorDType::BF16 && t.dtype != TensorDType::F16)
     bad(t, std::string("dtype ") + dtype_name(t.dtype) + ", expected F32, BF16 or F16");
   const int64_t n = scale_count(t.shape, num_kv_heads);
   if (n == 0)
@@ -188,11 +188,11 @@ std::vector<std::optional<LayerKVScales>> load_checkpoint_kv_scales(const HFChec
 
 std::vector<LayerKVScales> calculate_kv_scales(const DenseKVCache& cache, int64_t num_tokens,
                                                int64_t num_layers, int64_t num_kv_heads,
-                                               int64_t head_dim, KVCacheDType dtype,
+                                               int64_t head_dim, DType dtype,
                                                bool per_head) {
-  if (!kv_cache_dtype_is_fp8(dtype))
+  if (!dtype_is_fp8(dtype))
     throw std::invalid_argument(std::string("calculate_kv_scales: kv cache dtype ") +
-                                (dtype == KVCacheDType::BF16 ? "bf16" : "fp16") +
+                                (dtype == DType::BF16 ? "bf16" : "fp16") +
                                 " is not FP8");
   if (num_layers < 1 || num_kv_heads < 1 || head_dim < 1)
     throw std::invalid_argument("calculate_kv_scales: num_layers, num_kv_heads and head_dim "
@@ -209,8 +209,8 @@ std::vector<LayerKVScales> calculate_kv_scales(const DenseKVCache& cache, int64_
                                 std::to_string(expected) + " (num_layers x max_tokens x "
                                 "num_kv_heads x head_dim)");
 
-  const float range = fp8_max_value(dtype == KVCacheDType::FP8_E4M3 ? Fp8Format::E4M3
-                                                                     : Fp8Format::E5M2) /
+  const float range = fp8_max_value(dtype == DType::FP8_E4M3 ? DType::FP8_E4M3
+                                                                     : DType::FP8_E5M2) /
                       kCalculatedKVScaleHeadroom;
   auto to_scale = [range](float amax) {
     const float s = amax / range;

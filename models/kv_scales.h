@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/paged_attention.h"  // KVCacheDType
+#include "kernels/cpu/paged_attention.h"  // DType
 
 namespace octet {
 
@@ -111,7 +111,7 @@ inline constexpr float kCalculatedKVScaleHeadroom = 2.0f;
 /// Reference: vLLM Attention.calc_kv_scales (vllm/attention/layer.py).
 std::vector<LayerKVScales> calculate_kv_scales(const DenseKVCache& cache, int64_t num_tokens,
                                                int64_t num_layers, int64_t num_kv_heads,
-                                               int64_t head_dim, KVCacheDType dtype,
+                                               int64_t head_dim, DType dtype,
                                                bool per_head);
 
 /// Built-in calibration text for --calculate-kv-scales (~400 words: English prose, a dialogue,

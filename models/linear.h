@@ -14,11 +14,9 @@
 
 namespace octet {
 
-enum class WeightFormat { F32, BF16, FP8 };
-
 struct LinearWeight {
   std::string name;  // HF module name, e.g. "model.layers.0.self_attn.q_proj" (for errors/logs)
-  WeightFormat format = WeightFormat::F32;
+  DType format = DType::F32;
   int64_t out_features = 0;
   int64_t in_features = 0;
   WeightVector<float> w_f32;      // [out, in] when F32 (huge pages: streamed every step)
@@ -48,6 +46,6 @@ void linear_forward(const LinearWeight& w, const float* x, int64_t m, float* y,
 /// tensor, compressed-tensors' rule in the arithmetic of the checkpoint's dtype, so the codes
 /// equal llm-compressor's; see kernels/cpu/w8a8.h); activations dynamic per token.
 void quantize_linear_fp8(LinearWeight& w, ScaleGranularity granularity,
-                         QuantArithmetic arithmetic = QuantArithmetic::Float32);
+                         DType arithmetic = DType::F32);
 
 }  // namespace octet

@@ -28,7 +28,7 @@ LinearWeight load_fp8_linear(const WeightSource& src, const QuantConfig& q,
   const std::string wname = w.name + ".weight";
   const TensorView* t = src.raw(wname);
   const TensorView* s = src.raw(w.name + ".weight_scale");
-  if (!t || t->dtype != DType::F8_E4M3 || !s)
+  if (!t || t->dtype != TensorDType::F8_E4M3 || !s)
     throw ModelFileError(src.path(), "quantized tensor " + wname + " or its weight_scale is "
                                      "missing or not F8_E4M3");
   w.w_fp8.assign(t->data, t->data + t->nbytes);
@@ -41,7 +41,7 @@ LinearWeight load_fp8_linear(const WeightSource& src, const QuantConfig& q,
   w.w_granularity = static_cast<int64_t>(w.w_scale.size()) == w.out_features
                         ? ScaleGranularity::PerRow
                         : ScaleGranularity::PerTensor;
-  w.format = WeightFormat::FP8;
+  w.format = DType::FP8_E4M3;
   if (q.activation_scheme == ActivationScheme::StaticPerTensor) {
     const TensorView* in = src.raw(w.name + ".input_scale");
     if (!in) throw ModelFileError(src.path(), "missing tensor " + w.name + ".input_scale");
@@ -56,7 +56,7 @@ LinearWeight load_fp8_linear(const WeightSource& src, const QuantConfig& q,
       for (int64_t c = 0; c < w.in_features; ++c)
         w.w_f32[r * w.in_features + c] = fp8_e4m3_to_float(w.w_fp8[r * w.in_features + c]) * sc;
     }
-    w.format = WeightFormat::F32;
+    w.format = DType::F32;
     w.w_fp8.clear();
     w.w_scale.clear();
     w.static_input = false;
@@ -92,7 +92,7 @@ LinearWeight load_linear(const WeightSource& src, const QuantConfig& q, const Lo
       throw ModelFileError(src.path(), "tensor " + module + ".weight holds a non-finite value (" +
                                            std::to_string(w.w_f32[i]) + ") at index " +
                                            std::to_string(i));
-  w.format = WeightFormat::F32;
+  w.format = DType::F32;
   if (online_fp8(o, q))
     quantize_linear_fp8(w, o.weight_granularity, src.arithmetic(module + ".weight"));
   return w;
@@ -101,7 +101,7 @@ LinearWeight load_linear(const WeightSource& src, const QuantConfig& q, const Lo
 void to_bf16(LinearWeight& w) {
   w.w_bf16.resize(w.w_f32.size());
   for (size_t i = 0; i < w.w_f32.size(); ++i) w.w_bf16[i] = float_to_bf16(w.w_f32[i]);
-  w.format = WeightFormat::BF16;
+  w.format = DType::BF16;
   w.w_f32.clear();
   w.w_f32.shrink_to_fit();
 }
@@ -151,7 +151,7 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
     w.lm_head = load_linear(src, q, q.weights_fp8 ? options : keep, "lm_head", c.vocab_size, h);
   }
   // lm_head "stays 16-bit" on the FP8 path; FP32 on the reference path.
-  if (options.quantization != "none" && w.lm_head.format == WeightFormat::F32) to_bf16(w.lm_head);
+  if (options.quantization != "none" && w.lm_head.format == DType::F32) to_bf16(w.lm_head);
 
   const std::string last = "model.layers." + std::to_string(c.num_hidden_layers - 1) +
                            ".input_layernorm.weight";
@@ -180,7 +180,7 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
 
 std::string LlamaModel::linear_format() const {
   const LinearWeight& w = weights_.layers.at(0).q_proj;
-  if (w.format != WeightFormat::FP8) return "fp32";
+  if (w.format != DType::FP8_E4M3) return "fp32";
   return std::string("fp8-w8a8-") + (w.static_input ? "static" : "dynamic") +
          (w.w_granularity == ScaleGranularity::PerRow ? "-channel" : "-tensor");
 }

@@ -77,7 +77,7 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   const QuantConfig& quant_config() const { return quant_; }
-  ref::RopeLayout rope_layout() const { return rope_layout_; }
+  RopeLayout rope_layout() const { return rope_layout_; }
   const LlamaWeights& weights() const { return weights_; }
   /// "fp8-w8a8-dynamic", "fp8-w8a8-static", "fp32", ... for logs and benchmarks.
   std::string linear_format() const;
@@ -121,7 +121,7 @@ class LlamaModel {
   QuantConfig quant_;
   LlamaWeights weights_;
   std::vector<float> inv_freq_;  // [rotary_dim/2]
-  ref::RopeLayout rope_layout_ = ref::RopeLayout::AdjacentPairs;
+  RopeLayout rope_layout_ = RopeLayout::AdjacentPairs;
 };
 
 }  // namespace octet

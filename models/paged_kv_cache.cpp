@@ -19,13 +19,13 @@ PagedKVCache::PagedKVCache(int64_t num_blocks, int64_t block_size, int64_t num_k
   v_.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     KVLayerSpec& s = layers_[l];
-    if (kv_cache_dtype_is_fp8(s.dtype) &&
+    if (dtype_is_fp8(s.dtype) &&
         (static_cast<int64_t>(s.k_scale.size()) != num_kv_heads ||
          static_cast<int64_t>(s.v_scale.size()) != num_kv_heads))
       throw std::invalid_argument("PagedKVCache: layer " + std::to_string(l) + " needs " +
                                   std::to_string(num_kv_heads) + " k/v scales");
     const size_t bytes = static_cast<size_t>(num_blocks * block_size * num_kv_heads * head_dim *
-                                             kv_cache_dtype_bytes(s.dtype));
+                                             dtype_bytes(s.dtype));
     k_[l].assign(bytes, 0);
     v_[l].assign(bytes, 0);
   }
@@ -35,7 +35,7 @@ int64_t PagedKVCache::bytes_per_block(int64_t block_size, int64_t num_kv_heads, 
                                       const std::vector<KVLayerSpec>& layers) {
   int64_t bytes = 0;
   for (const KVLayerSpec& s : layers)
-    bytes += 2 * block_size * num_kv_heads * head_dim * kv_cache_dtype_bytes(s.dtype);
+    bytes += 2 * block_size * num_kv_heads * head_dim * dtype_bytes(s.dtype);
   return bytes;
 }
 

@@ -15,7 +15,7 @@ namespace octet {
 /// repeated), used for FP8 dtypes. scale_source says where they came from, for the startup
 /// table: "file", "checkpoint", "calculated", "unit", or "-" (16-bit layers).
 struct KVLayerSpec {
-  KVCacheDType dtype = KVCacheDType::BF16;
+  DType dtype = DType::BF16;
   std::vector<float> k_scale;
   std::vector<float> v_scale;
   std::string scale_source = "-";

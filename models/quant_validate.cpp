@@ -33,7 +33,7 @@ const TensorView& require(const HFCheckpoint& ckpt, const std::string& name,
 
 /// Every value of a float scale tensor finite and > 0.
 void check_scale_values(const TensorView& t) {
-  if (t.dtype != DType::F32 && t.dtype != DType::BF16 && t.dtype != DType::F16)
+  if (t.dtype != TensorDType::F32 && t.dtype != TensorDType::BF16 && t.dtype != TensorDType::F16)
     bad(t, std::string("dtype ") + dtype_name(t.dtype) + ", expected F32, BF16 or F16");
   const std::vector<float> v = t.to_f32();
   for (size_t i = 0; i < v.size(); ++i) {
@@ -53,7 +53,7 @@ bool is_scalar_shape(const std::vector<int64_t>& s) {
 void validate_linear(const QuantConfig& quant, const HFCheckpoint& ckpt,
                      const std::string& module, int64_t out, int64_t in) {
   const TensorView& w = require(ckpt, module + ".weight", "quantized linear weight");
-  if (w.dtype != DType::F8_E4M3)
+  if (w.dtype != TensorDType::F8_E4M3)
     bad(w, std::string("dtype ") + dtype_name(w.dtype) +
                ", expected F8_E4M3 (the quantization_config quantizes this module)");
   if (w.shape != std::vector<int64_t>{out, in})

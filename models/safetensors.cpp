@@ -25,15 +25,15 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
 struct DTypeInfo {
-  DType dtype;
+  TensorDType dtype;
   const char* name;
   int64_t size;
 };
 constexpr DTypeInfo kDTypes[] = {
-    {DType::F64, "F64", 8},         {DType::F32, "F32", 4},         {DType::F16, "F16", 2},
-    {DType::BF16, "BF16", 2},       {DType::F8_E4M3, "F8_E4M3", 1}, {DType::F8_E5M2, "F8_E5M2", 1},
-    {DType::I64, "I64", 8},         {DType::I32, "I32", 4},         {DType::I16, "I16", 2},
-    {DType::I8, "I8", 1},           {DType::U8, "U8", 1},           {DType::BOOL, "BOOL", 1},
+    {TensorDType::F64, "F64", 8},         {TensorDType::F32, "F32", 4},         {TensorDType::F16, "F16", 2},
+    {TensorDType::BF16, "BF16", 2},       {TensorDType::F8_E4M3, "F8_E4M3", 1}, {TensorDType::F8_E5M2, "F8_E5M2", 1},
+    {TensorDType::I64, "I64", 8},         {TensorDType::I32, "I32", 4},         {TensorDType::I16, "I16", 2},
+    {TensorDType::I8, "I8", 1},           {TensorDType::U8, "U8", 1},           {TensorDType::BOOL, "BOOL", 1},
 };
 
 const DTypeInfo* find_dtype(const std::string& name) {
@@ -44,13 +44,13 @@ const DTypeInfo* find_dtype(const std::string& name) {
 
 }  // namespace
 
-const char* dtype_name(DType d) {
+const char* dtype_name(TensorDType d) {
   for (const DTypeInfo& i : kDTypes)
     if (i.dtype == d) return i.name;
   return "?";
 }
 
-int64_t dtype_size(DType d) {
+int64_t dtype_size(TensorDType d) {
   for (const DTypeInfo& i : kDTypes)
     if (i.dtype == d) return i.size;
   return 0;
@@ -66,28 +66,28 @@ std::vector<float> TensorView::to_f32() const {
   const size_t n = size_t(num_elements());
   std::vector<float> out(n);
   switch (dtype) {
-    case DType::F32:
+    case TensorDType::F32:
       if (n != 0) std::memcpy(out.data(), data, n * 4);  // an empty vector's data() may be null
       break;
-    case DType::F64:
+    case TensorDType::F64:
       for (size_t i = 0; i < n; ++i) {
         double v;
         std::memcpy(&v, data + 8 * i, 8);
         out[i] = float(v);
       }
       break;
-    case DType::F16:
-    case DType::BF16:
+    case TensorDType::F16:
+    case TensorDType::BF16:
       for (size_t i = 0; i < n; ++i) {
         uint16_t v;
         std::memcpy(&v, data + 2 * i, 2);
-        out[i] = dtype == DType::F16 ? fp16_to_float(v) : bf16_to_float(v);
+        out[i] = dtype == TensorDType::F16 ? fp16_to_float(v) : bf16_to_float(v);
       }
       break;
-    case DType::F8_E4M3:
+    case TensorDType::F8_E4M3:
       for (size_t i = 0; i < n; ++i) out[i] = fp8_e4m3_to_float(data[i]);
       break;
-    case DType::F8_E5M2:
+    case TensorDType::F8_E5M2:
       for (size_t i = 0; i < n; ++i) out[i] = fp8_e5m2_to_float(data[i]);
       break;
     default:

@@ -60,13 +60,13 @@ class GGUFWeightSource final : public WeightSource {
     return file_.dequantize(t);
   }
   const TensorView* raw(const std::string&) const override { return nullptr; }
-  QuantArithmetic arithmetic(const std::string&) const override {
-    return QuantArithmetic::Float32;
+  DType arithmetic(const std::string&) const override {
+    return DType::F32;
   }
   // llama.cpp's converter permutes Q/K rows so that GGUF llama weights rotate adjacent pairs
   // (LLAMA_ROPE_TYPE_NORM); qwen2 keeps HF's rows and rotates halves (LLAMA_ROPE_TYPE_NEOX).
-  ref::RopeLayout rope_layout() const override {
-    return qk_permuted_ ? ref::RopeLayout::AdjacentPairs : ref::RopeLayout::HalfSplit;
+  RopeLayout rope_layout() const override {
+    return qk_permuted_ ? RopeLayout::AdjacentPairs : RopeLayout::HalfSplit;
   }
 
  private:
@@ -82,7 +82,7 @@ class HFWeightSource final : public WeightSource {
   std::vector<float> load_f32(const std::string& name,
                               const std::vector<int64_t>& shape) const override {
     const TensorView& t = ckpt_.tensor(name);
-    if (t.dtype == DType::F8_E4M3 || t.dtype == DType::F8_E5M2)
+    if (t.dtype == TensorDType::F8_E4M3 || t.dtype == TensorDType::F8_E5M2)
       throw ModelFileError(t.file, "tensor " + name + " is " + dtype_name(t.dtype) +
                                        " but config.json's quantization_config does not quantize "
                                        "its module (no quantization_config, or the module is in "
@@ -93,13 +93,13 @@ class HFWeightSource final : public WeightSource {
     return t.to_f32();
   }
   const TensorView* raw(const std::string& name) const override { return ckpt_.find(name); }
-  QuantArithmetic arithmetic(const std::string& name) const override {
+  DType arithmetic(const std::string& name) const override {
     const TensorView* t = ckpt_.find(name);
-    if (t && t->dtype == DType::BF16) return QuantArithmetic::BFloat16;
-    if (t && t->dtype == DType::F16) return QuantArithmetic::Float16;
-    return QuantArithmetic::Float32;
+    if (t && t->dtype == TensorDType::BF16) return DType::BF16;
+    if (t && t->dtype == TensorDType::F16) return DType::F16;
+    return DType::F32;
   }
-  ref::RopeLayout rope_layout() const override { return ref::RopeLayout::HalfSplit; }
+  RopeLayout rope_layout() const override { return RopeLayout::HalfSplit; }
 
  private:
   const HFCheckpoint& ckpt_;

@@ -34,9 +34,9 @@ class WeightSource {
   virtual const TensorView* raw(const std::string& name) const = 0;
   /// The dtype compressed-tensors would do quantization arithmetic in for tensor `name`: the
   /// stored dtype for 16-bit safetensors, Float32 otherwise (GGUF values are dequantized FP32).
-  virtual QuantArithmetic arithmetic(const std::string& name) const = 0;
+  virtual DType arithmetic(const std::string& name) const = 0;
   /// How this source's Q/K rows pair dimensions for RoPE.
-  virtual ref::RopeLayout rope_layout() const = 0;
+  virtual RopeLayout rope_layout() const = 0;
 };
 
 /// GGUF tensors under HF names (token_embd.weight <-> model.embed_tokens.weight, ...).

@@ -35,6 +35,19 @@ constexpr const char* dtype_name(DType d) {
   return "?";
 }
 
+/// A KV cache dtype as the config edge spells it (vLLM's --kv-cache-dtype): "bf16", "fp16",
+/// "fp8_e4m3", "fp8_e5m2"; "fp32" for F32 (calibration caches only).
+constexpr const char* kv_cache_dtype_name(DType d) {
+  switch (d) {
+    case DType::F32: return "fp32";
+    case DType::BF16: return "bf16";
+    case DType::F16: return "fp16";
+    case DType::FP8_E4M3: return "fp8_e4m3";
+    case DType::FP8_E5M2: return "fp8_e5m2";
+  }
+  return "?";
+}
+
 /// Scale granularity of a quantized tensor: one scale for the tensor, or one per row (per output
 /// channel of a weight, per token of an activation, per KV head of a cache).
 enum class ScaleGranularity : uint8_t { PerTensor, PerRow };

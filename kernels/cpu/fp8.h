@@ -21,7 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cpu/fp8_format.h"
+#include "kernels/common/dtype.h"
 #include "kernels/cpu/half.h"
 
 namespace octet {
@@ -134,11 +134,11 @@ constexpr float fp8_e5m2_to_float(uint8_t code) {
 }
 
 /// Format chosen at run time; same results as the functions above.
-constexpr uint8_t fp8_from_float(Fp8Format format, float x) {
-  return format == Fp8Format::E4M3 ? fp8_e4m3_from_float(x) : fp8_e5m2_from_float(x);
+constexpr uint8_t fp8_from_float(DType format, float x) {
+  return format == DType::FP8_E4M3 ? fp8_e4m3_from_float(x) : fp8_e5m2_from_float(x);
 }
-constexpr float fp8_to_float(Fp8Format format, uint8_t code) {
-  return format == Fp8Format::E4M3 ? fp8_e4m3_to_float(code) : fp8_e5m2_to_float(code);
+constexpr float fp8_to_float(DType format, uint8_t code) {
+  return format == DType::FP8_E4M3 ? fp8_e4m3_to_float(code) : fp8_e5m2_to_float(code);
 }
 
 // --- Arrays ---------------------------------------------------------------------------------
@@ -147,25 +147,25 @@ constexpr float fp8_to_float(Fp8Format format, uint8_t code) {
 // AVX2+FMA+F16C (x86-64 only), else the portable scalar loop.
 
 /// fp32 [n] -> fp8 codes [n].
-void fp8_encode(Fp8Format format, const float* src, uint8_t* dst, size_t n);
+void fp8_encode(DType format, const float* src, uint8_t* dst, size_t n);
 /// bf16 bits [n] -> fp8 codes [n].
-void fp8_encode_bf16(Fp8Format format, const uint16_t* src, uint8_t* dst, size_t n);
+void fp8_encode_bf16(DType format, const uint16_t* src, uint8_t* dst, size_t n);
 /// fp16 bits [n] -> fp8 codes [n].
-void fp8_encode_fp16(Fp8Format format, const uint16_t* src, uint8_t* dst, size_t n);
+void fp8_encode_fp16(DType format, const uint16_t* src, uint8_t* dst, size_t n);
 /// fp8 codes [n] -> fp32 [n].
-void fp8_decode(Fp8Format format, const uint8_t* src, float* dst, size_t n);
+void fp8_decode(DType format, const uint8_t* src, float* dst, size_t n);
 
 // Explicit paths, for tests and benchmarks. The _avx2 ones abort with a message when
 // fp8_avx2_available() is false (no AVX2/FMA/F16C, or not an x86-64 build).
 /// True when this build has the AVX2 code and this CPU can run it.
 bool fp8_avx2_available();
-void fp8_encode_scalar(Fp8Format format, const float* src, uint8_t* dst, size_t n);
-void fp8_encode_bf16_scalar(Fp8Format format, const uint16_t* src, uint8_t* dst, size_t n);
-void fp8_encode_fp16_scalar(Fp8Format format, const uint16_t* src, uint8_t* dst, size_t n);
-void fp8_decode_scalar(Fp8Format format, const uint8_t* src, float* dst, size_t n);
-void fp8_encode_avx2(Fp8Format format, const float* src, uint8_t* dst, size_t n);
-void fp8_encode_bf16_avx2(Fp8Format format, const uint16_t* src, uint8_t* dst, size_t n);
-void fp8_encode_fp16_avx2(Fp8Format format, const uint16_t* src, uint8_t* dst, size_t n);
-void fp8_decode_avx2(Fp8Format format, const uint8_t* src, float* dst, size_t n);
+void fp8_encode_scalar(DType format, const float* src, uint8_t* dst, size_t n);
+void fp8_encode_bf16_scalar(DType format, const uint16_t* src, uint8_t* dst, size_t n);
+void fp8_encode_fp16_scalar(DType format, const uint16_t* src, uint8_t* dst, size_t n);
+void fp8_decode_scalar(DType format, const uint8_t* src, float* dst, size_t n);
+void fp8_encode_avx2(DType format, const float* src, uint8_t* dst, size_t n);
+void fp8_encode_bf16_avx2(DType format, const uint16_t* src, uint8_t* dst, size_t n);
+void fp8_encode_fp16_avx2(DType format, const uint16_t* src, uint8_t* dst, size_t n);
+void fp8_decode_avx2(DType format, const uint8_t* src, float* dst, size_t n);
 
 }  // namespace octet

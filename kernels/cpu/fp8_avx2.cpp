@@ -185,10 +185,10 @@ OCTET_AVX2 void decode_array(const uint8_t* src, float* dst, size_t n) {
 }
 
 template <typename Loader>
-void encode_dispatch(Fp8Format format, const typename Loader::Src* src, uint8_t* dst, size_t n,
+void encode_dispatch(DType format, const typename Loader::Src* src, uint8_t* dst, size_t n,
                      const char* function) {
   if (!fp8_avx2_available()) die_without_avx2(function);
-  if (format == Fp8Format::E4M3) {
+  if (format == DType::FP8_E4M3) {
     encode_array<E4M3Traits, kE4M3MaxBits, Loader>(src, dst, n);
   } else {
     encode_array<E5M2Traits, kE5M2MaxBits, Loader>(src, dst, n);
@@ -216,21 +216,21 @@ bool fp8_avx2_available() {
 
 #if OCTET_FP8_AVX2_BUILT
 
-void fp8_encode_avx2(Fp8Format format, const float* src, uint8_t* dst, size_t n) {
+void fp8_encode_avx2(DType format, const float* src, uint8_t* dst, size_t n) {
   encode_dispatch<LoadF32>(format, src, dst, n, __func__);
 }
 
-void fp8_encode_bf16_avx2(Fp8Format format, const uint16_t* src, uint8_t* dst, size_t n) {
+void fp8_encode_bf16_avx2(DType format, const uint16_t* src, uint8_t* dst, size_t n) {
   encode_dispatch<LoadBf16>(format, src, dst, n, __func__);
 }
 
-void fp8_encode_fp16_avx2(Fp8Format format, const uint16_t* src, uint8_t* dst, size_t n) {
+void fp8_encode_fp16_avx2(DType format, const uint16_t* src, uint8_t* dst, size_t n) {
   encode_dispatch<LoadFp16>(format, src, dst, n, __func__);
 }
 
-void fp8_decode_avx2(Fp8Format format, const uint8_t* src, float* dst, size_t n) {
+void fp8_decode_avx2(DType format, const uint8_t* src, float* dst, size_t n) {
   if (!fp8_avx2_available()) die_without_avx2(__func__);
-  if (format == Fp8Format::E4M3) {
+  if (format == DType::FP8_E4M3) {
     decode_array<E4M3Traits, false>(src, dst, n);
   } else {
     decode_array<E5M2Traits, true>(src, dst, n);
@@ -239,14 +239,14 @@ void fp8_decode_avx2(Fp8Format format, const uint8_t* src, float* dst, size_t n)
 
 #else  // not x86-64: the explicit AVX2 entry points exist but refuse to run
 
-void fp8_encode_avx2(Fp8Format, const float*, uint8_t*, size_t) { die_without_avx2(__func__); }
-void fp8_encode_bf16_avx2(Fp8Format, const uint16_t*, uint8_t*, size_t) {
+void fp8_encode_avx2(DType, const float*, uint8_t*, size_t) { die_without_avx2(__func__); }
+void fp8_encode_bf16_avx2(DType, const uint16_t*, uint8_t*, size_t) {
   die_without_avx2(__func__);
 }
-void fp8_encode_fp16_avx2(Fp8Format, const uint16_t*, uint8_t*, size_t) {
+void fp8_encode_fp16_avx2(DType, const uint16_t*, uint8_t*, size_t) {
   die_without_avx2(__func__);
 }
-void fp8_decode_avx2(Fp8Format, const uint8_t*, float*, size_t) { die_without_avx2(__func__); }
+void fp8_decode_avx2(DType, const uint8_t*, float*, size_t) { die_without_avx2(__func__); }
 
 #endif  // OCTET_FP8_AVX2_BUILT
 

@@ -14,8 +14,6 @@
 
 namespace octet::cpu {
 
-using ref::RopeLayout;
-
 /// y[n] = x[n] / sqrt(mean(x^2) + eps) * weight[n]; x, y: [n] (may alias); weight: [n].
 void rms_norm(const float* x, const float* weight, float* y, int64_t n, float eps);
 

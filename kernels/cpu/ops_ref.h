@@ -5,6 +5,8 @@
 // `omp simd` reduction, so results are deterministic for a given build and thread count.
 #include <cstdint>
 
+#include "kernels/common/dtype.h"
+
 namespace octet::ref {
 
 /// y[n] = x[n] / sqrt(mean(x^2) + eps) * weight[n]   (RMSNorm, Zhang & Sennrich 2019)
@@ -15,11 +17,6 @@ void rms_norm(const float* x, const float* weight, float* y, int64_t n, float ep
 /// x: [m, k]; w: [n, k] row-major (PyTorch nn.Linear layout, [out, in]); y: [m, n].
 void linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
             int64_t k);
-
-/// How a head's dimensions are paired for rotation (RoFormer, Su et al. 2021).
-/// AdjacentPairs: (x[2i], x[2i+1]) — GGUF/llama.cpp "normal" layout (Q/K rows permuted).
-/// HalfSplit:    (x[i], x[i + d/2]) — Hugging Face's rotate_half layout ("neox").
-enum class RopeLayout { AdjacentPairs, HalfSplit };
 
 /// Rotate in place x: [num_heads, head_dim] at position `pos` with inv_freq: [rot_dim/2]
 /// (angle_i = pos * inv_freq[i]); only the first rot_dim dims of each head rotate.

@@ -42,7 +42,7 @@ void check_cache(const KVCacheView& c, const char* function) {
   check(c.k != nullptr && c.v != nullptr, function, "null cache");
   check(c.num_blocks > 0 && c.block_size > 0 && c.num_kv_heads > 0 && c.head_dim > 0, function,
         "cache dimensions must be positive");
-  if (!kv_cache_dtype_is_fp8(c.dtype)) return;
+  if (!dtype_is_fp8(c.dtype)) return;
   check(c.k_scale != nullptr && c.v_scale != nullptr, function, "FP8 cache without scales");
   for (int64_t h = 0; h < c.num_kv_heads; ++h)
     check(std::isfinite(c.k_scale[h]) && c.k_scale[h] > 0 && std::isfinite(c.v_scale[h]) &&
@@ -83,8 +83,10 @@ std::vector<Row> query_rows(const KVCacheView& c, const PagedAttentionBatch& b,
 }
 
 // The fastest kernel this CPU runs for this head size.
-paged_detail::Kernel best_kernel(int64_t head_dim) {
+// F32 caches (calibration runs) always take the portable kernel.
+paged_detail::Kernel best_kernel(int64_t head_dim, DType dtype) {
   using namespace paged_detail;
+  if (dtype == DType::F32) return scalar_kernel();
   static const bool avx512 = avx512_kernel_available(), avx2 = avx2_kernel_available();
   if (avx512 && head_dim <= avx512_kernel().max_head_dim) return avx512_kernel();
   return avx2 ? avx2_kernel() : scalar_kernel();
@@ -121,7 +123,7 @@ struct Context {
   void prepare_q(int64_t r, int64_t kvh, float* qp) const {
     const int64_t hd = c.head_dim;
     const uint8_t* order = kernel.lane_order(c.dtype);
-    const float s = softmax_scale * (kv_cache_dtype_is_fp8(c.dtype) ? c.k_scale[kvh] : 1.0f);
+    const float s = softmax_scale * (dtype_is_fp8(c.dtype) ? c.k_scale[kvh] : 1.0f);
     for (int64_t g = 0; g < group; ++g) {
       const float* qh = q + (r * num_heads + kvh * group + g) * hd;
       for (int64_t base = 0; base < hdp; base += kGroupLanes)
@@ -134,7 +136,7 @@ struct Context {
 
   paged_detail::PartialArgs args(int64_t r, int64_t kvh, const float* qp, int64_t begin,
                                  int64_t end) const {
-    const int64_t bytes = kv_cache_dtype_bytes(c.dtype);
+    const int64_t bytes = dtype_bytes(c.dtype);
     const int64_t head_offset = kvh * c.head_dim * bytes;
     return {c.dtype,
             static_cast<const uint8_t*>(c.k) + head_offset,
@@ -153,7 +155,7 @@ struct Context {
   void finish(int64_t r, int64_t kvh, const float* L, const float* A) const {
     const int64_t hd = c.head_dim;
     const uint8_t* order = kernel.lane_order(c.dtype);
-    const float vs = kv_cache_dtype_is_fp8(c.dtype) ? c.v_scale[kvh] : 1.0f;
+    const float vs = dtype_is_fp8(c.dtype) ? c.v_scale[kvh] : 1.0f;
     for (int64_t g = 0; g < group; ++g) {
       const float f = vs / L[g];
       float* oh = out + (r * num_heads + kvh * group + g) * hd;
@@ -285,16 +287,6 @@ void run(const Context& x) {
 
 }  // namespace
 
-const char* kv_cache_dtype_name(KVCacheDType d) {
-  switch (d) {
-    case KVCacheDType::BF16: return "bf16";
-    case KVCacheDType::FP16: return "fp16";
-    case KVCacheDType::FP8_E4M3: return "fp8_e4m3";
-    case KVCacheDType::FP8_E5M2: return "fp8_e5m2";
-  }
-  return "unknown";
-}
-
 void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
                     const int64_t* slot_mapping, int64_t n) {
   constexpr const char* kFn = "write_kv_cache";
@@ -303,11 +295,11 @@ void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
   check_cache(cache, kFn);
   check(k && v && slot_mapping, kFn, "null input");
   const int64_t nkv = cache.num_kv_heads, hd = cache.head_dim;
-  const int64_t row = nkv * hd, bytes = kv_cache_dtype_bytes(cache.dtype);
+  const int64_t row = nkv * hd, bytes = dtype_bytes(cache.dtype);
   const int64_t num_slots = cache.num_blocks * cache.block_size;
   for (int64_t i = 0; i < n; ++i) check(slot_mapping[i] < num_slots, kFn, "slot out of range");
-  const Fp8Format format =
-      cache.dtype == KVCacheDType::FP8_E5M2 ? Fp8Format::E5M2 : Fp8Format::E4M3;
+  const DType format =
+      cache.dtype == DType::FP8_E5M2 ? DType::FP8_E5M2 : DType::FP8_E4M3;
 #pragma omp parallel if (n * row >= (1 << 15) && !omp_in_parallel())
   {
     std::vector<float> scaled(static_cast<size_t>(hd));
@@ -323,20 +315,21 @@ void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
           const float* x = src + h * hd;
           uint8_t* y = dst + h * hd * bytes;
           switch (cache.dtype) {
-            case KVCacheDType::BF16:
+            case DType::F32: std::memcpy(y, x, 4 * hd); break;
+            case DType::BF16:
               for (int64_t d = 0; d < hd; ++d) {
                 const uint16_t b = float_to_bf16(x[d]);
                 std::memcpy(y + 2 * d, &b, 2);
               }
               break;
-            case KVCacheDType::FP16:
+            case DType::F16:
               for (int64_t d = 0; d < hd; ++d) {
                 const uint16_t b = float_to_fp16(x[d]);
                 std::memcpy(y + 2 * d, &b, 2);
               }
               break;
-            case KVCacheDType::FP8_E4M3:
-            case KVCacheDType::FP8_E5M2:
+            case DType::FP8_E4M3:
+            case DType::FP8_E5M2:
               for (int64_t d = 0; d < hd; ++d) scaled[d] = x[d] / scale[h];  // true division
               fp8_encode(format, scaled.data(), y, static_cast<size_t>(hd));
               break;
@@ -377,7 +370,7 @@ void paged_attention_with(const Kernel& kernel, const KVCacheView& cache, const 
 
 void paged_attention(const KVCacheView& cache, const float* q, const PagedAttentionBatch& batch,
                      int64_t num_heads, int64_t sliding_window, float softmax_scale, float* out) {
-  paged_detail::paged_attention_with(best_kernel(cache.head_dim), cache, q, batch, num_heads, sliding_window,
+  paged_detail::paged_attention_with(best_kernel(cache.head_dim, cache.dtype), cache, q, batch, num_heads, sliding_window,
                                      softmax_scale, out);
 }
 
@@ -391,16 +384,17 @@ void paged_attention(const KVCacheView& cache, const float* q, const PagedAttent
   check_cache(cache, kFn);
   check(q && out && num_heads > 0 && num_heads % cache.num_kv_heads == 0, kFn, "bad arguments");
   const int64_t nkv = cache.num_kv_heads, hd = cache.head_dim, row = nkv * hd;
-  const int64_t bytes = kv_cache_dtype_bytes(cache.dtype);
+  const int64_t bytes = dtype_bytes(cache.dtype);
   // The dequantized value of element i of slot `slot` of cache `base`, scale per KV head.
   auto value = [&](const void* base, const float* scale, int64_t slot, int64_t i) -> float {
     const uint8_t* p = static_cast<const uint8_t*>(base) + (slot * row + i) * bytes;
     uint16_t h;
     switch (cache.dtype) {
-      case KVCacheDType::BF16: std::memcpy(&h, p, 2); return bf16_to_float(h);
-      case KVCacheDType::FP16: std::memcpy(&h, p, 2); return fp16_to_float(h);
-      case KVCacheDType::FP8_E4M3: return fp8_e4m3_to_float(*p) * scale[i / hd];
-      case KVCacheDType::FP8_E5M2: return fp8_e5m2_to_float(*p) * scale[i / hd];
+      case DType::F32: { float f; std::memcpy(&f, p, 4); return f; }
+      case DType::BF16: std::memcpy(&h, p, 2); return bf16_to_float(h);
+      case DType::F16: std::memcpy(&h, p, 2); return fp16_to_float(h);
+      case DType::FP8_E4M3: return fp8_e4m3_to_float(*p) * scale[i / hd];
+      case DType::FP8_E5M2: return fp8_e5m2_to_float(*p) * scale[i / hd];
     }
     return 0.0f;
   };

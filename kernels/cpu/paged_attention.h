@@ -15,37 +15,9 @@
 // non-finite or non-positive FP8 scales) abort with a message.
 #include <cstdint>
 
+#include "kernels/common/views.h"
+
 namespace octet {
-
-/// Element type of one layer's KV cache.
-enum class KVCacheDType : uint8_t { BF16, FP16, FP8_E4M3, FP8_E5M2 };
-
-/// Bytes per element: 2 for BF16/FP16, 1 for FP8.
-constexpr int64_t kv_cache_dtype_bytes(KVCacheDType d) {
-  return d == KVCacheDType::BF16 || d == KVCacheDType::FP16 ? 2 : 1;
-}
-constexpr bool kv_cache_dtype_is_fp8(KVCacheDType d) {
-  return d == KVCacheDType::FP8_E4M3 || d == KVCacheDType::FP8_E5M2;
-}
-/// "bf16", "fp16", "fp8_e4m3", "fp8_e5m2".
-const char* kv_cache_dtype_name(KVCacheDType d);
-
-/// One layer's paged cache.
-///   k, v:     [num_blocks, block_size, num_kv_heads, head_dim] elements of `dtype`
-///   k_scale, v_scale: [num_kv_heads] FP32 (a per-tensor scale is repeated per head); read only
-///             for FP8 dtypes, may be null otherwise.
-/// Slot s is block s / block_size, offset s % block_size.
-struct KVCacheView {
-  void* k = nullptr;
-  void* v = nullptr;
-  KVCacheDType dtype = KVCacheDType::BF16;
-  int64_t num_blocks = 0;
-  int64_t block_size = 0;
-  int64_t num_kv_heads = 0;
-  int64_t head_dim = 0;
-  const float* k_scale = nullptr;
-  const float* v_scale = nullptr;
-};
 
 /// Stores n tokens' K and V (k, v: [n, num_kv_heads, head_dim] FP32) in slots slot_mapping[i]
 /// (a negative slot skips that token). BF16/FP16: round to nearest even (float_to_bf16 /
@@ -53,23 +25,6 @@ struct KVCacheView {
 /// x / scale[kv head], true division. Multithreaded over tokens.
 void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
                     const int64_t* slot_mapping, int64_t n);
-
-/// The query tokens of a batch of sequences (a struct of arrays, ForwardBatch's layout).
-///   query_start_loc: [num_seqs + 1]; sequence s owns query rows [query_start_loc[s],
-///                    query_start_loc[s+1]) of q and out
-///   seq_lens:        [num_seqs]; context length of sequence s after this step: its queries are
-///                    the last positions seq_lens[s] - num_queries .. seq_lens[s] - 1, and the
-///                    cache already holds K/V for positions 0 .. seq_lens[s] - 1 (the queries'
-///                    own included, written by write_kv_cache before the call)
-///   block_tables:    [num_seqs, max_blocks_per_seq]; position p of sequence s is in block
-///                    block_tables[s * max_blocks_per_seq + p / block_size]
-struct PagedAttentionBatch {
-  int64_t num_seqs = 0;
-  const int64_t* query_start_loc = nullptr;
-  const int64_t* seq_lens = nullptr;
-  const int32_t* block_tables = nullptr;
-  int64_t max_blocks_per_seq = 0;
-};
 
 /// Causal attention: q: [num_tokens, num_heads, head_dim] FP32 -> out: same shape.
 /// num_heads must be a multiple of cache.num_kv_heads (GQA: query head h reads KV head

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/common/check.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/half.h"
 #include "kernels/cpu/ops_gemm_avx2.h"
@@ -48,10 +49,11 @@ OCTET_AVX2 inline __m256 e4m3x8(__m128i codes8) {  // codes in the low 8 bytes
   return _mm256_or_ps(f, _mm256_castsi256_ps(nan));
 }
 
-OCTET_AVX2 void decode_row(KVCacheDType dtype, const uint8_t* p, int64_t n, float* out) {
+OCTET_AVX2 void decode_row(DType dtype, const uint8_t* p, int64_t n, float* out) {
   int64_t i = 0;
   switch (dtype) {
-    case KVCacheDType::BF16:
+    case DType::F32: OCTET_CHECK(false, "F32 caches take the scalar kernel"); break;
+    case DType::BF16:
       for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_slli_epi32(
                                       _mm256_cvtepu16_epi32(_mm_loadu_si128(
@@ -59,19 +61,19 @@ OCTET_AVX2 void decode_row(KVCacheDType dtype, const uint8_t* p, int64_t n, floa
                                       16)));
       for (uint16_t h; i < n; ++i) out[i] = (std::memcpy(&h, p + 2 * i, 2), bf16_to_float(h));
       break;
-    case KVCacheDType::FP16:
+    case DType::F16:
       for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(
                                       reinterpret_cast<const __m128i*>(p + 2 * i))));
       for (uint16_t h; i < n; ++i) out[i] = (std::memcpy(&h, p + 2 * i, 2), fp16_to_float(h));
       break;
-    case KVCacheDType::FP8_E4M3:
+    case DType::FP8_E4M3:
       for (; i + 8 <= n; i += 8)
         _mm256_storeu_ps(out + i,
                          e4m3x8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i))));
       for (; i < n; ++i) out[i] = fp8_e4m3_to_float(p[i]);
       break;
-    case KVCacheDType::FP8_E5M2:
+    case DType::FP8_E5M2:
       for (; i + 8 <= n; i += 8) {
         const __m128i w =
             _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + i)));
@@ -94,16 +96,17 @@ OCTET_AVX2 inline __m256 hsum8x8(const float* v) {
 }
 
 // 8 cached values at p, exact.
-OCTET_AVX2 inline __m256 decode8(KVCacheDType dtype, const uint8_t* p) {
+OCTET_AVX2 inline __m256 decode8(DType dtype, const uint8_t* p) {
   switch (dtype) {
-    case KVCacheDType::BF16:
+    case DType::F32: return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+    case DType::BF16:
       return _mm256_castsi256_ps(_mm256_slli_epi32(
           _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-    case KVCacheDType::FP16:
+    case DType::F16:
       return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    case KVCacheDType::FP8_E4M3:
+    case DType::FP8_E4M3:
       return e4m3x8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    case KVCacheDType::FP8_E5M2:
+    case DType::FP8_E5M2:
       return _mm256_cvtph_ps(_mm_slli_epi16(
           _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))), 8));
   }
@@ -111,9 +114,9 @@ OCTET_AVX2 inline __m256 decode8(KVCacheDType dtype, const uint8_t* p) {
 }
 
 // 16 cached values from element e of a row (fewer than 16 left: zero-padded), exact.
-OCTET_AVX2 inline void decode16(KVCacheDType dtype, const uint8_t* row, int64_t e, int64_t hd,
+OCTET_AVX2 inline void decode16(DType dtype, const uint8_t* row, int64_t e, int64_t hd,
                                 __m256* f) {
-  const int64_t bytes = kv_cache_dtype_bytes(dtype);
+  const int64_t bytes = dtype_bytes(dtype);
   if (e + 16 <= hd) {
     f[0] = decode8(dtype, row + e * bytes);
     f[1] = decode8(dtype, row + (e + 8) * bytes);
@@ -131,7 +134,7 @@ OCTET_AVX2 void v_chunk(const PartialArgs& a, const int64_t* offsets, int64_t n,
                         const float* p, int64_t hdp, float* acc) {
   __m256 s[GB][2];
   for (int g = 0; g < GB; ++g) s[g][0] = s[g][1] = _mm256_setzero_ps();
-  const int64_t bytes = kv_cache_dtype_bytes(a.dtype);
+  const int64_t bytes = dtype_bytes(a.dtype);
   for (int64_t t = 0; t < n; ++t) {
     _mm_prefetch(reinterpret_cast<const char*>(a.v + offsets[t + 16] + e * bytes), _MM_HINT_T0);
     __m256 f[2];

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/common/check.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/paged_attention_kernel.h"
 
@@ -45,7 +46,7 @@ constexpr int64_t kAhead = 24;  // rows prefetched ahead (offsets are padded by 
 struct Bf16Table {
   alignas(64) uint8_t hi[128];
   alignas(64) uint8_t lo[128];
-  explicit Bf16Table(Fp8Format format) {
+  explicit Bf16Table(DType format) {
     for (int c = 0; c < 128; ++c) {
       const float v = fp8_to_float(format, static_cast<uint8_t>(c));
       uint32_t u;
@@ -123,10 +124,10 @@ const uint8_t* order_table() {
   return table.data();
 }
 
-const uint8_t* lane_order_avx512(KVCacheDType dtype) {
+const uint8_t* lane_order_avx512(DType dtype) {
   switch (dtype) {
-    case KVCacheDType::BF16: return order_table<DecodeBf16>();
-    case KVCacheDType::FP16: return order_table<DecodeFp16>();
+    case DType::BF16: return order_table<DecodeBf16>();
+    case DType::F16: return order_table<DecodeFp16>();
     default: return order_table<DecodeFp8>();
   }
 }
@@ -367,12 +368,13 @@ OCTET_AVX512 void partial_nd(const D& dec, const PartialArgs& a, float* scratch,
 
 OCTET_AVX512 void partial_avx512(const PartialArgs& a, float* scratch, float* m, float* l,
                                  float* acc) {
-  static const Bf16Table e4m3(Fp8Format::E4M3), e5m2(Fp8Format::E5M2);
+  static const Bf16Table e4m3(DType::FP8_E4M3), e5m2(DType::FP8_E5M2);
   switch (a.dtype) {
-    case KVCacheDType::BF16: partial_nd(DecodeBf16{}, a, scratch, m, l, acc); break;
-    case KVCacheDType::FP16: partial_nd(DecodeFp16{}, a, scratch, m, l, acc); break;
-    case KVCacheDType::FP8_E4M3: partial_nd(DecodeFp8(e4m3), a, scratch, m, l, acc); break;
-    case KVCacheDType::FP8_E5M2: partial_nd(DecodeFp8(e5m2), a, scratch, m, l, acc); break;
+    case DType::F32: OCTET_CHECK(false, "F32 caches take the scalar kernel"); break;
+    case DType::BF16: partial_nd(DecodeBf16{}, a, scratch, m, l, acc); break;
+    case DType::F16: partial_nd(DecodeFp16{}, a, scratch, m, l, acc); break;
+    case DType::FP8_E4M3: partial_nd(DecodeFp8(e4m3), a, scratch, m, l, acc); break;
+    case DType::FP8_E5M2: partial_nd(DecodeFp8(e5m2), a, scratch, m, l, acc); break;
   }
 }
 

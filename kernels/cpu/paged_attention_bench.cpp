@@ -29,14 +29,14 @@ double process_cpu_seconds() {
 
 }  // namespace
 
-PagedAttentionBenchResult bench_paged_attention_decode(KVCacheDType dtype, int64_t context_len,
+PagedAttentionBenchResult bench_paged_attention_decode(DType dtype, int64_t context_len,
                                                        int64_t num_seqs, int64_t num_heads,
                                                        int64_t num_kv_heads, int64_t head_dim,
                                                        int64_t block_size, int iters) {
   if (context_len <= 0 || num_seqs <= 0 || num_heads <= 0 || num_kv_heads <= 0 ||
       head_dim <= 0 || block_size <= 0 || iters <= 0 || num_heads % num_kv_heads != 0)
     throw std::invalid_argument("bench_paged_attention_decode: bad sizes");
-  const int64_t bytes = kv_cache_dtype_bytes(dtype);
+  const int64_t bytes = dtype_bytes(dtype);
   const int64_t row = num_kv_heads * head_dim;
   const int64_t blocks_per_seq = (context_len + block_size - 1) / block_size;
   const int64_t blocks_per_copy = blocks_per_seq * num_seqs;
@@ -56,7 +56,7 @@ PagedAttentionBenchResult bench_paged_attention_decode(KVCacheDType dtype, int64
       v[i] = static_cast<uint8_t>((h >> 16) % 0x70 | ((h >> 12) & 0x80));
     } else {
       const float a = static_cast<float>(static_cast<int>(h >> 20) - 2048) / 1024.0f;
-      const uint16_t b = dtype == KVCacheDType::BF16 ? float_to_bf16(a) : float_to_fp16(a);
+      const uint16_t b = dtype == DType::BF16 ? float_to_bf16(a) : float_to_fp16(a);
       std::memcpy(&k[2 * i], &b, 2);
       std::memcpy(&v[2 * i], &b, 2);
     }
@@ -116,7 +116,7 @@ std::string run_paged_attention_benchmark() {
   out += "seqs  context  dtype      threads   us/call   ns/token   GB/s   cpu us/call\n";
   for (int64_t seqs : {1, 8})
     for (int64_t ctx : {512, 2048, 8192})
-      for (KVCacheDType dtype : {KVCacheDType::BF16, KVCacheDType::FP8_E4M3})
+      for (DType dtype : {DType::BF16, DType::FP8_E4M3})
         for (int threads : {1, 2}) {
           omp_set_num_threads(threads);
           const int iters = static_cast<int>(std::max<int64_t>(8, (1 << 22) / (ctx * seqs)));

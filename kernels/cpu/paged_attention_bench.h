@@ -22,7 +22,7 @@ struct PagedAttentionBenchResult {
 /// (>= 256 MiB in all) that the calls, which rotate through them, read K/V from DRAM rather than
 /// the caches; blocks are shuffled within each copy. Best mean over 3 runs of `iters` calls.
 /// Throws std::invalid_argument on non-positive sizes or num_heads % num_kv_heads != 0.
-PagedAttentionBenchResult bench_paged_attention_decode(KVCacheDType dtype, int64_t context_len,
+PagedAttentionBenchResult bench_paged_attention_decode(DType dtype, int64_t context_len,
                                                        int64_t num_seqs, int64_t num_heads,
                                                        int64_t num_kv_heads, int64_t head_dim,
                                                        int64_t block_size, int iters);

@@ -24,7 +24,7 @@ constexpr int64_t padded_head_dim(int64_t head_dim) {
 /// One partial softmax: query heads g = 0..num_q_heads-1 of one KV head over positions
 /// [begin, end) of one sequence (end - begin <= kPartitionTokens).
 struct PartialArgs {
-  KVCacheDType dtype;
+  DType dtype;
   const uint8_t* k;  // cache.k advanced to this KV head: slot s's row is k + s * slot_stride
   const uint8_t* v;
   int64_t slot_stride;  // bytes: num_kv_heads * head_dim * element bytes
@@ -52,7 +52,7 @@ using PartialFn = void (*)(const PartialArgs& a, float* scratch, float* m, float
 struct Kernel {
   PartialFn partial;
   // lane_order(dtype)[j] = the element (0..63) of a 64-element group that lane j holds.
-  const uint8_t* (*lane_order)(KVCacheDType);
+  const uint8_t* (*lane_order)(DType);
   int64_t max_head_dim;  // larger heads take another kernel
   const char* name;
 };
@@ -67,7 +67,7 @@ bool avx512_kernel_available();
 Kernel avx512_kernel();
 
 /// The identity order 0..63.
-const uint8_t* natural_lane_order(KVCacheDType);
+const uint8_t* natural_lane_order(DType);
 
 /// paged_attention (paged_attention.h) on a given kernel: lets tests and benchmarks run every
 /// path this CPU has. Paths agree with each other up to FP32 summation order.

@@ -28,19 +28,20 @@ const Fp8Tables& fp8_tables() {
 }
 
 // Cached values of one row, exact: FP8 codes without their scale.
-void decode_row(KVCacheDType dtype, const uint8_t* p, int64_t n, float* out) {
+void decode_row(DType dtype, const uint8_t* p, int64_t n, float* out) {
   uint16_t h;
   switch (dtype) {
-    case KVCacheDType::BF16:
+    case DType::F32: std::memcpy(out, p, 4 * n); break;
+    case DType::BF16:
       for (int64_t i = 0; i < n; ++i) out[i] = (std::memcpy(&h, p + 2 * i, 2), bf16_to_float(h));
       break;
-    case KVCacheDType::FP16:
+    case DType::F16:
       for (int64_t i = 0; i < n; ++i) out[i] = (std::memcpy(&h, p + 2 * i, 2), fp16_to_float(h));
       break;
-    case KVCacheDType::FP8_E4M3:
+    case DType::FP8_E4M3:
       for (int64_t i = 0; i < n; ++i) out[i] = fp8_tables().e4m3[p[i]];
       break;
-    case KVCacheDType::FP8_E5M2:
+    case DType::FP8_E5M2:
       for (int64_t i = 0; i < n; ++i) out[i] = fp8_tables().e5m2[p[i]];
       break;
   }
@@ -85,7 +86,7 @@ void partial_scalar(const PartialArgs& a, float* scratch, float* m, float* l, fl
 
 }  // namespace
 
-const uint8_t* natural_lane_order(KVCacheDType) {
+const uint8_t* natural_lane_order(DType) {
   static const std::array<uint8_t, kGroupLanes> order = [] {
     std::array<uint8_t, kGroupLanes> o{};
     for (int j = 0; j < kGroupLanes; ++j) o[j] = static_cast<uint8_t>(j);

@@ -36,33 +36,19 @@
 //    fp8(clamp(x * (1.0f / s), -448, 448)) — vLLM multiplies by the FP32 reciprocal here.
 #include <cstdint>
 
+#include "kernels/common/views.h"
+
 namespace octet {
-
-/// Scale granularity of a quantized tensor.
-enum class ScaleGranularity { PerTensor, PerRow };  // PerRow = per output channel / per token
-
-/// An E4M3 weight matrix: data [n, k] row-major ([out, in]), scale [n] (PerRow) or [1].
-struct Fp8WeightView {
-  const uint8_t* data = nullptr;
-  const float* scale = nullptr;
-  ScaleGranularity granularity = ScaleGranularity::PerRow;
-  int64_t n = 0;  // out features
-  int64_t k = 0;  // in features
-};
 
 /// Smallest dynamic activation scale vLLM produces: 1 / (448 * 512) in FP32
 /// (min_scaling_factor<Float8_e4m3fn>). An all-zero token gets this scale and zero codes.
 inline constexpr float kActivationScaleMin = 1.0f / (448.0f * 512.0f);
 
-/// The dtype in which compressed-tensors does the weight arithmetic (= the weight's dtype).
-enum class QuantArithmetic { Float32, BFloat16, Float16 };
-
 /// The weight scale compressed-tensors gives an all-zero row or tensor (whose codes are all 0):
 /// torch.finfo(dtype).eps, 2^-23 (FP32), 2^-7 (BF16), 2^-10 (FP16).
-constexpr float zero_weight_scale(QuantArithmetic arithmetic) {
-  return arithmetic == QuantArithmetic::BFloat16  ? 0x1p-7f
-         : arithmetic == QuantArithmetic::Float16 ? 0x1p-10f
-                                                  : 0x1p-23f;
+/// `arithmetic` is the weight's dtype: F32, BF16 or F16.
+constexpr float zero_weight_scale(DType arithmetic) {
+  return arithmetic == DType::BF16 ? 0x1p-7f : arithmetic == DType::F16 ? 0x1p-10f : 0x1p-23f;
 }
 
 /// Quantizes a weight w: [n, k] FP32 to E4M3 with the compressed-tensors rule above, FP32
@@ -74,7 +60,7 @@ void quantize_weight_e4m3(const float* w, int64_t n, int64_t k, ScaleGranularity
 /// `arithmetic` (e.g. a BF16 checkpoint widened to FP32); the scale (returned widened to FP32)
 /// and each w / s are rounded to that dtype (RNE) as torch does. Float32 = quantize_weight_e4m3.
 void quantize_weight_e4m3_as(const float* w, int64_t n, int64_t k, ScaleGranularity granularity,
-                             QuantArithmetic arithmetic, uint8_t* q, float* scale);
+                             DType arithmetic, uint8_t* q, float* scale);
 
 /// Dynamic per-token quantization of activations x: [m, k] -> q: [m, k] E4M3, scale: [m], with
 /// vLLM's rule above: scale[i] = max(amax(x[i, :]) / 448, kActivationScaleMin), q = fp8(x / s).

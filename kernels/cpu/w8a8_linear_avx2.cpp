@@ -95,7 +95,7 @@ OCTET_AVX2 void gemv(const uint8_t* qa, float sa, const Fp8WeightView& w, const 
   const int64_t n = w.n, k = w.k;
   const int64_t k16 = (k + 15) / 16 * 16;
   std::vector<float> x(static_cast<size_t>(k16), 0.0f);
-  fp8_decode_avx2(Fp8Format::E4M3, qa, x.data(), static_cast<size_t>(k));
+  fp8_decode_avx2(DType::FP8_E4M3, qa, x.data(), static_cast<size_t>(k));
   // Blocks of 16 rows (4 x 4-row steps): enough blocks to balance threads on small layers.
   constexpr int64_t kRowsPerBlock = 16;
   const int64_t blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
@@ -140,7 +140,7 @@ OCTET_AVX2 void gemm(const uint8_t* qa, const float* a_scale, ScaleGranularity a
   std::vector<float> a(static_cast<size_t>(m * k));
 #pragma omp parallel for schedule(static) if (m * k >= 65536)
   for (int64_t i = 0; i < m; ++i)
-    fp8_decode_avx2(Fp8Format::E4M3, qa + i * k, a.data() + i * k, static_cast<size_t>(k));
+    fp8_decode_avx2(DType::FP8_E4M3, qa + i * k, a.data() + i * k, static_cast<size_t>(k));
   // Weight rows per block: the decoded tile (nb x k FP32) stays in L2 (<= ~128 KiB) while all m
   // activation rows stream past it; at least 2 blocks per thread for balance. (The block size
   // only decides which thread computes an output, never how.)
@@ -193,7 +193,7 @@ OCTET_AVX2 void per_token_rows(const float* x, int64_t m, int64_t k, uint8_t* q,
     i = 0;
     for (; i + 8 <= k; i += 8) _mm256_storeu_ps(tmp.data() + i, _mm256_div_ps(_mm256_loadu_ps(xr + i), vs));
     for (; i < k; ++i) tmp[i] = xr[i] / s;
-    fp8_encode_avx2(Fp8Format::E4M3, tmp.data(), q + r * k, static_cast<size_t>(k));
+    fp8_encode_avx2(DType::FP8_E4M3, tmp.data(), q + r * k, static_cast<size_t>(k));
   }
 }
 

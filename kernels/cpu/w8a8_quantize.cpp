@@ -22,11 +22,11 @@ namespace {
 
 // Rounds an FP32 value to the arithmetic dtype (RNE) and widens it back, as torch stores the
 // result of every 16-bit op.
-inline float round_to(QuantArithmetic arithmetic, float x) {
+inline float round_to(DType arithmetic, float x) {
   switch (arithmetic) {
-    case QuantArithmetic::BFloat16: return bf16_to_float(float_to_bf16(x));
-    case QuantArithmetic::Float16: return fp16_to_float(float_to_fp16(x));
-    case QuantArithmetic::Float32: break;
+    case DType::BF16: return bf16_to_float(float_to_bf16(x));
+    case DType::F16: return fp16_to_float(float_to_fp16(x));
+    default: break;  // F32 (the FP8 dtypes are no weight arithmetic)
   }
   return x;
 }
@@ -45,29 +45,29 @@ float absmax_nan_propagating(const float* x, int64_t n) {
 
 // compressed-tensors: s = amax / 448 in the weight's dtype, an exact 0 replaced by the dtype's
 // eps. NaN stays NaN.
-float weight_scale_from_amax(float amax, QuantArithmetic arithmetic) {
+float weight_scale_from_amax(float amax, DType arithmetic) {
   const float s = round_to(arithmetic, amax / 448.0f);
   return s == 0.0f ? zero_weight_scale(arithmetic) : s;
 }
 
 // q[0, k) = fp8(clamp(round_to(w / s) + 0)). The saturating encoder equals clamp-then-cast (values in
 // (448, 464) round to 448 either way) and keeps NaN as NaN, as torch.clamp does.
-void quantize_row(const float* w, int64_t k, float s, QuantArithmetic arithmetic, uint8_t* q,
+void quantize_row(const float* w, int64_t k, float s, DType arithmetic, uint8_t* q,
                   std::vector<float>& tmp) {
   tmp.resize(static_cast<size_t>(k));
   for (int64_t i = 0; i < k; ++i) tmp[i] = w[i] / s;
-  if (arithmetic != QuantArithmetic::Float32) {
+  if (arithmetic != DType::F32) {
     for (int64_t i = 0; i < k; ++i) tmp[i] = round_to(arithmetic, tmp[i]);
   }
   // + zero_point (0): -0 becomes +0 (code 0x00), as in compressed-tensors' _quantize.
   for (int64_t i = 0; i < k; ++i) tmp[i] = tmp[i] + 0.0f;
-  fp8_encode(Fp8Format::E4M3, tmp.data(), q, static_cast<size_t>(k));
+  fp8_encode(DType::FP8_E4M3, tmp.data(), q, static_cast<size_t>(k));
 }
 
 }  // namespace
 
 void quantize_weight_e4m3_as(const float* w, int64_t n, int64_t k, ScaleGranularity granularity,
-                             QuantArithmetic arithmetic, uint8_t* q, float* scale) {
+                             DType arithmetic, uint8_t* q, float* scale) {
   if (n < 0 || k < 0) fail("quantize_weight_e4m3: negative shape");
   if (granularity == ScaleGranularity::PerTensor) {
     // Whole-tensor amax: per-row partial maxima, NaN propagating, then one scale.
@@ -95,7 +95,7 @@ void quantize_weight_e4m3_as(const float* w, int64_t n, int64_t k, ScaleGranular
 
 void quantize_weight_e4m3(const float* w, int64_t n, int64_t k, ScaleGranularity granularity,
                           uint8_t* q, float* scale) {
-  quantize_weight_e4m3_as(w, n, k, granularity, QuantArithmetic::Float32, q, scale);
+  quantize_weight_e4m3_as(w, n, k, granularity, DType::F32, q, scale);
 }
 
 void quantize_per_token_e4m3_scalar(const float* x, int64_t m, int64_t k, uint8_t* q,
@@ -138,7 +138,7 @@ void quantize_static_e4m3(const float* x, int64_t m, int64_t k, float scale, uin
     float tmp[kChunk];
     const int64_t i0 = c * kChunk, len = std::min(kChunk, total - i0);
     for (int64_t i = 0; i < len; ++i) tmp[i] = x[i0 + i] * inv;
-    fp8_encode(Fp8Format::E4M3, tmp, q + i0, static_cast<size_t>(len));
+    fp8_encode(DType::FP8_E4M3, tmp, q + i0, static_cast<size_t>(len));
   }
 }
 

@@ -57,11 +57,11 @@ unsigned blocks_for(size_t n) {
 
 }  // namespace
 
-int fp8_encode_cuda(Fp8Format format, const float* src_dev, uint8_t* dst_dev, size_t n,
+int fp8_encode_cuda(DType format, const float* src_dev, uint8_t* dst_dev, size_t n,
                     void* stream) {
   if (n == 0) return static_cast<int>(cudaSuccess);
   const auto s = static_cast<cudaStream_t>(stream);
-  if (format == Fp8Format::E4M3) {
+  if (format == DType::FP8_E4M3) {
     fp8_encode_kernel<__NV_E4M3><<<blocks_for(n), kThreadsPerBlock, 0, s>>>(src_dev, dst_dev, n);
   } else {
     fp8_encode_kernel<__NV_E5M2><<<blocks_for(n), kThreadsPerBlock, 0, s>>>(src_dev, dst_dev, n);
@@ -69,11 +69,11 @@ int fp8_encode_cuda(Fp8Format format, const float* src_dev, uint8_t* dst_dev, si
   return static_cast<int>(cudaGetLastError());
 }
 
-int fp8_decode_cuda(Fp8Format format, const uint8_t* src_dev, float* dst_dev, size_t n,
+int fp8_decode_cuda(DType format, const uint8_t* src_dev, float* dst_dev, size_t n,
                     void* stream) {
   if (n == 0) return static_cast<int>(cudaSuccess);
   const auto s = static_cast<cudaStream_t>(stream);
-  if (format == Fp8Format::E4M3) {
+  if (format == DType::FP8_E4M3) {
     fp8_decode_kernel<__NV_E4M3><<<blocks_for(n), kThreadsPerBlock, 0, s>>>(src_dev, dst_dev, n);
   } else {
     fp8_decode_kernel<__NV_E5M2><<<blocks_for(n), kThreadsPerBlock, 0, s>>>(src_dev, dst_dev, n);

@@ -45,8 +45,8 @@ TEST_CASE("kv setup: fp8 holds exactly twice the tokens of bf16 in the same budg
   CHECK(bf16.num_usable_blocks == 40);
   CHECK(fp8.num_usable_blocks == 80);
   CHECK(fp8.num_usable_blocks * fp8.block_size == 2 * bf16.num_usable_blocks * bf16.block_size);
-  for (const KVLayerSpec& s : fp8.layers) CHECK(s.dtype == KVCacheDType::FP8_E4M3);
-  for (const KVLayerSpec& s : bf16.layers) CHECK(s.dtype == KVCacheDType::BF16);
+  for (const KVLayerSpec& s : fp8.layers) CHECK(s.dtype == DType::FP8_E4M3);
+  for (const KVLayerSpec& s : bf16.layers) CHECK(s.dtype == DType::BF16);
   // "auto" is bf16; e5m2 is one byte too.
   CHECK(setup_kv_cache(cache_with("auto", budget), 512, stories()).num_usable_blocks == 40);
   CHECK(setup_kv_cache(cache_with("fp8_e5m2", budget), 512, stories()).num_usable_blocks == 80);
@@ -57,11 +57,11 @@ TEST_CASE("kv setup: skipped layers stay bf16 and the budget counts their real b
   c.kv_cache_dtype_skip_layers = "0,3";
   const KVCacheSetup s = setup_kv_cache(c, 512, stories());
   REQUIRE(s.layers.size() == 5);
-  CHECK(s.layers[0].dtype == KVCacheDType::BF16);
-  CHECK(s.layers[1].dtype == KVCacheDType::FP8_E4M3);
-  CHECK(s.layers[2].dtype == KVCacheDType::FP8_E4M3);
-  CHECK(s.layers[3].dtype == KVCacheDType::BF16);
-  CHECK(s.layers[4].dtype == KVCacheDType::FP8_E4M3);
+  CHECK(s.layers[0].dtype == DType::BF16);
+  CHECK(s.layers[1].dtype == DType::FP8_E4M3);
+  CHECK(s.layers[2].dtype == DType::FP8_E4M3);
+  CHECK(s.layers[3].dtype == DType::BF16);
+  CHECK(s.layers[4].dtype == DType::FP8_E4M3);
   // Per block: 16 tokens * (2 bf16 layers * 128 B + 3 fp8 layers * 64 B) = 7168 B.
   CHECK(s.bytes_per_block == 16 * (2 * kLayerTokenBytesBf16 + 3 * kLayerTokenBytesFp8));
   CHECK(s.bytes_per_block == 7168);
@@ -100,7 +100,7 @@ TEST_CASE("kv setup: configuration errors name the option", "[kv]") {
   const KVCacheSetup s = setup_kv_cache(c, 512, stories());
   REQUIRE(s.warnings.size() == 1);
   CHECK_THAT(s.warnings[0], Catch::Contains("no sliding-window layers"));
-  for (const KVLayerSpec& l : s.layers) CHECK(l.dtype == KVCacheDType::FP8_E4M3);
+  for (const KVLayerSpec& l : s.layers) CHECK(l.dtype == DType::FP8_E4M3);
 }
 
 TEST_CASE("kv setup: unit scales are a loud warning naming the layers", "[kv]") {
@@ -213,12 +213,12 @@ TEST_CASE("kv setup: a budget beyond the machine's memory is a clear error, not 
 
 namespace octet {
 TEST_CASE("kv setup: vLLM's dtype spellings map to the same layouts", "[kv]") {
-  CHECK(parse_kv_cache_dtype("bfloat16") == KVCacheDType::BF16);
-  CHECK(parse_kv_cache_dtype("auto") == KVCacheDType::BF16);
-  CHECK(parse_kv_cache_dtype("float16") == KVCacheDType::FP16);
-  CHECK(parse_kv_cache_dtype("half") == KVCacheDType::FP16);
-  CHECK(parse_kv_cache_dtype("fp8") == KVCacheDType::FP8_E4M3);
-  CHECK(parse_kv_cache_dtype("fp8_e5m2") == KVCacheDType::FP8_E5M2);
+  CHECK(parse_kv_cache_dtype("bfloat16") == DType::BF16);
+  CHECK(parse_kv_cache_dtype("auto") == DType::BF16);
+  CHECK(parse_kv_cache_dtype("float16") == DType::F16);
+  CHECK(parse_kv_cache_dtype("half") == DType::F16);
+  CHECK(parse_kv_cache_dtype("fp8") == DType::FP8_E4M3);
+  CHECK(parse_kv_cache_dtype("fp8_e5m2") == DType::FP8_E5M2);
   CHECK_THROWS_WITH(parse_kv_cache_dtype("fp8_e4m3fn"), Catch::Contains("--kv-cache-dtype"));
 }
 }  // namespace octet

@@ -42,11 +42,11 @@ TEST_CASE("quantize writes an FP8_DYNAMIC checkpoint equal to online quantizatio
 
   const HFCheckpoint fp8_ckpt = HFCheckpoint::open(out);
   const TensorView& w = fp8_ckpt.tensor("model.layers.0.self_attn.q_proj.weight");
-  CHECK(w.dtype == DType::F8_E4M3);
+  CHECK(w.dtype == TensorDType::F8_E4M3);
   CHECK(w.shape == std::vector<int64_t>{576, 576});
   const TensorView& s = fp8_ckpt.tensor("model.layers.0.self_attn.q_proj.weight_scale");
   CHECK(s.shape == std::vector<int64_t>{576, 1});
-  CHECK(s.dtype == DType::BF16);  // llm-compressor keeps scales in the model's dtype
+  CHECK(s.dtype == TensorDType::BF16);  // llm-compressor keeps scales in the model's dtype
 
   const LlamaModel from_ckpt = LlamaModel::load(fp8_ckpt);
   const HFCheckpoint bf16 = HFCheckpoint::open(OCTET_HF_SMOLLM2_DIR);

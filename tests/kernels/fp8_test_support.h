@@ -19,12 +19,12 @@
 namespace octet_test {
 
 struct Fp8FormatCase {
-  octet::Fp8Format format;
+  octet::DType format;
   MiniFloat spec;
   const char* name;
 };
-inline constexpr Fp8FormatCase kFp8Formats[] = {{octet::Fp8Format::E4M3, kE4M3, "E4M3"},
-                                                {octet::Fp8Format::E5M2, kE5M2, "E5M2"}};
+inline constexpr Fp8FormatCase kFp8Formats[] = {{octet::DType::FP8_E4M3, kE4M3, "E4M3"},
+                                                {octet::DType::FP8_E5M2, kE5M2, "E5M2"}};
 
 /// fp32 bits a decoder must return for `code`: the exact value, or 0x7FFFFFFF for NaN codes
 /// (what cuda_fp8.h's fp8 -> half -> float gives).
@@ -36,7 +36,7 @@ inline uint32_t expected_fp8_decode_bits(const MiniFloat& f, uint8_t code) {
 /// Reference codes of fp8_stress_floats(), per format, computed once per process.
 inline const std::vector<uint8_t>& reference_stress_codes(const Fp8FormatCase& fc) {
   static std::vector<uint8_t> cache[2];
-  std::vector<uint8_t>& codes = cache[fc.format == octet::Fp8Format::E4M3 ? 0 : 1];
+  std::vector<uint8_t>& codes = cache[fc.format == octet::DType::FP8_E4M3 ? 0 : 1];
   if (codes.empty()) {
     const std::vector<float>& floats = fp8_stress_floats();
     codes.reserve(floats.size());

@@ -18,7 +18,7 @@
 #include "kernels/cuda/fp8_convert.h"
 #include "kernels/fp8_test_support.h"
 
-using octet::Fp8Format;
+using octet::DType;
 using octet_test::MismatchLog;
 using FormatCase = octet_test::Fp8FormatCase;
 
@@ -56,7 +56,7 @@ struct DeviceBuffer {
 };
 
 // Encodes src on the GPU (format) and returns the codes.
-std::vector<uint8_t> gpu_encode(Fp8Format format, const float* src, size_t n) {
+std::vector<uint8_t> gpu_encode(DType format, const float* src, size_t n) {
   DeviceBuffer<float> d_src(n);
   DeviceBuffer<uint8_t> d_dst(n);
   CUDA_REQUIRE(cudaMemcpy(d_src.ptr, src, n * sizeof(float), cudaMemcpyHostToDevice));
@@ -68,7 +68,7 @@ std::vector<uint8_t> gpu_encode(Fp8Format format, const float* src, size_t n) {
 }
 
 // Decodes codes on the GPU and returns the floats.
-std::vector<float> gpu_decode(Fp8Format format, const uint8_t* codes, size_t n) {
+std::vector<float> gpu_decode(DType format, const uint8_t* codes, size_t n) {
   DeviceBuffer<uint8_t> d_src(n);
   DeviceBuffer<float> d_dst(n);
   CUDA_REQUIRE(cudaMemcpy(d_src.ptr, codes, n, cudaMemcpyHostToDevice));

@@ -15,7 +15,7 @@
 #include "kernels/cpu/fp8.h"
 #include "kernels/fp8_test_support.h"
 
-using octet::Fp8Format;
+using octet::DType;
 using octet_test::MiniFloat;
 using octet_test::MismatchLog;
 using FormatCase = octet_test::Fp8FormatCase;
@@ -41,7 +41,7 @@ TEST_CASE("fp8 decode: all 256 codes give the exact value of the format definiti
       const uint32_t expected =
           octet_test::expected_fp8_decode_bits(fc.spec, static_cast<uint8_t>(c));
       const uint32_t by_name =
-          bits_of(fc.format == Fp8Format::E4M3 ? octet::fp8_e4m3_to_float(static_cast<uint8_t>(c))
+          bits_of(fc.format == DType::FP8_E4M3 ? octet::fp8_e4m3_to_float(static_cast<uint8_t>(c))
                                                : octet::fp8_e5m2_to_float(static_cast<uint8_t>(c)));
       const uint32_t got[] = {by_name, bits_of(octet::fp8_to_float(fc.format, codes[c])),
                               bits_of(scalar_array[c]), bits_of(dispatched[c])};
@@ -75,8 +75,8 @@ TEST_CASE("fp8 decode: hand-checked codes", "[fp8]") {
   CHECK(fp8_e5m2_to_float(0xFC) == -std::numeric_limits<float>::infinity());
   CHECK(bits_of(fp8_e5m2_to_float(0x7D)) == 0x7FFFFFFFu);
   CHECK(bits_of(fp8_e5m2_to_float(0xFE)) == 0x7FFFFFFFu);
-  CHECK(octet::fp8_max_value(Fp8Format::E4M3) == fp8_e4m3_to_float(0x7E));
-  CHECK(octet::fp8_max_value(Fp8Format::E5M2) == fp8_e5m2_to_float(0x7B));
+  CHECK(octet::fp8_max_value(DType::FP8_E4M3) == fp8_e4m3_to_float(0x7E));
+  CHECK(octet::fp8_max_value(DType::FP8_E5M2) == fp8_e5m2_to_float(0x7B));
 }
 
 TEST_CASE("fp8 encode: hand-checked values", "[fp8]") {
@@ -133,8 +133,8 @@ TEST_CASE("fp8 encode: hand-checked values", "[fp8]") {
     INFO(row.why << ", x bits 0x" << std::hex << bits_of(row.x));
     CHECK(int{octet::fp8_e4m3_from_float(row.x)} == int{row.e4m3});
     CHECK(int{octet::fp8_e5m2_from_float(row.x)} == int{row.e5m2});
-    CHECK(int{octet::fp8_from_float(Fp8Format::E4M3, row.x)} == int{row.e4m3});
-    CHECK(int{octet::fp8_from_float(Fp8Format::E5M2, row.x)} == int{row.e5m2});
+    CHECK(int{octet::fp8_from_float(DType::FP8_E4M3, row.x)} == int{row.e4m3});
+    CHECK(int{octet::fp8_from_float(DType::FP8_E5M2, row.x)} == int{row.e5m2});
     // The reference must agree with the hand values too, or the bulk tests prove nothing.
     CHECK(int{octet_test::reference_fp8(octet_test::kE4M3, row.x)} == int{row.e4m3});
     CHECK(int{octet_test::reference_fp8(octet_test::kE5M2, row.x)} == int{row.e5m2});
@@ -150,7 +150,7 @@ TEST_CASE("fp8 encode: 13M stress fp32 values match the reference (scalar paths)
     const std::vector<uint8_t>& expected = octet_test::reference_stress_codes(fc);
     std::vector<uint8_t> by_function(floats.size()), by_array(floats.size());
     for (size_t i = 0; i < floats.size(); ++i) {
-      by_function[i] = fc.format == Fp8Format::E4M3 ? octet::fp8_e4m3_from_float(floats[i])
+      by_function[i] = fc.format == DType::FP8_E4M3 ? octet::fp8_e4m3_from_float(floats[i])
                                                     : octet::fp8_e5m2_from_float(floats[i]);
     }
     octet::fp8_encode_scalar(fc.format, floats.data(), by_array.data(), floats.size());
@@ -201,10 +201,10 @@ void check_all_16bit_patterns(const MiniFloat& half_spec, bool is_bf16) {
       const uint16_t bits = static_cast<uint16_t>(h);
       uint8_t by_function;
       if (is_bf16) {
-        by_function = fc.format == Fp8Format::E4M3 ? octet::fp8_e4m3_from_bf16(bits)
+        by_function = fc.format == DType::FP8_E4M3 ? octet::fp8_e4m3_from_bf16(bits)
                                                    : octet::fp8_e5m2_from_bf16(bits);
       } else {
-        by_function = fc.format == Fp8Format::E4M3 ? octet::fp8_e4m3_from_fp16(bits)
+        by_function = fc.format == DType::FP8_E4M3 ? octet::fp8_e4m3_from_fp16(bits)
                                                    : octet::fp8_e5m2_from_fp16(bits);
       }
       for (uint8_t got : {by_function, scalar_array[h], dispatched[h]}) {

@@ -13,7 +13,7 @@
 #include "kernels/cpu/fp8.h"
 #include "kernels/fp8_test_support.h"
 
-using octet::Fp8Format;
+using octet::DType;
 using octet_test::MismatchLog;
 using FormatCase = octet_test::Fp8FormatCase;
 

@@ -18,7 +18,7 @@
 #include "kernels/cpu/fp8.h"
 #include "kernels/fp8_test_support.h"
 
-using octet::Fp8Format;
+using octet::DType;
 using octet_test::MismatchLog;
 using FormatCase = octet_test::Fp8FormatCase;
 
@@ -26,30 +26,30 @@ namespace {
 
 constexpr auto& kFormats = octet_test::kFp8Formats;
 
-__nv_fp8_interpretation_t cuda_format(Fp8Format format) {
-  return format == Fp8Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
+__nv_fp8_interpretation_t cuda_format(DType format) {
+  return format == DType::FP8_E4M3 ? __NV_E4M3 : __NV_E5M2;
 }
 
-uint8_t oracle_from_float(Fp8Format format, float x) {
+uint8_t oracle_from_float(DType format, float x) {
   return __nv_cvt_float_to_fp8(x, __NV_SATFINITE, cuda_format(format));
 }
 
-uint8_t oracle_from_bf16(Fp8Format format, uint16_t bits) {
+uint8_t oracle_from_bf16(DType format, uint16_t bits) {
   __nv_bfloat16_raw raw;
   raw.x = bits;
   return __nv_cvt_bfloat16raw_to_fp8(raw, __NV_SATFINITE, cuda_format(format));
 }
 
-uint8_t oracle_from_fp16(Fp8Format format, uint16_t bits) {
+uint8_t oracle_from_fp16(DType format, uint16_t bits) {
   __half_raw raw;
   raw.x = bits;
   return __nv_cvt_halfraw_to_fp8(raw, __NV_SATFINITE, cuda_format(format));
 }
 
 // The fp8 types' own float conversion (fp8 -> half -> float, host path).
-uint32_t oracle_decode_bits(Fp8Format format, uint8_t code) {
+uint32_t oracle_decode_bits(DType format, uint8_t code) {
   float value;
-  if (format == Fp8Format::E4M3) {
+  if (format == DType::FP8_E4M3) {
     __nv_fp8_e4m3 v;
     v.__x = code;
     value = static_cast<float>(v);
@@ -135,9 +135,9 @@ TEST_CASE("fp8 oracle: all bf16 and fp16 patterns equal the cuda_fp8.h conversio
       const uint16_t bits = static_cast<uint16_t>(h);
       const uint8_t bf16_oracle = oracle_from_bf16(fc.format, bits);
       const uint8_t fp16_oracle = oracle_from_fp16(fc.format, bits);
-      const uint8_t bf16_function = fc.format == Fp8Format::E4M3 ? octet::fp8_e4m3_from_bf16(bits)
+      const uint8_t bf16_function = fc.format == DType::FP8_E4M3 ? octet::fp8_e4m3_from_bf16(bits)
                                                                  : octet::fp8_e5m2_from_bf16(bits);
-      const uint8_t fp16_function = fc.format == Fp8Format::E4M3 ? octet::fp8_e4m3_from_fp16(bits)
+      const uint8_t fp16_function = fc.format == DType::FP8_E4M3 ? octet::fp8_e4m3_from_fp16(bits)
                                                                  : octet::fp8_e5m2_from_fp16(bits);
       const uint8_t bf16_reference =
           octet_test::reference_fp8(fc.spec, octet_test::code_value(octet_test::kBf16, h));

@@ -119,7 +119,7 @@ TEST_CASE("cpu::rope is bit-identical to ref::rope in both layouts", "[ops]") {
     std::vector<float> inv(static_cast<size_t>(c.rot_dim / 2));
     for (size_t i = 0; i < inv.size(); ++i)
       inv[i] = std::pow(10000.0f, -2.0f * static_cast<float>(i) / static_cast<float>(c.rot_dim));
-    for (auto layout : {ref::RopeLayout::AdjacentPairs, ref::RopeLayout::HalfSplit}) {
+    for (auto layout : {RopeLayout::AdjacentPairs, RopeLayout::HalfSplit}) {
       for (int64_t pos : {0, 1, 37, 4095, 100000}) {
         const auto x = normal(rng, c.heads * c.head_dim);
         auto expect = x;
@@ -127,7 +127,7 @@ TEST_CASE("cpu::rope is bit-identical to ref::rope in both layouts", "[ops]") {
         auto got = x;
         cpu::rope(got.data(), c.heads, c.head_dim, c.rot_dim, pos, inv.data(), layout);
         INFO("heads=" << c.heads << " d=" << c.head_dim << " rot=" << c.rot_dim
-                      << " pos=" << pos << " half_split=" << (layout == ref::RopeLayout::HalfSplit));
+                      << " pos=" << pos << " half_split=" << (layout == RopeLayout::HalfSplit));
         CHECK(got == expect);
         if (fp8_avx2_available()) {
           got = x;
@@ -146,9 +146,9 @@ TEST_CASE("cpu::rope is bit-identical to ref::rope in both layouts", "[ops]") {
   auto expect = x, got = x;
   for (int64_t t = 0; t < tokens; ++t)
     ref::rope(expect.data() + t * stride, heads, d, d, positions[t], inv.data(),
-              ref::RopeLayout::HalfSplit);
+              RopeLayout::HalfSplit);
   cpu::rope_rows(got.data(), tokens, stride, heads, d, d, positions.data(), inv.data(),
-                 ref::RopeLayout::HalfSplit);
+                 RopeLayout::HalfSplit);
   CHECK(got == expect);
 }
 

@@ -48,13 +48,13 @@ TEST_CASE("rope rotates pairs by pos * inv_freq in both layouts", "[ops_ref]") {
   // One head, head_dim 4, two frequencies: angles pos*pi/2 and pos*pi.
   const std::vector<float> inv{pi / 2, pi};
   std::vector<float> adj{1, 0, 0, 1};  // pairs (x0,x1) = (1,0), (x2,x3) = (0,1)
-  ref::rope(adj.data(), 1, 4, 4, 1, inv.data(), ref::RopeLayout::AdjacentPairs);
+  ref::rope(adj.data(), 1, 4, 4, 1, inv.data(), RopeLayout::AdjacentPairs);
   CHECK(adj[0] == Approx(0).margin(1e-6));
   CHECK(adj[1] == Approx(1));  // (1,0) rotated by 90 degrees
   CHECK(adj[2] == Approx(0).margin(1e-6));
   CHECK(adj[3] == Approx(-1));  // (0,1) rotated by 180 degrees
   std::vector<float> half{1, 0, 0, 1};  // pairs (x0,x2) = (1,0), (x1,x3) = (0,1)
-  ref::rope(half.data(), 1, 4, 4, 1, inv.data(), ref::RopeLayout::HalfSplit);
+  ref::rope(half.data(), 1, 4, 4, 1, inv.data(), RopeLayout::HalfSplit);
   CHECK(half[0] == Approx(0).margin(1e-6));
   CHECK(half[2] == Approx(1));
   CHECK(half[1] == Approx(0).margin(1e-6));
@@ -71,8 +71,8 @@ TEST_CASE("rope rotates pairs by pos * inv_freq in both layouts", "[ops_ref]") {
       h[hh * d + i] = a[hh * d + 2 * i];
       h[hh * d + i + d / 2] = a[hh * d + 2 * i + 1];
     }
-  ref::rope(a.data(), heads, d, rot, 37, inv4.data(), ref::RopeLayout::AdjacentPairs);
-  ref::rope(h.data(), heads, d, rot, 37, inv4.data(), ref::RopeLayout::HalfSplit);
+  ref::rope(a.data(), heads, d, rot, 37, inv4.data(), RopeLayout::AdjacentPairs);
+  ref::rope(h.data(), heads, d, rot, 37, inv4.data(), RopeLayout::HalfSplit);
   for (int64_t hh = 0; hh < heads; ++hh)
     for (int64_t i = 0; i < d / 2; ++i) {
       CHECK(h[hh * d + i] == a[hh * d + 2 * i]);

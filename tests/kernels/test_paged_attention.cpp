@@ -28,20 +28,20 @@ using namespace octet;
 
 namespace {
 
-constexpr KVCacheDType kAllDTypes[] = {KVCacheDType::BF16, KVCacheDType::FP16,
-                                       KVCacheDType::FP8_E4M3, KVCacheDType::FP8_E5M2};
+constexpr DType kAllDTypes[] = {DType::BF16, DType::F16,
+                                       DType::FP8_E4M3, DType::FP8_E5M2};
 
 // One layer's cache with its own storage.
 struct TestCache {
   std::vector<uint8_t> k, v;
   std::vector<float> k_scale, v_scale;
   KVCacheView view;
-  TestCache(KVCacheDType dtype, int64_t num_blocks, int64_t block_size, int64_t nkv, int64_t hd)
-      : k(static_cast<size_t>(num_blocks * block_size * nkv * hd * kv_cache_dtype_bytes(dtype)),
+  TestCache(DType dtype, int64_t num_blocks, int64_t block_size, int64_t nkv, int64_t hd)
+      : k(static_cast<size_t>(num_blocks * block_size * nkv * hd * dtype_bytes(dtype)),
           0xAB),
         v(k.size(), 0xCD) {
     for (int64_t h = 0; h < nkv; ++h) {  // distinct per-head scales, E4M3- or E5M2-sized
-      const float unit = dtype == KVCacheDType::FP8_E5M2 ? 1.0f / 8192 : 1.0f / 64;
+      const float unit = dtype == DType::FP8_E5M2 ? 1.0f / 8192 : 1.0f / 64;
       k_scale.push_back(unit * static_cast<float>(1 + h));
       v_scale.push_back(unit * static_cast<float>(3 + 2 * h) * 0.5f);
     }
@@ -64,7 +64,7 @@ struct Scene {
   std::vector<std::vector<float>> queries;   // per sequence, [num_queries, num_heads, hd]
   float vmax = 0;                            // max |dequantized V|
 
-  Scene(KVCacheDType dtype, int64_t block_size, int64_t num_heads_, int64_t nkv_, int64_t hd_,
+  Scene(DType dtype, int64_t block_size, int64_t num_heads_, int64_t nkv_, int64_t hd_,
         std::vector<SeqSpec> specs, uint32_t seed)
       : cache(dtype, blocks_needed(specs, block_size) + 3, block_size, nkv_, hd_),
         num_heads(num_heads_), nkv(nkv_), hd(hd_), seqs(std::move(specs)) {
@@ -121,10 +121,10 @@ struct Scene {
     const int64_t e = slot * nkv * hd + i;
     uint16_t h;
     switch (cache.view.dtype) {
-      case KVCacheDType::BF16: std::memcpy(&h, &cache.v[2 * e], 2); return bf16_to_float(h);
-      case KVCacheDType::FP16: std::memcpy(&h, &cache.v[2 * e], 2); return fp16_to_float(h);
-      case KVCacheDType::FP8_E4M3: return fp8_e4m3_to_float(cache.v[e]) * cache.v_scale[i / hd];
-      case KVCacheDType::FP8_E5M2: return fp8_e5m2_to_float(cache.v[e]) * cache.v_scale[i / hd];
+      case DType::BF16: std::memcpy(&h, &cache.v[2 * e], 2); return bf16_to_float(h);
+      case DType::F16: std::memcpy(&h, &cache.v[2 * e], 2); return fp16_to_float(h);
+      case DType::FP8_E4M3: return fp8_e4m3_to_float(cache.v[e]) * cache.v_scale[i / hd];
+      case DType::FP8_E5M2: return fp8_e5m2_to_float(cache.v[e]) * cache.v_scale[i / hd];
     }
     return 0;
   }
@@ -186,14 +186,14 @@ bool same_bits(const std::vector<float>& a, const float* b, size_t n) {
 }  // namespace
 
 TEST_CASE("kv_cache_dtype names and sizes", "[paged_attention]") {
-  CHECK(std::string(kv_cache_dtype_name(KVCacheDType::BF16)) == "bf16");
-  CHECK(std::string(kv_cache_dtype_name(KVCacheDType::FP16)) == "fp16");
-  CHECK(std::string(kv_cache_dtype_name(KVCacheDType::FP8_E4M3)) == "fp8_e4m3");
-  CHECK(std::string(kv_cache_dtype_name(KVCacheDType::FP8_E5M2)) == "fp8_e5m2");
-  CHECK(kv_cache_dtype_bytes(KVCacheDType::BF16) == 2);
-  CHECK(kv_cache_dtype_bytes(KVCacheDType::FP8_E5M2) == 1);
-  CHECK(kv_cache_dtype_is_fp8(KVCacheDType::FP8_E4M3));
-  CHECK_FALSE(kv_cache_dtype_is_fp8(KVCacheDType::FP16));
+  CHECK(std::string(kv_cache_dtype_name(DType::BF16)) == "bf16");
+  CHECK(std::string(kv_cache_dtype_name(DType::F16)) == "fp16");
+  CHECK(std::string(kv_cache_dtype_name(DType::FP8_E4M3)) == "fp8_e4m3");
+  CHECK(std::string(kv_cache_dtype_name(DType::FP8_E5M2)) == "fp8_e5m2");
+  CHECK(dtype_bytes(DType::BF16) == 2);
+  CHECK(dtype_bytes(DType::FP8_E5M2) == 1);
+  CHECK(dtype_is_fp8(DType::FP8_E4M3));
+  CHECK_FALSE(dtype_is_fp8(DType::F16));
 }
 
 TEST_CASE("write_kv_cache stores the scalar conversions bit for bit", "[paged_attention]") {
@@ -209,7 +209,7 @@ TEST_CASE("write_kv_cache stores the scalar conversions bit for bit", "[paged_at
     v[i] = i % 13 == 0 ? specials[(i / 13) % 9] : nd(rng) * mag;
   }
   const std::vector<int64_t> slots = {7, -1, 0, 19, 3, -5, 12, 8, 1};
-  for (KVCacheDType dtype : kAllDTypes) {
+  for (DType dtype : kAllDTypes) {
     INFO(kv_cache_dtype_name(dtype));
     TestCache c(dtype, num_blocks, block_size, nkv, hd);
     c.k_scale = {0.5f, 3.0f, 1.0f / 1024};  // different per head; ignored by bf16/fp16
@@ -218,7 +218,7 @@ TEST_CASE("write_kv_cache stores the scalar conversions bit for bit", "[paged_at
     c.view.v_scale = c.v_scale.data();
     write_kv_cache(c.view, k.data(), v.data(), slots.data(), n);
     std::vector<bool> written(num_blocks * block_size, false);
-    const int64_t bytes = kv_cache_dtype_bytes(dtype);
+    const int64_t bytes = dtype_bytes(dtype);
     for (int64_t i = 0; i < n; ++i) {
       if (slots[i] < 0) continue;
       written[slots[i]] = true;
@@ -231,10 +231,10 @@ TEST_CASE("write_kv_cache stores the scalar conversions bit for bit", "[paged_at
             const std::vector<uint8_t>& store = which ? c.v : c.k;
             uint32_t expected = 0, got = 0;
             switch (dtype) {
-              case KVCacheDType::BF16: expected = float_to_bf16(x); break;
-              case KVCacheDType::FP16: expected = float_to_fp16(x); break;
-              case KVCacheDType::FP8_E4M3: expected = fp8_e4m3_from_float(x / s); break;
-              case KVCacheDType::FP8_E5M2: expected = fp8_e5m2_from_float(x / s); break;
+              case DType::BF16: expected = float_to_bf16(x); break;
+              case DType::F16: expected = float_to_fp16(x); break;
+              case DType::FP8_E4M3: expected = fp8_e4m3_from_float(x / s); break;
+              case DType::FP8_E5M2: expected = fp8_e5m2_from_float(x / s); break;
             }
             std::memcpy(&got, &store[dst * bytes], static_cast<size_t>(bytes));
             INFO("token " << i << " head " << h << " d " << d << " x " << x << " which " << which);
@@ -261,7 +261,7 @@ TEST_CASE("paged_attention: hand-computed two-token case", "[paged_attention]") 
   // Query 1 = (ln 3, 0) would be scores ln 3, 0: weights 3/4, 1/4 (checked to 1e-6).
   const float k[] = {1, 0, 0, 1}, v[] = {4, 0, 0, 8};
   const int64_t slots[] = {1, 0};
-  for (KVCacheDType dtype : kAllDTypes)
+  for (DType dtype : kAllDTypes)
     for (const paged_detail::Kernel& kernel : kernels_here()) {
       INFO(kv_cache_dtype_name(dtype) << " " << kernel.name);
       TestCache c(dtype, 2, 1, 1, 2);
@@ -306,7 +306,7 @@ TEST_CASE("paged_attention matches ref::paged_attention", "[paged_attention]") {
   for (int64_t hd : {64, 128})
     for (auto [nh, nkv] : {std::pair<int64_t, int64_t>{4, 4}, {9, 3}, {8, 2}})
       for (int64_t bs : {1, 16, 32})
-        for (KVCacheDType dtype : kAllDTypes) {
+        for (DType dtype : kAllDTypes) {
           const Scene s(dtype, bs, nh, nkv, hd, specs, static_cast<uint32_t>(hd + nh + bs));
           const Scene::Batch b = s.batch(s.all());
           const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -339,7 +339,7 @@ TEST_CASE("paged_attention: other head sizes, groups and block sizes", "[paged_a
                           {200, 6, 2, 16}, {320, 6, 2, 16}, {64, 10, 2, 16}, {64, 16, 2, 5},
                           {128, 10, 2, 16}, {128, 8, 1, 16}, {192, 5, 1, 16}};
   for (const Shape& sh : shapes)
-    for (KVCacheDType dtype : kAllDTypes) {
+    for (DType dtype : kAllDTypes) {
       const int64_t hd = sh.hd;
       const Scene s(dtype, sh.bs, sh.nh, sh.nkv, hd, specs, static_cast<uint32_t>(hd + sh.nh));
       const Scene::Batch b = s.batch(s.all());
@@ -365,7 +365,7 @@ TEST_CASE("paged_attention is batch- and thread-count invariant, bitwise", "[pag
   // among them a long prefill that makes the batch take the one-item-per-query split.
   const std::vector<SeqSpec> specs = {{700, 1}, {540, 20}, {90, 90}, {300, 1}};
   const int saved_threads = omp_get_max_threads();
-  for (KVCacheDType dtype : {KVCacheDType::BF16, KVCacheDType::FP8_E4M3})
+  for (DType dtype : {DType::BF16, DType::FP8_E4M3})
     for (int64_t window : {0, 100})
       for (const paged_detail::Kernel& kernel : kernels_here()) {
         INFO(kv_cache_dtype_name(dtype) << " " << kernel.name << " window " << window);
@@ -396,7 +396,7 @@ TEST_CASE("paged_attention is batch- and thread-count invariant, bitwise", "[pag
 
 TEST_CASE("paged_attention applies the per-head FP8 scales", "[paged_attention]") {
   const std::vector<SeqSpec> specs = {{300, 1}, {40, 6}};
-  for (KVCacheDType dtype : {KVCacheDType::FP8_E4M3, KVCacheDType::FP8_E5M2})
+  for (DType dtype : {DType::FP8_E4M3, DType::FP8_E5M2})
     for (const paged_detail::Kernel& kernel : kernels_here()) {
       INFO(kv_cache_dtype_name(dtype) << " " << kernel.name);
       Scene s(dtype, 16, 6, 2, 64, specs, 9);
@@ -437,7 +437,7 @@ TEST_CASE("paged_attention: scale 2 and scale 1 store the same exact values", "[
   const int64_t qsl[] = {0, 1}, lens[] = {len};
   const int32_t table[] = {0, 1, 2};
   const PagedAttentionBatch b{1, qsl, lens, table, 3};
-  for (KVCacheDType dtype : {KVCacheDType::FP8_E4M3, KVCacheDType::FP8_E5M2}) {
+  for (DType dtype : {DType::FP8_E4M3, DType::FP8_E5M2}) {
     std::vector<float> outs[2];
     for (int i = 0; i < 2; ++i) {
       TestCache c(dtype, 3, 16, nkv, hd);
@@ -447,7 +447,7 @@ TEST_CASE("paged_attention: scale 2 and scale 1 store the same exact values", "[
       c.view.v_scale = c.v_scale.data();
       write_kv_cache(c.view, k.data(), v.data(), slots.data(), len);
       if (i == 1) {  // the codes are those of x / 2
-        CHECK(c.k[0] == (dtype == KVCacheDType::FP8_E4M3 ? fp8_e4m3_from_float(k[0] / 2)
+        CHECK(c.k[0] == (dtype == DType::FP8_E4M3 ? fp8_e4m3_from_float(k[0] / 2)
                                                            : fp8_e5m2_from_float(k[0] / 2)));
       }
       outs[i].resize(nh * hd);
@@ -469,7 +469,7 @@ TEST_CASE("paged_attention: a NaN in the cache reaches exactly the queries that 
   const int64_t qsl[] = {0, 2}, lens[] = {len};
   const int32_t table[] = {0};
   const PagedAttentionBatch b{1, qsl, lens, table, 1};  // queries at positions 10 and 11
-  for (KVCacheDType dtype : kAllDTypes)
+  for (DType dtype : kAllDTypes)
     for (const paged_detail::Kernel& kernel : kernels_here())
       for (int64_t window : {0, 6}) {  // window 6 at position 10 sees 5..10, at 11 sees 6..11
         INFO(kv_cache_dtype_name(dtype) << " " << kernel.name << " window " << window);

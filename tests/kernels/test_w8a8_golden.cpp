@@ -32,9 +32,9 @@ TEST_CASE("weight quantization reproduces compressed-tensors bit for bit", "[w8a
     const auto codes = c.at("codes").get<std::vector<int>>();
     REQUIRE(static_cast<int64_t>(w.size()) == rows * cols);
     const auto g = strategy == "channel" ? ScaleGranularity::PerRow : ScaleGranularity::PerTensor;
-    const auto a = dtype == "bfloat16"  ? QuantArithmetic::BFloat16
-                   : dtype == "float16" ? QuantArithmetic::Float16
-                                        : QuantArithmetic::Float32;
+    const auto a = dtype == "bfloat16"  ? DType::BF16
+                   : dtype == "float16" ? DType::F16
+                                        : DType::F32;
     std::vector<uint8_t> q(w.size());
     std::vector<float> s(scale.size());
     quantize_weight_e4m3_as(w.data(), rows, cols, g, a, q.data(), s.data());
@@ -42,7 +42,7 @@ TEST_CASE("weight quantization reproduces compressed-tensors bit for bit", "[w8a
     int64_t differing = 0;
     for (size_t i = 0; i < q.size(); ++i) differing += q[i] != codes[i];
     CHECK(differing == 0);
-    if (a == QuantArithmetic::Float32) {  // the plain entry point is the FP32 case
+    if (a == DType::F32) {  // the plain entry point is the FP32 case
       quantize_weight_e4m3(w.data(), rows, cols, g, q.data(), s.data());
       CHECK(s == scale);
       differing = 0;

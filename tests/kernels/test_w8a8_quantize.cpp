@@ -192,10 +192,10 @@ TEST_CASE("weight quantization: zero rows, NaN rows, 16-bit arithmetic", "[w8a8]
   CHECK(q[1] == 0x80);  // -1e-45 / 1 is a nonzero FP32, rounded to -0 by the cast
   CHECK(q[2] == 0xFE);
   CHECK(q[3] == 0x80);
-  quantize_weight_e4m3_as(z.data(), 2, 3, ScaleGranularity::PerTensor, QuantArithmetic::BFloat16,
+  quantize_weight_e4m3_as(z.data(), 2, 3, ScaleGranularity::PerTensor, DType::BF16,
                           q.data(), &s);
   CHECK(s == 0x1p-7f);
-  quantize_weight_e4m3_as(z.data(), 2, 3, ScaleGranularity::PerTensor, QuantArithmetic::Float16,
+  quantize_weight_e4m3_as(z.data(), 2, 3, ScaleGranularity::PerTensor, DType::F16,
                           q.data(), &s);
   CHECK(s == 0x1p-10f);
   // A NaN poisons its row's scale (torch.amax propagates NaN) and only that row.

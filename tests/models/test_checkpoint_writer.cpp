@@ -58,7 +58,7 @@ std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
   return b;
 }
 
-WriterTensor tensor(const std::string& name, DType dtype, std::vector<int64_t> shape,
+WriterTensor tensor(const std::string& name, TensorDType dtype, std::vector<int64_t> shape,
                     uint32_t seed, int64_t elem_size) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -112,21 +112,21 @@ json tiny_config() {
 std::vector<WriterTensor> tiny_fp8_tensors() {
   std::vector<WriterTensor> t;
   uint32_t seed = 1;
-  t.push_back(tensor("model.embed_tokens.weight", DType::F32, {kVocab, kH}, seed++, 4));
-  t.push_back(tensor("model.norm.weight", DType::F32, {kH}, seed++, 4));
+  t.push_back(tensor("model.embed_tokens.weight", TensorDType::F32, {kVocab, kH}, seed++, 4));
+  t.push_back(tensor("model.norm.weight", TensorDType::F32, {kH}, seed++, 4));
   const int64_t shapes[7][2] = {{kQ, kH}, {kKV, kH}, {kKV, kH}, {kH, kQ},
                                 {kFF, kH}, {kFF, kH}, {kH, kFF}};
   for (int64_t l = 0; l < kLayers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    t.push_back(tensor(p + "input_layernorm.weight", DType::F32, {kH}, seed++, 4));
-    t.push_back(tensor(p + "post_attention_layernorm.weight", DType::F32, {kH}, seed++, 4));
+    t.push_back(tensor(p + "input_layernorm.weight", TensorDType::F32, {kH}, seed++, 4));
+    t.push_back(tensor(p + "post_attention_layernorm.weight", TensorDType::F32, {kH}, seed++, 4));
     const std::vector<std::string> mods = llama_linear_modules(l);
     for (size_t i = 0; i < 7; ++i) {
-      t.push_back(tensor(mods[i] + ".weight", DType::F8_E4M3, {shapes[i][0], shapes[i][1]},
+      t.push_back(tensor(mods[i] + ".weight", TensorDType::F8_E4M3, {shapes[i][0], shapes[i][1]},
                          seed++, 1));
       std::vector<float> s(static_cast<size_t>(shapes[i][0]));
       for (size_t r = 0; r < s.size(); ++r) s[r] = 0.001f * float(r + 1 + 10 * i);
-      t.push_back({mods[i] + ".weight_scale", DType::F32, {shapes[i][0], 1}, f32_bytes(s), {}});
+      t.push_back({mods[i] + ".weight_scale", TensorDType::F32, {shapes[i][0], 1}, f32_bytes(s), {}});
     }
   }
   return t;
@@ -153,14 +153,14 @@ TEST_CASE("write_safetensors round trip, every dtype", "[checkpoint_writer]") {
   TempDir dir;
   const std::string path = dir.file("t.safetensors");
   std::vector<WriterTensor> ts = {
-      tensor("a.f32", DType::F32, {3, 5}, 1, 4),
-      tensor("b.f16", DType::F16, {7}, 2, 2),
-      tensor("c.bf16", DType::BF16, {2, 3, 2}, 3, 2),
-      tensor("d.fp8", DType::F8_E4M3, {4, 9}, 4, 1),
-      tensor("e.e5m2", DType::F8_E5M2, {5}, 5, 1),
-      tensor("f.i64", DType::I64, {2}, 6, 8),
-      tensor("g.scalar", DType::F32, {}, 7, 4),
-      tensor("h.u8", DType::U8, {1, 1}, 8, 1),
+      tensor("a.f32", TensorDType::F32, {3, 5}, 1, 4),
+      tensor("b.f16", TensorDType::F16, {7}, 2, 2),
+      tensor("c.bf16", TensorDType::BF16, {2, 3, 2}, 3, 2),
+      tensor("d.fp8", TensorDType::F8_E4M3, {4, 9}, 4, 1),
+      tensor("e.e5m2", TensorDType::F8_E5M2, {5}, 5, 1),
+      tensor("f.i64", TensorDType::I64, {2}, 6, 8),
+      tensor("g.scalar", TensorDType::F32, {}, 7, 4),
+      tensor("h.u8", TensorDType::U8, {1, 1}, 8, 1),
   };
   write_safetensors(path, ts);
 
@@ -194,22 +194,22 @@ TEST_CASE("write_safetensors streams produce() and rejects bad input", "[checkpo
   TempDir dir;
   const std::vector<uint8_t> big = pattern(4 * 6, 9);
   int calls = 0;
-  WriterTensor s{"s", DType::F32, {2, 3}, {}, [&] { ++calls; return big; }};
+  WriterTensor s{"s", TensorDType::F32, {2, 3}, {}, [&] { ++calls; return big; }};
   write_safetensors(dir.file("s.safetensors"), {s});
   CHECK(calls == 1);
   const SafetensorsFile f = SafetensorsFile::open(dir.file("s.safetensors"));
   REQUIRE(f.find("s") != nullptr);
   CHECK(std::memcmp(f.find("s")->data, big.data(), big.size()) == 0);
 
-  WriterTensor wrong{"w", DType::F32, {2, 2}, {}, [&] { return big; }};
+  WriterTensor wrong{"w", TensorDType::F32, {2, 2}, {}, [&] { return big; }};
   CHECK_THROWS_WITH(write_safetensors(dir.file("w.safetensors"), {wrong}),
                     Catch::Contains("tensor w: produce() returned 24 bytes"));
   CHECK_THROWS_WITH(write_safetensors(dir.file("x.safetensors"),
-                                      {tensor("x", DType::F16, {3}, 1, 4)}),
+                                      {tensor("x", TensorDType::F16, {3}, 1, 4)}),
                     Catch::Contains("tensor x has 12 bytes, its dtype and shape need 6"));
   CHECK_THROWS_WITH(write_safetensors(dir.file("d.safetensors"),
-                                      {tensor("d", DType::U8, {1}, 1, 1),
-                                       tensor("d", DType::U8, {1}, 2, 1)}),
+                                      {tensor("d", TensorDType::U8, {1}, 1, 1),
+                                       tensor("d", TensorDType::U8, {1}, 2, 1)}),
                     Catch::Contains("duplicate tensor d"));
 }
 
@@ -218,7 +218,7 @@ TEST_CASE("sharded checkpoint with index", "[checkpoint_writer]") {
   const std::string out = dir.file("ckpt");
   std::vector<WriterTensor> ts;
   for (const char* name : {"t0", "t1", "t2", "t3", "t4"})
-    ts.push_back(tensor(name, DType::F32, {10}, uint32_t(ts.size() + 1), 4));
+    ts.push_back(tensor(name, TensorDType::F32, {10}, uint32_t(ts.size() + 1), 4));
   // 40 bytes each, at most 100 per shard: t0 t1 | t2 t3 | t4.
   const std::vector<std::string> files = write_safetensors_checkpoint(out, ts, 100);
   CHECK(files == std::vector<std::string>{"model-00001-of-00003.safetensors",
@@ -245,8 +245,8 @@ TEST_CASE("safetensors data order equals llm-compressor's file", "[checkpoint_wr
   for (const json& t : g["tensors"]) {
     const std::string dt = t[1];
     REQUIRE((dt == "F32" || dt == "F8_E4M3"));
-    ts.push_back(dt == "F32" ? tensor(t[0], DType::F32, {1}, 1, 4)
-                             : tensor(t[0], DType::F8_E4M3, {1}, 1, 1));
+    ts.push_back(dt == "F32" ? tensor(t[0], TensorDType::F32, {1}, 1, 4)
+                             : tensor(t[0], TensorDType::F8_E4M3, {1}, 1, 1));
   }
   TempDir dir;
   write_safetensors(dir.file("m.safetensors"), ts);

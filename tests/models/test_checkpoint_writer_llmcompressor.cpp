@@ -76,7 +76,7 @@ std::vector<float> unpermute_rows(const std::vector<float>& w, int64_t n_head, i
 std::vector<float> hf_weight(const WeightSource& src, const std::string& module, int64_t out,
                              int64_t in) {
   std::vector<float> w = src.load_f32(module + ".weight", {out, in});
-  if (src.rope_layout() == ref::RopeLayout::AdjacentPairs) {
+  if (src.rope_layout() == RopeLayout::AdjacentPairs) {
     if (module.ends_with("q_proj")) w = unpermute_rows(w, kHeads, in);
     if (module.ends_with("k_proj")) w = unpermute_rows(w, kKVHeads, in);
   }
@@ -169,9 +169,9 @@ TEST_CASE("octet quantization and writer reproduce llm-compressor's checkpoints 
   for (const std::string& name : dyn.tensor_names()) {
     const TensorView& t = dyn.tensor(name);
     if (name.ends_with(".weight_scale")) continue;
-    if (t.dtype != DType::F8_E4M3) {
+    if (t.dtype != TensorDType::F8_E4M3) {
       const std::vector<float> v = src->load_f32(name, t.shape);
-      tensors.push_back({name, DType::F32, t.shape, f32_bytes(v), {}});
+      tensors.push_back({name, TensorDType::F32, t.shape, f32_bytes(v), {}});
       continue;
     }
     const std::string module = name.substr(0, name.size() - 7);
@@ -191,8 +191,8 @@ TEST_CASE("octet quantization and writer reproduce llm-compressor's checkpoints 
       for (size_t i = 0; i < s.size(); ++i) same_scales += s[i] == ref_s[i];
       scales += int64_t(s.size());
       if (gran == ScaleGranularity::PerRow) {
-        tensors.push_back({name, DType::F8_E4M3, {out, in}, q, {}});
-        tensors.push_back({module + ".weight_scale", DType::F32, {out, 1}, f32_bytes(s), {}});
+        tensors.push_back({name, TensorDType::F8_E4M3, {out, in}, q, {}});
+        tensors.push_back({module + ".weight_scale", TensorDType::F32, {out, 1}, f32_bytes(s), {}});
       }
     }
   }

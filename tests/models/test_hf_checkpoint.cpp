@@ -65,7 +65,7 @@ std::vector<uint16_t> expected_bf16(const GGUFFile& g, const std::string& name, 
 }
 
 std::vector<uint16_t> bits(const TensorView& t) {
-  REQUIRE(t.dtype == DType::BF16);
+  REQUIRE(t.dtype == TensorDType::BF16);
   std::vector<uint16_t> out(size_t(t.num_elements()));
   std::memcpy(out.data(), t.data, out.size() * 2);
   return out;

@@ -41,11 +41,11 @@ const std::string P2 = "model.layers.2.self_attn.";
 WriterTensor f32(const std::string& name, std::vector<int64_t> shape, std::vector<float> v) {
   std::vector<uint8_t> b(v.size() * 4);
   std::memcpy(b.data(), v.data(), b.size());
-  return {name, DType::F32, std::move(shape), std::move(b), {}};
+  return {name, TensorDType::F32, std::move(shape), std::move(b), {}};
 }
 
 /// A 16-bit tensor from raw bits (BF16 or F16), little-endian.
-WriterTensor bits16(const std::string& name, DType dtype, std::vector<int64_t> shape,
+WriterTensor bits16(const std::string& name, TensorDType dtype, std::vector<int64_t> shape,
                     std::vector<uint16_t> v) {
   std::vector<uint8_t> b(v.size() * 2);
   std::memcpy(b.data(), v.data(), b.size());
@@ -154,8 +154,8 @@ TEST_CASE("kv scales: llm-compressor attn_head layout, BF16 [num_kv_heads, 1, 1]
   std::vector<WriterTensor> t;
   // BF16 bits: 0x3C80 = 2^-6 = 0.015625, 0x3D00 = 2^-5, 0x3F40 = 0.75, 0x4040 = 3.0.
   for (const std::string& p : {P0, P1, P2}) {
-    t.push_back(bits16(p + "k_scale", DType::BF16, {2, 1, 1}, {0x3C80, 0x3D00}));
-    t.push_back(bits16(p + "v_scale", DType::BF16, {2, 1, 1}, {0x3F40, 0x4040}));
+    t.push_back(bits16(p + "k_scale", TensorDType::BF16, {2, 1, 1}, {0x3C80, 0x3D00}));
+    t.push_back(bits16(p + "v_scale", TensorDType::BF16, {2, 1, 1}, {0x3F40, 0x4040}));
   }
   const auto s = load(write_ckpt(tmp, t, quant_config(kv_scheme("attn_head"))));
   for (int l = 0; l < 3; ++l) {
@@ -170,8 +170,8 @@ TEST_CASE("kv scales: llm-compressor tensor layout, BF16 [1]; F16 and per-head F
   TempDir tmp;
   SECTION("strategy tensor, BF16 [1]") {
     const auto s = load(write_ckpt(tmp,
-                                   {bits16(P0 + "k_scale", DType::BF16, {1}, {0x3C80}),
-                                    bits16(P0 + "v_scale", DType::BF16, {1}, {0x3F40})},
+                                   {bits16(P0 + "k_scale", TensorDType::BF16, {1}, {0x3C80}),
+                                    bits16(P0 + "v_scale", TensorDType::BF16, {1}, {0x3F40})},
                                    quant_config(kv_scheme("tensor"))));
     REQUIRE(s[0].has_value());
     CHECK(s[0]->k_scale == V{0.015625f});
@@ -179,8 +179,8 @@ TEST_CASE("kv scales: llm-compressor tensor layout, BF16 [1]; F16 and per-head F
   }
   SECTION("F16 (0x2400 = 2^-6, 0x3800 = 0.5), no quantization_config") {
     const auto s = load(write_ckpt(tmp,
-                                   {bits16(P2 + "k_scale", DType::F16, {1}, {0x2400}),
-                                    bits16(P2 + "v_scale", DType::F16, {1}, {0x3800})},
+                                   {bits16(P2 + "k_scale", TensorDType::F16, {1}, {0x2400}),
+                                    bits16(P2 + "v_scale", TensorDType::F16, {1}, {0x3800})},
                                    nullptr));
     REQUIRE(s[2].has_value());
     CHECK(s[2]->k_scale == V{0.015625f});
@@ -227,9 +227,9 @@ TEST_CASE("kv scales: checkpoint errors name the tensor and the problem", "[kv_s
   const float inf = std::numeric_limits<float>::infinity();
   const WriterTensor v0 = f32(P0 + "v_scale", {1}, {0.5f});
   SECTION("dtype") {
-    expect_ckpt_error(tmp, {{P0 + "k_scale", DType::I32, {1}, {1, 0, 0, 0}, {}}, v0}, nullptr,
+    expect_ckpt_error(tmp, {{P0 + "k_scale", TensorDType::I32, {1}, {1, 0, 0, 0}, {}}, v0}, nullptr,
                       {"tensor " + P0 + "k_scale", "dtype I32, expected F32, BF16 or F16"});
-    expect_ckpt_error(tmp, {{P0 + "k_scale", DType::F8_E4M3, {1}, {0x38}, {}}, v0}, nullptr,
+    expect_ckpt_error(tmp, {{P0 + "k_scale", TensorDType::F8_E4M3, {1}, {0x38}, {}}, v0}, nullptr,
                       {"tensor " + P0 + "k_scale", "dtype F8_E4M3"});
   }
   SECTION("shape") {
@@ -251,7 +251,7 @@ TEST_CASE("kv scales: checkpoint errors name the tensor and the problem", "[kv_s
                       {"tensor " + P0 + "k_scale", "value 0 at index 0"});
     expect_ckpt_error(tmp, {f32(P1 + "kv_scale", {1}, {-0.25f})}, nullptr,
                       {"tensor " + P1 + "kv_scale", "value -0.25 at index 0"});
-    expect_ckpt_error(tmp, {bits16(P2 + "v_scale", DType::BF16, {1}, {0x7FC0}),
+    expect_ckpt_error(tmp, {bits16(P2 + "v_scale", TensorDType::BF16, {1}, {0x7FC0}),
                             f32(P2 + "k_scale", {1}, {1})},
                       nullptr, {"tensor " + P2 + "v_scale", "value NaN"});
   }
@@ -533,7 +533,7 @@ TEST_CASE("calculate_kv_scales: amax / (fp8_max / 2), per head and per tensor", 
   at(c.v, 1, 2, 1, 1) = -1e6f;  // beyond num_tokens
 
   SECTION("E4M3 per head: amax / 224") {
-    const auto s = calculate_kv_scales(c, 2, 2, 2, 2, KVCacheDType::FP8_E4M3, true);
+    const auto s = calculate_kv_scales(c, 2, 2, 2, 2, DType::FP8_E4M3, true);
     REQUIRE(s.size() == 2);
     CHECK(s[0].k_scale == V{0.5f, 2.0f});
     CHECK(s[0].v_scale == V{22.4f / 224.0f, 1.0f});  // all-zero head -> 1.0
@@ -541,19 +541,19 @@ TEST_CASE("calculate_kv_scales: amax / (fp8_max / 2), per head and per tensor", 
     CHECK(s[1].v_scale == V{1.0f, 0.0625f});  // head 0 all zero; 14 / 224 = 1/16
   }
   SECTION("E4M3 per tensor") {
-    const auto s = calculate_kv_scales(c, 2, 2, 2, 2, KVCacheDType::FP8_E4M3, false);
+    const auto s = calculate_kv_scales(c, 2, 2, 2, 2, DType::FP8_E4M3, false);
     CHECK(s[0].k_scale == V{2.0f});
     CHECK(s[0].v_scale == V{22.4f / 224.0f});
     CHECK(s[1].k_scale == V{1.0f});
     CHECK(s[1].v_scale == V{0.0625f});
   }
   SECTION("E5M2: amax / 28672; all 3 tokens") {
-    const auto s = calculate_kv_scales(c, 3, 2, 2, 2, KVCacheDType::FP8_E5M2, true);
+    const auto s = calculate_kv_scales(c, 3, 2, 2, 2, DType::FP8_E5M2, true);
     CHECK(s[0].k_scale == V{1000.0f / 28672.0f, 448.0f / 28672.0f});
     CHECK(s[1].v_scale == V{1.0f, 1e6f / 28672.0f});
   }
   SECTION("1 token") {
-    const auto s = calculate_kv_scales(c, 1, 2, 2, 2, KVCacheDType::FP8_E4M3, true);
+    const auto s = calculate_kv_scales(c, 1, 2, 2, 2, DType::FP8_E4M3, true);
     CHECK(s[0].k_scale == V{0.5f, 1.0f});
     CHECK(s[1].v_scale == V{1.0f, 7.0f / 224.0f});
   }
@@ -561,28 +561,28 @@ TEST_CASE("calculate_kv_scales: amax / (fp8_max / 2), per head and per tensor", 
     DenseKVCache d = small_cache();
     at(d.k, 0, 0, 0, 0) = 1e-38f;  // 1e-38 / 224 is below FLT_MIN
     at(d.k, 0, 0, 1, 0) = 1e-30f;
-    const auto s = calculate_kv_scales(d, 1, 2, 2, 2, KVCacheDType::FP8_E4M3, true);
+    const auto s = calculate_kv_scales(d, 1, 2, 2, 2, DType::FP8_E4M3, true);
     CHECK(s[0].k_scale == V{1.0f, 1e-30f / 224.0f});
   }
 }
 
 TEST_CASE("calculate_kv_scales: errors", "[kv_scales]") {
   DenseKVCache c = small_cache();
-  CHECK_THROWS_AS(calculate_kv_scales(c, 2, 2, 2, 2, KVCacheDType::BF16, true),
+  CHECK_THROWS_AS(calculate_kv_scales(c, 2, 2, 2, 2, DType::BF16, true),
                   std::invalid_argument);
-  CHECK_THROWS_AS(calculate_kv_scales(c, 0, 2, 2, 2, KVCacheDType::FP8_E4M3, true),
+  CHECK_THROWS_AS(calculate_kv_scales(c, 0, 2, 2, 2, DType::FP8_E4M3, true),
                   std::invalid_argument);
-  CHECK_THROWS_AS(calculate_kv_scales(c, 4, 2, 2, 2, KVCacheDType::FP8_E4M3, true),
+  CHECK_THROWS_AS(calculate_kv_scales(c, 4, 2, 2, 2, DType::FP8_E4M3, true),
                   std::invalid_argument);
-  CHECK_THROWS_AS(calculate_kv_scales(c, 2, 3, 2, 2, KVCacheDType::FP8_E4M3, true),
+  CHECK_THROWS_AS(calculate_kv_scales(c, 2, 3, 2, 2, DType::FP8_E4M3, true),
                   std::invalid_argument);
-  CHECK_THROWS_AS(calculate_kv_scales(c, 2, 2, 2, 4, KVCacheDType::FP8_E4M3, true),
+  CHECK_THROWS_AS(calculate_kv_scales(c, 2, 2, 2, 4, DType::FP8_E4M3, true),
                   std::invalid_argument);
   at(c.v, 1, 1, 0, 1) = std::numeric_limits<float>::quiet_NaN();
-  CHECK_THROWS_WITH(calculate_kv_scales(c, 2, 2, 2, 2, KVCacheDType::FP8_E4M3, false),
+  CHECK_THROWS_WITH(calculate_kv_scales(c, 2, 2, 2, 2, DType::FP8_E4M3, false),
                     "calculate_kv_scales: V of layer 1, KV head 0, position 1 is not finite");
   // The NaN lies beyond num_tokens = 1: not read.
-  CHECK_NOTHROW(calculate_kv_scales(c, 1, 2, 2, 2, KVCacheDType::FP8_E4M3, false));
+  CHECK_NOTHROW(calculate_kv_scales(c, 1, 2, 2, 2, DType::FP8_E4M3, false));
 }
 
 TEST_CASE("kv_calibration_text: a few hundred words of ASCII", "[kv_scales]") {

@@ -119,7 +119,7 @@ TEST_CASE("SmolLM2 from a Hugging Face float32 checkpoint matches transformers t
                              "/tests/models/golden/smollm2_reference.json");
   const octet::HFCheckpoint ckpt = octet::HFCheckpoint::open(OCTET_HF_SMOLLM2_F32_DIR);
   LlamaModel model = LlamaModel::load(ckpt, fp32());
-  CHECK(model.rope_layout() == octet::ref::RopeLayout::HalfSplit);
+  CHECK(model.rope_layout() == octet::RopeLayout::HalfSplit);
   CHECK(model.linear_format() == "fp32");
   const int64_t vocab = model.config().vocab_size;
   float max_diff = 0.0f;

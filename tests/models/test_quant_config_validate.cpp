@@ -72,7 +72,7 @@ std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {
 WriterTensor f32(const std::string& name, std::vector<int64_t> shape, float value) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  return {name, DType::F32, shape, f32_bytes(std::vector<float>(size_t(n), value)), {}};
+  return {name, TensorDType::F32, shape, f32_bytes(std::vector<float>(size_t(n), value)), {}};
 }
 
 /// Tensors of a valid checkpoint: channel (weight_scale [out, 1]) or tensor ([1]) scales,
@@ -85,7 +85,7 @@ std::vector<WriterTensor> tensors(bool per_channel, bool static_act) {
     const std::vector<std::string> mods = llama_linear_modules(l);
     for (size_t i = 0; i < 7; ++i) {
       const int64_t out = kShapes[i][0], in = kShapes[i][1];
-      t.push_back({mods[i] + ".weight", DType::F8_E4M3, {out, in},
+      t.push_back({mods[i] + ".weight", TensorDType::F8_E4M3, {out, in},
                    std::vector<uint8_t>(size_t(out * in), 0x38), {}});  // 0x38 = 1.0
       t.push_back(per_channel ? f32(mods[i] + ".weight_scale", {out, 1}, 0.01f)
                               : f32(mods[i] + ".weight_scale", {1}, 0.01f));
@@ -207,7 +207,7 @@ TEST_CASE("malformed FP8 tensors name the tensor", "[quant_validate][errors]") {
   SECTION("NaN in a BF16 scale") {
     auto ts = tensors(true, false);
     WriterTensor& s = find(ts, D + ".weight_scale");
-    s.dtype = DType::BF16;
+    s.dtype = TensorDType::BF16;
     s.bytes.assign(size_t(kH) * 2, 0);
     for (size_t i = 0; i < size_t(kH); ++i) s.bytes[2 * i + 1] = 0x3C;  // 0x3C00 = 2^-7
     s.bytes[2 * 5] = 0xC0;

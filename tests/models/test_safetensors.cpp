@@ -59,19 +59,19 @@ void expect_error(const std::string& path, const std::string& needle) {
 }  // namespace
 
 TEST_CASE("safetensors: dtype names and sizes", "[safetensors]") {
-  CHECK(std::string(dtype_name(DType::F8_E4M3)) == "F8_E4M3");
-  CHECK(std::string(dtype_name(DType::BF16)) == "BF16");
-  CHECK(std::string(dtype_name(DType::BOOL)) == "BOOL");
-  CHECK(dtype_size(DType::F64) == 8);
-  CHECK(dtype_size(DType::I64) == 8);
-  CHECK(dtype_size(DType::F32) == 4);
-  CHECK(dtype_size(DType::I32) == 4);
-  CHECK(dtype_size(DType::F16) == 2);
-  CHECK(dtype_size(DType::BF16) == 2);
-  CHECK(dtype_size(DType::I16) == 2);
-  CHECK(dtype_size(DType::F8_E5M2) == 1);
-  CHECK(dtype_size(DType::I8) == 1);
-  CHECK(dtype_size(DType::U8) == 1);
+  CHECK(std::string(dtype_name(TensorDType::F8_E4M3)) == "F8_E4M3");
+  CHECK(std::string(dtype_name(TensorDType::BF16)) == "BF16");
+  CHECK(std::string(dtype_name(TensorDType::BOOL)) == "BOOL");
+  CHECK(dtype_size(TensorDType::F64) == 8);
+  CHECK(dtype_size(TensorDType::I64) == 8);
+  CHECK(dtype_size(TensorDType::F32) == 4);
+  CHECK(dtype_size(TensorDType::I32) == 4);
+  CHECK(dtype_size(TensorDType::F16) == 2);
+  CHECK(dtype_size(TensorDType::BF16) == 2);
+  CHECK(dtype_size(TensorDType::I16) == 2);
+  CHECK(dtype_size(TensorDType::F8_E5M2) == 1);
+  CHECK(dtype_size(TensorDType::I8) == 1);
+  CHECK(dtype_size(TensorDType::U8) == 1);
 }
 
 TEST_CASE("safetensors: every dtype, shapes, metadata and values", "[safetensors]") {
@@ -116,7 +116,7 @@ TEST_CASE("safetensors: every dtype, shapes, metadata and values", "[safetensors
 
   const TensorView* t = f.find("f32");
   REQUIRE(t);
-  CHECK(t->dtype == DType::F32);
+  CHECK(t->dtype == TensorDType::F32);
   CHECK(t->shape == std::vector<int64_t>{2, 3});
   CHECK(t->num_elements() == 6);
   CHECK(t->nbytes == 24);
@@ -138,9 +138,9 @@ TEST_CASE("safetensors: every dtype, shapes, metadata and values", "[safetensors
   CHECK(i32[0] == 7);
   CHECK(i32[1] == 8);
   CHECK(f.find("u8")->data[0] == 200);
-  CHECK(f.find("flag")->dtype == DType::BOOL);
-  CHECK(f.find("i8")->dtype == DType::I8);
-  CHECK(f.find("i64")->dtype == DType::I64);
+  CHECK(f.find("flag")->dtype == TensorDType::BOOL);
+  CHECK(f.find("i8")->dtype == TensorDType::I8);
+  CHECK(f.find("i64")->dtype == TensorDType::I64);
 
   try {
     f.find("i32")->to_f32();

@@ -318,7 +318,7 @@ TEST_CASE("tiny models converted to GGUF match transformers", "[model][sliding_w
     CHECK(m.config().architecture == "qwen2");
     CHECK(m.config().layer_sliding_window == std::vector<int64_t>{8, 0, 8, 0});
     CHECK(m.config().qkv_bias);
-    CHECK(m.rope_layout() == ref::RopeLayout::HalfSplit);
+    CHECK(m.rope_layout() == RopeLayout::HalfSplit);
     check_against_reference(m, model_ref("tiny_qwen2"));
   }
   SECTION("qwen2: integer period 2 (llama.cpp set_swa_pattern: i % 2 < 1 slides)") {
@@ -340,7 +340,7 @@ TEST_CASE("tiny models converted to GGUF match transformers", "[model][sliding_w
     GGUFFile f = GGUFFile::open(path);
     const LlamaModel m = LlamaModel::load(f, fp32());
     CHECK(m.config().layer_sliding_window == std::vector<int64_t>{8, 8, 8, 8});
-    CHECK(m.rope_layout() == ref::RopeLayout::AdjacentPairs);
+    CHECK(m.rope_layout() == RopeLayout::AdjacentPairs);
     check_against_reference(m, model_ref("tiny_mistral"));
   }
   SECTION("llama without window keys: full attention") {
@@ -546,7 +546,7 @@ TEST_CASE("tiny models load and run with FP8 (default)", "[model][sliding_window
       CHECK(m.config().layer_sliding_window ==
             ref["layer_sliding_window"].get<std::vector<int64_t>>());
       if (m.config().qkv_bias) {  // biases stay FP32 beside the FP8 weight
-        CHECK(m.weights().layers[0].q_proj.format == WeightFormat::FP8);
+        CHECK(m.weights().layers[0].q_proj.format == DType::FP8_E4M3);
         CHECK(m.weights().layers[0].q_proj.bias.size() == 32);
       }
       const std::vector<int32_t> prompt = prompt_of(ref);
