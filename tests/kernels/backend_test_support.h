@@ -7,11 +7,12 @@
 // device, "backend <device>: <op>" tagged [backend_ops][<device>]; catch_discover_tests makes each
 // a CTest test that runs in its own process (CMakeLists.txt, SKIP_RETURN_CODE 77). A case whose
 // device is unavailable (make_backend throws std::invalid_argument: not built with it, no GPU)
-// reports "SKIPPED: ..." (a Catch warning) and returns without running its body; at process exit, when every case
-// this process ran was such a skip, the exit code becomes 77, which CTest reports as skipped,
-// never as passed. A process that also ran real cases (e.g. the whole binary run by hand) keeps
-// Catch's own exit code, so a CPU failure is never hidden behind a 77, in any case order; the
-// skips then show as warnings in its output.
+// reports "SKIPPED: ..." (a Catch warning) and returns without running its body; at process
+// exit (an atexit handler), when every case this process ran was such a skip, the exit code
+// becomes 77, which CTest reports as skipped, never as passed. A process that also ran real
+// cases (the whole binary run by hand, a "[cpu]" filter) keeps Catch's own exit code, so a CPU
+// failure is never hidden behind a 77, whatever the case order; the skips then show as warnings.
+// Run one device's cases with the tag: test_backend_ops "[cpu]", test_backend_ops "[cuda]".
 #pragma once
 
 #include <catch2/catch.hpp>

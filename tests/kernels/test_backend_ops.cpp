@@ -11,7 +11,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -353,7 +352,8 @@ BACKEND_TEST_CASE("rope both layouts with partial rotary and without k", rope_ca
 // giving g u / 2^127.7 (~1e-36) instead of ~1e-42: negligible, but outside the relative bound.
 void silu_mul_case(Backend& be) {
   std::mt19937 rng(4);
-  for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 45}, {4, 303}}) {
+  // The last shape passes the CPU backend's OpenMP threshold.
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 45}, {4, 303}, {40, 1003}}) {
     for (bool in_place : {false, true}) {
       CAPTURE(m, n, in_place);
       std::vector<float> gate = uniform(rng, m * n, -12, 12);
@@ -403,7 +403,8 @@ std::vector<float> amax_rows(std::mt19937& rng, int64_t m, int64_t k) {
 // Bit-exact: a maximum of absolute values involves no rounding.
 void row_amax_case(Backend& be) {
   std::mt19937 rng(5);
-  for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 45}, {6, 131}, {7, 1007}, {3, 1}}) {
+  for (auto [m, k] :  // the last: past the OpenMP threshold
+       {std::pair<int64_t, int64_t>{1, 45}, {6, 131}, {7, 1007}, {3, 1}, {70, 1007}}) {
     CAPTURE(m, k);
     const std::vector<float> x = amax_rows(rng, m, k);
     std::vector<float> expect(m, 0.0f);
@@ -422,7 +423,7 @@ void row_amax_case(Backend& be) {
 }
 BACKEND_TEST_CASE("row_amax ignores NaN", row_amax_case)
 
-// ---- quantize_fp8_dynamic / quantize_fp8_static --------------------------------------------------
+// ---- quantize_fp8_dynamic / quantize_fp8_static ------------------------------------------------
 
 constexpr float kMinActivationScale = 1.0f / (448.0f * 512.0f);
 
@@ -431,7 +432,7 @@ constexpr float kMinActivationScale = 1.0f / (448.0f * 512.0f);
 // -0 -> 0x80. The codes are what a W8A8 model's output depends on: no tolerance.
 void quantize_dynamic_case(Backend& be) {
   std::mt19937 rng(6);
-  for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 45}, {6, 131}, {7, 1007}}) {
+  for (auto [m, k] : {std::pair<int64_t, int64_t>{1, 45}, {6, 131}, {7, 1007}, {70, 1007}}) {
     std::vector<float> x = amax_rows(rng, m, k);
     for (int64_t j = 0; j < k; ++j) x[j] *= 1e-6f;  // row 0: tiny, scale clamps to the minimum
     if (m > 1) {  // row m - 1: amax 448 * kTieScale, so scale kTieScale, and ties x / scale
@@ -505,7 +506,7 @@ struct LinearShape {
   int64_t m, n, k;
 };
 constexpr LinearShape kLinearShapes[] = {{1, 37, 45}, {5, 70, 133}, {17, 19, 67}, {3, 5, 7},
-                                         {2, 3, 1}};
+                                         {2, 3, 1},   {33, 130, 515}};
 
 // FP32 accumulation in any order (lanes, tiles, FMA): |err| <= k u sum |x w| (Higham, recursive
 // and blocked sums); the bias add one more rounding: |y - ref| <= (k + 2) eps (sum |x w| + |b|).
@@ -742,7 +743,8 @@ void write_kv_cache_case(Backend& be) {
     const auto d_ks = to_device(be, k_scale);
     const auto d_vs = to_device(be, v_scale);
     for (const std::vector<int64_t>& slots :
-         {std::vector<int64_t>{47}, std::vector<int64_t>{5, -1, 63, 0, 17, 16, -7, 40, 31, 32, 2}}) {
+         {std::vector<int64_t>{47},
+          std::vector<int64_t>{5, -1, 63, 0, 17, 16, -7, 40, 31, 32, 2}}) {
       const int64_t n = static_cast<int64_t>(slots.size());
       CAPTURE(dtype_name(dtype), n);
       std::vector<float> k = uniform(rng, n * row, -2.5f, 2.5f);
@@ -770,12 +772,12 @@ void write_kv_cache_case(Backend& be) {
             kt[head_dim + j] = bf16_ties[j % 3];
             vt[2 * head_dim + j] = fp16_ties[j % 3];
           }
-        k[3 * row + 3] = 1e6f;                    // FP8: saturates; 16-bit: finite (bf16) or inf (f16)
+        k[3 * row + 3] = 1e6f;              // FP8: saturates; BF16: finite; F16: inf
         k[row + 4 + 2 * head_dim] = -1e6f;  // a skipped token's value
-        k[5 * row + 5] = kNaN;          // NaN stays NaN
-        v[3 * row + 7] = -0.0f;         // keeps its sign
-        v[3 * row + 2] = 1e-7f;         // FP8 subnormal or zero after scaling
-        v[4 * row + 35] = 70000.0f;     // F16: rounds to inf
+        k[5 * row + 5] = kNaN;              // NaN stays NaN
+        v[3 * row + 7] = -0.0f;             // keeps its sign
+        v[3 * row + 2] = 1e-7f;             // FP8 subnormal or zero after scaling
+        v[4 * row + 35] = 70000.0f;         // F16: rounds to inf
       }
       const auto d_k = to_device(be, k);
       const auto d_v = to_device(be, v);
