@@ -8,8 +8,7 @@
 
 #include "config/generate_config.h"
 #include "engine/benchmarks.h"
-#include "engine/generator.h"
-#include "server/generator_options.h"
+#include "engine/engine.h"
 #include "server/command.h"
 #include "server/commands.h"
 
@@ -20,10 +19,12 @@ namespace {
 int run_bench_latency(int argc, const char* const* argv) {
   return cli::run_command<BenchLatencyConfig>("octet bench latency", argc, argv,
                                               [](BenchLatencyConfig& cfg) {
-    auto gen = Generator::load(cfg.model, generator_options(cfg));
-    ThroughputResult best;
+    auto engine = Engine::create(latency_engine_args(cfg.model, cfg.quantization,
+                                                     cfg.weight_strategy, cfg.input_len,
+                                                     cfg.output_len));
+    LatencyResult best;
     for (int64_t i = 0; i < cfg.num_iters; ++i) {
-      ThroughputResult r = gen->bench(cfg.input_len, cfg.output_len);
+      LatencyResult r = bench_latency(*engine, cfg.input_len, cfg.output_len);
       if (i == 0) best = r;
       best.prefill_tokens_per_second =
           std::max(best.prefill_tokens_per_second, r.prefill_tokens_per_second);
