@@ -1,81 +1,27 @@
 // Engine facade and the engine thread: schedule -> execute -> update (engine/engine.h).
 #include "engine/engine.h"
 
-#include <cmath>
-#include <fstream>
 #include <future>
-#include <iostream>
 #include <random>
 #include <stdexcept>
 #include <thread>
-#include <unordered_map>
 #include <unordered_set>
 
-#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "engine/detokenizer.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/kv_cache_setup.h"
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
+#include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
 
 namespace octet {
 
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
-TokenLogprobs to_token_logprobs(const SampleResult& r) {
-  TokenLogprobs t;
-  t.token_id = r.token_id;
-  t.logprob = r.logprob;
-  t.rank = r.rank;
-  for (const TokenLogprob& x : r.top_logprobs) t.top.emplace_back(x.token_id, x.logprob);
-  return t;
-}
-
-// The chat template a front end renders messages with: GGUF tokenizer.chat_template, or
-// tokenizer_config.json's chat_template (a string, or a list of {name, template} whose
-// "default" entry is used).
-std::string find_chat_template(const LoadedModel& m) {
-  if (m.gguf) return m.gguf->get_string("tokenizer.chat_template", "");
-  std::ifstream in(m.path + "/tokenizer_config.json");
-  if (!in) return "";
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return "";
-  const auto it = j.find("chat_template");
-  if (it == j.end()) return "";
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_array())
-    for (const auto& e : *it)
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
-          e["template"].is_string())
-        return e["template"].get<std::string>();
-  return "";
-}
-
-}  // namespace
-
-// Per-request state the engine thread keeps beside the scheduler's Request.
-struct RequestState {
-  std::shared_ptr<RequestStream> stream;
-  std::mt19937_64 rng;
-  std::unique_ptr<RequestDetokenizer> detok;
-  Clock::time_point arrival;
-  Clock::time_point first_scheduled;
-  Clock::time_point first_token;
-  bool scheduled_once = false;
-  bool produced_first = false;
-  int64_t num_cached_tokens = 0;
-  std::vector<TokenLogprobs> prompt_logprobs;  // [num_prompt_tokens] when requested
-};
+using Clock = EngineClock;
 
 struct Engine::Impl {
   EngineArgs args;
@@ -85,9 +31,9 @@ struct Engine::Impl {
   std::unique_ptr<KVCacheManager> kv;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<OutputProcessor> outputs;  // sampling, stops, text; the request records
   std::vector<KVLayerInfo> layer_info;
   std::string report;
-  std::string chat_template;
 
   // Shared between callers and the engine thread (guarded by mu).
   mutable std::mutex mu;
@@ -105,7 +51,6 @@ struct Engine::Impl {
   std::thread thread;
 
   // Engine thread only.
-  std::unordered_map<std::string, RequestState> states;
   // Outputs of this step, pushed after the stats are refreshed, so that a client that sees its
   // request finish also sees its blocks freed in stats().
   std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> pending;
@@ -117,9 +62,6 @@ struct Engine::Impl {
   void start();  // load and set up, on the engine thread
   void loop();
   void step();
-  void update(const SchedulerOutput& out, const StepLogits& logits);
-  void emit(Request& r, const SampleResult& res, bool no_token, Clock::time_point now,
-            int64_t& new_prompt_tokens);
   // Takes the id by value: it may name the Request that finish_request frees.
   void finish(std::string id, RequestStatus status, RequestOutput out);
   void fail_all(const std::string& error);
@@ -166,7 +108,7 @@ void Engine::Impl::start() {
   loaded = load_model(args.model, load_options);
   const ModelConfig& c = m.loaded->model->config();
   m.setup = setup_kv_cache(args.cache, args.scheduler.max_model_len, *m.loaded);
-  for (const std::string& w : m.setup.warnings) std::cerr << w << "\n";
+  for (const std::string& w : m.setup.warnings) spdlog::warn("{}", w);
   m.cache = std::make_unique<PagedKVCache>(m.loaded->model->backend(),
                                            m.setup.num_usable_blocks + 1, m.setup.block_size,
                                            c.num_key_value_heads, c.head_dim, m.setup.layers);
@@ -178,6 +120,7 @@ void Engine::Impl::start() {
   m.scheduler = std::make_unique<Scheduler>(sched, *m.kv);
   m.runner = std::make_unique<ModelRunner>(*m.loaded->model, *m.cache,
                                            sched.max_num_batched_tokens, sched.max_num_seqs);
+  m.outputs = std::make_unique<OutputProcessor>(m.loaded->eos_token_ids, m.setup.max_model_len);
   for (const KVLayerSpec& s : m.setup.layers) {
     KVLayerInfo info;
     info.dtype = kv_cache_dtype_name(s.dtype);
@@ -186,7 +129,6 @@ void Engine::Impl::start() {
     info.sliding_window = s.sliding_window;
     m.layer_info.push_back(std::move(info));
   }
-  m.chat_template = find_chat_template(*m.loaded);
   m.report = "model " + args.model + ": " + std::to_string(c.num_hidden_layers) + " layers, " +
              m.loaded->model->linear_format() + " linears, max_model_len " +
              std::to_string(m.setup.max_model_len) + "\n" + m.setup.report;
@@ -212,6 +154,19 @@ struct PreparedRequest {
   RequestState st;
   bool immediate = false;
 };
+
+// The request rules, checked once here (engine/request_error.h): front ends trust them.
+void validate_request(const std::string& request_id, const std::vector<int32_t>& prompt,
+                      const SamplingParams& params, int64_t vocab, int64_t max_model_len) {
+  params.validate();
+  if (request_id.empty())
+    throw RequestError(RequestErrorKind::InvalidRequest, "request_id must not be empty");
+  if (prompt.empty())
+    throw RequestError(RequestErrorKind::InvalidRequest, "the prompt has no tokens", "prompt");
+  check_token_ids(prompt, vocab, "prompt");
+  validate_token_ids(params, vocab);
+  check_context_length(static_cast<int64_t>(prompt.size()), params.max_tokens, max_model_len);
+}
 
 }  // namespace
 
@@ -239,33 +194,8 @@ std::vector<std::shared_ptr<RequestStream>> Engine::add_requests(std::vector<New
     const std::string& request_id = nr.request_id;
     const SamplingParams& params = nr.params;
     std::vector<int32_t>& prompt_token_ids = nr.prompt_token_ids;
-    params.validate();
-    if (request_id.empty()) throw std::invalid_argument("request_id must not be empty");
-    if (prompt_token_ids.empty()) throw std::invalid_argument("the prompt has no tokens");
-    for (int32_t id : prompt_token_ids)
-      if (id < 0 || id >= vocab)
-        throw std::invalid_argument("token id " + std::to_string(id) +
-                                    " is outside the vocabulary [0, " + std::to_string(vocab) +
-                                    ")");
-    for (int32_t id : params.stop_token_ids)
-      if (id < 0 || id >= vocab)
-        throw std::invalid_argument("stop_token_ids: token id " + std::to_string(id) +
-                                    " is outside the vocabulary");
-    for (const auto& [id, bias] : params.logit_bias)
-      if (id < 0 || id >= vocab)
-        throw std::invalid_argument("logit_bias: token id " + std::to_string(id) +
-                                    " is outside the vocabulary");
+    validate_request(request_id, prompt_token_ids, params, vocab, limit);
     const int64_t n_prompt = static_cast<int64_t>(prompt_token_ids.size());
-    if (n_prompt > limit || params.max_tokens > limit - n_prompt)
-      throw std::invalid_argument(
-          "This model's maximum context length is " + std::to_string(limit) +
-          " tokens. However, you requested " +
-          // In uint64: n_prompt + max_tokens may exceed INT64_MAX (both are in [0, INT64_MAX]).
-          std::to_string(static_cast<uint64_t>(n_prompt) +
-                         static_cast<uint64_t>(params.max_tokens)) +
-          " tokens (" + std::to_string(n_prompt) + " in the prompt, " +
-          std::to_string(params.max_tokens) + " for the completion). Please reduce the length "
-          "of the prompt or max_tokens.");
 
     PreparedRequest pr;
     RequestState& st = pr.st;
@@ -309,7 +239,8 @@ std::vector<std::shared_ptr<RequestStream>> Engine::add_requests(std::vector<New
       if (pr.immediate) continue;
       const std::string& id = pr.req->request_id;
       if (m.live_ids.count(id) || !group.insert(id).second)
-        throw std::invalid_argument("request id '" + id + "' is already in use");
+        throw RequestError(RequestErrorKind::InvalidRequest,
+                           "request id '" + id + "' is already in use");
     }
     for (PreparedRequest& pr : prepared) {
       streams.push_back(pr.st.stream);
@@ -356,34 +287,15 @@ EngineStats Engine::stats() const {
 const std::vector<KVLayerInfo>& Engine::kv_layers() const { return impl_->layer_info; }
 const std::string& Engine::startup_report() const { return impl_->report; }
 
-std::vector<int32_t> Engine::tokenize(const std::string& text, bool add_special_tokens) const {
-  return impl_->loaded->tokenizer->encode(text, add_special_tokens, /*parse_special=*/true);
-}
-
-std::string Engine::detokenize(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
-  for (int32_t id : ids)
-    if (id < 0 || id >= impl_->loaded->tokenizer->vocab_size())
-      throw std::invalid_argument("token id " + std::to_string(id) +
-                                  " is outside the vocabulary");
-  return impl_->loaded->tokenizer->decode(ids, skip_special_tokens);
-}
-
-const std::string& Engine::chat_template() const { return impl_->chat_template; }
-
-std::string Engine::bos_token() const {
-  const Tokenizer& t = *impl_->loaded->tokenizer;
-  return t.bos_id() >= 0 ? t.token_text(t.bos_id()) : "";
-}
-
-std::string Engine::eos_token() const {
-  const Tokenizer& t = *impl_->loaded->tokenizer;
-  return t.eos_id() >= 0 ? t.token_text(t.eos_id()) : "";
-}
+const ModelTokenizer& Engine::tokenizer() const { return *impl_->loaded->model_tokenizer; }
 
 int64_t Engine::max_model_len() const { return impl_->setup.max_model_len; }
 int64_t Engine::vocab_size() const { return impl_->loaded->model->config().vocab_size; }
 const std::string& Engine::model_path() const { return impl_->args.model; }
 std::string Engine::linear_format() const { return impl_->loaded->model->linear_format(); }
+int64_t Engine::decode_weight_bytes() const {
+  return impl_->loaded->model->decode_weight_bytes();
+}
 
 void Engine::stop_accepting() {
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -404,7 +316,7 @@ void Engine::Impl::loop() {
     {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] {
-        return stopping || !inbox.empty() || !abort_inbox.empty() || !states.empty();
+        return stopping || !inbox.empty() || !abort_inbox.empty() || !outputs->empty();
       });
       if (stopping) break;
       arrivals.swap(inbox);
@@ -413,24 +325,23 @@ void Engine::Impl::loop() {
     }
     try {
       for (auto& [req, st] : arrivals) {
-        const std::string id = req->request_id;
-        states.emplace(id, std::move(st));
+        outputs->add(req->request_id, std::move(st));
         scheduler->add_request(std::move(req));
       }
       for (const std::string& id : aborts) {
-        if (!states.count(id)) continue;
+        if (!outputs->find(id)) continue;
         RequestOutput out;
         out.finish_reason = "abort";
         finish(id, RequestStatus::FinishedAborted, std::move(out));
       }
-      if (!states.empty()) {
+      if (!outputs->empty()) {
         step();
       } else {
         refresh_stats(0, 0);
       }
       flush_pending();
     } catch (const std::exception& e) {
-      std::cerr << "octet engine: internal error, stopping: " << e.what() << "\n";
+      spdlog::error("octet engine: internal error, stopping: {}", e.what());
       fail_all(std::string("internal error: ") + e.what());
       refresh_stats(0, 0);
       flush_pending();
@@ -441,6 +352,9 @@ void Engine::Impl::loop() {
   flush_pending();
 }
 
+// schedule -> execute -> update. A request's failure (a non-finite logit, a sampler error, any
+// exception from its own logprobs, detokenizer or stop strings) fails that request alone: its
+// stream ends with RequestOutput::error, its blocks are freed, the others of the step go on.
 void Engine::Impl::step() {
   const SchedulerOutput out = scheduler->schedule();
   if (out.scheduled.empty()) {
@@ -450,166 +364,34 @@ void Engine::Impl::step() {
     refresh_stats(0, 0);
     return;
   }
-  const Clock::time_point scheduled_at = Clock::now();  // queue time ends here, not after the step
-  for (Request* r : out.scheduled) {
-    RequestState& st = states.at(r->request_id);
-    if (!st.scheduled_once) {
-      st.scheduled_once = true;
-      st.first_scheduled = scheduled_at;
-      st.num_cached_tokens = std::max<int64_t>(r->num_cached_tokens, 0);
-    }
-  }
+  outputs->on_scheduled(out, Clock::now());  // queue time ends here, not after the step
   const StepLogits logits = runner->execute(out, *kv);
-  update(out, logits);
-}
-
-// A request's failure (a non-finite logit, a sampler error, any exception from its own
-// logprobs, detokenizer or stop strings) fails that request alone: its stream ends with
-// RequestOutput::error, its blocks are freed, and the other requests of the step go on.
-void Engine::Impl::update(const SchedulerOutput& out, const StepLogits& logits) {
   const Clock::time_point now = Clock::now();
-  const std::vector<int32_t>& eos_ids = loaded->eos_token_ids;
-  struct Sampled {
-    Request* req;
-    SampleResult res;
-    bool no_token;      // max_tokens == 0 with prompt logprobs: finish without sampling
-    std::string error;  // non-empty: fail this request (no token was appended)
-  };
-  std::vector<Sampled> sampled;
-  int64_t new_prompt_tokens = 0;
-  for (size_t i = 0; i < out.scheduled.size(); ++i) {
-    Request& r = *out.scheduled[i];
-    RequestState& st = states.at(r.request_id);
-    const SamplingParams& p = r.sampling_params;
-    try {
-      if (logits.prompt_row_begin[i] >= 0) {
-        const int64_t n_prompt = static_cast<int64_t>(r.prompt_token_ids.size());
-        st.prompt_logprobs.resize(static_cast<size_t>(n_prompt));
-        st.prompt_logprobs[0].token_id = r.prompt_token_ids[0];
-        for (int64_t k = 0; k < logits.prompt_row_count[i]; ++k) {
-          const int64_t pos = logits.prompt_pos_begin[i] + k;
-          const int32_t next = r.prompt_token_ids[pos + 1];
-          const SampleResult lp = logprobs_for(logits.row(logits.prompt_row_begin[i] + k),
-                                               logits.vocab, next, p.prompt_logprobs);
-          if (!lp.ok()) throw std::runtime_error("prompt logprobs: " + lp.error);
-          st.prompt_logprobs[pos + 1] = to_token_logprobs(lp);
-        }
-      }
-      if (logits.sample_row[i] < 0) continue;
-      if (p.max_tokens == 0) {
-        sampled.push_back({&r, SampleResult{}, true, ""});
-        continue;
-      }
-      SampleResult res = sample(logits.row(logits.sample_row[i]), logits.vocab, p,
-                                r.prompt_token_ids, r.output_token_ids, eos_ids, st.rng);
-      if (!res.ok()) throw std::runtime_error("sampling: " + res.error);
-      r.append_output_token(res.token_id);
-      sampled.push_back({&r, std::move(res), false, ""});
-    } catch (const std::exception& e) {
-      sampled.push_back({&r, SampleResult{}, false, e.what()});
-    }
-  }
+  outputs->sample(out, logits);
   scheduler->update(out);
-
-  int64_t new_generated = 0;
-  for (Sampled& s : sampled) {
-    Request& r = *s.req;
-    const std::string id = r.request_id;
-    try {
-      if (!s.error.empty()) throw std::runtime_error(s.error);
-      new_generated += s.no_token ? 0 : 1;
-      emit(r, s.res, s.no_token, now, new_prompt_tokens);
-    } catch (const std::exception& e) {
-      std::cerr << "octet engine: request " << id << " failed: " << e.what() << "\n";
-      RequestOutput o;
-      o.finish_reason = "abort";
-      o.error = e.what();
-      finish(id, RequestStatus::FinishedAborted, std::move(o));
+  int64_t new_prompt_tokens = 0, new_generated = 0;
+  for (RequestUpdate& u : outputs->updates(now, &new_prompt_tokens, &new_generated)) {
+    if (u.status == RequestStatus::Running) {
+      pending.emplace_back(outputs->find(u.request->request_id)->stream, std::move(u.output));
+      continue;
     }
+    if (!u.output.error.empty())
+      spdlog::error("octet engine: request {} failed: {}", u.request->request_id,
+                    u.output.error);
+    finish(u.request->request_id, u.status, std::move(u.output));
   }
   refresh_stats(new_prompt_tokens, new_generated);
 }
 
-// The output of request r for this step (its token `res`, or none when `no_token`): text,
-// logprobs, stop checks; finishes it when it stopped.
-void Engine::Impl::emit(Request& r, const SampleResult& res, bool no_token,
-                        Clock::time_point now, int64_t& new_prompt_tokens) {
-  RequestState& st = states.at(r.request_id);
-  const SamplingParams& p = r.sampling_params;
-  const std::vector<int32_t>& eos_ids = loaded->eos_token_ids;
-  RequestOutput o;
-  o.request_id = r.request_id;
-  o.num_prompt_tokens = static_cast<int64_t>(r.prompt_token_ids.size());
-  o.num_cached_tokens = st.num_cached_tokens;
-  if (!st.produced_first) {
-    st.produced_first = true;
-    st.first_token = now;
-    new_prompt_tokens += o.num_prompt_tokens;
-    if (p.prompt_logprobs >= 0) o.prompt_logprobs = std::move(st.prompt_logprobs);
-  }
-  RequestStatus status = RequestStatus::Running;
-  if (no_token) {
-    status = RequestStatus::FinishedLength;
-  } else {
-    const int32_t tok = res.token_id;
-    const int64_t n_out = static_cast<int64_t>(r.output_token_ids.size());
-    o.token_ids.push_back(tok);
-    if (p.logprobs >= 0) o.logprobs.push_back(to_token_logprobs(res));
-    const bool may_stop = n_out >= p.min_tokens;
-    bool is_eos = false;
-    for (int32_t e : eos_ids) is_eos |= e == tok;
-    bool is_stop_token = false;
-    for (int32_t e : p.stop_token_ids) is_stop_token |= e == tok;
-    if (may_stop && is_eos && !p.ignore_eos) {
-      status = RequestStatus::FinishedStopped;
-    } else if (may_stop && is_stop_token) {
-      status = RequestStatus::FinishedStopped;
-      o.stop_reason = std::to_string(tok);
-    }
-    if (status == RequestStatus::FinishedStopped) {
-      // The stop token's text is dropped (unless include_stop_str_in_output) and held-back
-      // text is flushed.
-      o.text = st.detok->push(tok, /*stop_terminated=*/true).text;
-    } else {
-      DetokenizeStep d = st.detok->push(tok);
-      o.text = std::move(d.text);
-      if (d.stopped) {
-        status = RequestStatus::FinishedStopped;
-        o.stop_reason = d.stop_str;
-      } else if (n_out >= p.max_tokens || r.num_tokens() >= setup.max_model_len) {
-        status = RequestStatus::FinishedLength;
-        o.text += st.detok->finish();  // held-back text is final now
-      }
-    }
-  }
-  if (status == RequestStatus::Running) {
-    o.num_generated_tokens = static_cast<int64_t>(r.output_token_ids.size());
-    pending.emplace_back(st.stream, std::move(o));
-  } else {
-    o.finish_reason = status == RequestStatus::FinishedLength ? "length" : "stop";
-    finish(r.request_id, status, std::move(o));
-  }
-}
-
 // Frees the request's blocks at once, ends its stream with `out` (finished), forgets it.
 void Engine::Impl::finish(std::string id, RequestStatus status, RequestOutput out) {
-  auto it = states.find(id);
-  if (it == states.end()) return;
-  RequestState& st = it->second;
-  const Clock::time_point now = Clock::now();
-  if (Request* r = scheduler->get(id)) {
-    out.num_prompt_tokens = static_cast<int64_t>(r->prompt_token_ids.size());
-    out.num_generated_tokens = static_cast<int64_t>(r->output_token_ids.size());
-  }
+  RequestState* st = outputs->find(id);
+  if (!st) return;
   out.request_id = id;
-  out.finished = true;
-  out.num_cached_tokens = st.num_cached_tokens;
-  out.queue_time_s = st.scheduled_once ? seconds_between(st.arrival, st.first_scheduled) : 0.0;
-  out.first_token_time_s = st.produced_first ? seconds_between(st.arrival, st.first_token) : 0.0;
-  out.e2e_time_s = seconds_between(st.arrival, now);
+  OutputProcessor::complete(*st, scheduler->get(id), Clock::now(), out);
   scheduler->finish_request(id, status);
-  pending.emplace_back(st.stream, std::move(out));
-  states.erase(it);
+  pending.emplace_back(st->stream, std::move(out));
+  outputs->erase(id);
   {
     std::lock_guard<std::mutex> lock(mu);
     live_ids.erase(id);
@@ -618,16 +400,14 @@ void Engine::Impl::finish(std::string id, RequestStatus status, RequestOutput ou
 }
 
 void Engine::Impl::fail_all(const std::string& error) {
-  std::vector<std::string> ids;
-  for (const auto& kvp : states) ids.push_back(kvp.first);
-  for (const std::string& id : ids) {
+  for (const std::string& id : outputs->ids()) {
     RequestOutput out;
     out.finish_reason = "abort";
     out.error = error;
     try {
       finish(id, RequestStatus::FinishedAborted, std::move(out));
     } catch (const std::exception&) {
-      states.erase(id);
+      outputs->erase(id);
     }
   }
   std::lock_guard<std::mutex> lock(mu);

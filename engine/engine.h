@@ -17,65 +17,12 @@
 #include <vector>
 
 #include "config/engine_args.h"
+#include "engine/model_tokenizer.h"
+#include "engine/request_error.h"
+#include "engine/request_output.h"
 #include "engine/sampling_params.h"
 
 namespace octet {
-
-/// Log-probability of one token (natural log, FP32, from the raw model logits), its rank
-/// among the vocabulary (1 = most likely) and, when requested, the top-k alternatives.
-struct TokenLogprobs {
-  int32_t token_id = 0;
-  float logprob = 0.0f;
-  int64_t rank = 0;
-  std::vector<std::pair<int32_t, float>> top;  // (id, logprob), most likely first
-};
-
-/// One update of a request, pushed to its RequestStream by the engine thread. Token ids, text
-/// and logprobs are deltas since the previous update; counters are cumulative.
-struct RequestOutput {
-  std::string request_id;
-  std::vector<int32_t> token_ids;           // new generated tokens
-  std::string text;                         // new text (never a partial UTF-8 character,
-                                            // never a prefix of a pending stop string)
-  std::vector<TokenLogprobs> logprobs;      // per new token, when params.logprobs >= 0
-  std::vector<TokenLogprobs> prompt_logprobs;  // first update only, when requested; entry 0
-                                               // (the first prompt token) has no logprob
-  bool finished = false;
-  std::string finish_reason;  // on the final update: "stop", "length" or "abort"
-  std::string stop_reason;    // the stop string or stop token id (decimal) that matched, or ""
-  std::string error;          // non-empty when the engine failed this request (internal fault)
-  int64_t num_prompt_tokens = 0;
-  int64_t num_generated_tokens = 0;
-  int64_t num_cached_tokens = 0;           // prompt tokens served by the prefix cache
-  // Timings in seconds since the request was added (filled on the final update):
-  double queue_time_s = 0.0;       // added -> first scheduled
-  double first_token_time_s = 0.0; // added -> first token
-  double e2e_time_s = 0.0;         // added -> finished
-};
-
-/// A request's outputs in order; written by the engine thread, read by one consumer.
-class RequestStream {
- public:
-  /// Blocks until the next update is available; std::nullopt once the final update (finished)
-  /// has been returned.
-  std::optional<RequestOutput> next();
-  /// As next(), but gives up after `timeout` (returns std::nullopt with *timed_out = true).
-  std::optional<RequestOutput> next_for(std::chrono::milliseconds timeout, bool* timed_out);
-  /// Called (on the engine thread) after every push: e.g. to wake an event loop. Set it before
-  /// the first output can arrive (right after add_request returns is safe only if the callback
-  /// is set under the stream's lock: use this setter, which replays a pending notification).
-  void set_notify(std::function<void()> notify);
-
-  // Engine side.
-  void push(RequestOutput output);
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<RequestOutput> queue_;
-  bool done_ = false;       // the final update was returned by next()
-  std::function<void()> notify_;
-};
 
 /// Counters for /metrics and the CLI, a consistent snapshot.
 struct EngineStats {
@@ -135,11 +82,13 @@ class Engine {
   ~Engine();  // stops the engine thread; unfinished requests end with finish_reason "abort"
 
   /// Queues a request. prompt_token_ids: [num_prompt_tokens]; max_tokens is honoured as given
-  /// (resolve "up to the context limit" before calling: max_model_len() - prompt length).
-  /// Throws std::invalid_argument with a client-facing message for a duplicate or empty id, an
-  /// empty prompt, a token id outside the vocabulary, bad params, or prompt + max_tokens >
-  /// max_model_len (the message gives the limit and the requested count); std::runtime_error
-  /// when the engine is shutting down or dead.
+  /// (resolve "up to the context limit" before calling: max_tokens_left() in
+  /// engine/request_error.h). This is where a request is validated, once: throws RequestError
+  /// (a std::invalid_argument) with a client-facing message and the field at fault for a
+  /// duplicate or empty id, an empty prompt, a token id outside the vocabulary ("prompt",
+  /// "logit_bias", "stop_token_ids"), bad params (SamplingParamError), or prompt + max_tokens >
+  /// max_model_len (kind ContextLengthExceeded; the message gives the limit and the requested
+  /// count); std::runtime_error when the engine is shutting down or dead.
   std::shared_ptr<RequestStream> add_request(const std::string& request_id,
                                              std::vector<int32_t> prompt_token_ids,
                                              const SamplingParams& params, int64_t priority = 0);
@@ -163,19 +112,20 @@ class Engine {
   /// of max_model_len that fit) and one row per layer (dtype, k_scale, v_scale, source).
   const std::string& startup_report() const;
 
-  /// Tokenizer facade. tokenize: special tokens in the text are recognised; BOS added when
-  /// add_special_tokens and the model asks for it.
-  std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const;
-  std::string detokenize(const std::vector<int32_t>& ids, bool skip_special_tokens) const;
-  /// The Jinja chat template from tokenizer_config.json or GGUF tokenizer.chat_template ("" if
-  /// none), and the BOS/EOS token strings templates use.
-  const std::string& chat_template() const;
-  std::string bos_token() const;
-  std::string eos_token() const;
+  /// The model's tokenizer and chat template (built by the model loader; valid for the
+  /// Engine's lifetime).
+  const ModelTokenizer& tokenizer() const;
+  /// tokenizer().tokenize(text, add_special_tokens), kept only for engine/kv_accuracy.cpp until
+  /// it calls tokenizer() (then remove).
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const {
+    return tokenizer().tokenize(text, add_special_tokens);
+  }
   int64_t max_model_len() const;
   int64_t vocab_size() const;
   const std::string& model_path() const;
   std::string linear_format() const;
+  /// Weight bytes read per decode step (all linears and lm_head), for bandwidth floors.
+  int64_t decode_weight_bytes() const;
 
   /// Stops admitting requests (add_request throws std::runtime_error "shutting down"); running
   /// ones continue. Used for graceful shutdown.

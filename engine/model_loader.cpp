@@ -1,9 +1,12 @@
 #include "engine/model_loader.h"
 
 #include <filesystem>
+#include <fstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+
+#include "engine/request_error.h"
 
 namespace octet {
 
@@ -17,7 +20,51 @@ void check_model_path(const std::string& path) {
                                "checkpoint (give a .gguf file or a checkpoint directory)");
 }
 
+// The chat template a front end renders messages with: GGUF tokenizer.chat_template, or
+// tokenizer_config.json's chat_template (a string, or a list of {name, template} whose
+// "default" entry is used).
+std::string find_chat_template(const LoadedModel& m) {
+  if (m.gguf) return m.gguf->get_string("tokenizer.chat_template", "");
+  std::ifstream in(m.path + "/tokenizer_config.json");
+  if (!in) return "";
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return "";
+  const auto it = j.find("chat_template");
+  if (it == j.end()) return "";
+  if (it->is_string()) return it->get<std::string>();
+  if (it->is_array())
+    for (const auto& e : *it)
+      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
+          e["template"].is_string())
+        return e["template"].get<std::string>();
+  return "";
+}
+
 }  // namespace
+
+ModelTokenizer::ModelTokenizer(const Tokenizer& tokenizer, std::string chat_template)
+    : tokenizer_(&tokenizer), chat_template_(std::move(chat_template)) {}
+
+std::vector<int32_t> ModelTokenizer::tokenize(const std::string& text,
+                                              bool add_special_tokens) const {
+  return tokenizer_->encode(text, add_special_tokens, /*parse_special=*/true);
+}
+
+std::string ModelTokenizer::detokenize(const std::vector<int32_t>& ids,
+                                       bool skip_special_tokens) const {
+  check_token_ids(ids, tokenizer_->vocab_size(), "tokens");
+  return tokenizer_->decode(ids, skip_special_tokens);
+}
+
+std::string ModelTokenizer::bos_token() const {
+  return tokenizer_->bos_id() >= 0 ? tokenizer_->token_text(tokenizer_->bos_id()) : "";
+}
+
+std::string ModelTokenizer::eos_token() const {
+  return tokenizer_->eos_id() >= 0 ? tokenizer_->token_text(tokenizer_->eos_id()) : "";
+}
+
+int64_t ModelTokenizer::vocab_size() const { return tokenizer_->vocab_size(); }
 
 LoadOptions make_load_options(const std::string& quantization,
                               const std::string& weight_strategy) {
@@ -74,6 +121,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptio
     if (id < 0 || id >= vocab)
       throw ModelFileError(path, "eos token id " + std::to_string(id) + " is outside the "
                                  "vocabulary");
+  m->model_tokenizer = std::make_unique<ModelTokenizer>(*m->tokenizer, find_chat_template(*m));
   return m;
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/model_tokenizer.h"
 #include "models/checkpoint.h"
 #include "models/gguf.h"
 #include "models/llama.h"
@@ -20,6 +21,8 @@ struct LoadedModel {
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<int32_t> eos_token_ids;    // tokenizer EOS plus generation_config.json eos ids
+  // The front ends' tokenizer facade over `tokenizer` and the model's chat template.
+  std::unique_ptr<ModelTokenizer> model_tokenizer;
 };
 
 /// LoadOptions from the command-line spellings: quantization auto|fp8|none (checked at load),
@@ -27,7 +30,9 @@ struct LoadedModel {
 LoadOptions make_load_options(const std::string& quantization,
                               const std::string& weight_strategy);
 
-/// Loads `path` (GGUF file or HF directory holding config.json). Throws ModelFileError naming
+/// Loads `path` (GGUF file or HF directory holding config.json) with its tokenizer facade (the
+/// chat template: GGUF tokenizer.chat_template, or tokenizer_config.json's chat_template, a
+/// string or the "default" entry of a list of {name, template}). Throws ModelFileError naming
 /// the file on any problem, std::invalid_argument for bad options.
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptions& options);
 

@@ -1,4 +1,4 @@
-#include "engine/engine.h"
+#include "engine/request_output.h"
 
 namespace octet {
 

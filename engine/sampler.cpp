@@ -295,13 +295,10 @@ int32_t argmax(const float* logits, int64_t vocab) {
 }
 
 void validate_token_ids(const SamplingParams& params, int64_t vocab) {
-  const auto check = [&](int32_t id, const char* what) {
-    if (id < 0 || id >= vocab)
-      throw std::invalid_argument(std::string(what) + " token id " + std::to_string(id) +
-                                  " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
-  };
-  for (const auto& [id, bias] : params.logit_bias) check(id, "logit_bias");
-  for (int32_t id : params.stop_token_ids) check(id, "stop_token_ids");
+  std::vector<int32_t> bias_ids;
+  for (const auto& [id, bias] : params.logit_bias) bias_ids.push_back(id);
+  check_token_ids(bias_ids, vocab, "logit_bias");
+  check_token_ids(params.stop_token_ids, vocab, "stop_token_ids");
 }
 
 namespace {

@@ -57,7 +57,8 @@ struct SampleResult {
 /// Index of the largest logit; the lowest index wins ties (as torch.argmax). logits: [vocab].
 int32_t argmax(const float* logits, int64_t vocab);
 
-/// Throws std::invalid_argument for a logit_bias or stop_token_ids id outside [0, vocab)
+/// Throws RequestError (InvalidRequest, param "logit_bias" / "stop_token_ids") for an id
+/// outside [0, vocab)
 /// (validate() checks what needs no vocabulary; call both before admitting a request).
 void validate_token_ids(const SamplingParams& params, int64_t vocab);
 

@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/request_error.h"
+
 namespace octet {
 
 /// Bounds validate() enforces beyond vLLM's, so that the sampler's arithmetic stays finite:
@@ -37,15 +39,13 @@ inline constexpr size_t kMaxStopTokenIds = 1024;
 inline constexpr size_t kMaxLogitBiasEntries = 1024;
 
 /// A SamplingParams field out of range: what() is the message ("'top_p' must be ..."),
-/// field() the request field it names (OpenAI / vLLM spelling, e.g. "top_p", "logit_bias").
-class SamplingParamError : public std::invalid_argument {
+/// field() (= param()) the request field it names (OpenAI / vLLM spelling, e.g. "top_p",
+/// "logit_bias"). A RequestError of kind InvalidRequest.
+class SamplingParamError : public RequestError {
  public:
-  SamplingParamError(std::string field, const std::string& message)
-      : std::invalid_argument(message), field_(std::move(field)) {}
-  const std::string& field() const { return field_; }
-
- private:
-  std::string field_;
+  SamplingParamError(const std::string& field, const std::string& message)
+      : RequestError(RequestErrorKind::InvalidRequest, message, field) {}
+  const std::string& field() const { return param(); }
 };
 
 struct SamplingParams {

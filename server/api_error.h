@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/request_error.h"
+
 namespace octet::server {
 
 class ApiError : public std::runtime_error {
@@ -31,6 +33,13 @@ class ApiError : public std::runtime_error {
 inline ApiError bad_request(const std::string& message, const std::string& param = "") {
   return ApiError(400, message, param);
 }
+
+/// The one mapping of the engine's typed request errors to OpenAI's error (STYLE.md 14):
+/// InvalidRequest -> 400, code null; ContextLengthExceeded -> 400, code
+/// "context_length_exceeded"; ModelNotFound -> 404, code "model_not_found" (all of type
+/// invalid_request_error). The message and param are the error's, except that param "prompt"
+/// becomes `prompt_field` (a chat request names "messages", as OpenAI does).
+ApiError to_api_error(const RequestError& e, const std::string& prompt_field = "prompt");
 
 /// OpenAI's error "type" for an HTTP status: invalid_request_error (4xx, 401 included, as
 /// OpenAI answers a bad API key), server_error (5xx).

@@ -1,6 +1,7 @@
 // `octet bench latency`: prefill and decode tokens/s of one sequence (batch 1).
 #include <cstdio>
 #include <iostream>
+#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -8,8 +9,7 @@
 
 #include "config/generate_config.h"
 #include "engine/benchmarks.h"
-#include "engine/generator.h"
-#include "server/generator_options.h"
+#include "engine/engine.h"
 #include "server/command.h"
 #include "server/commands.h"
 
@@ -20,10 +20,23 @@ namespace {
 int run_bench_latency(int argc, const char* const* argv) {
   return cli::run_command<BenchLatencyConfig>("octet bench latency", argc, argv,
                                               [](BenchLatencyConfig& cfg) {
-    auto gen = Generator::load(cfg.model, generator_options(cfg));
-    ThroughputResult best;
+    std::unique_ptr<Engine> engine;
+    try {
+      EngineArgs args = latency_engine_args(cfg.model, cfg.quantization, cfg.weight_strategy,
+                                            cfg.input_len, cfg.output_len);
+      args.device = cfg.device;
+      engine = Engine::create(args);
+    } catch (const std::invalid_argument& e) {
+      // The engine's max_model_len is input_len + output_len + 1 (the prefill's token, then
+      // one per decode step); bench has no --max-model-len: name the flags the user gave.
+      if (std::string(e.what()).find("--max-model-len") == std::string::npos) throw;
+      throw std::invalid_argument("--input-len " + std::to_string(cfg.input_len) +
+                                  " + --output-len " + std::to_string(cfg.output_len) +
+                                  " + 1 do not fit: " + e.what());
+    }
+    LatencyResult best;
     for (int64_t i = 0; i < cfg.num_iters; ++i) {
-      ThroughputResult r = gen->bench(cfg.input_len, cfg.output_len);
+      LatencyResult r = bench_latency(*engine, cfg.input_len, cfg.output_len);
       if (i == 0) best = r;
       best.prefill_tokens_per_second =
           std::max(best.prefill_tokens_per_second, r.prefill_tokens_per_second);

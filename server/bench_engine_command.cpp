@@ -181,7 +181,6 @@ int run_bench_engine(int argc, const char* const* argv) {
         a.model = cfg.model;
         a.quantization = cfg.quantization;
         a.device = cfg.device;
-      a.device = cfg.device;
         a.weight_strategy = cfg.weight_strategy;
         a.cache.kv_cache_dtype = dtype;
         a.cache.calculate_kv_scales = true;

@@ -86,8 +86,8 @@ int run_generate(int argc, const char* const* argv) {
         cfg.prompts_file.empty() ? std::vector<std::string>{} : read_prompts(cfg.prompts_file);
     auto engine = Engine::create(args);
     if (!cfg.json) std::cerr << engine->startup_report();
-    if (!cfg.prompt.empty()) prompt_ids.push_back(engine->tokenize(cfg.prompt, true));
-    for (const std::string& t : texts) prompt_ids.push_back(engine->tokenize(t, true));
+    if (!cfg.prompt.empty()) prompt_ids.push_back(engine->tokenizer().tokenize(cfg.prompt, true));
+    for (const std::string& t : texts) prompt_ids.push_back(engine->tokenizer().tokenize(t, true));
 
     SamplingParams params;
     params.temperature = static_cast<float>(cfg.temperature);

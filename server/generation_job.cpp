@@ -1,5 +1,6 @@
 #include "server/generation_job.h"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -32,9 +33,21 @@ int64_t unix_now() {
 GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
     : ctx_(ctx), engine_(engine_or_throw(ctx)), req_(std::move(request)) {
   const bool chat = req_.endpoint == Endpoint::kChatCompletions;
-  if (!req_.model.empty() && req_.model != ctx_.model_name)
-    throw ApiError(404, "The model `" + truncate_text(req_.model) + "` does not exist.", "model",
-                   "model_not_found");
+  // The engine's request errors, mapped once; a chat request's prompt is its "messages".
+  try {
+    prepare();
+  } catch (const RequestError& e) {
+    choices_.clear();  // nothing was queued
+    throw to_api_error(e, chat ? "messages" : "prompt");
+  }
+  aborted_ = false;
+  ctx_.active_jobs.fetch_add(1);
+  counted_ = true;
+}
+
+void GenerationJob::prepare() {
+  const bool chat = req_.endpoint == Endpoint::kChatCompletions;
+  check_model_name(req_.model, ctx_.model_name);
   if (req_.priority != 0 && ctx_.config.engine.scheduler.scheduling_policy != "priority")
     throw bad_request("'priority' " + std::to_string(req_.priority) +
                           " needs the priority scheduler (start with --scheduling-policy "
@@ -44,7 +57,8 @@ GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
   meta_.created = unix_now();
   meta_.model = ctx_.model_name;
 
-  // Prompts -> token ids.
+  // Prompts -> token ids (checked against the vocabulary by the engine).
+  const ModelTokenizer& tok = engine_.tokenizer();
   if (chat) {
     if (ctx_.chat_template.empty())
       throw bad_request("this model has no chat template; start the server with "
@@ -53,49 +67,48 @@ GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
     std::string text;
     try {
       text = render_chat(ctx_.chat_template, req_.messages, req_.add_generation_prompt,
-                         engine_.bos_token(), engine_.eos_token());
+                         tok.bos_token(), tok.eos_token());
     } catch (const std::invalid_argument& e) {
       throw bad_request(std::string("the chat template rejected the messages: ") + e.what(),
                         "messages");
     } catch (const std::exception& e) {
       throw ApiError(500, std::string("cannot render the chat template: ") + e.what());
     }
-    prompt_ids_.push_back(engine_.tokenize(text, /*add_special_tokens=*/false));
+    prompt_ids_.push_back(tok.tokenize(text, /*add_special_tokens=*/false));
     prompt_texts_.push_back(text);
   } else {
     for (const PromptInput& p : req_.prompts) {
       if (p.is_token_ids) {
-        for (int32_t id : p.token_ids)
-          if (id >= engine_.vocab_size())
-            throw bad_request("'prompt' token id " + std::to_string(id) +
-                                  " is outside the vocabulary [0, " +
-                                  std::to_string(engine_.vocab_size()) + ")",
-                              "prompt");
         prompt_ids_.push_back(p.token_ids);
-        prompt_texts_.push_back(req_.echo ? engine_.detokenize(p.token_ids, false) : "");
+        prompt_texts_.push_back("");  // echo: detokenized once the engine accepted the ids
       } else {
-        prompt_ids_.push_back(engine_.tokenize(p.text, req_.add_special_tokens));
+        prompt_ids_.push_back(tok.tokenize(p.text, req_.add_special_tokens));
         prompt_texts_.push_back(p.text);
       }
     }
   }
 
-  // max_tokens against the context limit (OpenAI's context_length_exceeded).
+  // max_tokens: as requested, or up to the context limit.
   std::vector<int64_t> max_tokens;
   for (const auto& ids : prompt_ids_)
     max_tokens.push_back(resolve_max_tokens(static_cast<int64_t>(ids.size()), req_.max_tokens,
-                                            engine_.max_model_len(), req_.endpoint,
-                                            req_.params.min_tokens));
+                                            engine_.max_model_len()));
 
-  // The logprob work and output the response would carry (400), before any engine work.
+  // The logprob work and output the response would carry (400), before any engine work. A
+  // max_tokens beyond the context is counted as what is left (the engine refuses it next).
   {
-    std::vector<int64_t> lens;
-    for (const auto& ids : prompt_ids_) lens.push_back(static_cast<int64_t>(ids.size()));
-    check_logprob_budget(req_, lens, max_tokens);
+    std::vector<int64_t> lens, capped;
+    for (size_t p = 0; p < prompt_ids_.size(); ++p) {
+      const int64_t n = static_cast<int64_t>(prompt_ids_[p].size());
+      lens.push_back(n);
+      capped.push_back(std::min(max_tokens[p], std::max<int64_t>(engine_.max_model_len() - n, 0)));
+    }
+    check_logprob_budget(req_, lens, capped);
   }
 
   // All choices at once; the queue limit (503) is checked by the engine under the lock that
-  // enqueues them, so concurrent jobs cannot together pass it.
+  // enqueues them, so concurrent jobs cannot together pass it. The engine validates each
+  // request (RequestError) before anything is queued.
   if (!engine_.stats().alive) throw ApiError(503, "the engine has stopped", "", "engine_dead");
   std::vector<NewRequest> group;
   for (size_t p = 0; p < prompt_ids_.size(); ++p) {
@@ -128,6 +141,8 @@ GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
                        " requests are waiting (limit " + std::to_string(e.limit()) +
                        "); retry later",
                    "", "overloaded");
+  } catch (const RequestError&) {
+    throw;  // mapped by the constructor
   } catch (const std::invalid_argument& e) {
     choices_.clear();
     throw bad_request(e.what());
@@ -138,9 +153,17 @@ GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
     throw ApiError(503, std::string("cannot queue the request: ") + e.what());
   }
   for (size_t k = 0; k < choices_.size(); ++k) choices_[k].stream = std::move(streams[k]);
-  aborted_ = false;
-  ctx_.active_jobs.fetch_add(1);
-  counted_ = true;
+  if (req_.echo && !chat) {
+    try {
+      for (size_t p = 0; p < req_.prompts.size(); ++p)
+        if (req_.prompts[p].is_token_ids)
+          prompt_texts_[p] = tok.detokenize(prompt_ids_[p], /*skip_special_tokens=*/false);
+    } catch (...) {
+      abort();  // queued: end them before the job is dropped
+      choices_.clear();
+      throw;
+    }
+  }
 }
 
 GenerationJob::~GenerationJob() {
@@ -166,7 +189,7 @@ void GenerationJob::abort() {
 std::string GenerationJob::token_text(int32_t id) const {
   auto it = token_text_cache_.find(id);
   if (it != token_text_cache_.end()) return it->second;
-  std::string t = engine_.detokenize({id}, /*skip_special_tokens=*/false);
+  std::string t = engine_.tokenizer().detokenize({id}, /*skip_special_tokens=*/false);
   token_text_cache_.emplace(id, t);
   return t;
 }

@@ -71,6 +71,9 @@ class GenerationJob {
     std::chrono::steady_clock::time_point last_token_time{};
   };
 
+  /// The constructor's work: prompts, max_tokens, the engine requests (throws RequestError
+  /// unmapped, ApiError).
+  void prepare();
   /// Streaming chunks for one update of choice c (may be empty).
   std::string on_output(Choice& c, RequestOutput& out);
   void fail(int status, const std::string& message);

@@ -104,6 +104,8 @@ Prepared prepare_route(ServerContext& ctx, Route route, const std::string& body,
   } catch (const ApiError& e) {
     if (e.status() >= 500) spdlog::warn("{}: {} {}", what, e.status(), e.what());
     out.reply = error_reply(e);
+  } catch (const RequestError& e) {
+    out.reply = error_reply(to_api_error(e));
   } catch (const std::exception& e) {
     spdlog::error("{}: internal error: {}", what, e.what());
     out.reply = Reply{500, "application/json",

@@ -3,6 +3,9 @@
 #include <iostream>
 #include <string>
 
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
 #include "server/commands.h"
 
 namespace {
@@ -26,6 +29,9 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  // Logs (the engine's warnings, errors) go to stderr, except serve's, which go to stdout as
+  // they always did: generate / bench / perplexity keep stdout for their output (--json).
+  if (cmd != "serve") spdlog::set_default_logger(spdlog::stderr_color_mt("octet"));
   // program_options expects argv[0] to be the program: pass the subcommand in its place.
   if (cmd == "serve") return octet::run_serve(argc - 1, argv + 1);
   if (cmd == "generate") return octet::run_generate(argc - 1, argv + 1);

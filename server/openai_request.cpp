@@ -501,40 +501,8 @@ int64_t choice_seed(int64_t seed, int64_t i) {
 }
 
 int64_t resolve_max_tokens(int64_t n_prompt, std::optional<int64_t> requested,
-                           int64_t max_model_len, Endpoint endpoint, int64_t min_tokens) {
-  const bool chat = endpoint == Endpoint::kChatCompletions;
-  const char* field = chat ? "messages" : "prompt";
-  if (n_prompt <= 0) throw bad_request(std::string("'") + field + "' must not be empty", field);
-  const std::string head = "This model's maximum context length is " +
-                           std::to_string(max_model_len) + " tokens. However, you requested ";
-  int64_t m = 0;
-  if (requested) {
-    m = *requested;  // >= 0 (parse_max_tokens)
-    // Compared as m > limit - n_prompt and summed in uint64: n_prompt + m may exceed INT64_MAX.
-    if (n_prompt > max_model_len || m > max_model_len - n_prompt)
-      throw ApiError(400,
-                     head +
-                         std::to_string(static_cast<uint64_t>(n_prompt) +
-                                        static_cast<uint64_t>(m)) +
-                         " tokens (" + std::to_string(n_prompt) + " in the " + field + ", " +
-                         std::to_string(m) + " in the completion). Please reduce the length of "
-                         "the " + field + " or completion.",
-                     field, "context_length_exceeded");
-  } else {
-    if (n_prompt >= max_model_len)
-      throw ApiError(400,
-                     head + std::to_string(n_prompt) + " tokens in the " + field +
-                         ", which leaves no room for the completion. Please reduce the length "
-                         "of the " + field + ".",
-                     field, "context_length_exceeded");
-    m = max_model_len - n_prompt;
-  }
-  if (min_tokens > m)
-    throw bad_request("'min_tokens' (" + std::to_string(min_tokens) +
-                          ") exceeds the tokens left for the completion (" + std::to_string(m) +
-                          ")",
-                      "min_tokens");
-  return m;
+                           int64_t max_model_len) {
+  return requested ? *requested : max_tokens_left(n_prompt, max_model_len);
 }
 
 GenerateRequest parse_completion_request(const json& body) {

@@ -84,13 +84,11 @@ nlohmann::json parse_json_body(const std::string& text);
 /// 2^63 so that it never overflows and stays >= 0; -1 (no seed) stays -1.
 int64_t choice_seed(int64_t seed, int64_t i);
 
-/// max_tokens for one prompt of n_prompt tokens: `requested` (>= 0), or all the context left
-/// (max_model_len - n_prompt) when nullopt. Throws ApiError 400: naming the prompt field
-/// ("prompt" or "messages") for an empty prompt; code context_length_exceeded when the prompt
-/// and the requested tokens do not fit max_model_len (the message gives the exact, never
-/// overflowed counts); naming min_tokens when min_tokens exceeds the result.
+/// max_tokens for one prompt of n_prompt tokens: `requested` (>= 0) as given (the Engine checks
+/// it against the context at add_requests), or all the context left (max_tokens_left(), which
+/// throws RequestError ContextLengthExceeded when the prompt leaves no room) when nullopt.
 int64_t resolve_max_tokens(int64_t n_prompt, std::optional<int64_t> requested,
-                           int64_t max_model_len, Endpoint endpoint, int64_t min_tokens);
+                           int64_t max_model_len);
 
 /// Most logprob entries (a token's logprob, or one of its top alternatives) one response may
 /// carry: ~16 bytes of JSON each, so ~16 MB. A 2000-token prompt echoed with logprobs 20 is

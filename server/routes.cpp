@@ -1,6 +1,7 @@
 #include "server/routes.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include <spdlog/spdlog.h>
 
@@ -29,9 +30,11 @@ Engine& loaded_engine(const ServerContext& ctx) {
 void check_model(const ServerContext& ctx, const json& body) {
   if (!body.contains("model") || body["model"].is_null()) return;
   if (!body["model"].is_string()) throw bad_request("'model' must be a string", "model");
-  const std::string m = body["model"];
-  if (m != ctx.model_name)
-    throw ApiError(404, "The model `" + m + "` does not exist.", "model", "model_not_found");
+  try {
+    check_model_name(body["model"].get<std::string>(), ctx.model_name);
+  } catch (const RequestError& e) {
+    throw to_api_error(e);
+  }
 }
 
 }  // namespace
@@ -126,7 +129,7 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     std::string prompt;
     try {
       prompt = render_chat(ctx.chat_template, r.messages, r.add_generation_prompt,
-                           engine.bos_token(), engine.eos_token());
+                           engine.tokenizer().bos_token(), engine.tokenizer().eos_token());
     } catch (const std::invalid_argument& e) {
       throw bad_request(std::string("the chat template rejected the messages: ") + e.what(),
                         "messages");
@@ -136,7 +139,7 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     bool add_special = false;
     if (body.contains("add_special_tokens") && body["add_special_tokens"].is_boolean())
       add_special = body["add_special_tokens"];
-    ids = engine.tokenize(prompt, add_special);
+    ids = engine.tokenizer().tokenize(prompt, add_special);
   } else {
     if (!body.contains("prompt") || !body["prompt"].is_string())
       throw bad_request("'prompt' must be a string", "prompt");
@@ -146,7 +149,7 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
         throw bad_request("'add_special_tokens' must be a boolean", "add_special_tokens");
       add_special = body["add_special_tokens"];
     }
-    ids = engine.tokenize(body["prompt"].get<std::string>(), add_special);
+    ids = engine.tokenizer().tokenize(body["prompt"].get<std::string>(), add_special);
   }
   return json_reply(json{{"count", ids.size()},
                          {"max_model_len", engine.max_model_len()},
@@ -162,14 +165,20 @@ Reply handle_detokenize(ServerContext& ctx, const std::string& text) {
   if (!body.contains("tokens") || !body["tokens"].is_array())
     throw bad_request("'tokens' must be a list of token ids", "tokens");
   std::vector<int32_t> ids;
+  const ModelTokenizer& tok = engine.tokenizer();
   for (const auto& t : body["tokens"]) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= engine.vocab_size())
+    // Integers that fit a token id; the vocabulary is the tokenizer's check (detokenize).
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
       throw bad_request("'tokens' must hold token ids in [0, " +
-                            std::to_string(engine.vocab_size()) + "), got " + describe_json(t),
+                            std::to_string(tok.vocab_size()) + "), got " + describe_json(t),
                         "tokens");
     ids.push_back(t.get<int32_t>());
   }
-  return json_reply(json{{"prompt", engine.detokenize(ids, /*skip_special_tokens=*/false)}});
+  try {
+    return json_reply(json{{"prompt", tok.detokenize(ids, /*skip_special_tokens=*/false)}});
+  } catch (const RequestError& e) {
+    throw to_api_error(e);
+  }
 }
 
 std::unique_ptr<GenerationJob> start_generation(ServerContext& ctx, Endpoint endpoint,

@@ -154,13 +154,13 @@ void serve(ServeConfig& cfg) {
   spdlog::info("octet serve: listening on http://{}:{} (model loading)", cfg.host, http->port());
 
   engine = Engine::create(cfg.engine);
-  ctx.chat_template = template_override.empty() ? engine->chat_template() : template_override;
+  ctx.chat_template = template_override.empty() ? engine->tokenizer().chat_template() : template_override;
   if (!ctx.chat_template.empty())
     check_template(ctx.chat_template,
                    template_override.empty() ? "the model's chat template (override it with "
                                                "--chat-template FILE)"
                                              : "--chat-template " + cfg.chat_template,
-                   engine->bos_token(), engine->eos_token());
+                   engine->tokenizer().bos_token(), engine->tokenizer().eos_token());
   std::cerr << engine->startup_report();
   if (ctx.chat_template.empty())
     spdlog::warn("the model has no chat template: /v1/chat/completions answers 400 (use "

@@ -108,4 +108,42 @@ TEST_CASE("engine edges: abort_all ends every queued and running request", "[eng
   CHECK(collect(*engine->add_request("r0", {1}, p)).token_ids.size() == 2);
 }
 
+TEST_CASE("engine: a request is validated once, at add_requests, with typed errors",
+          "[engine][errors]") {
+  auto engine = Engine::create(base_args());
+  const auto refused = [&](std::vector<int32_t> prompt, const SamplingParams& p)
+      -> std::pair<RequestErrorKind, std::string> {
+    try {
+      engine->add_request("x", std::move(prompt), p);
+    } catch (const RequestError& e) {
+      return {e.kind(), e.param()};
+    }
+    FAIL("accepted");
+    return {};
+  };
+  using K = RequestErrorKind;
+  SamplingParams p;
+  p.max_tokens = 4;
+  CHECK(refused({}, p) == std::pair{K::InvalidRequest, std::string("prompt")});
+  CHECK(refused({1, 512}, p) == std::pair{K::InvalidRequest, std::string("prompt")});
+  CHECK(refused({1, -3}, p) == std::pair{K::InvalidRequest, std::string("prompt")});
+  SamplingParams bias = p;
+  bias.logit_bias.emplace_back(600, 1.0f);
+  CHECK(refused({1, 2}, bias) == std::pair{K::InvalidRequest, std::string("logit_bias")});
+  SamplingParams stop = p;
+  stop.stop_token_ids = {512};
+  CHECK(refused({1, 2}, stop) == std::pair{K::InvalidRequest, std::string("stop_token_ids")});
+  SamplingParams bad = p;
+  bad.top_p = 2.0f;
+  CHECK(refused({1, 2}, bad) == std::pair{K::InvalidRequest, std::string("top_p")});
+  SamplingParams longer = p;
+  longer.max_tokens = 250;  // 10 + 250 > 256
+  CHECK(refused(std::vector<int32_t>(10, 5), longer) ==
+        std::pair{K::ContextLengthExceeded, std::string("prompt")});
+  longer.max_tokens = 246;  // exactly 256
+  CHECK(collect(*engine->add_request("fits", std::vector<int32_t>(10, 5), longer)).error == "");
+  // Nothing refused reached the engine.
+  CHECK(engine->stats().num_requests_waiting == 0);
+}
+
 }  // namespace octet

@@ -142,7 +142,7 @@ TEST_CASE("out-of-range sampling parameters are rejected before they reach the e
   p.max_tokens = INT64_MAX;
   CHECK_THROWS_WITH(engine->add_request("y", {1, 2, 3}, p),
                     Catch::Contains("you requested 9223372036854775810 tokens (3 in the prompt, "
-                                    "9223372036854775807 for the completion)"));
+                                    "9223372036854775807 in the completion)"));
   CHECK(engine->stats().alive);
 }
 

@@ -14,6 +14,7 @@
 #include "server/openai_request.h"
 
 using nlohmann::json;
+using namespace octet;
 using namespace octet::server;
 
 namespace {
@@ -45,14 +46,19 @@ ApiError request_error(const std::string& text, bool chat = false) {
   return ApiError(0, "");
 }
 
+/// The HTTP error of a prompt of n_prompt tokens asking for `requested` tokens (nullopt: up to
+/// the limit), as a request meets it: resolve_max_tokens, then the engine's context rule
+/// (check_context_length, what Engine::add_requests runs), mapped by to_api_error as the
+/// HTTP edge does.
 ApiError resolve_error(int64_t n_prompt, std::optional<int64_t> requested, int64_t limit,
-                       Endpoint endpoint = Endpoint::kCompletions, int64_t min_tokens = 0) {
+                       Endpoint endpoint = Endpoint::kCompletions) {
   try {
-    resolve_max_tokens(n_prompt, requested, limit, endpoint, min_tokens);
-  } catch (const ApiError& e) {
-    return e;
+    const int64_t m = resolve_max_tokens(n_prompt, requested, limit);
+    check_context_length(n_prompt, m, limit);
+  } catch (const RequestError& e) {
+    return to_api_error(e, endpoint == Endpoint::kChatCompletions ? "messages" : "prompt");
   }
-  FAIL("no ApiError");
+  FAIL("no RequestError");
   return ApiError(0, "");
 }
 
@@ -276,16 +282,98 @@ TEST_CASE("the context-length check never overflows and gives exact counts",
   CHECK(std::string(e.what()).find("you requested 18446744073709551614 tokens") !=
         std::string::npos);
   // Exact fit, one over, and up to the limit.
-  CHECK(resolve_max_tokens(5, 251, 256, Endpoint::kCompletions, 0) == 251);
+  CHECK(resolve_max_tokens(5, 251, 256) == 251);
+  CHECK_NOTHROW(check_context_length(5, 251, 256));
   CHECK(std::string(resolve_error(5, 252, 256).what()).find("you requested 257 tokens (5 in") !=
         std::string::npos);
-  CHECK(resolve_max_tokens(5, std::nullopt, 256, Endpoint::kCompletions, 0) == 251);
+  CHECK(resolve_max_tokens(5, std::nullopt, 256) == 251);
   CHECK(resolve_error(256, std::nullopt, 256).code() == "context_length_exceeded");
+  CHECK(resolve_error(256, std::nullopt, 256, Endpoint::kChatCompletions).param() == "messages");
   CHECK(resolve_error(300, 0, 256).code() == "context_length_exceeded");
-  // min_tokens beyond what is left, and an empty prompt.
-  CHECK(resolve_error(5, std::nullopt, 256, Endpoint::kCompletions, kMax).param() ==
-        "min_tokens");
-  CHECK(resolve_error(0, 1, 256).param() == "prompt");
+  // min_tokens beyond what is left: the engine's SamplingParams rule names min_tokens.
+  SamplingParams p;
+  p.max_tokens = resolve_max_tokens(5, std::nullopt, 256);
+  p.min_tokens = kMax;
+  try {
+    p.validate();
+    FAIL("min_tokens > max_tokens accepted");
+  } catch (const RequestError& e) {
+    const ApiError a = to_api_error(e);
+    CHECK(a.status() == 400);
+    CHECK(a.param() == "min_tokens");
+  }
+}
+
+namespace {
+
+/// error_json of the engine error `e` as the HTTP edge maps it.
+json mapped(const RequestError& e, const std::string& prompt_field = "prompt") {
+  const ApiError a = to_api_error(e, prompt_field);
+  json j = error_json(a);
+  j["status"] = a.status();
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("each engine error kind maps to the status, type, code and param OpenAI clients expect",
+          "[server][request][errors]") {
+  // OpenAI: a bad field is 400 invalid_request_error with the field as param and code null.
+  json j = mapped(RequestError(RequestErrorKind::InvalidRequest, "bad", "logit_bias"));
+  CHECK(j == json::parse(R"({"status": 400, "error": {"message": "bad", "type":
+        "invalid_request_error", "param": "logit_bias", "code": null}})"));
+  j = mapped(RequestError(RequestErrorKind::InvalidRequest, "no field"));
+  CHECK(j["error"]["param"].is_null());
+  CHECK(j["error"]["code"].is_null());
+  // Context overflow: 400, code context_length_exceeded, param the prompt field.
+  j = mapped(RequestError(RequestErrorKind::ContextLengthExceeded, "too long", "prompt"));
+  CHECK(j == json::parse(R"({"status": 400, "error": {"message": "too long", "type":
+        "invalid_request_error", "param": "prompt", "code": "context_length_exceeded"}})"));
+  j = mapped(RequestError(RequestErrorKind::ContextLengthExceeded, "too long", "prompt"),
+             "messages");
+  CHECK(j["error"]["param"] == "messages");
+  // Unknown model: 404, code model_not_found, param model.
+  j = mapped(RequestError(RequestErrorKind::ModelNotFound, "The model `x` does not exist.",
+                          "model"));
+  CHECK(j == json::parse(R"({"status": 404, "error": {"message":
+        "The model `x` does not exist.", "type": "invalid_request_error", "param": "model",
+        "code": "model_not_found"}})"));
+  CHECK(std::string(request_error_kind_name(RequestErrorKind::ContextLengthExceeded)) ==
+        "context_length_exceeded");
+}
+
+TEST_CASE("the engine's request rules throw the right kind with the field at fault",
+          "[server][request][errors]") {
+  const auto kind_param = [](auto&& f) -> std::pair<RequestErrorKind, std::string> {
+    try {
+      f();
+    } catch (const RequestError& e) {
+      return {e.kind(), e.param()};
+    }
+    FAIL("no RequestError");
+    return {};
+  };
+  using K = RequestErrorKind;
+  CHECK(kind_param([] { check_model_name("gpt-4", "served"); }) ==
+        std::pair{K::ModelNotFound, std::string("model")});
+  CHECK_NOTHROW(check_model_name("", "served"));  // absent: the served model
+  CHECK_NOTHROW(check_model_name("served", "served"));
+  CHECK(kind_param([] { check_token_ids({1, 512}, 512, "prompt"); }) ==
+        std::pair{K::InvalidRequest, std::string("prompt")});
+  CHECK(kind_param([] { check_token_ids({-1}, 512, "tokens"); }) ==
+        std::pair{K::InvalidRequest, std::string("tokens")});
+  CHECK_NOTHROW(check_token_ids({0, 511}, 512, "prompt"));
+  CHECK(kind_param([] { check_context_length(10, 7, 16); }) ==
+        std::pair{K::ContextLengthExceeded, std::string("prompt")});
+  CHECK(kind_param([] { max_tokens_left(16, 16); }) ==
+        std::pair{K::ContextLengthExceeded, std::string("prompt")});
+  CHECK(max_tokens_left(15, 16) == 1);
+  // A long model name is cut in the message (bounded error bodies).
+  try {
+    check_model_name(std::string(1000, 'm'), "served");
+  } catch (const RequestError& e) {
+    CHECK(std::string(e.what()).size() < 120);
+  }
 }
 
 namespace {

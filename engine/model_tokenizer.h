@@ -1,0 +1,39 @@
+#pragma once
+// ModelTokenizer: the text side of a loaded model as front ends use it (prompt text -> ids,
+// ids -> text, the chat template and the BOS/EOS strings templates use). Built by load_model
+// (engine/model_loader.h) with the model; the Engine hands it out (Engine::tokenizer()) but
+// does not implement it. Std types only, so server/ never sees models/.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace octet {
+
+class Tokenizer;  // models/tokenizer.h
+
+class ModelTokenizer {
+ public:
+  /// `tokenizer` must outlive this object (both live in the LoadedModel).
+  ModelTokenizer(const Tokenizer& tokenizer, std::string chat_template);
+
+  /// Special tokens in the text are recognised; BOS added when add_special_tokens and the
+  /// model asks for it.
+  std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const;
+  /// Throws RequestError (InvalidRequest, param "tokens") for an id outside the tokenizer's
+  /// vocabulary.
+  std::string detokenize(const std::vector<int32_t>& ids, bool skip_special_tokens) const;
+  /// The Jinja chat template from tokenizer_config.json or GGUF tokenizer.chat_template ("" if
+  /// none).
+  const std::string& chat_template() const { return chat_template_; }
+  /// The BOS / EOS token strings ("" when the model has none).
+  std::string bos_token() const;
+  std::string eos_token() const;
+  /// Tokens the tokenizer knows (at most the model's vocab_size).
+  int64_t vocab_size() const;
+
+ private:
+  const Tokenizer* tokenizer_;
+  std::string chat_template_;
+};
+
+}  // namespace octet

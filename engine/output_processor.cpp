@@ -1,0 +1,206 @@
+// Sampling, stop checks, detokenization and output assembly of one step (output_processor.h).
+#include "engine/output_processor.h"
+
+#include <stdexcept>
+#include <utility>
+
+#include "engine/detokenizer.h"
+#include "engine/model_runner.h"
+
+namespace octet {
+
+namespace {
+
+double seconds_between(EngineClock::time_point a, EngineClock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+TokenLogprobs to_token_logprobs(const SampleResult& r) {
+  TokenLogprobs t;
+  t.token_id = r.token_id;
+  t.logprob = r.logprob;
+  t.rank = r.rank;
+  for (const TokenLogprob& x : r.top_logprobs) t.top.emplace_back(x.token_id, x.logprob);
+  return t;
+}
+
+bool contains(const std::vector<int32_t>& ids, int32_t id) {
+  for (int32_t e : ids)
+    if (e == id) return true;
+  return false;
+}
+
+}  // namespace
+
+RequestState::RequestState() = default;
+RequestState::RequestState(RequestState&&) noexcept = default;
+RequestState& RequestState::operator=(RequestState&&) noexcept = default;
+RequestState::~RequestState() = default;
+
+OutputProcessor::OutputProcessor(std::vector<int32_t> eos_token_ids, int64_t max_model_len)
+    : eos_token_ids_(std::move(eos_token_ids)), max_model_len_(max_model_len) {}
+
+OutputProcessor::~OutputProcessor() = default;
+
+void OutputProcessor::add(const std::string& request_id, RequestState state) {
+  states_.emplace(request_id, std::move(state));
+}
+
+RequestState* OutputProcessor::find(const std::string& request_id) {
+  auto it = states_.find(request_id);
+  return it == states_.end() ? nullptr : &it->second;
+}
+
+void OutputProcessor::erase(const std::string& request_id) { states_.erase(request_id); }
+
+std::vector<std::string> OutputProcessor::ids() const {
+  std::vector<std::string> ids;
+  ids.reserve(states_.size());
+  for (const auto& kv : states_) ids.push_back(kv.first);
+  return ids;
+}
+
+void OutputProcessor::on_scheduled(const SchedulerOutput& out, EngineClock::time_point now) {
+  for (Request* r : out.scheduled) {
+    RequestState& st = states_.at(r->request_id);
+    if (st.scheduled_once) continue;
+    st.scheduled_once = true;
+    st.first_scheduled = now;
+    st.num_cached_tokens = std::max<int64_t>(r->num_cached_tokens, 0);
+  }
+}
+
+// A request's failure (a non-finite logit, a sampler error, any exception from its own
+// logprobs) is recorded and fails that request alone in updates().
+void OutputProcessor::sample(const SchedulerOutput& out, const StepLogits& logits) {
+  sampled_.clear();
+  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+    Request& r = *out.scheduled[i];
+    RequestState& st = states_.at(r.request_id);
+    const SamplingParams& p = r.sampling_params;
+    try {
+      if (logits.prompt_row_begin[i] >= 0) {
+        const int64_t n_prompt = r.num_prompt_tokens();
+        st.prompt_logprobs.resize(static_cast<size_t>(n_prompt));
+        st.prompt_logprobs[0].token_id = r.prompt_token_ids[0];
+        for (int64_t k = 0; k < logits.prompt_row_count[i]; ++k) {
+          const int64_t pos = logits.prompt_pos_begin[i] + k;
+          const int32_t next = r.prompt_token_ids[pos + 1];
+          const SampleResult lp = logprobs_for(logits.row(logits.prompt_row_begin[i] + k),
+                                               logits.vocab, next, p.prompt_logprobs);
+          if (!lp.ok()) throw std::runtime_error("prompt logprobs: " + lp.error);
+          st.prompt_logprobs[pos + 1] = to_token_logprobs(lp);
+        }
+      }
+      if (logits.sample_row[i] < 0) continue;
+      if (p.max_tokens == 0) {
+        sampled_.push_back({&r, SampleResult{}, true, ""});
+        continue;
+      }
+      SampleResult res = octet::sample(logits.row(logits.sample_row[i]), logits.vocab, p,
+                                       r.prompt_token_ids, r.output_token_ids, eos_token_ids_,
+                                       st.rng);
+      if (!res.ok()) throw std::runtime_error("sampling: " + res.error);
+      r.append_output_token(res.token_id);
+      sampled_.push_back({&r, std::move(res), false, ""});
+    } catch (const std::exception& e) {
+      sampled_.push_back({&r, SampleResult{}, false, e.what()});
+    }
+  }
+}
+
+std::vector<RequestUpdate> OutputProcessor::updates(EngineClock::time_point now,
+                                                    int64_t* new_prompt_tokens,
+                                                    int64_t* new_generated) {
+  std::vector<RequestUpdate> result;
+  result.reserve(sampled_.size());
+  for (Sampled& s : sampled_) {
+    try {
+      if (!s.error.empty()) throw std::runtime_error(s.error);
+      *new_generated += s.no_token ? 0 : 1;
+      result.push_back(update_for(*s.req, s.res, s.no_token, now, new_prompt_tokens));
+    } catch (const std::exception& e) {
+      RequestUpdate u;
+      u.request = s.req;
+      u.status = RequestStatus::FinishedAborted;
+      u.output.finish_reason = "abort";
+      u.output.error = e.what();
+      result.push_back(std::move(u));
+    }
+  }
+  sampled_.clear();
+  return result;
+}
+
+// The output of request r for this step (its token `res`, or none when `no_token`): text,
+// logprobs, stop checks, and the status it ends the step with.
+RequestUpdate OutputProcessor::update_for(Request& r, const SampleResult& res, bool no_token,
+                                          EngineClock::time_point now,
+                                          int64_t* new_prompt_tokens) {
+  RequestState& st = states_.at(r.request_id);
+  const SamplingParams& p = r.sampling_params;
+  RequestUpdate u;
+  u.request = &r;
+  RequestOutput& o = u.output;
+  o.request_id = r.request_id;
+  o.num_prompt_tokens = r.num_prompt_tokens();
+  o.num_cached_tokens = st.num_cached_tokens;
+  if (!st.produced_first) {
+    st.produced_first = true;
+    st.first_token = now;
+    *new_prompt_tokens += o.num_prompt_tokens;
+    if (p.prompt_logprobs >= 0) o.prompt_logprobs = std::move(st.prompt_logprobs);
+  }
+  RequestStatus& status = u.status;
+  if (no_token) {
+    status = RequestStatus::FinishedLength;
+  } else {
+    const int32_t tok = res.token_id;
+    const int64_t n_out = r.num_output_tokens();
+    o.token_ids.push_back(tok);
+    if (p.logprobs >= 0) o.logprobs.push_back(to_token_logprobs(res));
+    const bool may_stop = n_out >= p.min_tokens;
+    if (may_stop && contains(eos_token_ids_, tok) && !p.ignore_eos) {
+      status = RequestStatus::FinishedStopped;
+    } else if (may_stop && contains(p.stop_token_ids, tok)) {
+      status = RequestStatus::FinishedStopped;
+      o.stop_reason = std::to_string(tok);
+    }
+    if (status == RequestStatus::FinishedStopped) {
+      // The stop token's text is dropped (unless include_stop_str_in_output) and held-back
+      // text is flushed.
+      o.text = st.detok->push(tok, /*stop_terminated=*/true).text;
+    } else {
+      DetokenizeStep d = st.detok->push(tok);
+      o.text = std::move(d.text);
+      if (d.stopped) {
+        status = RequestStatus::FinishedStopped;
+        o.stop_reason = d.stop_str;
+      } else if (n_out >= p.max_tokens || r.num_tokens() >= max_model_len_) {
+        status = RequestStatus::FinishedLength;
+        o.text += st.detok->finish();  // held-back text is final now
+      }
+    }
+  }
+  if (status == RequestStatus::Running) {
+    o.num_generated_tokens = r.num_output_tokens();
+  } else {
+    o.finish_reason = status == RequestStatus::FinishedLength ? "length" : "stop";
+  }
+  return u;
+}
+
+void OutputProcessor::complete(const RequestState& st, const Request* r,
+                               EngineClock::time_point now, RequestOutput& out) {
+  if (r) {
+    out.num_prompt_tokens = r->num_prompt_tokens();
+    out.num_generated_tokens = r->num_output_tokens();
+  }
+  out.finished = true;
+  out.num_cached_tokens = st.num_cached_tokens;
+  out.queue_time_s = st.scheduled_once ? seconds_between(st.arrival, st.first_scheduled) : 0.0;
+  out.first_token_time_s = st.produced_first ? seconds_between(st.arrival, st.first_token) : 0.0;
+  out.e2e_time_s = seconds_between(st.arrival, now);
+}
+
+}  // namespace octet
