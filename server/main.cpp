@@ -30,8 +30,12 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   // Logs (the engine's warnings, errors) go to stderr, except serve's, which go to stdout as
-  // they always did: generate / bench / perplexity keep stdout for their output (--json).
-  if (cmd != "serve") spdlog::set_default_logger(spdlog::stderr_color_mt("octet"));
+  // they always did: generate / bench / perplexity keep stdout for their output (--json) and
+  // log warnings and errors only (start-up facts such as the device are serve's to print).
+  if (cmd != "serve") {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("octet"));
+    spdlog::set_level(spdlog::level::warn);
+  }
   // program_options expects argv[0] to be the program: pass the subcommand in its place.
   if (cmd == "serve") return octet::run_serve(argc - 1, argv + 1);
   if (cmd == "generate") return octet::run_generate(argc - 1, argv + 1);
