@@ -47,6 +47,20 @@ int64_t gguf_row(int64_t hf_row, int64_t head_dim) {
 
 // Fraction of identical codes and scales over all decoder linears; `hf` in HF row order,
 // `gguf` loaded from the GGUF (Q/K rows permuted).
+// A linear's FP8 codes and scales downloaded from the model's backend.
+struct HostFp8 {
+  std::vector<uint8_t> w_fp8;
+  std::vector<float> w_scale;
+};
+HostFp8 host_fp8(const LlamaModel& m, const LinearWeight& w) {
+  HostFp8 h;
+  h.w_fp8.resize(static_cast<size_t>(w.weight.bytes()));
+  h.w_scale.resize(static_cast<size_t>(w.scale.bytes() / 4));
+  m.backend().download(w.weight, 0, h.w_fp8.data(), w.weight.bytes());
+  m.backend().download(w.scale, 0, h.w_scale.data(), w.scale.bytes());
+  return h;
+}
+
 std::pair<double, double> compare_weights(const LlamaModel& hf, const LlamaModel& gguf) {
   const int64_t hd = hf.config().head_dim;
   int64_t codes = 0, same_codes = 0, scales = 0, same_scales = 0;
@@ -57,18 +71,19 @@ std::pair<double, double> compare_weights(const LlamaModel& hf, const LlamaModel
                         {&x.v_proj, &y.v_proj}, {&x.o_proj, &y.o_proj},
                         {&x.gate_proj, &y.gate_proj}, {&x.up_proj, &y.up_proj},
                         {&x.down_proj, &y.down_proj}}) {
-      REQUIRE(p->w_fp8.size() == q->w_fp8.size());
-      REQUIRE(p->w_scale.size() == q->w_scale.size());
+      const HostFp8 pw = host_fp8(hf, *p), qw = host_fp8(gguf, *q);
+      REQUIRE(pw.w_fp8.size() == qw.w_fp8.size());
+      REQUIRE(pw.w_scale.size() == qw.w_scale.size());
       const bool permuted = p == &x.q_proj || p == &x.k_proj;
       const int64_t in = p->in_features;
       for (int64_t r = 0; r < p->out_features; ++r) {
         const int64_t g = permuted ? gguf_row(r, hd) : r;
-        for (int64_t c = 0; c < in; ++c) same_codes += p->w_fp8[r * in + c] == q->w_fp8[g * in + c];
-        if (p->w_scale.size() > 1) same_scales += p->w_scale[r] == q->w_scale[g];
+        for (int64_t c = 0; c < in; ++c) same_codes += pw.w_fp8[r * in + c] == qw.w_fp8[g * in + c];
+        if (pw.w_scale.size() > 1) same_scales += pw.w_scale[r] == qw.w_scale[g];
       }
-      if (p->w_scale.size() == 1) same_scales += p->w_scale[0] == q->w_scale[0];
-      codes += static_cast<int64_t>(p->w_fp8.size());
-      scales += static_cast<int64_t>(p->w_scale.size());
+      if (pw.w_scale.size() == 1) same_scales += pw.w_scale[0] == qw.w_scale[0];
+      codes += static_cast<int64_t>(pw.w_fp8.size());
+      scales += static_cast<int64_t>(pw.w_scale.size());
     }
   }
   return {double(same_codes) / double(codes), double(same_scales) / double(scales)};
