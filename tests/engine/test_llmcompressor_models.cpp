@@ -47,18 +47,17 @@ int64_t gguf_row(int64_t hf_row, int64_t head_dim) {
 
 // Fraction of identical codes and scales over all decoder linears; `hf` in HF row order,
 // `gguf` loaded from the GGUF (Q/K rows permuted).
-// A weight's FP8 codes and scales, downloaded from its backend.
+// A linear's FP8 codes and scales downloaded from the model's backend.
 struct HostFp8 {
-  std::vector<uint8_t> codes;
-  std::vector<float> scales;
+  std::vector<uint8_t> w_fp8;
+  std::vector<float> w_scale;
 };
-HostFp8 download_fp8(const LlamaModel& m, const LinearWeight& w) {
-  REQUIRE(w.format == DType::FP8_E4M3);
+HostFp8 host_fp8(const LlamaModel& m, const LinearWeight& w) {
   HostFp8 h;
-  h.codes.resize(static_cast<size_t>(w.weight.bytes()));
-  h.scales.resize(static_cast<size_t>(w.scale.bytes()) / sizeof(float));
-  m.backend().download(w.weight, 0, h.codes.data(), w.weight.bytes());
-  m.backend().download(w.scale, 0, h.scales.data(), w.scale.bytes());
+  h.w_fp8.resize(static_cast<size_t>(w.weight.bytes()));
+  h.w_scale.resize(static_cast<size_t>(w.scale.bytes() / 4));
+  m.backend().download(w.weight, 0, h.w_fp8.data(), w.weight.bytes());
+  m.backend().download(w.scale, 0, h.w_scale.data(), w.scale.bytes());
   return h;
 }
 
@@ -72,19 +71,19 @@ std::pair<double, double> compare_weights(const LlamaModel& hf, const LlamaModel
                         {&x.v_proj, &y.v_proj}, {&x.o_proj, &y.o_proj},
                         {&x.gate_proj, &y.gate_proj}, {&x.up_proj, &y.up_proj},
                         {&x.down_proj, &y.down_proj}}) {
-      const HostFp8 a = download_fp8(hf, *p), b = download_fp8(gguf, *q);
-      REQUIRE(a.codes.size() == b.codes.size());
-      REQUIRE(a.scales.size() == b.scales.size());
+      const HostFp8 pw = host_fp8(hf, *p), qw = host_fp8(gguf, *q);
+      REQUIRE(pw.w_fp8.size() == qw.w_fp8.size());
+      REQUIRE(pw.w_scale.size() == qw.w_scale.size());
       const bool permuted = p == &x.q_proj || p == &x.k_proj;
       const int64_t in = p->in_features;
       for (int64_t r = 0; r < p->out_features; ++r) {
         const int64_t g = permuted ? gguf_row(r, hd) : r;
-        for (int64_t c = 0; c < in; ++c) same_codes += a.codes[r * in + c] == b.codes[g * in + c];
-        if (a.scales.size() > 1) same_scales += a.scales[r] == b.scales[g];
+        for (int64_t c = 0; c < in; ++c) same_codes += pw.w_fp8[r * in + c] == qw.w_fp8[g * in + c];
+        if (pw.w_scale.size() > 1) same_scales += pw.w_scale[r] == qw.w_scale[g];
       }
-      if (a.scales.size() == 1) same_scales += a.scales[0] == b.scales[0];
-      codes += static_cast<int64_t>(a.codes.size());
-      scales += static_cast<int64_t>(a.scales.size());
+      if (pw.w_scale.size() == 1) same_scales += pw.w_scale[0] == qw.w_scale[0];
+      codes += static_cast<int64_t>(pw.w_fp8.size());
+      scales += static_cast<int64_t>(pw.w_scale.size());
     }
   }
   return {double(same_codes) / double(codes), double(same_scales) / double(scales)};
