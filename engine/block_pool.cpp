@@ -1,21 +1,12 @@
 #include "engine/block_pool.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "kernels/common/check.h"
+
 namespace octet {
-
-namespace {
-
-[[noreturn]] void fail(const char* what, int64_t value) {
-  std::fprintf(stderr, "octet: BlockPool: %s (%lld)\n", what, static_cast<long long>(value));
-  std::abort();
-}
-
-}  // namespace
 
 BlockPool::BlockPool(int64_t num_blocks, bool enable_caching) : enable_caching_(enable_caching) {
   if (num_blocks < 2 || num_blocks > std::numeric_limits<int32_t>::max())
@@ -52,7 +43,7 @@ void BlockPool::evict(int32_t id) {
 }
 
 std::optional<std::vector<int32_t>> BlockPool::get_new_blocks(int64_t n) {
-  if (n < 0) fail("get_new_blocks: negative count", n);
+  OCTET_CHECK(n >= 0, "BlockPool: get_new_blocks: negative count (", n, ")");
   if (n > num_free_) return std::nullopt;
   std::vector<int32_t> ids;
   ids.reserve(n);
@@ -68,16 +59,17 @@ std::optional<std::vector<int32_t>> BlockPool::get_new_blocks(int64_t n) {
 
 void BlockPool::free_blocks(const std::vector<int32_t>& block_ids) {
   for (int32_t id : block_ids) {
-    if (id <= 0 || id >= num_blocks()) fail("free_blocks: bad block id", id);
+    OCTET_CHECK(id > 0 && id < num_blocks(), "BlockPool: free_blocks: bad block id (", id,
+                ")");
     KVCacheBlock& b = blocks_[id];
-    if (b.ref_cnt <= 0) fail("free_blocks: block is already free", id);
+    OCTET_CHECK(b.ref_cnt > 0, "BlockPool: free_blocks: block is already free (", id, ")");
     if (--b.ref_cnt == 0) push_back(id);
   }
 }
 
 void BlockPool::touch(const std::vector<int32_t>& block_ids) {
   for (int32_t id : block_ids) {
-    if (id <= 0 || id >= num_blocks()) fail("touch: bad block id", id);
+    OCTET_CHECK(id > 0 && id < num_blocks(), "BlockPool: touch: bad block id (", id, ")");
     KVCacheBlock& b = blocks_[id];
     if (b.ref_cnt == 0) unlink(id);
     ++b.ref_cnt;
@@ -88,15 +80,17 @@ void BlockPool::cache_full_blocks(const std::vector<int32_t>& block_ids,
                                   const std::vector<uint64_t>& block_hashes,
                                   int64_t num_cached_blocks, int64_t num_full_blocks) {
   if (!enable_caching_) return;
-  if (num_cached_blocks < 0 || num_full_blocks > static_cast<int64_t>(block_ids.size()) ||
-      num_full_blocks > static_cast<int64_t>(block_hashes.size()))
-    fail("cache_full_blocks: range out of bounds", num_full_blocks);
+  OCTET_CHECK(num_cached_blocks >= 0 &&
+                  num_full_blocks <= static_cast<int64_t>(block_ids.size()) &&
+                  num_full_blocks <= static_cast<int64_t>(block_hashes.size()),
+              "BlockPool: cache_full_blocks: range out of bounds (", num_full_blocks, ")");
   for (int64_t i = num_cached_blocks; i < num_full_blocks; ++i) {
     const int32_t id = block_ids[i];
-    if (id <= 0 || id >= num_blocks()) fail("cache_full_blocks: bad block id", id);
+    OCTET_CHECK(id > 0 && id < num_blocks(),
+                "BlockPool: cache_full_blocks: bad block id (", id, ")");
     KVCacheBlock& b = blocks_[id];
-    if (b.block_hash) fail("cache_full_blocks: block is already cached", id);
-    if (b.ref_cnt <= 0) fail("cache_full_blocks: block is free", id);
+    OCTET_CHECK(!b.block_hash, "BlockPool: cache_full_blocks: block is already cached (", id, ")");
+    OCTET_CHECK(b.ref_cnt > 0, "BlockPool: cache_full_blocks: block is free (", id, ")");
     // A block with the same content cached earlier (two requests computed the same prefix
     // before either could hit) stays the one that is found; this block remains uncached.
     if (cached_.emplace(block_hashes[i], id).second) b.block_hash = block_hashes[i];
@@ -119,7 +113,8 @@ double BlockPool::usage() const {
 }
 
 const KVCacheBlock& BlockPool::block(int32_t block_id) const {
-  if (block_id < 0 || block_id >= num_blocks()) fail("block: bad block id", block_id);
+  OCTET_CHECK(block_id >= 0 && block_id < num_blocks(),
+              "BlockPool: block: bad block id (", block_id, ")");
   return blocks_[block_id];
 }
 

@@ -115,11 +115,6 @@ class Engine {
   /// The model's tokenizer and chat template (built by the model loader; valid for the
   /// Engine's lifetime).
   const ModelTokenizer& tokenizer() const;
-  /// tokenizer().tokenize(text, add_special_tokens), kept only for engine/kv_accuracy.cpp until
-  /// it calls tokenizer() (then remove).
-  std::vector<int32_t> tokenize(const std::string& text, bool add_special_tokens) const {
-    return tokenizer().tokenize(text, add_special_tokens);
-  }
   int64_t max_model_len() const;
   int64_t vocab_size() const;
   const std::string& model_path() const;

@@ -36,7 +36,7 @@ KVAccuracyResult compare_kv_cache_dtype(const EngineArgs& args, const std::strin
   std::vector<TokenLogprobs> base;
   {
     auto engine = Engine::create(baseline);
-    ids = engine->tokenize(text, /*add_special_tokens=*/true);
+    ids = engine->tokenizer().tokenize(text, /*add_special_tokens=*/true);
     ids.resize(std::min<size_t>(ids.size(), static_cast<size_t>(
                                                 std::min(max_tokens, engine->max_model_len()))));
     if (ids.size() < 2) throw std::invalid_argument("the text has fewer than 2 tokens");

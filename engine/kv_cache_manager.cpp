@@ -1,19 +1,14 @@
 #include "engine/kv_cache_manager.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 #include <string>
+
+#include "kernels/common/check.h"
 
 namespace octet {
 
 namespace {
-
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "octet: KVCacheManager: %s\n", what.c_str());
-  std::abort();
-}
 
 constexpr uint64_t kFnvOffset = 0xcbf29ce484222325ull;
 constexpr uint64_t kFnvPrime = 0x100000001b3ull;
@@ -100,25 +95,25 @@ ComputedBlocks KVCacheManager::get_computed_blocks(const Request& request) const
 
 bool KVCacheManager::allocate_slots(Request& request, int64_t num_new_tokens,
                                     const ComputedBlocks& computed) {
-  if (num_new_tokens < 0) fail("allocate_slots: negative num_new_tokens");
+  OCTET_CHECK(num_new_tokens >= 0, "KVCacheManager: allocate_slots: negative num_new_tokens");
   const auto it = req_blocks_.find(request.request_id);
   const int64_t num_held = it == req_blocks_.end()
                                ? 0 : static_cast<int64_t>(it->second.block_ids.size());
   const int64_t num_hit = static_cast<int64_t>(computed.block_ids.size());
-  if (num_hit > 0 && (num_held > 0 || request.num_computed_tokens != 0))
-    fail("allocate_slots: a prefix hit for '" + request.request_id + "', which holds blocks");
-  if (computed.num_computed_tokens != num_hit * block_size_)
-    fail("allocate_slots: computed.num_computed_tokens is not its blocks' tokens");
+  OCTET_CHECK(num_hit == 0 || (num_held == 0 && request.num_computed_tokens == 0),
+              "KVCacheManager: allocate_slots: a prefix hit for '", request.request_id,
+              "', which holds blocks");
+  OCTET_CHECK(computed.num_computed_tokens == num_hit * block_size_,
+              "KVCacheManager: allocate_slots: computed.num_computed_tokens is not its blocks' "
+              "tokens");
   const int64_t total = request.num_computed_tokens + computed.num_computed_tokens +
                         num_new_tokens;
-  if (total > request.num_tokens())
-    fail("allocate_slots: '" + request.request_id + "' schedules " + std::to_string(total) +
-         " tokens of " + std::to_string(request.num_tokens()));
+  OCTET_CHECK(total <= request.num_tokens(), "KVCacheManager: allocate_slots: '",
+              request.request_id, "' schedules ", total, " tokens of ", request.num_tokens());
   const int64_t num_required = (total + block_size_ - 1) / block_size_;
-  if (num_required > max_blocks_per_seq_)
-    fail("allocate_slots: '" + request.request_id + "' needs " + std::to_string(num_required) +
-         " blocks, more than max_model_len allows (" + std::to_string(max_blocks_per_seq_) +
-         ")");
+  OCTET_CHECK(num_required <= max_blocks_per_seq_, "KVCacheManager: allocate_slots: '",
+              request.request_id, "' needs ", num_required,
+              " blocks, more than max_model_len allows (", max_blocks_per_seq_, ")");
   const int64_t num_new_blocks = std::max<int64_t>(0, num_required - num_held - num_hit);
   // Hit blocks nobody holds sit in the free list: touching them uses up free blocks too.
   int64_t num_evictable_hits = 0;
@@ -132,7 +127,7 @@ bool KVCacheManager::allocate_slots(Request& request, int64_t num_new_tokens,
   rb.block_ids.insert(rb.block_ids.end(), computed.block_ids.begin(), computed.block_ids.end());
   rb.num_cached_blocks += num_hit;
   auto fresh = pool_.get_new_blocks(num_new_blocks);
-  if (!fresh) fail("allocate_slots: free blocks vanished");
+  OCTET_CHECK(fresh.has_value(), "KVCacheManager: allocate_slots: free blocks vanished");
   rb.block_ids.insert(rb.block_ids.end(), fresh->begin(), fresh->end());
 
   if (enable_prefix_caching_) {

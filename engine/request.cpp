@@ -1,8 +1,8 @@
 #include "engine/request.h"
 
-#include <cstdio>
-#include <cstdlib>
 #include <utility>
+
+#include "kernels/common/check.h"
 
 namespace octet {
 
@@ -36,12 +36,8 @@ Request::Request(std::string id, std::vector<int32_t> prompt, SamplingParams par
 
 int32_t Request::token(int64_t i) const {
   const int64_t np = num_prompt_tokens();
-  if (i < 0 || i >= num_tokens()) {
-    std::fprintf(stderr, "octet: Request::token: index %lld out of [0, %lld) for '%s'\n",
-                 static_cast<long long>(i), static_cast<long long>(num_tokens()),
-                 request_id.c_str());
-    std::abort();
-  }
+  OCTET_CHECK(i >= 0 && i < num_tokens(), "Request::token: index ", i, " out of [0, ",
+              num_tokens(), ") for '", request_id, "'");
   return i < np ? prompt_token_ids[i] : output_token_ids[i - np];
 }
 

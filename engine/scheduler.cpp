@@ -1,19 +1,14 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 #include <stdexcept>
 #include <utility>
+
+#include "kernels/common/check.h"
 
 namespace octet {
 
 namespace {
-
-[[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "octet: Scheduler: %s\n", what.c_str());
-  std::abort();
-}
 
 // Removes r from this step's plan, if planned, giving its tokens back to the budget.
 void unschedule(SchedulerOutput& out, const Request* r, int64_t& budget) {
@@ -186,19 +181,18 @@ void Scheduler::update(const SchedulerOutput& out) {
   for (size_t k = 0; k < out.scheduled.size(); ++k) {
     Request* r = out.scheduled[k];
     r->num_computed_tokens += out.num_scheduled_tokens[k];
-    if (r->num_computed_tokens > r->num_tokens())
-      fail("update: '" + r->request_id + "' computed " + std::to_string(r->num_computed_tokens) +
-           " of " + std::to_string(r->num_tokens()) + " tokens");
+    OCTET_CHECK(r->num_computed_tokens <= r->num_tokens(), "Scheduler: update: '", r->request_id,
+                "' computed ", r->num_computed_tokens, " of ", r->num_tokens(), " tokens");
     kv_.update_block_hashes(*r);
   }
 }
 
 std::unique_ptr<Request> Scheduler::finish_request(const std::string& request_id,
                                                    RequestStatus status) {
-  if (status != RequestStatus::FinishedStopped && status != RequestStatus::FinishedLength &&
-      status != RequestStatus::FinishedAborted)
-    fail(std::string("finish_request: status ") + request_status_name(status) +
-         " is not a finished status");
+  OCTET_CHECK(status == RequestStatus::FinishedStopped || status == RequestStatus::FinishedLength ||
+                  status == RequestStatus::FinishedAborted,
+              "Scheduler: finish_request: status ", request_status_name(status),
+              " is not a finished status");
   const auto it = requests_.find(request_id);
   if (it == requests_.end()) return nullptr;
   std::unique_ptr<Request> req = std::move(it->second);

@@ -221,7 +221,7 @@ TEST_CASE("engine: a chat prompt with the default system prompt is answered unde
     SamplingParams p;
     p.temperature = 0.0f;
     p.max_tokens = 16;
-    const Result r = collect(*engine->add_request("q", engine->tokenize(prompt, true), p));
+    const Result r = collect(*engine->add_request("q", engine->tokenizer().tokenize(prompt, true), p));
     CHECK_THAT(r.text, Catch::Contains("Paris"));
     CHECK(r.finish_reason == "stop");
   }

@@ -125,6 +125,11 @@ struct Scene {
       case DType::F16: std::memcpy(&h, &cache.v[2 * e], 2); return fp16_to_float(h);
       case DType::FP8_E4M3: return fp8_e4m3_to_float(cache.v[e]) * cache.v_scale[i / hd];
       case DType::FP8_E5M2: return fp8_e5m2_to_float(cache.v[e]) * cache.v_scale[i / hd];
+      case DType::F32: {
+        float f;
+        std::memcpy(&f, &cache.v[4 * e], 4);
+        return f;
+      }
     }
     return 0;
   }
@@ -235,6 +240,7 @@ TEST_CASE("write_kv_cache stores the scalar conversions bit for bit", "[paged_at
               case DType::F16: expected = float_to_fp16(x); break;
               case DType::FP8_E4M3: expected = fp8_e4m3_from_float(x / s); break;
               case DType::FP8_E5M2: expected = fp8_e5m2_from_float(x / s); break;
+              case DType::F32: std::memcpy(&expected, &x, 4); break;
             }
             std::memcpy(&got, &store[dst * bytes], static_cast<size_t>(bytes));
             INFO("token " << i << " head " << h << " d " << d << " x " << x << " which " << which);
