@@ -37,8 +37,8 @@ phase "Release tests"
 
 t0=$(date +%s)
 if kill -0 "$san_pid" 2>/dev/null; then
-  for p in $(pgrep -g "$san_pid" || true); do chrt --other -a -p 0 "$p" >/dev/null 2>&1 || true; done
-  for p in $(pgrep -g "$san_pid" || true); do renice -n 0 -p "$p" >/dev/null 2>&1 || true; done
+  for p in $(pgrep -s "$san_pid" || true); do chrt --other -a -p 0 "$p" >/dev/null 2>&1 || true; done
+  for p in $(pgrep -s "$san_pid" || true); do renice -n 0 -p "$p" >/dev/null 2>&1 || true; done
 fi
 rc=0
 wait "$san_pid" || rc=$?
