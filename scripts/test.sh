@@ -8,6 +8,8 @@
 # slowed), and at normal priority once the Release tests are done. Each phase prints its time
 # on stderr ("test: PHASE Ns").
 #   OCTET_SANITIZE=0       Release tests only
+#   OCTET_SANITIZE_BACKGROUND=0  build the sanitizer tree after the Release tests instead (less
+#                          memory at once: up to two clang jobs run beside the Release tests)
 #   OCTET_FUZZ_SECONDS=N   seconds per fuzz harness (default 10; 0 = no fuzzing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,11 +20,11 @@ sanitize="${OCTET_SANITIZE:-1}"
 t0=$(date +%s)
 scripts/setup.sh --packages-only
 san_pid=""
-if [ "$sanitize" != 0 ]; then
+if [ "$sanitize" != 0 ] && [ "${OCTET_SANITIZE_BACKGROUND:-1}" != 0 ]; then
   san_log="$(mktemp "${TMPDIR:-/tmp}/octet-build-asan.XXXXXX.log")"
   idle=(nice -n 19)
   chrt --idle 0 true 2>/dev/null && idle=(chrt --idle 0)
-  # Its own process group (setsid), so it can be re-prioritised and stopped as a whole.
+  # Its own session (setsid), so it can be re-prioritised and stopped as a whole.
   setsid "${idle[@]}" scripts/test_sanitize.sh --build-only >"$san_log" 2>&1 &
   san_pid=$!
   trap '[ -n "$san_pid" ] && kill -- -"$san_pid" 2>/dev/null; true' EXIT
@@ -35,6 +37,12 @@ ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"
 phase "Release tests"
 [ "$sanitize" != 0 ] || exit 0
 
+if [ -z "$san_pid" ]; then
+  scripts/test_sanitize.sh "$@"
+  t0=$start
+  phase "total"
+  exit 0
+fi
 t0=$(date +%s)
 if kill -0 "$san_pid" 2>/dev/null; then
   for p in $(pgrep -s "$san_pid" || true); do chrt --other -a -p 0 "$p" >/dev/null 2>&1 || true; done
