@@ -18,7 +18,7 @@ struct ServeConfig {
   std::string host = "0.0.0.0";
   int64_t port = 8000;
   std::string served_model_name;     // "" = the --model argument as given (vLLM's default)
-  std::string api_key;               // "" = no authentication on /v1/*
+  std::string api_key;  // "" = none; else required on every path but /health and /metrics
   std::string chat_template;         // Jinja file overriding the model's template ("" = none)
   int64_t max_body_bytes = 16 << 20;     // larger bodies get 413
   int64_t max_header_bytes = 16 << 10;   // larger request headers get 431
@@ -41,7 +41,9 @@ struct ServeConfig {
     v(c.port, "port", "TCP port to listen on (0 = any free port, printed at start-up)");
     v(c.served_model_name, "served_model_name",
       "model name clients use in requests and /v1/models (default: --model as given)");
-    v(c.api_key, "api_key", "require 'Authorization: Bearer KEY' on /v1/* (default: none)");
+    v(c.api_key, "api_key",
+      "require 'Authorization: Bearer KEY' on every path except /health and /metrics "
+      "(default: none)");
     v(c.chat_template, "chat_template",
       "Jinja chat template file overriding the model's own template");
     v(c.max_body_bytes, "max_body_bytes", "largest request body accepted (413 beyond)");

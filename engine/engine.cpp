@@ -223,6 +223,14 @@ std::vector<std::shared_ptr<RequestStream>> Engine::add_requests(std::vector<New
     prepared.push_back(std::move(pr));
   }
 
+  // A group larger than the whole queue can never be admitted: a 400, not a retryable 503.
+  if (max_num_waiting >= 0 && num_queued > max_num_waiting)
+    throw RequestError(RequestErrorKind::InvalidRequest,
+                       "the request needs " + std::to_string(num_queued) +
+                           " sequences (prompts x n) but at most " +
+                           std::to_string(max_num_waiting) +
+                           " can wait at once (--max-num-waiting)",
+                       "prompt");
   std::vector<std::shared_ptr<RequestStream>> streams;
   streams.reserve(prepared.size());
   {

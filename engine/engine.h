@@ -96,7 +96,8 @@ class Engine {
   /// add_request does, and then queues nothing). With max_num_waiting >= 0 the queue limit is
   /// checked under the same lock as the enqueue: when the requests waiting (queued and not yet
   /// scheduled, or preempted) plus those of the group that need the engine exceed it, throws
-  /// EngineOverloaded and queues nothing. Streams are returned in the order of `requests`.
+  /// EngineOverloaded and queues nothing; a group that alone exceeds it is a RequestError
+  /// (InvalidRequest, param "prompt"). Streams are returned in the order of `requests`.
   std::vector<std::shared_ptr<RequestStream>> add_requests(std::vector<NewRequest> requests,
                                                            int64_t max_num_waiting = -1);
   /// Aborts a queued or running request (no-op when unknown or finished): its KV blocks are

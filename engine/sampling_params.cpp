@@ -1,5 +1,6 @@
 #include "engine/sampling_params.h"
 
+#include <charconv>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -10,10 +11,11 @@ namespace {
 // Most top logprobs a request may ask for (OpenAI's top_logprobs limit, vLLM's max_logprobs).
 constexpr int64_t kMaxLogprobs = 20;
 
-std::string fmt(double v) {
-  std::ostringstream os;
-  os << v;
-  return os.str();
+// The shortest text that reads back as v (so 1.0000001 is not shown as 1).
+std::string fmt(float v) {
+  char buf[48];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
 }
 
 /// Throws "'<field>' must be <rule>, got <got>" naming `param` (the request field).

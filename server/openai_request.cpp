@@ -91,7 +91,12 @@ class Fields {
       throw bad_request(std::string("'") + key + "' is out of range for a 32-bit float, got " +
                             fmt(*d),
                         key);
-    return static_cast<float>(*d);
+    // A nonzero value below the smallest float keeps its sign and stays nonzero (vLLM reads
+    // doubles: top_p 1e-300 is > 0 there too), instead of becoming 0 and a misleading "got 0".
+    const float f = static_cast<float>(*d);
+    if (f == 0.0f && *d != 0.0)
+      return std::copysign(std::numeric_limits<float>::denorm_min(), static_cast<float>(*d));
+    return f;
   }
   std::optional<int64_t> integer(const char* key) {
     const json* v = get(key);

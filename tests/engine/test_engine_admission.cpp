@@ -57,15 +57,29 @@ std::vector<NewRequest> group(const std::string& prefix, int count) {
 TEST_CASE("add_requests queues a group all or none against max_num_waiting",
           "[engine][admission]") {
   auto engine = one_seq_engine();
-  // Too big for the limit: nothing is queued, the ids stay free.
+  // Larger than the whole queue: never admissible, so a request error (400), not overload
+  // (a retryable 503); nothing is queued, the ids stay free.
   try {
     engine->add_requests(group("a", 16), 10);
     FAIL("a group of 16 passed a limit of 10");
-  } catch (const EngineOverloaded& e) {
-    CHECK(e.num_waiting() == 0);
-    CHECK(e.limit() == 10);
+  } catch (const RequestError& e) {
+    CHECK(e.kind() == RequestErrorKind::InvalidRequest);
+    CHECK(e.param() == "prompt");
+    CHECK_THAT(e.what(), Catch::Contains("16 sequences") && Catch::Contains("at most 10"));
   }
   CHECK(engine->stats().num_requests_waiting == 0);
+  // Fits the limit on an empty queue: queued; the next group overflows the queue (503).
+  const auto first = engine->add_requests(group("e", 2), 10);
+  CHECK(first.size() == 2);
+  try {
+    engine->add_requests(group("f", 10), 10);
+    FAIL("2 waiting + 10 passed a limit of 10");
+  } catch (const EngineOverloaded& e) {
+    CHECK(e.num_waiting() >= 1);
+    CHECK(e.limit() == 10);
+  }
+  engine->abort_all();
+  CHECK(engine->wait_idle(std::chrono::seconds(30)));
   const auto streams = engine->add_requests(group("a", 8), 10);
   CHECK(streams.size() == 8);
   // At most one of the 8 left the queue (one running sequence): 7 + 8 > 10.

@@ -253,6 +253,23 @@ TEST_CASE("every numeric field is validated into the range its type holds",
             .params.seed == -1);
 }
 
+TEST_CASE("out-of-range errors show the value as sent, not a float rounding of it",
+          "[server][request][limits]") {
+  // 1.0000001 is a float above 1: the message must not print it as "1".
+  const ApiError min_p = request_error(R"({"prompt": "hi", "min_p": 1.0000001})");
+  CHECK(min_p.param() == "min_p");
+  CHECK_THAT(min_p.what(), Catch::Contains("got 1.0000001"));
+  // Below the smallest float: not "got 0" (the value sent was not zero).
+  const ApiError rp = request_error(R"({"prompt": "hi", "repetition_penalty": 1e-300})");
+  CHECK(rp.param() == "repetition_penalty");
+  CHECK_THAT(rp.what(), !Catch::Contains("got 0"));
+  // A positive top_p stays positive, so it is valid (as vLLM, whose floats are doubles).
+  const GenerateRequest ok =
+      parse_completion_request(parse_json_body(R"({"prompt": "hi", "top_p": 1e-300})"));
+  CHECK(ok.params.top_p > 0.0f);
+  CHECK(ok.params.top_p == std::numeric_limits<float>::denorm_min());
+}
+
 TEST_CASE("choice seeds never overflow", "[server][request][limits]") {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   CHECK(choice_seed(5, 0) == 5);
