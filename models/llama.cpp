@@ -182,7 +182,9 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
   m.backend_ = options.backend ? options.backend
                               : std::shared_ptr<Backend>(make_backend(options.device));
   Backend& be = *m.backend_;
-  spdlog::info("device: {} (--device {})", be.name(), options.backend ? be.name() : options.device);
+  if (options.rank == 0)
+    spdlog::info("device: {} (--device {})", be.name(),
+                 options.backend ? be.name() : options.device);
   m.config_ = std::move(config);
   m.quant_ = std::move(quant);
   const ModelConfig& c = m.config_;
@@ -227,14 +229,18 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LlamaLayerWeights& l = w.layers[i];
     l.attn_norm = upload_f32(be, src.load_f32(p + "input_layernorm.weight", {h}));
-    l.q_proj = upload(load_linear(src, q, options, p + "self_attn.q_proj", q_dim, h, c.qkv_bias), ShardKind::QProj);
-    l.k_proj = upload(load_linear(src, q, options, p + "self_attn.k_proj", kv_dim, h, c.qkv_bias), ShardKind::KVProj);
-    l.v_proj = upload(load_linear(src, q, options, p + "self_attn.v_proj", kv_dim, h, c.qkv_bias), ShardKind::KVProj);
-    l.o_proj = upload(load_linear(src, q, options, p + "self_attn.o_proj", h, q_dim, c.o_proj_bias), ShardKind::OProj);
+    const auto lin = [&](const std::string& module, int64_t out, int64_t in, bool bias,
+                         ShardKind kind) {
+      return upload(load_linear(src, q, options, p + module, out, in, bias), kind);
+    };
+    l.q_proj = lin("self_attn.q_proj", q_dim, h, c.qkv_bias, ShardKind::QProj);
+    l.k_proj = lin("self_attn.k_proj", kv_dim, h, c.qkv_bias, ShardKind::KVProj);
+    l.v_proj = lin("self_attn.v_proj", kv_dim, h, c.qkv_bias, ShardKind::KVProj);
+    l.o_proj = lin("self_attn.o_proj", h, q_dim, c.o_proj_bias, ShardKind::OProj);
     l.ffn_norm = upload_f32(be, src.load_f32(p + "post_attention_layernorm.weight", {h}));
-    l.gate_proj = upload(load_linear(src, q, options, p + "mlp.gate_proj", ffn, h, c.mlp_bias), ShardKind::GateUp);
-    l.up_proj = upload(load_linear(src, q, options, p + "mlp.up_proj", ffn, h, c.mlp_bias), ShardKind::GateUp);
-    l.down_proj = upload(load_linear(src, q, options, p + "mlp.down_proj", h, ffn, c.mlp_bias), ShardKind::Down);
+    l.gate_proj = lin("mlp.gate_proj", ffn, h, c.mlp_bias, ShardKind::GateUp);
+    l.up_proj = lin("mlp.up_proj", ffn, h, c.mlp_bias, ShardKind::GateUp);
+    l.down_proj = lin("mlp.down_proj", h, ffn, c.mlp_bias, ShardKind::Down);
   }
   m.inv_freq_ = upload_f32(be, c.rope_inv_freq());
   m.rope_layout_ = src.rope_layout();

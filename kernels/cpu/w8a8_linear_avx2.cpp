@@ -199,7 +199,8 @@ OCTET_AVX2 void per_token_rows(const float* x, int64_t m, int64_t k, const float
     scale[r] = s;
     const __m256 vs = _mm256_set1_ps(s);
     i = 0;
-    for (; i + 8 <= k; i += 8) _mm256_storeu_ps(tmp.data() + i, _mm256_div_ps(_mm256_loadu_ps(xr + i), vs));
+    for (; i + 8 <= k; i += 8)
+      _mm256_storeu_ps(tmp.data() + i, _mm256_div_ps(_mm256_loadu_ps(xr + i), vs));
     for (; i < k; ++i) tmp[i] = xr[i] / s;
     fp8_encode_avx2(DType::FP8_E4M3, tmp.data(), q + r * k, static_cast<size_t>(k));
   }

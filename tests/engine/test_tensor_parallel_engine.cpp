@@ -121,7 +121,8 @@ TEST_CASE("tp: FP32 and FP8 W8A8 logits at TP 2 and 4 are TP 1's within the stat
   const std::vector<float> one = logits(1, "auto");
   const int64_t vocab = static_cast<int64_t>(one.size()) / n;
   float quant_diff = 0.0f;  // FP8 vs FP32 at TP 1
-  for (size_t i = 0; i < one.size(); ++i) quant_diff = std::max(quant_diff, std::abs(one[i] - ref[i]));
+  for (size_t i = 0; i < one.size(); ++i)
+    quant_diff = std::max(quant_diff, std::abs(one[i] - ref[i]));
   std::printf("stories260K FP8 vs FP32 at TP 1: max |dlogit| %.3g\n",
               static_cast<double>(quant_diff));
   CHECK(kFp8LogitTolerance <= 0.25f * quant_diff);
@@ -216,6 +217,19 @@ TEST_CASE("tp: a size the heads do not divide fails at start-up naming the count
                     Catch::Contains("tensor_parallel_size 3") &&
                         Catch::Contains("num_attention_heads 8") &&
                         Catch::Contains("num_key_value_heads 4"));
+}
+
+}  // namespace octet
+
+namespace octet {
+
+TEST_CASE("tp: --tensor-parallel-size is checked against [1, 64] before loading", "[tp]") {
+  for (int64_t bad : {0, -1, 65}) {
+    EngineArgs a = args(bad);
+    CHECK_THROWS_WITH(a.validate(), Catch::Contains("--tensor-parallel-size must be in [1, 64]"));
+  }
+  EngineArgs ok = args(64);
+  CHECK_NOTHROW(ok.validate());
 }
 
 }  // namespace octet
