@@ -73,19 +73,20 @@ EngineArgs args(int64_t tp, const std::string& kv_dtype,
   return a;
 }
 
-SamplingParams greedy32() {
+SamplingParams greedy32(int64_t max_tokens = 32) {
   SamplingParams p;
   p.temperature = 0.0f;
-  p.max_tokens = 32;
+  p.max_tokens = max_tokens;
   p.ignore_eos = true;
   p.logprobs = 2;
   return p;
 }
 
-std::vector<Result> run_all(Engine& e, const std::vector<std::vector<int32_t>>& prompts) {
+std::vector<Result> run_all(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
+                            int64_t max_tokens = 32) {
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (size_t i = 0; i < prompts.size(); ++i)
-    streams.push_back(e.add_request("p" + std::to_string(i), prompts[i], greedy32()));
+    streams.push_back(e.add_request("p" + std::to_string(i), prompts[i], greedy32(max_tokens)));
   std::vector<Result> out;
   for (auto& s : streams) out.push_back(collect(*s));
   return out;
@@ -96,46 +97,66 @@ std::string chat(const std::string& user) {
          "Face<|im_end|>\n<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
 }
 
-}  // namespace
-
-TEST_CASE("tp smollm2: size 3 gives size 1's greedy tokens (FP32), FP8 logits within the "
-          "bound, batch invariance for bf16 and fp8_e4m3 KV", "[tp][heavy]") {
+nlohmann::json reference() {
   std::ifstream in(std::string(OCTET_SOURCE_DIR) + "/tests/models/golden/smollm2_reference.json");
   REQUIRE(in);
-  const nlohmann::json ref = nlohmann::json::parse(in);
-  std::vector<std::vector<int32_t>> prompts{
-      ref.at("prompts").at(0).at("prompt_token_ids").get<std::vector<int32_t>>()};
-  std::vector<Result> one;
-  {
-    auto e1 = Engine::create(args(1, "bf16", "none"));
-    for (const char* q : {"What is the capital of France?", "Write a haiku about the sea.",
-                          "How do I reverse a list in Python?"})
-      prompts.push_back(e1->tokenize(chat(q), true));
-    one = run_all(*e1, prompts);
+  return nlohmann::json::parse(in);
+}
+
+// The golden prompt ("The capital of France is") and 3 chat prompts.
+std::vector<std::vector<int32_t>> prompts(Engine& e) {
+  std::vector<std::vector<int32_t>> out{
+      reference().at("prompts").at(0).at("prompt_token_ids").get<std::vector<int32_t>>()};
+  for (const char* q : {"What is the capital of France?", "Write a haiku about the sea.",
+                        "How do I reverse a list in Python?"})
+    out.push_back(e.tokenize(chat(q), true));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("tp smollm2: size 3 gives size 1's greedy tokens on the golden and 3 chat prompts",
+          "[tp][heavy]") {
+  // The FP32 reference path: greedy ties are decided by the model, not by rounding (on FP8 the
+  // golden prompt's 6th token is a near tie, margin 0.22, that TP 3 decides otherwise).
+  auto e1 = Engine::create(args(1, "bf16", "none"));
+  const std::vector<std::vector<int32_t>> ps = prompts(*e1);
+  const std::vector<Result> one = run_all(*e1, ps);
+  e1.reset();
+  auto e3 = Engine::create(args(3, "bf16", "none"));
+  const std::vector<Result> three = run_all(*e3, ps);
+  for (size_t p = 0; p < ps.size(); ++p) {
+    INFO("prompt " << p);
+    CHECK(one[p].token_ids.size() == 32);
+    CHECK(three[p].token_ids == one[p].token_ids);
   }
-  {
-    // The FP32 reference path: the same greedy tokens, every prompt.
-    auto e3 = Engine::create(args(3, "bf16", "none"));
-    const std::vector<Result> three = run_all(*e3, prompts);
-    for (size_t p = 0; p < prompts.size(); ++p) {
-      INFO("prompt " << p);
-      CHECK(three[p].token_ids == one[p].token_ids);
-    }
-  }
+}
+
+TEST_CASE("tp smollm2: at size 3 a request is bit-identical alone and in a batch, bf16 and "
+          "fp8_e4m3 KV", "[tp][heavy]") {
   for (const std::string dtype : {"bf16", "fp8_e4m3"}) {
     INFO("kv_cache_dtype " << dtype);
-    auto e3 = Engine::create(args(3, dtype));
-    const Result solo = collect(*e3->add_request("solo", prompts[2], greedy32()));
-    const std::vector<Result> three = run_all(*e3, prompts);
-    // Batch invariance at TP 3 (FP8 W8A8): bitwise.
-    REQUIRE(solo.token_ids == three[2].token_ids);
+    EngineArgs a = args(3, dtype);
+    // Unit FP8 KV scales: invariance does not depend on them, and calibration through the
+    // ranks is covered on stories260K (test_tensor_parallel_engine.cpp); keeps this test short.
+    a.cache.calculate_kv_scales = false;
+    auto e3 = Engine::create(a);
+    const std::vector<std::vector<int32_t>> ps = prompts(*e3);
+    const Result solo = collect(*e3->add_request("solo", ps[2], greedy32(12)));
+    const std::vector<Result> batch = run_all(*e3, ps, 12);
+    REQUIRE(solo.token_ids == batch[2].token_ids);
+    REQUIRE(solo.logprobs.size() == batch[2].logprobs.size());
     for (size_t i = 0; i < solo.logprobs.size(); ++i) {
-      CHECK(solo.logprobs[i].logprob == three[2].logprobs[i].logprob);
-      CHECK(solo.logprobs[i].top == three[2].logprobs[i].top);
+      CHECK(solo.logprobs[i].logprob == batch[2].logprobs[i].logprob);  // bitwise
+      CHECK(solo.logprobs[i].top == batch[2].logprobs[i].top);
     }
   }
-  // FP8 W8A8 logits, teacher-forced over prompt + the 32 reference tokens, TP 3 vs TP 1, and
-  // the FP8-vs-FP32 change at TP 1 that the tolerance is measured against.
+}
+
+TEST_CASE("tp smollm2: FP8 W8A8 logits at size 3 are size 1's within the stated bound",
+          "[tp][heavy]") {
+  // Teacher-forced over the golden prompts and their 32 transformers tokens (plain, story,
+  // chatml): TP 3 vs TP 1, and the FP8-vs-FP32 change at TP 1 the tolerance is set against.
   LoadOptions o1, o3, none;
   o3.world_size = 3;
   none.quantization = "none";
@@ -144,9 +165,11 @@ TEST_CASE("tp smollm2: size 3 gives size 1's greedy tokens (FP32), FP8 logits wi
   auto mr = load_model(smollm2(), none);
   float max_diff = 0.0f, quant_diff = 0.0f;
   int64_t checked = 0, rows = 0;
-  for (size_t p = 0; p < prompts.size(); ++p) {
-    std::vector<int32_t> ids = prompts[p];
-    ids.insert(ids.end(), one[p].token_ids.begin(), one[p].token_ids.end());
+  const nlohmann::json ref = reference();
+  for (const auto& gp : ref.at("prompts")) {
+    std::vector<int32_t> ids = gp.at("prompt_token_ids").get<std::vector<int32_t>>();
+    const std::vector<int32_t> gen = gp.at("greedy_token_ids").get<std::vector<int32_t>>();
+    ids.insert(ids.end(), gen.begin(), gen.end());
     const int64_t n = static_cast<int64_t>(ids.size());
     const auto run = [&](const LoadedModel& m) {
       std::vector<SequenceKVCache> c = new_sequence_caches(m, n);
@@ -179,7 +202,7 @@ TEST_CASE("tp smollm2: size 3 gives size 1's greedy tokens (FP32), FP8 logits wi
               static_cast<long long>(rows));
   CHECK(max_diff <= kLogitTolerance);
   CHECK(kLogitTolerance <= 0.5f * quant_diff);
-  CHECK(checked > 0);  // clear winners (margin > 12) exist and keep winning
+  CHECK(checked > 0);  // clear winners exist and keep winning
 }
 
 TEST_CASE("tp smollm2: size 2 fails at start-up naming the head counts", "[tp][heavy]") {
