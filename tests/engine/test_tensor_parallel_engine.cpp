@@ -19,6 +19,7 @@
 #include "engine/model_loader.h"
 #include "engine/perplexity.h"
 #include "engine/sequence_forward.h"
+#include "tiny_models.h"
 
 namespace octet {
 namespace {
@@ -230,6 +231,45 @@ TEST_CASE("tp: --tensor-parallel-size is checked against [1, 64] before loading"
   }
   EngineArgs ok = args(64);
   CHECK_NOTHROW(ok.validate());
+}
+
+}  // namespace octet
+
+namespace octet {
+
+TEST_CASE("tp: tiny Llama, Mistral (sliding window) and Qwen2 (q/k/v biases) at TP 2 and 4 "
+          "(KV heads replicated) match TP 1", "[tp]") {
+  // 4 query heads, 2 KV heads, intermediate 64: TP 4 puts each KV head on 2 ranks. FP32 logits
+  // teacher-forced over 40 positions (past the sliding window), the reduction-order bound.
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back(static_cast<int32_t>((i * 37 + 5) % 500));
+  const int64_t n = static_cast<int64_t>(ids.size());
+  for (const std::string name : {"tiny_llama", "tiny_mistral", "tiny_qwen2"}) {
+    const std::string dir = testing::tiny_model_dir(name);
+    const auto logits = [&](int tp) {
+      LoadOptions o;
+      o.quantization = "none";
+      o.world_size = tp;
+      auto m = load_model(dir, o);
+      CHECK(m->world_size() == tp);
+      std::vector<SequenceKVCache> c = new_sequence_caches(*m, n);
+      return forward_sequence(*m, c, ids.data(), n, 0, true);
+    };
+    const std::vector<float> one = logits(1);
+    for (int tp : {2, 4}) {
+      INFO(name << " tensor_parallel_size " << tp);
+      const std::vector<float> other = logits(tp);
+      REQUIRE(other.size() == one.size());
+      float d = 0.0f, mag = 0.0f;
+      for (size_t i = 0; i < one.size(); ++i) {
+        d = std::max(d, std::abs(one[i] - other[i]));
+        mag = std::max(mag, std::abs(one[i]));
+      }
+      std::printf("%s FP32 TP %d vs 1: max |dlogit| %.3g (max |logit| %.3g)\n", name.c_str(),
+                  tp, static_cast<double>(d), static_cast<double>(mag));
+      CHECK(d <= kFp32LogitTolerance);
+    }
+  }
 }
 
 }  // namespace octet
