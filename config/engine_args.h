@@ -15,6 +15,7 @@ struct EngineArgs {
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
   std::string device = "auto";
+  int64_t tensor_parallel_size = 1;
   CacheConfig cache;
   SchedulerConfig scheduler;
 
@@ -24,6 +25,7 @@ struct EngineArgs {
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
+    v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
     CacheConfig::visit(c.cache, v);
     SchedulerConfig::visit(c.scheduler, v);
   }
@@ -33,6 +35,7 @@ struct EngineArgs {
     if (model.empty()) throw std::invalid_argument("--model is required");
     validate_quantization_flags(quantization, weight_strategy);
     validate_device(device);
+    validate_tensor_parallel_size(tensor_parallel_size);
     cache.validate();
     scheduler.validate();
   }

@@ -23,10 +23,17 @@ void validate_device(const std::string& device) {
   throw std::invalid_argument("--device must be cpu, cuda, cuda:N or auto, got '" + device + "'");
 }
 
+void validate_tensor_parallel_size(int64_t tensor_parallel_size) {
+  if (tensor_parallel_size < 1 || tensor_parallel_size > 64)
+    throw std::invalid_argument("--tensor-parallel-size must be in [1, 64], got " +
+                                std::to_string(tensor_parallel_size));
+}
+
 void GenerateConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
   validate_quantization_flags(quantization, weight_strategy);
   validate_device(device);
+  validate_tensor_parallel_size(tensor_parallel_size);
   if (int(!prompt.empty()) + int(!prompt_ids.empty()) + int(!prompts_file.empty()) != 1)
     throw std::invalid_argument("give exactly one of --prompt TEXT, --prompt-ids 1,2,3 and "
                                 "--prompts-file FILE (an empty value counts as not given)");
@@ -45,6 +52,7 @@ void BenchLatencyConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
   validate_quantization_flags(quantization, weight_strategy);
   validate_device(device);
+  validate_tensor_parallel_size(tensor_parallel_size);
   if (input_len <= 0 || output_len <= 0 || num_iters <= 0)
     throw std::invalid_argument("--input-len, --output-len and --num-iters must be positive");
   if (input_len > SchedulerConfig::kMaxTokens || output_len > SchedulerConfig::kMaxTokens -
@@ -58,6 +66,7 @@ void PerplexityConfig::validate() const {
   if (text.empty()) throw std::invalid_argument("--text is required");
   validate_quantization_flags(quantization, weight_strategy);
   validate_device(device);
+  validate_tensor_parallel_size(tensor_parallel_size);
   if (max_tokens < 2 || max_tokens > SchedulerConfig::kMaxTokens)
     throw std::invalid_argument("--max-tokens must be in [2, " +
                                 std::to_string(SchedulerConfig::kMaxTokens) + "]");

@@ -19,6 +19,15 @@ inline constexpr const char* kDeviceHelp =
     "device the model runs on: cpu, cuda, cuda:N or auto (auto = cpu until the CUDA backend "
     "exists)";
 
+inline constexpr const char* kTensorParallelSizeHelp =
+    "number of tensor-parallel ranks (vLLM's --tensor-parallel-size): heads, MLP rows and the "
+    "vocabulary split over that many ranks, one thread each on the CPU; in [1, 64], and the "
+    "model's head counts must divide by it";
+
+/// Throws std::invalid_argument naming --tensor-parallel-size for a value outside [1, 64]
+/// (whether the model's head counts divide by it is checked when the model loads).
+void validate_tensor_parallel_size(int64_t tensor_parallel_size);
+
 /// Throws std::invalid_argument naming the value for a --device other than cpu, cuda, cuda:N
 /// (N a non-negative integer) or auto. Whether the device is present is checked at start-up.
 void validate_device(const std::string& device);
@@ -33,6 +42,7 @@ struct GenerateConfig {
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
   std::string device = "auto";
+  int64_t tensor_parallel_size = 1;
   std::string prompt;
   std::string prompt_ids;
   std::string prompts_file;
@@ -52,6 +62,7 @@ struct GenerateConfig {
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
+    v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
     v(c.prompt, "prompt", "prompt text (special tokens such as <|im_start|> are recognised)");
     v(c.prompt_ids, "prompt_ids", "prompt as comma-separated token ids, e.g. 1,2,3");
     v(c.prompts_file, "prompts_file",
@@ -80,6 +91,7 @@ struct BenchLatencyConfig {
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
   std::string device = "auto";
+  int64_t tensor_parallel_size = 1;
   int64_t input_len = 128;
   int64_t output_len = 64;
   int64_t num_iters = 3;
@@ -91,6 +103,7 @@ struct BenchLatencyConfig {
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
+    v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
     v(c.input_len, "input_len", "prompt tokens per prefill (random ids)");
     v(c.output_len, "output_len", "greedy decode steps after the prefill");
     v(c.num_iters, "num_iters", "repetitions; the best run is reported");
@@ -107,6 +120,7 @@ struct PerplexityConfig {
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
   std::string device = "auto";
+  int64_t tensor_parallel_size = 1;
   int64_t max_tokens = 2048;
   bool compare = false;
   bool json = false;
@@ -123,6 +137,7 @@ struct PerplexityConfig {
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
+    v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
     v(c.max_tokens, "max_tokens", "tokens scored from the start of the text");
     v(c.compare, "compare", "also run the unquantized model on the same tokens and print the "
                             "KL divergence and top-1 agreement of the next-token distributions");

@@ -27,7 +27,6 @@ struct Engine::Impl {
   EngineArgs args;
   std::unique_ptr<LoadedModel> loaded;
   KVCacheSetup setup;
-  std::unique_ptr<PagedKVCache> cache;
   std::unique_ptr<KVCacheManager> kv;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ModelRunner> runner;
@@ -105,20 +104,20 @@ void Engine::Impl::start() {
   Impl& m = *this;
   LoadOptions load_options = make_load_options(args.quantization, args.weight_strategy);
   load_options.device = args.device;
+  load_options.world_size = static_cast<int>(args.tensor_parallel_size);
   loaded = load_model(args.model, load_options);
   const ModelConfig& c = m.loaded->model->config();
   m.setup = setup_kv_cache(args.cache, args.scheduler.max_model_len, *m.loaded);
   for (const std::string& w : m.setup.warnings) spdlog::warn("{}", w);
-  m.cache = std::make_unique<PagedKVCache>(m.loaded->model->backend(),
-                                           m.setup.num_usable_blocks + 1, m.setup.block_size,
-                                           c.num_key_value_heads, c.head_dim, m.setup.layers);
   m.kv = std::make_unique<KVCacheManager>(m.setup.num_usable_blocks + 1, m.setup.block_size,
                                           args.cache.enable_prefix_caching, m.setup.cache_salt,
                                           m.setup.max_model_len);
   SchedulerConfig sched = args.scheduler;
   sched.max_model_len = m.setup.max_model_len;
   m.scheduler = std::make_unique<Scheduler>(sched, *m.kv);
-  m.runner = std::make_unique<ModelRunner>(*m.loaded->model, *m.cache,
+  // Every rank's cache: the same blocks (counted once by the KV manager), its KV heads.
+  m.runner = std::make_unique<ModelRunner>(*m.loaded, m.setup.num_usable_blocks + 1,
+                                           m.setup.block_size, m.setup.layers,
                                            sched.max_num_batched_tokens, sched.max_num_seqs);
   m.outputs = std::make_unique<OutputProcessor>(m.loaded->eos_token_ids, m.setup.max_model_len);
   for (const KVLayerSpec& s : m.setup.layers) {

@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "engine/model_loader.h"
+#include "engine/sequence_forward.h"
 #include "models/kv_scales.h"
 
 namespace octet {
@@ -164,9 +165,11 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
         std::vector<int32_t> ids = kv_calibration_ids(*loaded.tokenizer, c.vocab_size);
         if (static_cast<int64_t>(ids.size()) > c.max_position_embeddings)
           ids.resize(static_cast<size_t>(c.max_position_embeddings));
-        SequenceKVCache seq = model.new_cache(static_cast<int64_t>(ids.size()));
-        (void)model.forward(ids.data(), static_cast<int64_t>(ids.size()), 0, seq, false);
-        calculated = calculate_kv_scales(seq.download(), static_cast<int64_t>(ids.size()), L,
+        // Every tensor-parallel rank runs its heads; the K/V are reassembled whole.
+        const int64_t n_ids = static_cast<int64_t>(ids.size());
+        std::vector<SequenceKVCache> seq = new_sequence_caches(loaded, n_ids);
+        (void)forward_sequence(loaded, seq, ids.data(), n_ids, 0, false);
+        calculated = calculate_kv_scales(download_sequence_kv(loaded, seq), n_ids, L,
                                          nkv, hd,
                                          dtype, /*per_head=*/true);
       }

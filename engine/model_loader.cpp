@@ -81,13 +81,38 @@ LoadOptions make_load_options(const std::string& quantization,
   return lo;
 }
 
+namespace {
+
+// Every rank's shard, each loaded (read, cut, uploaded) on its own rank thread; world size 1
+// loads on the calling thread exactly as before.
+template <class File, class Config>
+void load_ranks(LoadedModel& m, const File& file, const Config& config,
+                const LoadOptions& options) {
+  const int world = options.world_size;
+  if (world > 1) validate_tensor_parallel(config(), world);  // before any weight is read
+  m.ranks = make_rank_group(options.device, world);
+  std::vector<std::unique_ptr<LlamaModel>> models(static_cast<size_t>(world));
+  m.ranks->run([&](int rank, Communicator&) {
+    LoadOptions o = options;
+    o.rank = rank;
+    if (world > 1) o.backend = nullptr;  // each rank its own backend
+    models[rank] = std::make_unique<LlamaModel>(LlamaModel::load(file, o));
+  });
+  m.model = std::move(models[0]);
+  for (int r = 1; r < world; ++r) m.peers.push_back(std::move(models[r]));
+}
+
+}  // namespace
+
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptions& options) {
   check_model_path(path);
   auto m = std::make_unique<LoadedModel>();
   m->path = path;
   if (is_hf_checkpoint_dir(path)) {
     m->hf.emplace(HFCheckpoint::open(path));
-    m->model = std::make_unique<LlamaModel>(LlamaModel::load(*m->hf, options));
+    load_ranks(*m, *m->hf, [&] {
+      return ModelConfig::from_hf_config(m->hf->config(), path + "/config.json");
+    }, options);
     m->tokenizer = Tokenizer::from_hf_dir(path);
     if (const nlohmann::json* gen = m->hf->generation_config()) {
       if (auto it = gen->find("eos_token_id"); it != gen->end() && !it->is_null()) {
@@ -103,7 +128,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptio
     }
   } else {
     m->gguf.emplace(GGUFFile::open(path));
-    m->model = std::make_unique<LlamaModel>(LlamaModel::load(*m->gguf, options));
+    load_ranks(*m, *m->gguf, [&] { return ModelConfig::from_gguf(*m->gguf); }, options);
     m->tokenizer = Tokenizer::from_gguf(*m->gguf);
   }
   if (m->tokenizer->eos_id() >= 0) m->eos_token_ids.push_back(m->tokenizer->eos_id());

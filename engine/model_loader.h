@@ -18,11 +18,20 @@ struct LoadedModel {
   std::string path;
   std::optional<GGUFFile> gguf;          // set for a .gguf file
   std::optional<HFCheckpoint> hf;        // set for an HF directory
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<LlamaModel> model;     // rank 0's (world size 1: the whole model)
+  // Tensor parallelism (LoadOptions::world_size > 1): ranks 1..N-1's shards, each on its own
+  // backend, and the rank group that loaded them and runs every forward (shared with the
+  // runner). World size 1: no peers, and `ranks` is a group of one (no thread).
+  std::vector<std::unique_ptr<LlamaModel>> peers;
+  std::shared_ptr<RankGroup> ranks;
   std::unique_ptr<Tokenizer> tokenizer;
   std::vector<int32_t> eos_token_ids;    // tokenizer EOS plus generation_config.json eos ids
   // The front ends' tokenizer facade over `tokenizer` and the model's chat template.
   std::unique_ptr<ModelTokenizer> model_tokenizer;
+
+  int world_size() const { return 1 + static_cast<int>(peers.size()); }
+  /// Rank r's model (0 <= r < world_size()).
+  const LlamaModel& rank_model(int r) const { return r == 0 ? *model : *peers.at(r - 1); }
 };
 
 /// LoadOptions from the command-line spellings: quantization auto|fp8|none (checked at load),
@@ -31,9 +40,12 @@ LoadOptions make_load_options(const std::string& quantization,
                               const std::string& weight_strategy);
 
 /// Loads `path` (GGUF file or HF directory holding config.json) with its tokenizer facade (the
+/// tensor-parallel shards when options.world_size > 1: validate_tensor_parallel first, then each
+/// rank loads and uploads its shard on its own rank thread and backend; options.rank ignored;
 /// chat template: GGUF tokenizer.chat_template, or tokenizer_config.json's chat_template, a
 /// string or the "default" entry of a list of {name, template}). Throws ModelFileError naming
-/// the file on any problem, std::invalid_argument for bad options.
+/// the file on any problem, std::invalid_argument for bad options or head counts that
+/// tensor_parallel_size does not divide (the message names them).
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptions& options);
 
 /// Only the tokenizer of `path` (GGUF file or HF directory); cheap.

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/kv_cache_manager.h"
+#include "engine/model_loader.h"
 #include "engine/request.h"
 
 namespace octet {
@@ -10,7 +11,7 @@ namespace octet {
 ForwardBatch ModelRunner::build_batch(const SchedulerOutput& out, const KVCacheManager& kv,
                                       StepLogits& rows) const {
   ForwardBatch b;
-  const int64_t bs = cache_.block_size();
+  const int64_t bs = ranks_.at(0).cache->block_size();
   const size_t n_req = out.scheduled.size();
   rows.sample_row.assign(n_req, -1);
   rows.prompt_row_begin.assign(n_req, -1);
@@ -57,26 +58,64 @@ ForwardBatch ModelRunner::build_batch(const SchedulerOutput& out, const KVCacheM
 }
 
 ModelRunner::ModelRunner(const LlamaModel& model, PagedKVCache& cache,
-                         int64_t max_num_batched_tokens, int64_t max_num_seqs)
-    : model_(model), cache_(cache), backend_(model.backend_ptr()) {
+                         int64_t max_num_batched_tokens, int64_t max_num_seqs) {
+  ranks_.resize(1);
+  ranks_[0].model = &model;
+  ranks_[0].cache = &cache;
   if (max_num_batched_tokens > 0)
-    act_ = model_.new_activations(max_num_batched_tokens, std::max<int64_t>(max_num_seqs, 1));
+    ranks_[0].act =
+        model.new_activations(max_num_batched_tokens, std::max<int64_t>(max_num_seqs, 1));
 }
+
+ModelRunner::ModelRunner(const LoadedModel& loaded, int64_t num_blocks, int64_t block_size,
+                         const std::vector<KVLayerSpec>& layers, int64_t max_num_batched_tokens,
+                         int64_t max_num_seqs) {
+  const int world = loaded.world_size();
+  ranks_.resize(static_cast<size_t>(world));
+  if (world > 1) group_ = loaded.ranks;
+  const auto setup = [&](int r) {
+    Rank& k = ranks_[r];
+    k.model = &loaded.rank_model(r);
+    const TensorParallelShard& s = k.model->shard();
+    k.owned_cache = std::make_unique<PagedKVCache>(
+        k.model->backend(), num_blocks, block_size, s.num_kv_heads, k.model->config().head_dim,
+        world == 1 ? layers : shard_kv_layer_specs(layers, s.kv_head_begin, s.num_kv_heads));
+    k.cache = k.owned_cache.get();
+    if (max_num_batched_tokens > 0)
+      k.act = k.model->new_activations(max_num_batched_tokens,
+                                       std::max<int64_t>(max_num_seqs, 1));
+  };
+  if (world == 1) {
+    setup(0);
+  } else {
+    group_->run([&](int r, Communicator&) { setup(r); });  // each rank allocates its own
+  }
+}
+
+ModelRunner::~ModelRunner() = default;
 
 StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager& kv) {
   StepLogits rows;
-  rows.vocab = model_.config().vocab_size;
+  rows.vocab = ranks_[0].model->config().vocab_size;
   const ForwardBatch batch = build_batch(out, kv, rows);
   const int64_t n = batch.num_tokens();
   const int64_t num_rows = static_cast<int64_t>(batch.logits_indices.size());
-  if (n > act_.max_tokens || num_rows > act_.max_logit_rows)
-    act_ = model_.new_activations(std::max(n, act_.max_tokens),
-                                  std::max(num_rows, act_.max_logit_rows));
-  device_batch_.upload(*backend_, batch);
-  model_.forward(batch, device_batch_, cache_, act_);
   rows.logits.resize(static_cast<size_t>(num_rows * rows.vocab));
-  backend_->download(act_.logits, 0, rows.logits.data(),
-                     static_cast<int64_t>(rows.logits.size() * sizeof(float)));
+  // Every rank: the same host batch on its own backend, weights, cache and activations.
+  const auto run_rank = [&](int r, Communicator& comm) {
+    Rank& k = ranks_[r];
+    if (n > k.act.max_tokens || num_rows > k.act.max_logit_rows)
+      k.act = k.model->new_activations(std::max(n, k.act.max_tokens),
+                                       std::max(num_rows, k.act.max_logit_rows));
+    k.device_batch.upload(k.model->backend(), batch);
+    k.model->forward(batch, k.device_batch, *k.cache, k.act, comm);
+    if (r == 0) k.model->read_logits(k.act, num_rows, rows.logits.data());
+  };
+  if (ranks_.size() == 1) {
+    run_rank(0, single_rank_communicator());
+  } else {
+    group_->run(run_rank);
+  }
   return rows;
 }
 

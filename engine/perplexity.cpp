@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "engine/model_loader.h"
+#include "engine/sequence_forward.h"
 
 namespace octet {
 
@@ -13,6 +14,7 @@ namespace {
 LoadOptions load_options(const PerplexityOptions& o, const std::string& quantization) {
   LoadOptions lo = make_load_options(quantization, o.weight_strategy);
   lo.device = o.device;
+  lo.world_size = static_cast<int>(o.tensor_parallel_size);
   return lo;
 }
 
@@ -30,17 +32,18 @@ void log_softmax(const float* x, int64_t n, std::vector<double>& out) {
 // chunk * vocab floats. visit(pos_in_ids, logits_row) for every position that predicts the
 // next token within its window.
 template <class Visit>
-void for_each_prediction(const LlamaModel& model, const std::vector<int32_t>& ids,
+void for_each_prediction(const LoadedModel& model, const std::vector<int32_t>& ids,
                          int64_t window, Visit&& visit) {
-  const int64_t vocab = model.config().vocab_size, chunk = 128;
+  const int64_t vocab = model.model->config().vocab_size, chunk = 128;
   const int64_t n = static_cast<int64_t>(ids.size());
   for (int64_t w0 = 0; w0 < n; w0 += window) {
     const int64_t wn = std::min(window, n - w0);
     if (wn < 2) break;
-    SequenceKVCache cache = model.new_cache(wn);
+    std::vector<SequenceKVCache> cache = new_sequence_caches(model, wn);  // one per rank
     for (int64_t c0 = 0; c0 < wn; c0 += chunk) {
       const int64_t cn = std::min(chunk, wn - c0);
-      const std::vector<float> logits = model.forward(ids.data() + w0 + c0, cn, c0, cache, true);
+      const std::vector<float> logits =
+          forward_sequence(model, cache, ids.data() + w0 + c0, cn, c0, true);
       for (int64_t i = 0; i < cn; ++i)
         if (c0 + i + 1 < wn) visit(w0 + c0 + i, logits.data() + i * vocab);
     }
@@ -74,7 +77,7 @@ PerplexityResult compute_perplexity_ids(const PerplexityOptions& o,
   std::vector<double> lp;
   double nll = 0.0;
   int64_t count = 0;
-  for_each_prediction(model, ids, r.window, [&](int64_t pos, const float* row) {
+  for_each_prediction(*lm, ids, r.window, [&](int64_t pos, const float* row) {
     log_softmax(row, vocab, lp);
     nll -= lp[ids[pos + 1]];
     ++count;
@@ -91,7 +94,7 @@ PerplexityResult compute_perplexity_ids(const PerplexityOptions& o,
   double ref_nll = 0.0, kl = 0.0;
   int64_t agree = 0, idx = 0;
   std::vector<double> lq;
-  for_each_prediction(*ref_lm->model, ids, r.window, [&](int64_t pos, const float* row) {
+  for_each_prediction(*ref_lm, ids, r.window, [&](int64_t pos, const float* row) {
     log_softmax(row, vocab, lq);  // reference distribution P
     ref_nll -= lq[ids[pos + 1]];
     const std::vector<float>& lm_q = kept[idx++];

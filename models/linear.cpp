@@ -76,6 +76,25 @@ void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int
   }
 }
 
+void linear_forward_row_parallel(Backend& backend, Communicator& comm, const LinearWeight& w,
+                                 const float* x, int64_t m, float* y, uint8_t* qa,
+                                 float* a_scale, float* amax) {
+  if (comm.world_size() == 1) {
+    linear_forward(backend, w, x, m, y, qa, a_scale);
+    return;
+  }
+  if (w.format == DType::FP8_E4M3 && !w.static_input) {
+    const int64_t k = w.in_features;
+    backend.row_amax(x, m, k, amax);
+    comm.all_reduce_max(amax, m);
+    backend.quantize_fp8_dynamic(x, m, k, amax, qa, a_scale);
+    backend.linear_w8a8(qa, a_scale, ScaleGranularity::PerRow, m, w.ref(), y);
+  } else {
+    linear_forward(backend, w, x, m, y, qa, a_scale);
+  }
+  comm.all_reduce_sum(y, m * w.out_features);
+}
+
 void quantize_linear_fp8(HostLinearWeight& w, ScaleGranularity granularity, DType arithmetic) {
   if (w.format == DType::FP8_E4M3) return;
   if (w.format != DType::F32)

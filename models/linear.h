@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/communicator.h"
 
 namespace octet {
 
@@ -61,6 +62,15 @@ Buffer upload_f32(Backend& backend, const std::vector<float>& v);
 /// first into qa: [m, in] E4M3 and a_scale: [m] (caller-owned backend memory).
 void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int64_t m,
                     float* y, uint8_t* qa, float* a_scale);
+
+/// A row-parallel layer (o_proj, down_proj; models/tensor_parallel.h): y = this rank's partial
+/// product over its input columns x: [m, in_shard], then all_reduce_sum(y, m * out) over comm,
+/// so y is the whole output on every rank. FP8 dynamic inputs take the whole row's scale:
+/// row_amax into amax: [m] (backend memory), all_reduce_max, then quantize with it, so the codes
+/// equal world size 1's. World size 1: linear_forward, nothing else.
+void linear_forward_row_parallel(Backend& backend, Communicator& comm, const LinearWeight& w,
+                                 const float* x, int64_t m, float* y, uint8_t* qa,
+                                 float* a_scale, float* amax);
 
 /// Quantizes an F32 host weight to FP8 E4M3 in place (scale = amax/448 per output channel or
 /// per tensor, compressed-tensors' rule in the arithmetic of the checkpoint's dtype, so the codes

@@ -107,20 +107,54 @@ void to_bf16(HostLinearWeight& w) {
   w.w_f32.shrink_to_fit();
 }
 
-// How a layer is split over tensor-parallel ranks (issue 10 item 5; Megatron-LM's layout).
+// How a layer is split over tensor-parallel ranks (issue 10 item 5; Megatron-LM's layout,
+// models/tensor_parallel.h).
 enum class ShardKind {
-  ColumnParallel,  // q/k/v, gate/up: each rank keeps its block of output rows (and bias)
-  RowParallel,     // o_proj, down_proj: each rank keeps its block of input columns
-  VocabParallel,   // lm_head: each rank keeps its block of vocabulary rows
+  QProj,   // column-parallel by query heads
+  KVProj,  // column-parallel by KV heads (k_proj, v_proj)
+  GateUp,  // column-parallel by intermediate rows (gate_proj, up_proj)
+  OProj,   // row-parallel by query-head columns; bias on rank 0
+  Down,    // row-parallel by intermediate columns; bias on rank 0
+  LmHead,  // vocab-parallel rows, padded to vocab_shard_size
 };
 
-// A rank's shard of a host weight, cut before upload. World size 1: the whole weight.
-// Tensor parallelism fills this in with models/tensor_parallel.h's helpers.
-HostLinearWeight shard_for_rank(HostLinearWeight w, ShardKind kind, int rank, int world_size) {
-  (void)kind;
-  if (world_size == 1 && rank == 0) return w;
-  throw std::invalid_argument("tensor parallelism (world size " + std::to_string(world_size) +
-                              ") is not implemented yet");
+template <class T>
+void cut_weight(HostLinearWeight& w, std::vector<T>& data, ShardKind kind,
+                const TensorParallelShard& s) {
+  HostLinearView<T> v;
+  v.weight = data.data();
+  v.out_features = w.out_features;
+  v.in_features = w.in_features;
+  v.scale = w.w_scale.empty() ? nullptr : w.w_scale.data();
+  v.num_scales = static_cast<int64_t>(w.w_scale.size());
+  v.bias = w.bias.empty() ? nullptr : w.bias.data();
+  HostLinearShard<T> r;
+  switch (kind) {
+    case ShardKind::QProj: r = shard_q_proj(v, s); break;
+    case ShardKind::KVProj: r = shard_kv_proj(v, s); break;
+    case ShardKind::GateUp: r = shard_gate_up_proj(v, s); break;
+    case ShardKind::OProj: r = shard_o_proj(v, s); break;
+    case ShardKind::Down: r = shard_down_proj(v, s); break;
+    case ShardKind::LmHead: r = shard_lm_head(v, s); break;
+  }
+  data = std::move(r.weight);
+  w.out_features = r.out_features;
+  w.in_features = r.in_features;
+  w.w_scale = std::move(r.scale);
+  w.bias = std::move(r.bias);
+}
+
+// A rank's shard of a host weight, cut before upload. World size 1: the whole weight, as is.
+HostLinearWeight shard_for_rank(HostLinearWeight w, ShardKind kind,
+                                const TensorParallelShard& shard) {
+  if (shard.world_size == 1) return w;
+  switch (w.format) {
+    case DType::F32: cut_weight(w, w.w_f32, kind, shard); break;
+    case DType::BF16: cut_weight(w, w.w_bf16, kind, shard); break;
+    case DType::FP8_E4M3: cut_weight(w, w.w_fp8, kind, shard); break;
+    default: OCTET_CHECK(false, w.name, ": weight format ", dtype_name(w.format));
+  }
+  return w;
 }
 
 }  // namespace
@@ -148,17 +182,19 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
   m.backend_ = options.backend ? options.backend
                               : std::shared_ptr<Backend>(make_backend(options.device));
   Backend& be = *m.backend_;
-  spdlog::info("device: {} (--device {})", be.name(), options.backend ? be.name() : options.device);
+  if (options.rank == 0)
+    spdlog::info("device: {} (--device {})", be.name(),
+                 options.backend ? be.name() : options.device);
   m.config_ = std::move(config);
   m.quant_ = std::move(quant);
   const ModelConfig& c = m.config_;
   const QuantConfig& q = m.quant_;
   const int64_t h = c.hidden_size, q_dim = c.num_attention_heads * c.head_dim,
                 kv_dim = c.num_key_value_heads * c.head_dim, ffn = c.intermediate_size;
-  const int rank = options.rank, world = options.world_size;
+  m.shard_ = make_tensor_parallel_shard(c, options.world_size, options.rank);
   // Host tensors are read, cut to this rank's shard, uploaded, then dropped.
   const auto upload = [&](HostLinearWeight w, ShardKind kind) {
-    return upload_linear(be, shard_for_rank(std::move(w), kind, rank, world));
+    return upload_linear(be, shard_for_rank(std::move(w), kind, m.shard_));
   };
   LlamaWeights& w = m.weights_;
   const std::vector<float> embed = src.load_f32("model.embed_tokens.weight", {c.vocab_size, h});
@@ -180,7 +216,7 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
   }
   // lm_head "stays 16-bit" on the FP8 path; FP32 on the reference path.
   if (options.quantization != "none" && lm_head.format == DType::F32) to_bf16(lm_head);
-  w.lm_head = upload(std::move(lm_head), ShardKind::VocabParallel);
+  w.lm_head = upload(std::move(lm_head), ShardKind::LmHead);
 
   const std::string last = "model.layers." + std::to_string(c.num_hidden_layers - 1) +
                            ".input_layernorm.weight";
@@ -189,19 +225,22 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
                                          std::to_string(c.num_hidden_layers) +
                                          " but there is no tensor " + last);
   w.layers.resize(c.num_hidden_layers);
-  const auto col = ShardKind::ColumnParallel, row = ShardKind::RowParallel;
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LlamaLayerWeights& l = w.layers[i];
     l.attn_norm = upload_f32(be, src.load_f32(p + "input_layernorm.weight", {h}));
-    l.q_proj = upload(load_linear(src, q, options, p + "self_attn.q_proj", q_dim, h, c.qkv_bias), col);
-    l.k_proj = upload(load_linear(src, q, options, p + "self_attn.k_proj", kv_dim, h, c.qkv_bias), col);
-    l.v_proj = upload(load_linear(src, q, options, p + "self_attn.v_proj", kv_dim, h, c.qkv_bias), col);
-    l.o_proj = upload(load_linear(src, q, options, p + "self_attn.o_proj", h, q_dim, c.o_proj_bias), row);
+    const auto lin = [&](const std::string& module, int64_t out, int64_t in, bool bias,
+                         ShardKind kind) {
+      return upload(load_linear(src, q, options, p + module, out, in, bias), kind);
+    };
+    l.q_proj = lin("self_attn.q_proj", q_dim, h, c.qkv_bias, ShardKind::QProj);
+    l.k_proj = lin("self_attn.k_proj", kv_dim, h, c.qkv_bias, ShardKind::KVProj);
+    l.v_proj = lin("self_attn.v_proj", kv_dim, h, c.qkv_bias, ShardKind::KVProj);
+    l.o_proj = lin("self_attn.o_proj", h, q_dim, c.o_proj_bias, ShardKind::OProj);
     l.ffn_norm = upload_f32(be, src.load_f32(p + "post_attention_layernorm.weight", {h}));
-    l.gate_proj = upload(load_linear(src, q, options, p + "mlp.gate_proj", ffn, h, c.mlp_bias), col);
-    l.up_proj = upload(load_linear(src, q, options, p + "mlp.up_proj", ffn, h, c.mlp_bias), col);
-    l.down_proj = upload(load_linear(src, q, options, p + "mlp.down_proj", h, ffn, c.mlp_bias), row);
+    l.gate_proj = lin("mlp.gate_proj", ffn, h, c.mlp_bias, ShardKind::GateUp);
+    l.up_proj = lin("mlp.up_proj", ffn, h, c.mlp_bias, ShardKind::GateUp);
+    l.down_proj = lin("mlp.down_proj", h, ffn, c.mlp_bias, ShardKind::Down);
   }
   m.inv_freq_ = upload_f32(be, c.rope_inv_freq());
   m.rope_layout_ = src.rope_layout();
@@ -225,9 +264,9 @@ int64_t LlamaModel::decode_weight_bytes() const {
 }
 
 LlamaActivations LlamaModel::new_activations(int64_t max_tokens, int64_t max_logit_rows) const {
-  const ModelConfig& c = config_;
-  const int64_t h = c.hidden_size, q_dim = c.num_attention_heads * c.head_dim,
-                kv_dim = c.num_key_value_heads * c.head_dim, ffn = c.intermediate_size;
+  const TensorParallelShard& s = shard_;
+  const int64_t h = config_.hidden_size, q_dim = s.q_dim(), kv_dim = s.kv_dim(),
+                ffn = s.intermediate_size;
   Backend& be = *backend_;
   const auto f32 = [&](int64_t rows, int64_t width) { return be.allocate(rows * width * 4); };
   LlamaActivations a;
@@ -245,24 +284,35 @@ LlamaActivations LlamaModel::new_activations(int64_t max_tokens, int64_t max_log
   a.qa = be.allocate(std::max(max_tokens, max_logit_rows) * std::max({h, q_dim, ffn}));
   a.a_scale = f32(std::max(max_tokens, max_logit_rows), 1);
   a.last = f32(max_logit_rows, h);
-  a.logits = f32(max_logit_rows, c.vocab_size);
+  a.logits = f32(max_logit_rows, s.vocab_shard_size);
+  if (s.world_size > 1) {
+    a.amax = f32(std::max(max_tokens, max_logit_rows), 1);
+    a.gathered = f32(s.world_size * max_logit_rows, s.vocab_shard_size);
+  }
   return a;
 }
 
 void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64_t num_rows,
                              const PagedAttentionBatch& attn_batch, PagedKVCache& cache,
-                             LlamaActivations& act) const {
+                             LlamaActivations& act, Communicator& comm) const {
   const ModelConfig& c = config_;
   Backend& be = *backend_;
-  const int64_t h = c.hidden_size, hd = c.head_dim, nh = c.num_attention_heads,
-                nkv = c.num_key_value_heads, ffn = c.intermediate_size;
+  // This rank's share (models/tensor_parallel.h): its query/KV heads and MLP rows.
+  const int64_t h = c.hidden_size, hd = c.head_dim, nh = shard_.num_heads,
+                nkv = shard_.num_kv_heads, ffn = shard_.intermediate_size;
   const float eps = c.rms_norm_eps, softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // Activations: [n, width] row-major, one row per token.
   float *x = act.x.as<float>(), *xn = act.xn.as<float>(), *q = act.q.as<float>(),
         *k = act.k.as<float>(), *v = act.v.as<float>(), *attn = act.attn.as<float>(),
         *proj = act.proj.as<float>(), *gate = act.gate.as<float>(), *up = act.up.as<float>();
+  // Column-parallel (input replicated, output this rank's rows): no communication.
   const auto linear = [&](const LinearWeight& w, const float* in, int64_t m, float* out) {
     linear_forward(be, w, in, m, out, act.qa.as<uint8_t>(), act.a_scale.as<float>());
+  };
+  // Row-parallel (input this rank's columns): partial sums all-reduced over the ranks.
+  const auto linear_reduced = [&](const LinearWeight& w, const float* in, int64_t m, float* out) {
+    linear_forward_row_parallel(be, comm, w, in, m, out, act.qa.as<uint8_t>(),
+                                act.a_scale.as<float>(), act.amax.as<float>());
   };
   const int64_t* positions = device.positions.as<const int64_t>();
 
@@ -281,17 +331,34 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
     const KVCacheView kv = cache.layer(layer);
     be.write_kv_cache(kv, k, v, device.slot_mapping.as<const int64_t>(), n);
     be.paged_attention(kv, q, attn_batch, nh, c.layer_sliding_window[layer], softmax_scale, attn);
-    linear(w.o_proj, attn, n, proj);
+    linear_reduced(w.o_proj, attn, n, proj);
     be.rms_norm(x, proj, w.ffn_norm.as<float>(), xn, n, h, eps);  // h = x + attn; rms(h)
     linear(w.gate_proj, xn, n, gate);
     linear(w.up_proj, xn, n, up);
     be.silu_mul(gate, up, gate, n, ffn);
-    linear(w.down_proj, gate, n, proj);
+    linear_reduced(w.down_proj, gate, n, proj);
   }
   if (num_rows == 0) return;
   be.rms_norm(x, proj, weights_.norm.as<float>(), xn, n, h, eps);
   be.gather_rows(xn, h, device.logits_indices.as<const int64_t>(), num_rows, act.last.as<float>());
   linear(weights_.lm_head, act.last.as<float>(), num_rows, act.logits.as<float>());
+  // Vocab-parallel lm_head: every rank's [num_rows, vocab_shard_size] logits, rank-major.
+  if (comm.world_size() > 1)
+    comm.all_gather(act.logits.as<float>(), num_rows * shard_.vocab_shard_size,
+                    act.gathered.as<float>());
+}
+
+void LlamaModel::read_logits(const LlamaActivations& act, int64_t rows, float* out) const {
+  const int64_t vocab = config_.vocab_size;
+  if (shard_.world_size == 1) {
+    backend_->download(act.logits, 0, out, rows * vocab * 4);
+    return;
+  }
+  const int64_t world = shard_.world_size, vs = shard_.vocab_shard_size;
+  std::vector<float> gathered(static_cast<size_t>(world * rows * vs));
+  backend_->download(act.gathered, 0, gathered.data(),
+                     static_cast<int64_t>(gathered.size() * sizeof(float)));
+  assemble_vocab_parallel_logits(gathered.data(), static_cast<int>(world), rows, vocab, vs, out);
 }
 
 SequenceKVCache LlamaModel::new_cache(int64_t max_tokens) const {
@@ -301,7 +368,7 @@ SequenceKVCache LlamaModel::new_cache(int64_t max_tokens) const {
   for (KVLayerSpec& l : layers) l.dtype = DType::F32;
   const int64_t blocks = std::max<int64_t>(1, (max_tokens + kBlock - 1) / kBlock);
   return SequenceKVCache{max_tokens,
-                         PagedKVCache(*backend_, blocks, kBlock, c.num_key_value_heads,
+                         PagedKVCache(*backend_, blocks, kBlock, shard_.num_kv_heads,
                                       c.head_dim, layers),
                          {}, {}};
 }
@@ -323,7 +390,8 @@ DenseKVCache SequenceKVCache::download() const {
 }
 
 std::vector<float> LlamaModel::forward(const int32_t* tokens, int64_t n, int64_t start_pos,
-                                       SequenceKVCache& cache, bool all_logits) const {
+                                       SequenceKVCache& cache, bool all_logits,
+                                       Communicator& comm) const {
   if (n <= 0) throw std::invalid_argument("forward: no tokens");
   if (start_pos < 0 || start_pos + n > cache.max_tokens)
     throw std::invalid_argument("forward: positions " + std::to_string(start_pos) + ".." +
@@ -342,7 +410,7 @@ std::vector<float> LlamaModel::forward(const int32_t* tokens, int64_t n, int64_t
   for (int64_t i = 0; i < b.max_blocks_per_seq; ++i)
     b.block_tables.push_back(static_cast<int32_t>(i));
   for (int64_t i = all_logits ? 0 : n - 1; i < n; ++i) b.logits_indices.push_back(i);
-  return forward(b, cache.cache, cache.act, cache.device);
+  return forward(b, cache.cache, cache.act, cache.device, comm);
 }
 
 }  // namespace octet

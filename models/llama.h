@@ -15,11 +15,14 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/communicator.h"
+#include "kernels/rank_group.h"
 #include "models/forward_batch.h"
 #include "models/linear.h"
 #include "models/model_config.h"
 #include "models/paged_kv_cache.h"
 #include "models/quant_config.h"
+#include "models/tensor_parallel.h"
 
 namespace octet {
 
@@ -38,7 +41,9 @@ struct LoadOptions {
   std::shared_ptr<Backend> backend;
   /// --device (cpu, cuda, cuda:N, auto), used when backend is null.
   std::string device = "auto";
-  /// Tensor parallelism: this process's rank and the number of ranks (shard_for_rank).
+  /// Tensor parallelism: this model's rank and the number of ranks; the weights loaded are
+  /// that rank's shard (models/tensor_parallel.h). Throws std::invalid_argument (at load) when
+  /// the head counts or intermediate size do not divide (validate_tensor_parallel).
   int rank = 0;
   int world_size = 1;
 };
@@ -64,15 +69,18 @@ struct LlamaWeights {
 };
 
 /// Preallocated activations of run_decoder for up to max_tokens tokens and max_logit_rows
-/// logits rows (buffers of the model's Backend, owned by the caller: the model runner).
+/// logits rows (buffers of the model's Backend, owned by the caller: the model runner). Widths
+/// are this rank's shard's (q, k, v, attn, gate, up, logits); x, xn, proj are full hidden.
 struct LlamaActivations {
   int64_t max_tokens = 0;
   int64_t max_logit_rows = 0;
   Buffer x, xn, q, k, v, attn, proj, gate, up;  // [max_tokens, width] FP32
   Buffer qa;                                    // [max_tokens, max(in)] E4M3
   Buffer a_scale;                               // [max_tokens] FP32
+  Buffer amax;                                  // [max_tokens] FP32 (world > 1)
   Buffer last;                                  // [max_logit_rows, hidden] FP32
-  Buffer logits;                                // [max_logit_rows, vocab] FP32
+  Buffer logits;                                // [max_logit_rows, vocab_shard_size] FP32
+  Buffer gathered;  // [world, max_logit_rows, vocab_shard_size] FP32 (world > 1)
 };
 
 /// K/V of one sequence in FP32 on the host, k, v: [num_layers, max_tokens, num_kv_heads,
@@ -112,8 +120,11 @@ class LlamaModel {
   const LlamaWeights& weights() const { return weights_; }
   /// "fp8-w8a8-dynamic", "fp8-w8a8-static", "fp32", ... for logs and benchmarks.
   std::string linear_format() const;
-  /// Bytes of weights read per decode step (every linear + lm_head; embedding rows excluded).
+  /// Bytes of weights read per decode step (every linear + lm_head; embedding rows excluded),
+  /// this rank's shard.
   int64_t decode_weight_bytes() const;
+  /// This model's tensor-parallel shard (world size 1: the whole model).
+  const TensorParallelShard& shard() const { return shard_; }
 
   /// The backend holding the weights (shared with caches and runners made for this model).
   Backend& backend() const { return *backend_; }
@@ -122,16 +133,18 @@ class LlamaModel {
   /// Activations for up to max_tokens tokens and max_logit_rows logits rows per forward.
   LlamaActivations new_activations(int64_t max_tokens, int64_t max_logit_rows) const;
 
-  /// A zeroed one-sequence FP32 cache for up to max_tokens positions.
+  /// A zeroed one-sequence FP32 cache for up to max_tokens positions (this rank's KV heads).
   SequenceKVCache new_cache(int64_t max_tokens) const;
 
   /// Runs n tokens of one sequence at positions start_pos..start_pos+n-1 (causal; earlier
   /// positions must be in `cache`) as a one-sequence batch through the paged forward, writes
   /// their K/V to `cache`, and returns logits [n, vocab] when all_logits, else [1, vocab] for
   /// the last token. Throws std::invalid_argument for a token id outside [0, vocab) or when
-  /// start_pos + n exceeds cache.max_tokens.
+  /// start_pos + n exceeds cache.max_tokens. Tensor parallelism: every rank calls it with its
+  /// own cache and `comm`; rank 0 gets the logits, the others an empty vector.
   std::vector<float> forward(const int32_t* tokens, int64_t n, int64_t start_pos,
-                             SequenceKVCache& cache, bool all_logits) const;
+                             SequenceKVCache& cache, bool all_logits,
+                             Communicator& comm = single_rank_communicator()) const;
 
   /// One engine step over the paged KV cache (models/llama_paged.cpp), the one device entry
   /// point: runs batch.token_ids at batch.positions, writes their K/V to batch.slot_mapping in
@@ -140,16 +153,23 @@ class LlamaModel {
   /// act.logits. `device` holds batch's arrays uploaded (ForwardBatchBuffers::upload); act must
   /// fit the batch. Batch-invariant: a token's logits depend only on its own sequence. Throws
   /// std::invalid_argument for token ids outside the vocabulary or inconsistent batch arrays.
+  /// Tensor parallelism: every rank runs it on the same batch with its own cache, activations
+  /// and `comm`; the logits are then whole on every rank (read_logits).
   void forward(const ForwardBatch& batch, const ForwardBatchBuffers& device, PagedKVCache& cache,
-               LlamaActivations& act) const;
+               LlamaActivations& act, Communicator& comm = single_rank_communicator()) const;
+
+  /// Copies the first `rows` logits rows [rows, vocab] of the last forward into host `out`
+  /// (world > 1: assembled from the gathered vocabulary shards).
+  void read_logits(const LlamaActivations& act, int64_t rows, float* out) const;
 
   /// forward() with activations and batch buffers made for this call; returns the logits rows
   /// downloaded (tests and one-off callers; the engine's runner keeps them preallocated).
   std::vector<float> forward(const ForwardBatch& batch, PagedKVCache& cache) const;
   /// forward() into `act` and `device`, grown first when the batch does not fit; returns the
-  /// logits rows downloaded.
+  /// logits rows downloaded (tensor parallelism: on rank 0; empty on the others).
   std::vector<float> forward(const ForwardBatch& batch, PagedKVCache& cache,
-                             LlamaActivations& act, ForwardBatchBuffers& device) const;
+                             LlamaActivations& act, ForwardBatchBuffers& device,
+                             Communicator& comm = single_rank_communicator()) const;
 
  private:
   static LlamaModel build(const WeightSource& src, ModelConfig config, QuantConfig quant,
@@ -158,15 +178,18 @@ class LlamaModel {
   /// The recipe (file comment) over the n tokens of `device`: embeddings, per layer norm,
   /// q/k/v, RoPE, KV write and paged attention, o_proj and residual, norm, SwiGLU MLP and
   /// residual; then the final norm and lm_head for the num_rows rows of logits_indices, into
-  /// act.logits. Every step but attention is per token, so rows never mix.
+  /// act.logits. Every step but attention is per token, so rows never mix. Tensor parallel:
+  /// this rank's heads and MLP rows; row-parallel outputs are all-reduced, the vocabulary
+  /// shards gathered into act.gathered.
   void run_decoder(const ForwardBatchBuffers& device, int64_t n, int64_t num_rows,
                    const PagedAttentionBatch& attn_batch, PagedKVCache& cache,
-                   LlamaActivations& act) const;
+                   LlamaActivations& act, Communicator& comm) const;
 
   std::shared_ptr<Backend> backend_;
   ModelConfig config_;
   QuantConfig quant_;
   LlamaWeights weights_;
+  TensorParallelShard shard_;
   Buffer inv_freq_;  // [rotary_dim/2] FP32
   RopeLayout rope_layout_ = RopeLayout::AdjacentPairs;
 };

@@ -14,7 +14,8 @@ namespace octet {
 
 namespace {
 
-void check_batch(const ForwardBatch& b, const ModelConfig& c, const PagedKVCache& cache) {
+void check_batch(const ForwardBatch& b, const ModelConfig& c, const TensorParallelShard& shard,
+                 const PagedKVCache& cache) {
   const int64_t n = b.num_tokens(), s = b.num_seqs();
   if (n <= 0 || s <= 0) throw std::invalid_argument("forward: empty batch");
   if (static_cast<int64_t>(b.positions.size()) != n ||
@@ -35,6 +36,10 @@ void check_batch(const ForwardBatch& b, const ModelConfig& c, const PagedKVCache
                                   " does not fit its block table");
   for (int64_t r : b.logits_indices)
     if (r < 0 || r >= n) throw std::invalid_argument("forward: logits index out of range");
+  if (cache.num_kv_heads() != shard.num_kv_heads)
+    throw std::invalid_argument("forward: the KV cache holds " +
+                                std::to_string(cache.num_kv_heads()) + " KV heads, this rank " +
+                                std::to_string(shard.num_kv_heads));
   if (cache.num_layers() != c.num_hidden_layers)
     throw std::invalid_argument("forward: the KV cache has " +
                                 std::to_string(cache.num_layers()) + " layers, the model " +
@@ -44,8 +49,8 @@ void check_batch(const ForwardBatch& b, const ModelConfig& c, const PagedKVCache
 }  // namespace
 
 void LlamaModel::forward(const ForwardBatch& batch, const ForwardBatchBuffers& device,
-                         PagedKVCache& cache, LlamaActivations& act) const {
-  check_batch(batch, config_, cache);
+                         PagedKVCache& cache, LlamaActivations& act, Communicator& comm) const {
+  check_batch(batch, config_, shard_, cache);
   const int64_t n = batch.num_tokens(), rows = static_cast<int64_t>(batch.logits_indices.size());
   if (n > act.max_tokens || rows > act.max_logit_rows)
     throw std::invalid_argument("forward: " + std::to_string(n) + " tokens and " +
@@ -58,7 +63,7 @@ void LlamaModel::forward(const ForwardBatch& batch, const ForwardBatchBuffers& d
   attn_batch.seq_lens = device.seq_lens.as<const int64_t>();
   attn_batch.block_tables = device.block_tables.as<const int32_t>();
   attn_batch.max_blocks_per_seq = batch.max_blocks_per_seq;
-  run_decoder(device, n, rows, attn_batch, cache, act);
+  run_decoder(device, n, rows, attn_batch, cache, act, comm);
 }
 
 std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKVCache& cache) const {
@@ -68,15 +73,17 @@ std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKVCache& 
 }
 
 std::vector<float> LlamaModel::forward(const ForwardBatch& batch, PagedKVCache& cache,
-                                       LlamaActivations& act, ForwardBatchBuffers& device) const {
-  check_batch(batch, config_, cache);
+                                       LlamaActivations& act, ForwardBatchBuffers& device,
+                                       Communicator& comm) const {
+  check_batch(batch, config_, shard_, cache);
   const int64_t n = batch.num_tokens(), rows = static_cast<int64_t>(batch.logits_indices.size());
   if (n > act.max_tokens || rows > act.max_logit_rows)
     act = new_activations(std::max(n, act.max_tokens), std::max(rows, act.max_logit_rows));
   device.upload(*backend_, batch);
-  forward(batch, device, cache, act);
+  forward(batch, device, cache, act, comm);
+  if (comm.rank() != 0) return {};
   std::vector<float> logits(static_cast<size_t>(rows * config_.vocab_size));
-  backend_->download(act.logits, 0, logits.data(), static_cast<int64_t>(logits.size() * 4));
+  read_logits(act, rows, logits.data());
   return logits;
 }
 

@@ -38,6 +38,24 @@ PagedKVCache::PagedKVCache(Backend& backend, int64_t num_blocks, int64_t block_s
   }
 }
 
+std::vector<KVLayerSpec> shard_kv_layer_specs(std::vector<KVLayerSpec> layers,
+                                              int64_t kv_head_begin, int64_t num_kv_heads) {
+  for (KVLayerSpec& s : layers) {
+    if (!dtype_is_fp8(s.dtype)) continue;
+    for (std::vector<float>* v : {&s.k_scale, &s.v_scale}) {
+      if (kv_head_begin < 0 || num_kv_heads < 0 ||
+          kv_head_begin + num_kv_heads > static_cast<int64_t>(v->size()))
+        throw std::invalid_argument("shard_kv_layer_specs: KV heads [" +
+                                    std::to_string(kv_head_begin) + ", " +
+                                    std::to_string(kv_head_begin + num_kv_heads) +
+                                    ") outside the " + std::to_string(v->size()) + " scales");
+      *v = std::vector<float>(v->begin() + kv_head_begin,
+                              v->begin() + kv_head_begin + num_kv_heads);
+    }
+  }
+  return layers;
+}
+
 int64_t PagedKVCache::bytes_per_block(int64_t block_size, int64_t num_kv_heads, int64_t head_dim,
                                       const std::vector<KVLayerSpec>& layers) {
   int64_t bytes = 0;

@@ -22,6 +22,12 @@ struct KVLayerSpec {
   int64_t sliding_window = 0;  // 0 = full attention
 };
 
+/// The specs of a cache holding KV heads [kv_head_begin, kv_head_begin + num_kv_heads) of
+/// `layers` (a tensor-parallel rank's share): FP8 scales sliced to those heads, the rest as is.
+/// Throws std::invalid_argument when an FP8 layer's scales do not cover the range.
+std::vector<KVLayerSpec> shard_kv_layer_specs(std::vector<KVLayerSpec> layers,
+                                              int64_t kv_head_begin, int64_t num_kv_heads);
+
 class PagedKVCache {
  public:
   /// Allocates num_blocks blocks of block_size tokens for every layer (zeroed) on `backend`,

@@ -25,6 +25,7 @@ int run_bench_latency(int argc, const char* const* argv) {
       EngineArgs args = latency_engine_args(cfg.model, cfg.quantization, cfg.weight_strategy,
                                             cfg.input_len, cfg.output_len);
       args.device = cfg.device;
+      args.tensor_parallel_size = cfg.tensor_parallel_size;
       engine = Engine::create(args);
     } catch (const std::invalid_argument& e) {
       // The engine's max_model_len is input_len + output_len + 1 (the prefill's token, then

@@ -155,6 +155,7 @@ int run_bench_engine(int argc, const char* const* argv) {
       a.model = cfg.model;
       a.quantization = cfg.quantization;
       a.device = cfg.device;
+      a.tensor_parallel_size = cfg.tensor_parallel_size;
       a.weight_strategy = cfg.weight_strategy;
       a.cache.kv_cache_dtype = cfg.throughput_kv_cache_dtype;
       a.cache.calculate_kv_scales = true;
@@ -181,6 +182,7 @@ int run_bench_engine(int argc, const char* const* argv) {
         a.model = cfg.model;
         a.quantization = cfg.quantization;
         a.device = cfg.device;
+        a.tensor_parallel_size = cfg.tensor_parallel_size;
         a.weight_strategy = cfg.weight_strategy;
         a.cache.kv_cache_dtype = dtype;
         a.cache.calculate_kv_scales = true;

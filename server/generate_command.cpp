@@ -77,6 +77,7 @@ int run_generate(int argc, const char* const* argv) {
     args.model = cfg.model;
     args.quantization = cfg.quantization;
     args.device = cfg.device;
+    args.tensor_parallel_size = cfg.tensor_parallel_size;
     args.weight_strategy = cfg.weight_strategy;
     args.cache = cfg.cache;
     args.scheduler = cfg.scheduler;

@@ -38,6 +38,7 @@ int run_perplexity(int argc, const char* const* argv) {
       args.model = cfg.model;
       args.quantization = cfg.quantization;
       args.device = cfg.device;
+      args.tensor_parallel_size = cfg.tensor_parallel_size;
       args.weight_strategy = cfg.weight_strategy;
       args.cache.kv_cache_dtype = cfg.kv_cache_dtype;
       args.cache.kv_cache_dtype_skip_layers = cfg.kv_cache_dtype_skip_layers;
@@ -66,6 +67,7 @@ int run_perplexity(int argc, const char* const* argv) {
     o.model = cfg.model;
     o.quantization = cfg.quantization;
     o.device = cfg.device;
+    o.tensor_parallel_size = cfg.tensor_parallel_size;
     o.weight_strategy = cfg.weight_strategy;
     o.max_tokens = cfg.max_tokens;
     o.compare = cfg.compare;

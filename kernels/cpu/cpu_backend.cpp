@@ -101,16 +101,7 @@ class CpuBackend final : public Backend {
 
   void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* amax, uint8_t* q,
                             float* scale) override {
-    if (!amax) {
-      quantize_per_token_e4m3(x, m, k, q, scale);
-      return;
-    }
-#pragma omp parallel for schedule(static) if (m * k >= 65536)
-    for (int64_t i = 0; i < m; ++i) {
-      const float s = std::fmax(amax[i] / 448.0f, kActivationScaleMin);
-      scale[i] = s;
-      for (int64_t j = 0; j < k; ++j) q[i * k + j] = fp8_e4m3_from_float(x[i * k + j] / s);
-    }
+    quantize_per_token_e4m3(x, m, k, amax, q, scale);  // amax null: the rows' own
   }
 
   void quantize_fp8_static(const float* x, int64_t m, int64_t k, float scale,

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <mutex>
 
+#include <omp.h>
+
 #include "kernels/common/check.h"
 
 namespace octet::cpu {
@@ -283,10 +285,17 @@ struct RankThreads::Pool {
   std::vector<std::thread> threads;
 };
 
-RankThreads::RankThreads(int world_size)
-    : comms_(make_thread_communicators(world_size)), pool_(std::make_unique<Pool>()) {
+int default_threads_per_rank(int world_size) {
+  return std::max(1, omp_get_max_threads() / std::max(1, world_size));
+}
+
+RankThreads::RankThreads(int world_size, int threads_per_rank)
+    : comms_(make_thread_communicators(world_size)),
+      pool_(std::make_unique<Pool>()),
+      threads_per_rank_(threads_per_rank) {
   for (int r = 1; r < world_size; ++r) {
     pool_->threads.emplace_back([this, r] {
+      if (threads_per_rank_ > 0) omp_set_num_threads(threads_per_rank_);
       Pool& p = *pool_;
       uint64_t seen = 0;
       for (;;) {
@@ -332,7 +341,10 @@ void RankThreads::run(const std::function<void(int rank, Communicator& comm)>& f
     ++p.job_generation;
   }
   p.job_ready.notify_all();
+  const int caller_threads = omp_get_max_threads();
+  if (threads_per_rank_ > 0) omp_set_num_threads(threads_per_rank_);
   run_rank(fn, *comms_[0], errors);
+  if (threads_per_rank_ > 0) omp_set_num_threads(caller_threads);
   {
     std::unique_lock lock(p.mu);
     p.job_done.wait(lock, [&] { return p.pending == 0; });

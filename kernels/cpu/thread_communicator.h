@@ -80,9 +80,12 @@ void run_on_ranks(int world_size, const std::function<void(int rank, Communicato
 /// every rank at once and returns when all have finished. Rank 0 runs on the calling thread, so
 /// world_size 1 starts no thread at all. Exceptions: as run_on_ranks; the group is reset after a
 /// failed run, so the next run() works. Not thread-safe: one run() at a time.
+/// threads_per_rank > 0: each worker rank thread sets its OpenMP team size to it once at start,
+/// and rank 0 (the caller) uses it for the duration of each run() (restored after); 0 leaves
+/// OpenMP's defaults. World size 1 never touches OpenMP settings.
 class RankThreads {
  public:
-  explicit RankThreads(int world_size);
+  explicit RankThreads(int world_size, int threads_per_rank = 0);
   ~RankThreads();
   RankThreads(const RankThreads&) = delete;
   RankThreads& operator=(const RankThreads&) = delete;
@@ -95,6 +98,10 @@ class RankThreads {
   struct Pool;  // the worker threads' mailbox
   std::vector<std::unique_ptr<ThreadCommunicator>> comms_;
   std::unique_ptr<Pool> pool_;
+  int threads_per_rank_ = 0;
 };
+
+/// max(1, OpenMP threads / world_size): each of world_size ranks' share of the cores.
+int default_threads_per_rank(int world_size);
 
 }  // namespace octet::cpu

@@ -43,7 +43,10 @@ namespace octet {
 
 /// Dynamic per-token quantization of activations x: [m, k] -> q: [m, k] E4M3, scale: [m], with
 /// vLLM's rule above: scale[i] = max(amax(x[i, :]) / 448, kActivationScaleMin), q = fp8(x / s).
-void quantize_per_token_e4m3(const float* x, int64_t m, int64_t k, uint8_t* q, float* scale);
+/// amax: [m] precomputed row maxima (tensor parallelism: the whole row's, all-reduced over the
+/// ranks) used instead of x's own, or null; same code path and bits either way.
+void quantize_per_token_e4m3(const float* x, int64_t m, int64_t k, const float* amax,
+                             uint8_t* q, float* scale);
 
 /// Static per-tensor quantization with a given input_scale (> 0, finite; CHECKed):
 /// q = fp8(x * (1 / scale)), vLLM's static rule above.
@@ -74,10 +77,23 @@ bool w8a8_avx512_available();
 /// decoded 64-code weight chunk; m == 1 is the decode GEMV.
 void linear_w8a8_avx512(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                         const Fp8WeightView& w, const float* bias, float* y, int64_t m);
-void quantize_per_token_e4m3_scalar(const float* x, int64_t m, int64_t k, uint8_t* q,
-                                    float* scale);
-void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, uint8_t* q,
-                                  float* scale);
+void quantize_per_token_e4m3_scalar(const float* x, int64_t m, int64_t k, const float* amax,
+                                    uint8_t* q, float* scale);
+void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, const float* amax,
+                                  uint8_t* q, float* scale);
+/// The rows' own maxima (amax null).
+inline void quantize_per_token_e4m3(const float* x, int64_t m, int64_t k, uint8_t* q,
+                                    float* scale) {
+  quantize_per_token_e4m3(x, m, k, nullptr, q, scale);
+}
+inline void quantize_per_token_e4m3_scalar(const float* x, int64_t m, int64_t k, uint8_t* q,
+                                           float* scale) {
+  quantize_per_token_e4m3_scalar(x, m, k, nullptr, q, scale);
+}
+inline void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, uint8_t* q,
+                                         float* scale) {
+  quantize_per_token_e4m3_avx2(x, m, k, nullptr, q, scale);
+}
 
 namespace ref {
 /// Plain reference of linear_w8a8: decode every code to FP32, double loop, FP32 accumulation

@@ -172,28 +172,35 @@ OCTET_AVX2 void gemm(const uint8_t* qa, const float* a_scale, ScaleGranularity a
 // Per-token quantization of rows [0, m): amax (NaN ignored: MAXPS returns its second operand,
 // the running max, when the element is NaN), s = max(amax / 448, min), then x / s (DIVPS,
 // IEEE-exact like the scalar path) through the saturating AVX2 encoder.
-OCTET_AVX2 void per_token_rows(const float* x, int64_t m, int64_t k, uint8_t* q, float* scale) {
+// amax: [m] given row maxima (tensor parallelism: the whole row's, all-reduced), or null.
+OCTET_AVX2 void per_token_rows(const float* x, int64_t m, int64_t k, const float* given_amax,
+                               uint8_t* q, float* scale) {
   std::vector<float> tmp(static_cast<size_t>(k));
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   for (int64_t r = 0; r < m; ++r) {
     const float* xr = x + r * k;
-    __m256 vmax = _mm256_setzero_ps();
     int64_t i = 0;
-    for (; i + 8 <= k; i += 8)
-      vmax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xr + i), abs_mask), vmax);
-    alignas(32) float lanes[8];
-    _mm256_store_ps(lanes, vmax);
     float amax = 0.0f;
-    for (float v : lanes) amax = std::max(amax, v);
-    for (; i < k; ++i) {
-      const float a = std::fabs(xr[i]);
-      amax = a > amax ? a : amax;  // NaN compares false: ignored
+    if (given_amax) {
+      amax = given_amax[r];
+    } else {
+      __m256 vmax = _mm256_setzero_ps();
+      for (; i + 8 <= k; i += 8)
+        vmax = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(xr + i), abs_mask), vmax);
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, vmax);
+      for (float v : lanes) amax = std::max(amax, v);
+      for (; i < k; ++i) {
+        const float a = std::fabs(xr[i]);
+        amax = a > amax ? a : amax;  // NaN compares false: ignored
+      }
     }
-    const float s = std::max(amax / 448.0f, kActivationScaleMin);
+    const float s = std::fmax(amax / 448.0f, kActivationScaleMin);
     scale[r] = s;
     const __m256 vs = _mm256_set1_ps(s);
     i = 0;
-    for (; i + 8 <= k; i += 8) _mm256_storeu_ps(tmp.data() + i, _mm256_div_ps(_mm256_loadu_ps(xr + i), vs));
+    for (; i + 8 <= k; i += 8)
+      _mm256_storeu_ps(tmp.data() + i, _mm256_div_ps(_mm256_loadu_ps(xr + i), vs));
     for (; i < k; ++i) tmp[i] = xr[i] / s;
     fp8_encode_avx2(DType::FP8_E4M3, tmp.data(), q + r * k, static_cast<size_t>(k));
   }
@@ -213,10 +220,10 @@ void linear_w8a8_avx2(const uint8_t* qa, const float* a_scale, ScaleGranularity 
   }
 }
 
-void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, uint8_t* q,
-                                  float* scale) {
+void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, const float* amax,
+                                  uint8_t* q, float* scale) {
   if (!fp8_avx2_available()) die_without_avx2(__func__);
-  per_token_rows(x, m, k, q, scale);
+  per_token_rows(x, m, k, amax, q, scale);
 }
 
 #else  // not x86-64
@@ -225,7 +232,8 @@ void linear_w8a8_avx2(const uint8_t*, const float*, ScaleGranularity, const Fp8W
                       const float*, float*, int64_t) {
   die_without_avx2(__func__);
 }
-void quantize_per_token_e4m3_avx2(const float*, int64_t, int64_t, uint8_t*, float*) {
+void quantize_per_token_e4m3_avx2(const float*, int64_t, int64_t, const float*, uint8_t*,
+                                  float*) {
   die_without_avx2(__func__);
 }
 

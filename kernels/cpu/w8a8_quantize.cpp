@@ -99,19 +99,24 @@ void quantize_weight_e4m3(const float* w, int64_t n, int64_t k, ScaleGranularity
   quantize_weight_e4m3_as(w, n, k, granularity, DType::F32, q, scale);
 }
 
-void quantize_per_token_e4m3_scalar(const float* x, int64_t m, int64_t k, uint8_t* q,
-                                    float* scale) {
+void quantize_per_token_e4m3_scalar(const float* x, int64_t m, int64_t k,
+                                    const float* given_amax, uint8_t* q, float* scale) {
   for (int64_t r = 0; r < m; ++r) {
     const float* xr = x + r * k;
     float amax = 0.0f;  // fmaxf: a NaN element is ignored
-    for (int64_t i = 0; i < k; ++i) amax = std::fmax(amax, std::fabs(xr[i]));
+    if (given_amax) {
+      amax = given_amax[r];
+    } else {
+      for (int64_t i = 0; i < k; ++i) amax = std::fmax(amax, std::fabs(xr[i]));
+    }
     const float s = std::fmax(amax / 448.0f, kActivationScaleMin);
     scale[r] = s;
     for (int64_t i = 0; i < k; ++i) q[r * k + i] = fp8_e4m3_from_float(xr[i] / s);
   }
 }
 
-void quantize_per_token_e4m3(const float* x, int64_t m, int64_t k, uint8_t* q, float* scale) {
+void quantize_per_token_e4m3(const float* x, int64_t m, int64_t k, const float* amax,
+                             uint8_t* q, float* scale) {
   if (m < 0 || k < 0) fail("quantize_per_token_e4m3: negative shape");
   const bool avx2 = fp8_avx2_available();
   // Rows are independent; split them across threads when there is enough work.
@@ -121,9 +126,11 @@ void quantize_per_token_e4m3(const float* x, int64_t m, int64_t k, uint8_t* q, f
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t r0 = c * rows_per_chunk, rows = std::min(rows_per_chunk, m - r0);
     if (avx2) {
-      quantize_per_token_e4m3_avx2(x + r0 * k, rows, k, q + r0 * k, scale + r0);
+      quantize_per_token_e4m3_avx2(x + r0 * k, rows, k, amax ? amax + r0 : nullptr, q + r0 * k,
+                                   scale + r0);
     } else {
-      quantize_per_token_e4m3_scalar(x + r0 * k, rows, k, q + r0 * k, scale + r0);
+      quantize_per_token_e4m3_scalar(x + r0 * k, rows, k, amax ? amax + r0 : nullptr,
+                                     q + r0 * k, scale + r0);
     }
   }
 }
