@@ -301,7 +301,11 @@ int64_t Engine::vocab_size() const { return impl_->loaded->model->config().vocab
 const std::string& Engine::model_path() const { return impl_->args.model; }
 std::string Engine::linear_format() const { return impl_->loaded->model->linear_format(); }
 int64_t Engine::decode_weight_bytes() const {
-  return impl_->loaded->model->decode_weight_bytes();
+  // Every rank reads its own shard per step: the bytes a decode step streams are their sum.
+  const LoadedModel& m = *impl_->loaded;
+  int64_t bytes = 0;
+  for (int r = 0; r < m.world_size(); ++r) bytes += m.rank_model(r).decode_weight_bytes();
+  return bytes;
 }
 
 void Engine::stop_accepting() {

@@ -109,7 +109,7 @@ std::vector<std::vector<int32_t>> prompts(Engine& e) {
       reference().at("prompts").at(0).at("prompt_token_ids").get<std::vector<int32_t>>()};
   for (const char* q : {"What is the capital of France?", "Write a haiku about the sea.",
                         "How do I reverse a list in Python?"})
-    out.push_back(e.tokenize(chat(q), true));
+    out.push_back(e.tokenizer().tokenize(chat(q), true));
   return out;
 }
 
