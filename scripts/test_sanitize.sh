@@ -4,8 +4,9 @@
 # (-O1 -gline-tables-only: reports still name file:line and inlined frames; CUDA off,
 # OCTET_FUZZ=ON), then its CTest tests except those labelled `heavy` (SmolLM2 forward passes,
 # not built there; README.md), the HTTP load test and one multi-prompt generate case (minutes
-# under ASan; the HTTP abuse suite does run, server_e2e_openai), then the libFuzzer harnesses for their fixed time (scripts/fuzz.sh). Any
-# sanitizer report fails the run (halt_on_error; LeakSanitizer on).
+# under ASan; the HTTP abuse suite, server_e2e_openai, does run: ~2 min), then the libFuzzer
+# harnesses for their fixed time (scripts/fuzz.sh). Any sanitizer report fails the run
+# (halt_on_error; LeakSanitizer on; the e2e servers stop with SIGTERM so LSan runs).
 #   scripts/test_sanitize.sh [--build-only | --no-build] [CTEST_ARGS...]
 #     --build-only   configure and build build-asan, nothing else (scripts/test.sh runs this in
 #                    the background while the Release tests run)
