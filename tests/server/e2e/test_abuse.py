@@ -11,9 +11,9 @@ this file alone) every case runs and every bound stays, except:
   - time bounds and client timeouts are multiplied by conftest.SLOW (5: ASan -O1 is 3-10x
     slower); the bounds that measure the server's own timers (slowloris: --idle-timeout,
     --read-timeout) are not scaled beyond the latency of one /health;
-  - two cases are cut for time (about 2 of the 3.5 minutes the whole file takes under ASan on
-    2 cores; each skip or cut says why): test_health_answers_while_two_15mb_tokenizes_run is
-    skipped, and test_content_bomb_fails_the_request_alone sends one of its two bombs (each
+  - two cases are cut for time (together they take the file from 2 to 3.5 minutes under ASan
+    on 2 cores; each skip or cut says why): test_health_answers_while_two_15mb_tokenizes_run
+    is skipped (slow_under_sanitizer), and test_content_bomb_fails_the_request_alone sends one of its two bombs (each
     renders the 50 M-step budget: 3 s in Release, about 40 s under ASan);
   - the RSS bound is skipped (test_zz_rss_back_to_baseline): ASan's quarantine holds freed
     blocks (up to 256 MB) and its allocator never returns them, so RSS grows with the bytes
