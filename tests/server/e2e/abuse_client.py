@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from conftest import BINARY, Server
+from conftest import BINARY, SANITIZED, SLOW, Server, sanitizer_env, sanitizer_report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -25,7 +25,7 @@ MODEL_NAME = "stories"
 VOCAB = 512           # stories260K's vocabulary (shared/models/README.md)
 BYTE_FF = 3 + 0xFF    # its byte tokens <0x00>..<0xFF> are ids 3..258
 MAX_MODEL_LEN = 512
-SOCKET_TIMEOUT = 30.0  # seconds; generous: CI is a loaded 2-core machine
+SOCKET_TIMEOUT = 30.0 * SLOW  # seconds; generous: CI is a loaded 2-core machine
 
 
 def require_stories():
@@ -48,13 +48,14 @@ class StoriesServer(Server):
     """conftest.Server on stories260K with a committed chat template (the model has none).
     `preexec` runs in the child before exec (e.g. to lower RLIMIT_NOFILE)."""
 
-    def __init__(self, *extra_args, template=TEMPLATE, startup_timeout=120.0, preexec=None):
+    def __init__(self, *extra_args, template=TEMPLATE, startup_timeout=120.0 * SLOW,
+                 preexec=None):
         require_stories()
         self.log = tempfile.NamedTemporaryFile(prefix="octet-abuse-", suffix=".log", delete=False)
         # Blocks of 128 KiB and more are mmapped and go back to the system when freed (no
         # dynamic threshold), and the heap is trimmed: RSS then measures live memory.
-        env = dict(os.environ, OMP_WAIT_POLICY="passive", MALLOC_MMAP_THRESHOLD_="131072",
-                   MALLOC_TRIM_THRESHOLD_="131072")
+        env = sanitizer_env(dict(os.environ, OMP_WAIT_POLICY="passive",
+                                 MALLOC_MMAP_THRESHOLD_="131072", MALLOC_TRIM_THRESHOLD_="131072"))
         self.proc = subprocess.Popen(serve_args(*extra_args, template=template), stdout=self.log,
                                      stderr=subprocess.STDOUT, env=env, preexec_fn=preexec)
         self.port = self._wait_for_port(startup_timeout)
@@ -71,15 +72,17 @@ class StoriesServer(Server):
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def kill(self, timeout=10.0):
-        """SIGTERM, SIGKILL after `timeout`: for servers a case may have wedged. Returns the
-        exit code."""
+        """SIGTERM, SIGKILL after `timeout` (scaled by SLOW): for servers a case may have
+        wedged. Returns the exit code. Raises AssertionError when the log holds a sanitizer
+        report (LeakSanitizer reports at the exit that SIGTERM starts), whatever the code."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout)
+                self.proc.wait(timeout * SLOW)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.assert_no_sanitizer_report()
         return self.proc.returncode
 
     def cleanup(self):
@@ -92,10 +95,12 @@ class StoriesServer(Server):
 def start_expecting_refusal(template_path, timeout=30.0):
     """Starts `octet serve` with --chat-template `template_path` and waits up to `timeout` s for
     it to exit. Returns (exit code, seconds, log). A server that becomes healthy instead, or
-    still runs at the deadline, is killed and the code is None."""
+    still runs at the deadline, is killed and the code is None. The caller scales `timeout` by
+    SLOW. Raises AssertionError when the log holds a sanitizer report (a refusal must be a
+    clean error exit, not an ASan abort, which exits with 1 too)."""
     require_stories()
     log = tempfile.NamedTemporaryFile(prefix="octet-abuse-", suffix=".log", delete=False)
-    env = dict(os.environ, OMP_WAIT_POLICY="passive")
+    env = sanitizer_env(dict(os.environ, OMP_WAIT_POLICY="passive"))
     t0 = time.time()
     proc = subprocess.Popen(serve_args(template=template_path), stdout=log,
                             stderr=subprocess.STDOUT, env=env)
@@ -121,6 +126,8 @@ def start_expecting_refusal(template_path, timeout=30.0):
     elapsed = time.time() - t0
     text = open(log.name, errors="replace").read()
     os.unlink(log.name)
+    report = sanitizer_report(text)
+    assert report is None, "sanitizer report from the refused start:\n" + report
     return code, elapsed, text
 
 
@@ -164,7 +171,7 @@ def assert_alive(server, chat=False, headers=None):
     """The server still runs, /health answers 200 and a max_tokens 2 completion (and, with
     `chat`, a chat completion) succeeds."""
     assert server.proc.poll() is None, "server died (exit %s):\n%s" % (
-        server.proc.returncode, server.log_text()[-3000:])
+        server.proc.returncode, server.diagnostic())
     status = health_status(server.port, timeout=SOCKET_TIMEOUT)
     assert status == 200, "/health answered %s after the case:\n%s" % (
         status, server.log_text()[-2000:])
@@ -180,8 +187,9 @@ def assert_alive(server, chat=False, headers=None):
 
 
 def wait_idle(server, timeout=60.0):
-    """Waits until no request runs or waits and every KV block is free; the metrics then."""
-    deadline = time.time() + timeout
+    """Waits until no request runs or waits and every KV block is free (up to `timeout` s,
+    scaled by SLOW); the metrics then."""
+    deadline = time.time() + timeout * SLOW
     m = server.metrics()
     while time.time() < deadline:
         m = server.metrics()

@@ -4,7 +4,23 @@ blocks, the resident memory and the open file descriptors are back to their base
 
 Loopback only and bounded: stories260K (fast), one main server for most cases, a second with
 --api-key, and short-lived servers for the chat-template, connection-cap and descriptor cases.
-Runs in CTest's server_e2e_openai entry (`-m "not load"`)."""
+Runs in CTest's server_e2e_openai entry (`-m "not load"`).
+
+Under the sanitizer build (OCTET_E2E_SANITIZED=1, the build-asan tree's server_e2e_openai runs
+this file alone) every case runs and every bound stays, except:
+  - time bounds and client timeouts are multiplied by conftest.SLOW (5: ASan -O1 is 3-10x
+    slower); the bounds that measure the server's own timers (slowloris: --idle-timeout,
+    --read-timeout) are not scaled beyond the latency of one /health;
+  - two cases are cut for time (together they take the file from 2 to 3.5 minutes under ASan
+    on 2 cores; each skip or cut says why): test_health_answers_while_two_15mb_tokenizes_run
+    is skipped (slow_under_sanitizer), and test_content_bomb_fails_the_request_alone sends one of its two bombs (each
+    renders the 50 M-step budget: 3 s in Release, about 40 s under ASan);
+  - the RSS bound is skipped (test_zz_rss_back_to_baseline): ASan's quarantine holds freed
+    blocks (up to 256 MB) and its allocator never returns them, so RSS grows with the bytes
+    freed, not with what leaks. LeakSanitizer checks leaks instead: every server is stopped
+    with SIGTERM, LSan runs at that exit, and a report in its log (or any ASan/UBSan report:
+    halt_on_error kills the server, which the next liveness check notices) fails the test
+    (conftest.sanitizer_report). KV blocks and descriptors keep their exact bounds."""
 import concurrent.futures
 import json
 import os
@@ -16,7 +32,7 @@ import time
 
 import pytest
 
-from abuse_client import (BYTE_FF, MODEL_NAME, VOCAB,
+from abuse_client import (BYTE_FF, MODEL_NAME, SANITIZED, SLOW, VOCAB,
                           StoriesServer, assert_alive, connect, exchange, health_status,
                           http_request_bytes, parse_responses, post, read_response,
                           recv_until_close, request, start_expecting_refusal, wait_idle)
@@ -31,6 +47,12 @@ STORY = "Once upon a time there was a little girl named Lily. She loved to play 
 # Resource tolerances at the end of the module (see test_zz_resources_back_to_baseline).
 FD_SLACK = 2
 RSS_SLACK = 16 << 20
+
+
+def slow_under_sanitizer(reason):
+    """Skips a case under the sanitizer build (OCTET_E2E_SANITIZED) for time, with `reason`:
+    what it costs there and where its memory-safety-relevant paths are still exercised."""
+    return pytest.mark.skipif(SANITIZED, reason="slow under ASan: " + reason)
 
 
 def big_text(n=BIG):
@@ -101,9 +123,11 @@ def stories(main_server, request):
     if s.proc.poll() is None and health_status(s.port, timeout=10) == 200:
         return
     main_server.broken_by.append("%s (exit %s)" % (request.node.name, s.proc.poll()))
-    s.kill(10)
-    s.cleanup()
-    main_server.server = start_main()
+    try:
+        s.kill(10)  # raises on a sanitizer report: this test's teardown fails with it
+        s.cleanup()
+    finally:
+        main_server.server = start_main()
 
 
 def warm_up(s):
@@ -125,7 +149,8 @@ def keyed():
     """The --api-key server, restarted when an earlier test left it dead or wedged."""
     s = KeyedServer.server
     if s is not None and (s.proc.poll() is not None or health_status(s.port, timeout=10) != 200):
-        s.kill(10)
+        KeyedServer.server = None
+        s.kill(10)  # raises on a sanitizer report
         s.cleanup()
         s = None
     if s is None:
@@ -468,12 +493,16 @@ def test_invalid_utf8_and_duplicate_keys(stories):
 
 # ---- work on the I/O threads ------------------------------------------------------------------
 
+@slow_under_sanitizer(
+    "2 x 15 MB /tokenize take ~90 s; what it checks (/health latency while large requests are "
+    "prepared off the I/O threads) is scheduling, not memory safety; large bodies and "
+    "tokenizing 1 MB inputs still run (warm-up, test_huge_strings)")
 def test_health_answers_while_two_15mb_tokenizes_run(stories):
     body = json.dumps({"prompt": big_text()})
     results = []
 
     def tokenize():
-        results.append(post(stories.port, "/tokenize", raw_body=body, timeout=300))
+        results.append(post(stories.port, "/tokenize", raw_body=body, timeout=300 * SLOW))
 
     threads = [threading.Thread(target=tokenize, daemon=True) for _ in range(2)]
     for t in threads:
@@ -482,13 +511,13 @@ def test_health_answers_while_two_15mb_tokenizes_run(stories):
     latencies = []
     while any(t.is_alive() for t in threads) and len(latencies) < 1000:
         t0 = time.time()
-        status = health_status(stories.port, timeout=10)
+        status = health_status(stories.port, timeout=10 * SLOW)
         latencies.append(time.time() - t0)
-        assert status == 200 and latencies[-1] < 1.0, (
+        assert status == 200 and latencies[-1] < 1.0 * SLOW, (
             "/health took %.1f s (status %s) during two 15 MB /tokenize" % (latencies[-1], status))
         time.sleep(0.1)
     for t in threads:
-        t.join(300)
+        t.join(300 * SLOW)
     assert [s for s, _ in results] == [200, 200], [(s, str(r)[:300]) for s, r in results]
     assert all(r["count"] > BIG // 20 for _, r in results)
     assert latencies, "the tokenizes finished before /health was polled"
@@ -637,8 +666,9 @@ def test_slowloris_does_not_block_others(stories):
     time.sleep(1.0)
     while time.time() - start < 4.0:
         t0 = time.time()
-        assert health_status(stories.port, timeout=10) == 200
-        assert time.time() - t0 < 2.0, "/health took %.1f s under slowloris" % (time.time() - t0)
+        assert health_status(stories.port, timeout=10 * SLOW) == 200
+        assert time.time() - t0 < 2.0 * SLOW, "/health took %.1f s under slowloris" % (
+            time.time() - t0)
         time.sleep(0.2)
     assert_alive(stories)
     for t in threads:
@@ -670,9 +700,9 @@ def test_mid_stream_disconnects_under_load(stories):
         assert got.startswith(b"HTTP/1.1 200"), got[:200]
     for s in socks:
         s.close()
-    assert [f.result(timeout=120)[0] for f in futures] == [200, 200]
+    assert [f.result(timeout=120 * SLOW)[0] for f in futures] == [200, 200]
     background.shutdown()
-    after = wait_idle(stories, timeout=30)
+    after = wait_idle(stories, timeout=30)  # x SLOW inside
     key = 'octet:request_success_total{finished_reason="%s"}'
     aborted = after[key % "abort"] - before[key % "abort"]
     finished = after[key % "length"] - before[key % "length"]
@@ -711,7 +741,7 @@ def test_connection_flood_against_max_connections():
         finally:
             for k in socks:
                 k.close()
-        deadline = time.time() + 30
+        deadline = time.time() + 30 * SLOW
         while health_status(s.port) != 200 and time.time() < deadline:
             time.sleep(0.2)
         assert_alive(s)
@@ -742,7 +772,7 @@ def test_out_of_descriptors_backs_off():
         finally:
             for k in socks:
                 k.close()
-        deadline = time.time() + 30
+        deadline = time.time() + 30 * SLOW
         while health_status(s.port) != 200 and time.time() < deadline:
             time.sleep(0.2)
         assert_alive(s)
@@ -802,15 +832,15 @@ STARTUP_BOMBS = {
 def test_bomb_template_refused_at_startup(tmp_path, name):
     path = tmp_path / (name + ".jinja")
     path.write_text(STARTUP_BOMBS[name])
-    code, elapsed, log = start_expecting_refusal(str(path), timeout=30)
+    code, elapsed, log = start_expecting_refusal(str(path), timeout=30 * SLOW)
     assert code is not None, "octet serve started with the %s template:\n%s" % (name, log[-300:])
     assert code > 0, "exit code %s (a signal?):\n%s" % (code, log[-2000:])
-    assert elapsed < 30
+    assert elapsed < 30 * SLOW
     assert "template" in log.lower(), log[-2000:]
 
 
 def test_template_directory_refused_at_startup(tmp_path):
-    code, elapsed, log = start_expecting_refusal(str(tmp_path), timeout=30)
+    code, elapsed, log = start_expecting_refusal(str(tmp_path), timeout=30 * SLOW)
     assert code is not None and code > 0, (code, log[-2000:])
     assert "chat-template" in log or "chat_template" in log, log[-2000:]
 
@@ -842,29 +872,31 @@ def test_content_bomb_fails_the_request_alone(tmp_path):
             try:
                 results[name] = post(s.port, "/v1/chat/completions",
                                      chat(messages=[{"role": "user", "content": content}]),
-                                     timeout=60)
+                                     timeout=60 * SLOW)
             except Exception as e:  # noqa: BLE001 (reported below)
                 results[name] = (None, repr(e))
 
-        threads = [threading.Thread(target=bomb, args=("steps", "BOMB"), daemon=True),
-                   threading.Thread(target=bomb, args=("length", "x" * 100_000), daemon=True)]
+        # Under ASan one bomb only (each exhausts the 50 M-step budget: ~40 s there, two at once
+        # on 2 cores ~90 s): "steps"; "length" reaches the same budget check by another loop.
+        bombs = [("steps", "BOMB")] + ([] if SANITIZED else [("length", "x" * 100_000)])
+        threads = [threading.Thread(target=bomb, args=b, daemon=True) for b in bombs]
         for t in threads:
             t.start()
         time.sleep(0.5)
         polls = 0
-        deadline = time.time() + 60
+        deadline = time.time() + 60 * SLOW
         while any(t.is_alive() for t in threads) and time.time() < deadline:
             t0 = time.time()
-            status = health_status(s.port, timeout=10)
+            status = health_status(s.port, timeout=10 * SLOW)
             took = time.time() - t0
-            assert status == 200 and took < 1.0, (
+            assert status == 200 and took < 1.0 * SLOW, (
                 "/health took %.1f s (status %s) during two chat-template bombs" % (took, status))
             polls += 1
             time.sleep(0.25)
         for t in threads:
             t.join(5)
-        for name in ("steps", "length"):
-            status, r = results.get(name, (None, "no answer within 60 s"))
+        for name, _ in bombs:
+            status, r = results.get(name, (None, "no answer within %d s" % (60 * SLOW)))
             assert status in (400, 500), (name, status, r)
             error_of(r)
         assert_alive(s, chat=True)
@@ -879,9 +911,7 @@ def test_zz_resources_back_to_baseline(main_server):
     """After every case on the main server: all KV blocks free; open descriptors back to the
     baseline (FD_SLACK: a fix may open a descriptor lazily, e.g. an eventfd for a worker pool
     on the first large request; a leak per connection would show as tens to hundreds, the
-    cases open well over 300 connections); RSS within RSS_SLACK of the baseline (big blocks are
-    mmapped and returned; the cases sent ~150 MB of bodies, 2 x 15 MB tokenized at once: a leak
-    of any one large body or of one per-request buffer per case exceeds it)."""
+    cases open well over 300 connections). RSS: test_zz_rss_back_to_baseline."""
     assert not main_server.broken_by, "the main server died or hung after: %s" % (
         main_server.broken_by)
     stories = main_server.server
@@ -889,12 +919,29 @@ def test_zz_resources_back_to_baseline(main_server):
     m = wait_idle(stories)
     assert m["octet:kv_cache_num_free_blocks"] == base["kv_free"]
     assert m["octet:engine_alive"] == 1
-    deadline = time.time() + 30
+    deadline = time.time() + 30 * SLOW
     while stories.fd_count() > base["fds"] + FD_SLACK and time.time() < deadline:
         time.sleep(0.2)
     assert stories.fd_count() <= base["fds"] + FD_SLACK, (
         stories.fd_count(), base["fds"], sorted(os.listdir(f"/proc/{stories.proc.pid}/fd")))
+
+
+def test_zz_rss_back_to_baseline(main_server):
+    """RSS within RSS_SLACK of the baseline (big blocks are mmapped and returned; the cases sent
+    ~150 MB of bodies, 2 x 15 MB tokenized at once: a leak of any one large body or of one
+    per-request buffer per case exceeds it)."""
+    stories = main_server.server
+    base = stories.baseline
+    wait_idle(stories)
     rss = stories.rss_bytes()
     print(json.dumps({"rss_baseline_MiB": base["rss"] >> 20, "rss_end_MiB": rss >> 20,
                       "fds_baseline": base["fds"], "fds_end": stories.fd_count()}))
+    if SANITIZED:
+        pytest.skip("RSS bound not applicable under ASan (RSS %d MiB from %d MiB): its "
+                    "quarantine keeps up to 256 MB of freed blocks and its allocator does not "
+                    "return memory, so RSS tracks bytes freed, not leaked; LeakSanitizer checks "
+                    "leaks at the SIGTERM exit of every server instead"
+                    % (rss >> 20, base["rss"] >> 20))
+    assert not main_server.broken_by, "the main server was restarted after: %s" % (
+        main_server.broken_by)
     assert rss <= base["rss"] + RSS_SLACK, (rss >> 20, base["rss"] >> 20)
