@@ -1,5 +1,5 @@
 #pragma once
-// Test helper: greedy decoding with LlamaModel and its dense KV cache (one prefill, then one
+// Test helper: greedy decoding with LlamaModel over a one-sequence cache (one prefill, then one
 // token per step), argmax with the lowest id on ties.
 #include <algorithm>
 #include <cstdint>

@@ -10,19 +10,13 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "test_model_paths.h"
 #include "gguf_writer.h"
 
 namespace octet {
 namespace {
 
-std::string smollm2() {
-  const std::string path = OCTET_SMOLLM2_GGUF;
-  if (path.empty() || !std::ifstream(path)) {
-    std::fprintf(stderr, "SKIP: SmolLM2 GGUF not found (run scripts/setup.sh)\n");
-    std::exit(77);
-  }
-  return path;
-}
+using testing::smollm2;
 
 struct Result {
   std::vector<int32_t> token_ids;

@@ -13,18 +13,12 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "test_model_paths.h"
 
 namespace octet {
 namespace {
 
-std::string stories() {
-  const std::string path = std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf";
-  if (!std::ifstream(path)) {
-    std::fprintf(stderr, "SKIP: %s not found\n", path.c_str());
-    std::exit(77);
-  }
-  return path;
-}
+using testing::stories;
 
 std::unique_ptr<Engine> one_seq_engine() {
   EngineArgs a;

@@ -12,18 +12,12 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "test_model_paths.h"
 
 namespace octet {
 namespace {
 
-std::string stories() {
-  const std::string path = std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf";
-  if (!std::ifstream(path)) {
-    std::fprintf(stderr, "SKIP: %s not found\n", path.c_str());
-    std::exit(77);
-  }
-  return path;
-}
+using testing::stories;
 
 struct Result {
   std::vector<int32_t> token_ids;

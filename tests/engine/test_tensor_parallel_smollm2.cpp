@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "test_model_paths.h"
 #include "engine/model_loader.h"
 #include "engine/sequence_forward.h"
 
@@ -36,14 +37,7 @@ namespace {
 // 6th token is a near tie (TP 1 margin 0.22, transformers' 0.22) that TP 3 decides otherwise.
 constexpr float kLogitTolerance = 6.0f;
 
-std::string smollm2() {
-  const std::string path = OCTET_SMOLLM2_GGUF;
-  if (path.empty() || !std::ifstream(path)) {
-    std::fprintf(stderr, "SKIP: SmolLM2 GGUF not found (run scripts/setup.sh)\n");
-    std::exit(77);
-  }
-  return path;
-}
+using testing::smollm2;
 
 struct Result {
   std::vector<int32_t> token_ids;

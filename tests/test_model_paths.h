@@ -1,0 +1,31 @@
+#pragma once
+// Test helper: the paths of the real models the engine tests run. A missing model exits 77,
+// which CTest reports as skipped (never as passed).
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+namespace octet::testing {
+
+/// ../shared/models/stories260K.gguf beside the checkout.
+inline std::string stories() {
+  const std::string path = std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf";
+  if (!std::ifstream(path)) {
+    std::fprintf(stderr, "SKIP: %s not found\n", path.c_str());
+    std::exit(77);
+  }
+  return path;
+}
+
+/// SmolLM2-135M-Instruct's GGUF, fetched by scripts/setup.sh (OCTET_SMOLLM2_GGUF).
+inline std::string smollm2() {
+  const std::string path = OCTET_SMOLLM2_GGUF;
+  if (path.empty() || !std::ifstream(path)) {
+    std::fprintf(stderr, "SKIP: SmolLM2 GGUF not found (run scripts/setup.sh)\n");
+    std::exit(77);
+  }
+  return path;
+}
+
+}  // namespace octet::testing
