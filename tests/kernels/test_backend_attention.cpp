@@ -1,0 +1,412 @@
+// Backend write_kv_cache and paged_attention against plain host references, on every backend
+// (backend_test_support.h): every KV dtype with per-head scales, varlen batches, GQA/MQA/MHA,
+// sliding windows, partial blocks, and batch invariance. Tolerances are stated per case, in the
+// form and with the eps of test_backend_ops.cpp.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "kernels/backend.h"
+#include "kernels/backend_op_reference.h"
+#include "kernels/backend_test_support.h"
+#include "kernels/minifloat_reference.h"
+#include "kernels/mismatch_log.h"
+
+using namespace octet;
+using octet_test::DeviceArray;
+using octet_test::device_zeros;
+using octet_test::MismatchLog;
+using octet_test::to_device;
+using octet_test::to_host;
+
+using namespace octet_test;
+
+namespace {
+
+// ---- KV cache: dtypes, encoding, write_kv_cache ------------------------------------------------
+
+/// The KV cache dtypes: every one KVCacheView lists (kernels/common/views.h), F32 (calibration
+/// runs) included, so every backend must store and attend over all five.
+const DType kKVDTypes[] = {DType::BF16, DType::F16, DType::FP8_E4M3, DType::FP8_E5M2, DType::F32};
+
+// Host encoding of one element as the contract says (backend.h write_kv_cache): 16-bit RNE
+// (overflow to inf, NaN -> 0x7FFF), FP8 fp8(x / scale) with FP32 division, RNE, saturation.
+void encode_kv(DType d, float x, float scale, uint8_t* dst) {
+  switch (d) {
+    case DType::F32: std::memcpy(dst, &x, 4); break;
+    case DType::BF16: { const uint16_t b = ref_bf16(x); std::memcpy(dst, &b, 2); break; }
+    case DType::F16: { const uint16_t b = ref_fp16(x); std::memcpy(dst, &b, 2); break; }
+    case DType::FP8_E4M3:
+    case DType::FP8_E5M2: *dst = ref_fp8(d, x / scale); break;
+  }
+}
+
+// Exact FP32 value a kernel reads back: 16-bit values widen exactly; FP8: float(q) * scale.
+float decode_kv(DType d, const uint8_t* src, float scale) {
+  switch (d) {
+    case DType::F32: { float x; std::memcpy(&x, src, 4); return x; }
+    case DType::BF16: {
+      uint16_t b;
+      std::memcpy(&b, src, 2);
+      return static_cast<float>(octet_test::code_value(octet_test::kBf16, b));
+    }
+    case DType::F16: {
+      uint16_t b;
+      std::memcpy(&b, src, 2);
+      return static_cast<float>(octet_test::code_value(octet_test::kFp16, b));
+    }
+    case DType::FP8_E4M3:
+    case DType::FP8_E5M2: return ref_fp8_value(d, *src) * scale;
+  }
+  return 0;
+}
+
+// Per-KV-head scales for a dtype (distinct per head; FP8 ones map inputs in [-2.5, 2.5] below the
+// top code), or empty for 16/32-bit caches (the view then passes null scales). Head 0's scale is
+// 61 * 2^e (see fp8_midpoints).
+std::vector<float> kv_scales(DType d, int64_t kv_heads, bool v) {
+  if (!dtype_is_fp8(d)) return {};
+  std::vector<float> s(kv_heads);
+  for (int64_t h = 0; h < kv_heads; ++h)
+    s[h] = d == DType::FP8_E4M3 ? (h == 0 ? 61 * 0x1p-13f : (v ? 0.008f : 0.006f) * (1 + 0.37f * h))
+                                : (h == 0 ? kTieScale : (v ? 0.5f : 0.25f) * float(1 << h));
+  return s;
+}
+
+// Bit-exact: the contract fixes every stored byte; skipped (negative) slots and unwritten slots
+// keep the cache's previous bytes.
+void write_kv_cache_case(Backend& be) {
+  std::mt19937 rng(11);
+  const int64_t num_blocks = 4, block_size = 16, kv_heads = 3, head_dim = 36;
+  const int64_t row = kv_heads * head_dim;  // elements per slot
+  for (DType dtype : kKVDTypes) {
+    const int64_t eb = dtype_bytes(dtype);
+    const int64_t cache_bytes = num_blocks * block_size * row * eb;
+    std::vector<uint8_t> sentinel(cache_bytes);
+    for (int64_t i = 0; i < cache_bytes; ++i) sentinel[i] = static_cast<uint8_t>(0xA5 ^ (i * 13));
+    const std::vector<float> k_scale = kv_scales(dtype, kv_heads, false);
+    const std::vector<float> v_scale = kv_scales(dtype, kv_heads, true);
+    const auto d_ks = to_device(be, k_scale);
+    const auto d_vs = to_device(be, v_scale);
+    for (const std::vector<int64_t>& slots :
+         {std::vector<int64_t>{47},
+          std::vector<int64_t>{5, -1, 63, 0, 17, 16, -7, 40, 31, 32, 2}}) {
+      const int64_t n = static_cast<int64_t>(slots.size());
+      CAPTURE(dtype_name(dtype), n);
+      std::vector<float> k = uniform(rng, n * row, -2.5f, 2.5f);
+      std::vector<float> v = uniform(rng, n * row, -2.5f, 2.5f);
+      if (n > 4) {
+        // Head 0 of tokens 0..2: FP8 scale * midpoints (ties of x / scale, see fp8_midpoints);
+        // heads 1 and 2: BF16 and F16 ties (RNE, not truncation or half up). Others random.
+        const std::vector<float> mids = dtype_is_fp8(dtype) ? fp8_midpoints(dtype)
+                                                            : std::vector<float>{};
+        const float bf16_ties[] = {std::bit_cast<float>(0x3F808000u),   // -> 0x3F80
+                                   std::bit_cast<float>(0x3F818000u),   // -> 0x3F82
+                                   std::bit_cast<float>(0xBFC08000u)};  // -> 0xBFC0
+        const float fp16_ties[] = {1.0f + 0x1p-11f,      // -> 1.0 (0x3C00)
+                                   1.0f + 3 * 0x1p-11f,  // -> 1 + 2^-9 (0x3C02)
+                                   -(2.0f + 0x1p-10f)};  // -> -2.0 (0xC000)
+        for (int64_t t = 0; t < 3; ++t)
+          for (int64_t j = 0; j < head_dim; ++j) {
+            float* kt = k.data() + t * row;
+            float* vt = v.data() + t * row;
+            if (!mids.empty()) {
+              const float mid = mids[static_cast<size_t>(t * head_dim + j) % mids.size()];
+              kt[j] = k_scale[0] * (j % 2 ? mid : -mid);
+              vt[j] = v_scale[0] * mid;
+            }
+            kt[head_dim + j] = bf16_ties[j % 3];
+            vt[2 * head_dim + j] = fp16_ties[j % 3];
+          }
+        k[3 * row + 3] = 1e6f;              // FP8: saturates; BF16: finite; F16: inf
+        k[row + 4 + 2 * head_dim] = -1e6f;  // a skipped token's value
+        k[5 * row + 5] = kNaN;              // NaN stays NaN
+        v[3 * row + 7] = -0.0f;             // keeps its sign
+        v[3 * row + 2] = 1e-7f;             // FP8 subnormal or zero after scaling
+        v[4 * row + 35] = 70000.0f;         // F16: rounds to inf
+      }
+      const auto d_k = to_device(be, k);
+      const auto d_v = to_device(be, v);
+      const auto d_slots = to_device(be, slots);
+      Buffer kc = be.allocate(cache_bytes), vc = be.allocate(cache_bytes);
+      be.upload(kc, 0, sentinel.data(), cache_bytes);
+      be.upload(vc, 0, sentinel.data(), cache_bytes);
+      KVCacheView view{kc.data(), vc.data(), dtype, num_blocks, block_size, kv_heads, head_dim,
+                       k_scale.empty() ? nullptr : d_ks.data(),
+                       v_scale.empty() ? nullptr : d_vs.data()};
+      be.write_kv_cache(view, d_k.data(), d_v.data(), d_slots.data(), n);
+      std::vector<uint8_t> k_expect = sentinel, v_expect = sentinel;
+      for (int64_t t = 0; t < n; ++t) {
+        if (slots[t] < 0) continue;
+        for (int64_t h = 0; h < kv_heads; ++h)
+          for (int64_t j = 0; j < head_dim; ++j) {
+            const int64_t src = t * row + h * head_dim + j;
+            const int64_t dst = (slots[t] * row + h * head_dim + j) * eb;
+            encode_kv(dtype, k[src], k_scale.empty() ? 1.0f : k_scale[h], &k_expect[dst]);
+            encode_kv(dtype, v[src], v_scale.empty() ? 1.0f : v_scale[h], &v_expect[dst]);
+          }
+      }
+      std::vector<uint8_t> k_got(cache_bytes), v_got(cache_bytes);
+      be.download(kc, 0, k_got.data(), cache_bytes);
+      be.download(vc, 0, v_got.data(), cache_bytes);
+      check_identical(k_got, k_expect, "K cache bytes");
+      check_identical(v_got, v_expect, "V cache bytes");
+    }
+  }
+}
+BACKEND_TEST_CASE("write_kv_cache every KV dtype with per-head scales and negative slots",
+                  write_kv_cache_case)
+
+// ---- paged_attention ----------------------------------------------------------------------------
+
+struct SeqSpec {
+  int64_t seq_len, num_queries;
+};
+
+// A paged cache filled on the host (reference encoding, shuffled block ids, block-table padding
+// pointing at other sequences' blocks so that reading past a sequence's blocks shows), with the
+// exact FP32 values a kernel reads back, and the batch arrays in backend memory.
+struct AttentionSetup {
+  int64_t num_heads = 0, kv_heads = 0, head_dim = 0, block_size = 0;
+  DType dtype = DType::BF16;
+  std::vector<SeqSpec> seqs;
+  // host
+  std::vector<std::vector<float>> k_val, v_val;  // [seq][pos * kv_heads * head_dim + ...]
+  std::vector<int64_t> query_start_loc, seq_lens;
+  std::vector<int32_t> block_tables;
+  int64_t max_blocks_per_seq = 0, num_blocks = 0;
+  std::vector<float> q;  // [num_tokens, num_heads, head_dim]
+  std::vector<float> k_scale, v_scale;
+  // device
+  Buffer kc, vc;
+  DeviceArray<float> d_ks, d_vs, d_q;
+
+  int64_t num_tokens() const { return query_start_loc.back(); }
+  KVCacheView view() const {
+    return KVCacheView{kc.data(), vc.data(), dtype, num_blocks, block_size, kv_heads, head_dim,
+                       k_scale.empty() ? nullptr : d_ks.data(),
+                       v_scale.empty() ? nullptr : d_vs.data()};
+  }
+};
+
+AttentionSetup make_attention(Backend& be, std::mt19937& rng, int64_t num_heads,
+                              int64_t kv_heads, int64_t head_dim, int64_t block_size, DType dtype,
+                              std::vector<SeqSpec> seqs) {
+  AttentionSetup a;
+  a.num_heads = num_heads;
+  a.kv_heads = kv_heads;
+  a.head_dim = head_dim;
+  a.block_size = block_size;
+  a.dtype = dtype;
+  a.seqs = std::move(seqs);
+  const int64_t row = kv_heads * head_dim, eb = dtype_bytes(dtype);
+  const int64_t num_seqs = static_cast<int64_t>(a.seqs.size());
+  int64_t total_blocks = 0;
+  for (const SeqSpec& s : a.seqs) {
+    const int64_t nb = (s.seq_len + block_size - 1) / block_size;
+    a.max_blocks_per_seq = std::max(a.max_blocks_per_seq, nb + 1);  // >= 1 padding entry each
+    total_blocks += nb;
+  }
+  a.num_blocks = total_blocks + 2;  // two blocks nobody owns
+  std::vector<int32_t> ids(a.num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  a.k_scale = kv_scales(dtype, kv_heads, false);
+  a.v_scale = kv_scales(dtype, kv_heads, true);
+  std::vector<uint8_t> kbytes(a.num_blocks * block_size * row * eb, 0),
+      vbytes(kbytes.size(), 0);
+  a.block_tables.assign(num_seqs * a.max_blocks_per_seq, 0);
+  a.query_start_loc = {0};
+  int64_t next_block = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const SeqSpec& spec = a.seqs[s];
+    const int64_t nb = (spec.seq_len + block_size - 1) / block_size;
+    for (int64_t b = 0; b < a.max_blocks_per_seq; ++b)  // padding: some other sequence's block
+      a.block_tables[s * a.max_blocks_per_seq + b] =
+          b < nb ? ids[next_block + b] : ids[(next_block + nb) % total_blocks];
+    std::vector<float> kv = uniform(rng, spec.seq_len * row, -2.5f, 2.5f);
+    std::vector<float> vv = uniform(rng, spec.seq_len * row, -2.5f, 2.5f);
+    a.k_val.emplace_back(spec.seq_len * row);
+    a.v_val.emplace_back(spec.seq_len * row);
+    for (int64_t p = 0; p < spec.seq_len; ++p) {
+      const int64_t slot = int64_t{ids[next_block + p / block_size]} * block_size + p % block_size;
+      for (int64_t h = 0; h < kv_heads; ++h)
+        for (int64_t j = 0; j < head_dim; ++j) {
+          const int64_t src = p * row + h * head_dim + j;
+          const int64_t dst = (slot * row + h * head_dim + j) * eb;
+          const float ks = a.k_scale.empty() ? 1.0f : a.k_scale[h];
+          const float vs = a.v_scale.empty() ? 1.0f : a.v_scale[h];
+          encode_kv(dtype, kv[src], ks, &kbytes[dst]);
+          encode_kv(dtype, vv[src], vs, &vbytes[dst]);
+          a.k_val.back()[src] = decode_kv(dtype, &kbytes[dst], ks);
+          a.v_val.back()[src] = decode_kv(dtype, &vbytes[dst], vs);
+        }
+    }
+    next_block += nb;
+    a.seq_lens.push_back(spec.seq_len);
+    a.query_start_loc.push_back(a.query_start_loc.back() + spec.num_queries);
+  }
+  a.q = uniform(rng, a.num_tokens() * num_heads * head_dim, -2, 2);
+  a.kc = be.allocate(static_cast<int64_t>(kbytes.size()));
+  a.vc = be.allocate(static_cast<int64_t>(vbytes.size()));
+  be.upload(a.kc, 0, kbytes.data(), static_cast<int64_t>(kbytes.size()));
+  be.upload(a.vc, 0, vbytes.data(), static_cast<int64_t>(vbytes.size()));
+  a.d_ks = to_device(be, a.k_scale);
+  a.d_vs = to_device(be, a.v_scale);
+  a.d_q = to_device(be, a.q);
+  return a;
+}
+
+// Runs sequences [first, first + count) of `a` as one batch; returns out [their rows, heads, dim].
+std::vector<float> run_attention(Backend& be, const AttentionSetup& a, int64_t first,
+                                 int64_t count, int64_t window, float softmax_scale) {
+  const int64_t q0 = a.query_start_loc[first], q1 = a.query_start_loc[first + count];
+  std::vector<int64_t> qsl;
+  for (int64_t s = first; s <= first + count; ++s) qsl.push_back(a.query_start_loc[s] - q0);
+  const std::vector<int64_t> lens(a.seq_lens.begin() + first, a.seq_lens.begin() + first + count);
+  const std::vector<int32_t> table(a.block_tables.begin() + first * a.max_blocks_per_seq,
+                                   a.block_tables.begin() + (first + count) * a.max_blocks_per_seq);
+  const int64_t width = a.num_heads * a.head_dim;
+  const std::vector<float> q(a.q.begin() + q0 * width, a.q.begin() + q1 * width);
+  const auto d_qsl = to_device(be, qsl);
+  const auto d_lens = to_device(be, lens);
+  const auto d_table = to_device(be, table);
+  const auto d_q = to_device(be, q);
+  auto d_out = device_zeros<float>(be, (q1 - q0) * width);
+  PagedAttentionBatch batch{count, d_qsl.data(), d_lens.data(), d_table.data(),
+                            a.max_blocks_per_seq};
+  be.paged_attention(a.view(), d_q.data(), batch, a.num_heads, window, softmax_scale,
+                     d_out.data());
+  return to_host(be, d_out);
+}
+
+// Reference in double over the exact FP32 values the cache holds. Tolerance per output element
+// (o = sum_t p_t v_t over the n visible positions):
+//   each score errs by <= E = (d + 4) eps * scale * max_t sum_i |q_i k_ti| (FP32 dot of d terms,
+//   the FP8 dequantization and scale products), which moves every softmax weight by a relative
+//   <= 2E; exp (<= 2 ulp), the FP32 sum of n weights and the normalisation add <= (n + 4) u;
+//   the FP32 V sum <= n u sum p_t |v_t|; split-softmax rescaling a few u more. So
+//   |o_j - ref_j| <= (4 E + (n + 8) eps) * max_t |v_tj|  (a factor ~2 above the first-order
+//   bound).
+void attention_reference(const AttentionSetup& a, int64_t window, float softmax_scale,
+                         std::vector<double>& ref, std::vector<double>& tol) {
+  const int64_t d = a.head_dim, group = a.num_heads / a.kv_heads, row = a.kv_heads * d;
+  ref.assign(a.num_tokens() * a.num_heads * d, 0);
+  tol.assign(ref.size(), 0);
+  for (size_t s = 0; s < a.seqs.size(); ++s) {
+    const int64_t nq = a.query_start_loc[s + 1] - a.query_start_loc[s], len = a.seq_lens[s];
+    for (int64_t i = 0; i < nq; ++i) {
+      const int64_t token = a.query_start_loc[s] + i, pos = len - nq + i;
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+      for (int64_t h = 0; h < a.num_heads; ++h) {
+        const int64_t kvh = h / group;
+        const float* qh = a.q.data() + (token * a.num_heads + h) * d;
+        std::vector<double> score;
+        double mag = 0, mx = -INFINITY;
+        for (int64_t p = lo; p <= pos; ++p) {
+          const float* kp = a.k_val[s].data() + p * row + kvh * d;
+          double dot = 0, m = 0;
+          for (int64_t j = 0; j < d; ++j) {
+            dot += double(qh[j]) * kp[j];
+            m += std::fabs(double(qh[j]) * kp[j]);
+          }
+          score.push_back(dot * softmax_scale);
+          mx = std::max(mx, score.back());
+          mag = std::max(mag, m * softmax_scale);
+        }
+        double z = 0;
+        for (double& x : score) z += (x = std::exp(x - mx));
+        const double e_score = double(d + 4) * kEps * mag;
+        const double n = double(score.size());
+        for (int64_t j = 0; j < d; ++j) {
+          double o = 0, vmax = 0;
+          for (int64_t p = lo; p <= pos; ++p) {
+            const float vj = a.v_val[s][p * row + kvh * d + j];
+            o += score[p - lo] * vj;
+            vmax = std::max(vmax, std::fabs(double(vj)));
+          }
+          const int64_t idx = (token * a.num_heads + h) * d + j;
+          ref[idx] = o / z;
+          tol[idx] = (4 * e_score + (n + 8) * kEps) * vmax + 1e-30;
+        }
+      }
+    }
+  }
+}
+
+struct AttentionConfig {
+  int64_t num_heads, kv_heads, head_dim, block_size;
+  std::vector<SeqSpec> seqs;
+  std::vector<int64_t> windows;
+};
+
+// Varlen batches: a first decode step, decodes mid-block, a whole prefill, a chunked prefill
+// ending mid-block, a long context (> 256: the CPU's flash-decoding partitions); GQA (3 query
+// heads per KV head), MQA, MHA; head dims 36, 64 and 144 (past the AVX-512 kernel's 128); block
+// sizes 16 and 5; windows 0 (full), 1, 7, one block, and one longer than every sequence.
+const std::vector<AttentionConfig>& attention_configs() {
+  static const std::vector<AttentionConfig> configs = {
+      {6, 2, 36, 16, {{1, 1}, {37, 1}, {20, 20}, {50, 13}, {300, 2}}, {0, 1, 7, 16, 1000}},
+      {4, 1, 64, 5, {{9, 3}, {1, 1}, {23, 23}, {18, 1}}, {0, 4}},
+      {2, 2, 144, 16, {{33, 2}, {17, 17}}, {0, 9}},
+  };
+  return configs;
+}
+
+void paged_attention_case(Backend& be) {
+  std::mt19937 rng(12);
+  for (const AttentionConfig& c : attention_configs()) {
+    for (DType dtype : kKVDTypes) {
+      const AttentionSetup a =
+          make_attention(be, rng, c.num_heads, c.kv_heads, c.head_dim, c.block_size, dtype, c.seqs);
+      const float softmax_scale = 1.0f / std::sqrt(float(c.head_dim));
+      for (int64_t window : c.windows) {
+        CAPTURE(c.num_heads, c.kv_heads, c.head_dim, c.block_size, dtype_name(dtype), window);
+        const std::vector<float> got = run_attention(
+            be, a, 0, static_cast<int64_t>(a.seqs.size()), window, softmax_scale);
+        std::vector<double> ref, tol;
+        attention_reference(a, window, softmax_scale, ref, tol);
+        check_close(got, ref, tol, "paged_attention");
+      }
+    }
+  }
+}
+BACKEND_TEST_CASE("paged_attention varlen GQA sliding windows every KV dtype",
+                  paged_attention_case)
+
+// Each sequence run alone is bit-identical to its rows in the whole batch (37 query rows of 5
+// sequences, among them a decode row: m = 1 vs m = 37), for every KV dtype and a window.
+void paged_attention_batch_invariance_case(Backend& be) {
+  std::mt19937 rng(13);
+  const AttentionConfig& c = attention_configs()[0];
+  for (DType dtype : kKVDTypes) {
+    const AttentionSetup a =
+        make_attention(be, rng, c.num_heads, c.kv_heads, c.head_dim, c.block_size, dtype, c.seqs);
+    for (int64_t window : {int64_t{0}, int64_t{7}}) {
+      CAPTURE(dtype_name(dtype), window);
+      const float scale = 1.0f / std::sqrt(float(c.head_dim));
+      const int64_t num_seqs = static_cast<int64_t>(a.seqs.size());
+      const std::vector<float> all = run_attention(be, a, 0, num_seqs, window, scale);
+      const int64_t width = c.num_heads * c.head_dim;
+      for (int64_t s = 0; s < num_seqs; ++s) {
+        const std::vector<float> alone = run_attention(be, a, s, 1, window, scale);
+        const std::vector<float> in_batch(all.begin() + a.query_start_loc[s] * width,
+                                          all.begin() + a.query_start_loc[s + 1] * width);
+        INFO("sequence " << s);
+        check_identical(alone, in_batch, "sequence alone vs in the batch");
+      }
+    }
+  }
+}
+BACKEND_TEST_CASE("paged_attention is batch invariant", paged_attention_batch_invariance_case)
+
+}  // namespace
