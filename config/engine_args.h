@@ -41,4 +41,17 @@ struct EngineArgs {
   }
 };
 
+/// EngineArgs holding the model-loading options of a command's config (model, quantization,
+/// weight_strategy, device, tensor_parallel_size); cache and scheduler keep their defaults.
+template <class Config>
+EngineArgs model_engine_args(const Config& c) {
+  EngineArgs a;
+  a.model = c.model;
+  a.quantization = c.quantization;
+  a.weight_strategy = c.weight_strategy;
+  a.device = c.device;
+  a.tensor_parallel_size = c.tensor_parallel_size;
+  return a;
+}
+
 }  // namespace octet

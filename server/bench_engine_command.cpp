@@ -151,12 +151,7 @@ int run_bench_engine(int argc, const char* const* argv) {
     std::ostream& os = cfg.json ? std::cerr : std::cout;
     os << std::fixed << std::setprecision(2);
     if (!concurrency.empty()) {
-      EngineArgs a;
-      a.model = cfg.model;
-      a.quantization = cfg.quantization;
-      a.device = cfg.device;
-      a.tensor_parallel_size = cfg.tensor_parallel_size;
-      a.weight_strategy = cfg.weight_strategy;
+      EngineArgs a = model_engine_args(cfg);
       a.cache.kv_cache_dtype = cfg.throughput_kv_cache_dtype;
       a.cache.calculate_kv_scales = true;
       a.scheduler.max_model_len = cfg.input_len + cfg.output_len + 16;
@@ -178,12 +173,7 @@ int run_bench_engine(int argc, const char* const* argv) {
       const int64_t max_ctx = *std::max_element(contexts.begin(), contexts.end());
       std::map<std::string, double> slopes;
       for (const std::string& dtype : split(cfg.kv_cache_dtypes)) {
-        EngineArgs a;
-        a.model = cfg.model;
-        a.quantization = cfg.quantization;
-        a.device = cfg.device;
-        a.tensor_parallel_size = cfg.tensor_parallel_size;
-        a.weight_strategy = cfg.weight_strategy;
+        EngineArgs a = model_engine_args(cfg);
         a.cache.kv_cache_dtype = dtype;
         a.cache.calculate_kv_scales = true;
         auto engine = Engine::create(a);  // max_model_len = the model's; 1 GiB of KV

@@ -73,12 +73,7 @@ struct Completion {
 
 int run_generate(int argc, const char* const* argv) {
   return cli::run_command<GenerateConfig>("octet generate", argc, argv, [](GenerateConfig& cfg) {
-    EngineArgs args;
-    args.model = cfg.model;
-    args.quantization = cfg.quantization;
-    args.device = cfg.device;
-    args.tensor_parallel_size = cfg.tensor_parallel_size;
-    args.weight_strategy = cfg.weight_strategy;
+    EngineArgs args = model_engine_args(cfg);
     args.cache = cfg.cache;
     args.scheduler = cfg.scheduler;
     std::vector<std::vector<int32_t>> prompt_ids;

@@ -34,12 +34,7 @@ int run_perplexity(int argc, const char* const* argv) {
     text.resize(static_cast<size_t>(in.gcount()));
     std::stringstream ss(text);
     if (!cfg.kv_cache_dtype.empty()) {
-      EngineArgs args;
-      args.model = cfg.model;
-      args.quantization = cfg.quantization;
-      args.device = cfg.device;
-      args.tensor_parallel_size = cfg.tensor_parallel_size;
-      args.weight_strategy = cfg.weight_strategy;
+      EngineArgs args = model_engine_args(cfg);
       args.cache.kv_cache_dtype = cfg.kv_cache_dtype;
       args.cache.kv_cache_dtype_skip_layers = cfg.kv_cache_dtype_skip_layers;
       args.cache.kv_scales_path = cfg.kv_scales_path;
