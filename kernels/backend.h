@@ -106,6 +106,21 @@ class Backend {
                            ScaleGranularity a_granularity, int64_t m, const WeightRef& w,
                            float* y) = 0;
 
+  /// The raw FP32 part sums of linear_w8a8 (no scales, no bias), for a row-parallel layer
+  /// whose parts are all-gathered across ranks: acc: [w.k_groups, m, n], acc[g, i, j] = sum over
+  /// inputs [g * k / G, (g + 1) * k / G) of fp32(qa[i, t]) * fp32(qw[j, t]), computed exactly as
+  /// linear_w8a8 computes that part. qa: [m, k] E4M3; w.dtype == FP8_E4M3.
+  virtual void linear_w8a8_partials(const uint8_t* qa, int64_t m, const WeightRef& w,
+                                    float* acc) = 0;
+
+  /// linear_w8a8's epilogue over gathered part sums acc: [groups, m, n]: y[i, j] =
+  /// (((acc[0,i,j] + acc[1,i,j]) + ...) + acc[groups-1,i,j]) * (a_scale * s_w[j]) + bias[j].
+  /// With acc from linear_w8a8_partials over all of k (groups == w.k_groups), y equals
+  /// linear_w8a8's bit for bit. w supplies the scales and bias only.
+  virtual void linear_w8a8_combine(const float* acc, int64_t groups, const float* a_scale,
+                                   ScaleGranularity a_granularity, int64_t m,
+                                   const WeightRef& w, float* y) = 0;
+
   /// Stores n tokens' K and V (k, v: [n, num_kv_heads, head_dim] FP32) into slots
   /// slot_mapping[i] of `cache` (negative: skipped), converted to cache.dtype: 16-bit RNE, FP8
   /// fp8(x / scale[kv head]) with saturation (vLLM's reshape_and_cache).

@@ -28,15 +28,21 @@ struct WeightRef {
   const float* scale = nullptr;
   ScaleGranularity granularity = ScaleGranularity::PerRow;
   const float* bias = nullptr;
+  /// FP8 only: the k-sum is split in k_groups equal consecutive parts (k % k_groups == 0), each
+  /// summed from zero, the part sums then added in order. Row-parallel layers use the model's
+  /// tensor-parallel group count at every TP size, so TP changes no bit (models/tensor_parallel.h).
+  int64_t k_groups = 1;
 };
 
-/// An E4M3 weight matrix: data [n, k] row-major ([out, in]), scale [n] (PerRow) or [1].
+/// An E4M3 weight matrix: data [n, k] row-major ([out, in]), scale [n] (PerRow) or [1];
+/// k_groups as WeightRef's.
 struct Fp8WeightView {
   const uint8_t* data = nullptr;
   const float* scale = nullptr;
   ScaleGranularity granularity = ScaleGranularity::PerRow;
   int64_t n = 0;  // out features
   int64_t k = 0;  // in features
+  int64_t k_groups = 1;
 };
 
 /// One layer's paged cache.

@@ -135,6 +135,15 @@ class CpuBackend final : public Backend {
     octet::linear_w8a8(qa, a_scale, a_granularity, view, w.bias, y, m);
   }
 
+  void linear_w8a8_partials(const uint8_t*, int64_t, const WeightRef&, float*) override {
+    OCTET_CHECK(false, "linear_w8a8_partials: not implemented yet");
+  }
+
+  void linear_w8a8_combine(const float*, int64_t, const float*, ScaleGranularity, int64_t,
+                           const WeightRef&, float*) override {
+    OCTET_CHECK(false, "linear_w8a8_combine: not implemented yet");
+  }
+
   void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
                       const int64_t* slot_mapping, int64_t n) override {
     octet::write_kv_cache(cache, k, v, slot_mapping, n);
