@@ -28,6 +28,7 @@ WeightRef LinearWeight::ref() const {
   r.scale = scale.as<const float>();
   r.granularity = w_granularity;
   r.bias = bias.as<const float>();
+  r.k_groups = k_groups;
   return r;
 }
 
@@ -44,6 +45,7 @@ LinearWeight upload_linear(Backend& backend, const HostLinearWeight& h) {
   w.w_granularity = h.w_granularity;
   w.static_input = h.static_input;
   w.input_scale = h.input_scale;
+  w.k_groups = h.k_groups;
   w.bias = upload_vector(backend, h.bias);
   switch (h.format) {
     case DType::F32: w.weight = upload_vector(backend, h.w_f32); break;
@@ -78,21 +80,32 @@ void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int
 
 void linear_forward_row_parallel(Backend& backend, Communicator& comm, const LinearWeight& w,
                                  const float* x, int64_t m, float* y, uint8_t* qa,
-                                 float* a_scale, float* amax) {
+                                 float* a_scale, const RowParallelScratch& scratch) {
   if (comm.world_size() == 1) {
     linear_forward(backend, w, x, m, y, qa, a_scale);
     return;
   }
-  if (w.format == DType::FP8_E4M3 && !w.static_input) {
-    const int64_t k = w.in_features;
-    backend.row_amax(x, m, k, amax);
-    comm.all_reduce_max(amax, m);
-    backend.quantize_fp8_dynamic(x, m, k, amax, qa, a_scale);
-    backend.linear_w8a8(qa, a_scale, ScaleGranularity::PerRow, m, w.ref(), y);
-  } else {
+  if (w.format != DType::FP8_E4M3) {
     linear_forward(backend, w, x, m, y, qa, a_scale);
+    comm.all_reduce_sum(y, m * w.out_features);
+    return;
   }
-  comm.all_reduce_sum(y, m * w.out_features);
+  const int64_t k = w.in_features, n = w.out_features;
+  const float* scale = a_scale;
+  ScaleGranularity granularity = ScaleGranularity::PerRow;
+  if (w.static_input) {
+    backend.quantize_fp8_static(x, m, k, w.input_scale, qa);
+    scale = w.input_scale_buffer.as<const float>();
+    granularity = ScaleGranularity::PerTensor;
+  } else {
+    backend.row_amax(x, m, k, scratch.amax);
+    comm.all_reduce_max(scratch.amax, m);
+    backend.quantize_fp8_dynamic(x, m, k, scratch.amax, qa, a_scale);
+  }
+  backend.linear_w8a8_partials(qa, m, w.ref(), scratch.partials);
+  comm.all_gather(scratch.partials, w.k_groups * m * n, scratch.gathered);
+  backend.linear_w8a8_combine(scratch.gathered, comm.world_size() * w.k_groups, scale,
+                              granularity, m, w.ref(), y);
 }
 
 void quantize_linear_fp8(HostLinearWeight& w, ScaleGranularity granularity, DType arithmetic) {

@@ -30,6 +30,7 @@ struct HostLinearWeight {
   bool static_input = false;      // FP8: true -> input_scale, false -> dynamic per token
   float input_scale = 0.0f;       // FP8 static only
   std::vector<float> bias;        // [out] or empty
+  int64_t k_groups = 1;           // FP8 row-parallel: k parts on this rank (WeightRef::k_groups)
 };
 
 /// A linear layer on a Backend.
@@ -45,6 +46,7 @@ struct LinearWeight {
   float input_scale = 0.0f;
   Buffer input_scale_buffer;  // FP8 static: [1] FP32 = input_scale (linear_w8a8's a_scale)
   Buffer bias;    // [out] FP32 or empty
+  int64_t k_groups = 1;  // FP8 row-parallel: k parts on this rank (WeightRef::k_groups)
 
   /// The kernels' view of this weight.
   WeightRef ref() const;
@@ -63,14 +65,22 @@ Buffer upload_f32(Backend& backend, const std::vector<float>& v);
 void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int64_t m,
                     float* y, uint8_t* qa, float* a_scale);
 
-/// A row-parallel layer (o_proj, down_proj; models/tensor_parallel.h): y = this rank's partial
-/// product over its input columns x: [m, in_shard], then all_reduce_sum(y, m * out) over comm,
-/// so y is the whole output on every rank. FP8 dynamic inputs take the whole row's scale:
-/// row_amax into amax: [m] (backend memory), all_reduce_max, then quantize with it, so the codes
-/// equal world size 1's. World size 1: linear_forward, nothing else.
+/// Scratch of a row-parallel FP8 layer at world size > 1 (backend memory, caller-owned):
+/// amax: [m]; partials: [w.k_groups, m, out]; gathered: [world * w.k_groups, m, out].
+struct RowParallelScratch {
+  float* amax = nullptr;
+  float* partials = nullptr;
+  float* gathered = nullptr;
+};
+
+/// A row-parallel layer (o_proj, down_proj; models/tensor_parallel.h): y: [m, out] = the whole
+/// output on every rank, from this rank's input columns x: [m, in_shard]. FP8: the whole row's
+/// dynamic scale (row_amax, all_reduce_max, quantize with it: codes equal world size 1's), this
+/// rank's k-part sums, all_gather, combine: bit-identical to world size 1. F32/BF16: the
+/// partial product, then all_reduce_sum (rank order). World size 1: linear_forward.
 void linear_forward_row_parallel(Backend& backend, Communicator& comm, const LinearWeight& w,
                                  const float* x, int64_t m, float* y, uint8_t* qa,
-                                 float* a_scale, float* amax);
+                                 float* a_scale, const RowParallelScratch& scratch);
 
 /// Quantizes an F32 host weight to FP8 E4M3 in place (scale = amax/448 per output channel or
 /// per tensor, compressed-tensors' rule in the arithmetic of the checkpoint's dtype, so the codes

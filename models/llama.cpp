@@ -113,8 +113,8 @@ enum class ShardKind {
   QProj,   // column-parallel by query heads
   KVProj,  // column-parallel by KV heads (k_proj, v_proj)
   GateUp,  // column-parallel by intermediate rows (gate_proj, up_proj)
-  OProj,   // row-parallel by query-head columns; bias on rank 0
-  Down,    // row-parallel by intermediate columns; bias on rank 0
+  OProj,   // row-parallel by query-head columns; bias on rank 0 (FP8: on every rank)
+  Down,    // row-parallel by intermediate columns; bias on rank 0 (FP8: on every rank)
   LmHead,  // vocab-parallel rows, padded to vocab_shard_size
 };
 
@@ -137,6 +137,9 @@ void cut_weight(HostLinearWeight& w, std::vector<T>& data, ShardKind kind,
     case ShardKind::Down: r = shard_down_proj(v, s); break;
     case ShardKind::LmHead: r = shard_lm_head(v, s); break;
   }
+  // FP8 row-parallel layers add the bias in linear_w8a8_combine, on every rank.
+  if (w.format == DType::FP8_E4M3 && (kind == ShardKind::OProj || kind == ShardKind::Down))
+    r.bias = w.bias;
   data = std::move(r.weight);
   w.out_features = r.out_features;
   w.in_features = r.in_features;
@@ -145,8 +148,12 @@ void cut_weight(HostLinearWeight& w, std::vector<T>& data, ShardKind kind,
 }
 
 // A rank's shard of a host weight, cut before upload. World size 1: the whole weight, as is.
+// FP8 row-parallel weights get their k-part count (models/tensor_parallel.h), this rank's
+// share of k_groups.
 HostLinearWeight shard_for_rank(HostLinearWeight w, ShardKind kind,
-                                const TensorParallelShard& shard) {
+                                const TensorParallelShard& shard, int64_t k_groups) {
+  if (w.format == DType::FP8_E4M3 && (kind == ShardKind::OProj || kind == ShardKind::Down))
+    w.k_groups = k_groups / shard.world_size;
   if (shard.world_size == 1) return w;
   switch (w.format) {
     case DType::F32: cut_weight(w, w.w_f32, kind, shard); break;
@@ -192,9 +199,10 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
   const int64_t h = c.hidden_size, q_dim = c.num_attention_heads * c.head_dim,
                 kv_dim = c.num_key_value_heads * c.head_dim, ffn = c.intermediate_size;
   m.shard_ = make_tensor_parallel_shard(c, options.world_size, options.rank);
+  m.k_groups_ = tensor_parallel_k_groups(c);
   // Host tensors are read, cut to this rank's shard, uploaded, then dropped.
   const auto upload = [&](HostLinearWeight w, ShardKind kind) {
-    return upload_linear(be, shard_for_rank(std::move(w), kind, m.shard_));
+    return upload_linear(be, shard_for_rank(std::move(w), kind, m.shard_, m.k_groups_));
   };
   LlamaWeights& w = m.weights_;
   const std::vector<float> embed = src.load_f32("model.embed_tokens.weight", {c.vocab_size, h});
@@ -287,6 +295,8 @@ LlamaActivations LlamaModel::new_activations(int64_t max_tokens, int64_t max_log
   a.logits = f32(max_logit_rows, s.vocab_shard_size);
   if (s.world_size > 1) {
     a.amax = f32(std::max(max_tokens, max_logit_rows), 1);
+    a.partials = f32(max_tokens * (k_groups_ / s.world_size), h);
+    a.gathered_partials = f32(max_tokens * k_groups_, h);
     a.gathered = f32(s.world_size * max_logit_rows, s.vocab_shard_size);
   }
   return a;
@@ -312,7 +322,9 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
   // Row-parallel (input this rank's columns): partial sums all-reduced over the ranks.
   const auto linear_reduced = [&](const LinearWeight& w, const float* in, int64_t m, float* out) {
     linear_forward_row_parallel(be, comm, w, in, m, out, act.qa.as<uint8_t>(),
-                                act.a_scale.as<float>(), act.amax.as<float>());
+                                act.a_scale.as<float>(),
+                                {act.amax.as<float>(), act.partials.as<float>(),
+                                 act.gathered_partials.as<float>()});
   };
   const int64_t* positions = device.positions.as<const int64_t>();
 

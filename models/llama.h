@@ -78,6 +78,8 @@ struct LlamaActivations {
   Buffer qa;                                    // [max_tokens, max(in)] E4M3
   Buffer a_scale;                               // [max_tokens] FP32
   Buffer amax;                                  // [max_tokens] FP32 (world > 1)
+  Buffer partials;  // [G / world, max_tokens, hidden] FP32: FP8 row-parallel parts (world > 1)
+  Buffer gathered_partials;                     // [G, max_tokens, hidden] FP32 (world > 1)
   Buffer last;                                  // [max_logit_rows, hidden] FP32
   Buffer logits;                                // [max_logit_rows, vocab_shard_size] FP32
   Buffer gathered;  // [world, max_logit_rows, vocab_shard_size] FP32 (world > 1)
@@ -190,6 +192,7 @@ class LlamaModel {
   QuantConfig quant_;
   LlamaWeights weights_;
   TensorParallelShard shard_;
+  int64_t k_groups_ = 1;  // tensor_parallel_k_groups(config_)
   Buffer inv_freq_;  // [rotary_dim/2] FP32
   RopeLayout rope_layout_ = RopeLayout::AdjacentPairs;
 };

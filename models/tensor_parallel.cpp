@@ -1,5 +1,7 @@
 #include "models/tensor_parallel.h"
 
+#include <numeric>
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -37,6 +39,17 @@ void validate_tensor_parallel(const ModelConfig& c, int n) {
                 ")");
   if (c.intermediate_size % n != 0)
     fail(n, "does not divide intermediate_size " + std::to_string(c.intermediate_size));
+}
+
+int64_t tensor_parallel_k_groups(const ModelConfig& c) {
+  const int64_t heads = c.num_attention_heads, kv = c.num_key_value_heads;
+  int64_t groups = 1;
+  for (int64_t n = 2; n <= 64; ++n) {
+    const bool kv_ok = n <= kv ? kv % n == 0 : n % kv == 0;
+    if (heads % n == 0 && kv_ok && c.intermediate_size % n == 0)
+      groups = std::lcm(groups, n);
+  }
+  return groups;
 }
 
 TensorParallelShard make_tensor_parallel_shard(const ModelConfig& c, int n, int rank) {

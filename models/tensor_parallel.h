@@ -36,11 +36,17 @@
 // unsharded scale bit for bit; TP changes only the order of the k-sum (partials summed in rank
 // order). Column-parallel layers quantize their full, replicated input row locally: their codes
 // never depended on TP. Static per-tensor input_scale: replicated, codes unchanged.
-// What this does not remove: once a sum's order moved a residual by an ulp, a later layer's
-// dynamic per-token code can still flip at a rounding boundary (x / s within an ulp of it).
-// Measured: FP32 logits of TP 3 vs 1 on SmolLM2 differ by 3.5e-5, FP8 W8A8 ones by up to 4.7
-// (~3 flips per token over 30 layers), against 12.9 between FP8 and FP32 themselves; greedy
-// tokens then differ only at near ties (tests/engine/test_tensor_parallel_*.cpp).
+// The order of the k-sum is fixed too, for FP8 row-parallel layers: an ulp moved in a residual
+// would flip a later layer's dynamic per-token code at a rounding boundary (measured before
+// this: FP8 W8A8 logits of TP 3 vs 1 on SmolLM2 differed by up to 4.7, a greedy token at a
+// near tie). So k is split in G = tensor_parallel_k_groups(config) equal parts at every TP size,
+// each part summed from zero by the kernel, the G part sums added in part order, then the
+// epilogue (linear_w8a8 with WeightRef::k_groups = G at TP 1). At TP N rank r holds parts
+// [r * G / N, (r + 1) * G / N): linear_w8a8_partials, all_gather (rank-major = part order),
+// linear_w8a8_combine. Same parts, same additions: TP changes no bit of an FP8 model's output
+// (test_tensor_parallel_smollm2). The bias of an FP8 row-parallel layer is kept on every rank
+// (combine adds it once). F32 and BF16 row-parallel layers all-reduce in rank order: their
+// outputs move by ulps with TP (3.5e-5 on SmolLM2's FP32 logits), nothing downstream quantizes.
 // Where the recipe applies it: models/linear.h linear_forward_row_parallel.
 #include <cstdint>
 #include <vector>
@@ -77,6 +83,12 @@ struct TensorParallelShard {
 /// and intermediate_size % N == 0. Throws std::invalid_argument naming the size and the counts,
 /// e.g. "tensor_parallel_size 2 does not divide num_attention_heads 9 (num_key_value_heads 3)".
 void validate_tensor_parallel(const ModelConfig& config, int tensor_parallel_size);
+
+/// The k-part count G of FP8 row-parallel sums (see above): the least common multiple of every
+/// valid tensor_parallel_size in [1, 64] (validate_tensor_parallel's rule), so G / N is whole
+/// for every N the model can take. It divides num_attention_heads and intermediate_size.
+/// SmolLM2-135M: 3; stories260K: 4; Llama-3.1-8B: 32.
+int64_t tensor_parallel_k_groups(const ModelConfig& config);
 
 /// Rank `rank`'s shard of `config` (validated as above; throws the same errors). Query heads
 /// [rank * H/N, ...); KV heads [rank * KV/N, ...), or, replicated, the one KV head

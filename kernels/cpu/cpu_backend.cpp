@@ -127,21 +127,27 @@ class CpuBackend final : public Backend {
     }
   }
 
+  static Fp8WeightView fp8_view(const WeightRef& w, const char* op) {
+    OCTET_CHECK(w.dtype == DType::FP8_E4M3, op, ": weight dtype ", dtype_name(w.dtype));
+    return Fp8WeightView{static_cast<const uint8_t*>(w.data), w.scale, w.granularity, w.n, w.k,
+                         w.k_groups};
+  }
+
   void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                    int64_t m, const WeightRef& w, float* y) override {
-    OCTET_CHECK(w.dtype == DType::FP8_E4M3, "linear_w8a8: weight dtype ", dtype_name(w.dtype));
-    const Fp8WeightView view{static_cast<const uint8_t*>(w.data), w.scale, w.granularity, w.n,
-                             w.k};
-    octet::linear_w8a8(qa, a_scale, a_granularity, view, w.bias, y, m);
+    octet::linear_w8a8(qa, a_scale, a_granularity, fp8_view(w, "linear_w8a8"), w.bias, y, m);
   }
 
-  void linear_w8a8_partials(const uint8_t*, int64_t, const WeightRef&, float*) override {
-    OCTET_CHECK(false, "linear_w8a8_partials: not implemented yet");
+  void linear_w8a8_partials(const uint8_t* qa, int64_t m, const WeightRef& w,
+                            float* acc) override {
+    octet::linear_w8a8_partials(qa, fp8_view(w, "linear_w8a8_partials"), acc, m);
   }
 
-  void linear_w8a8_combine(const float*, int64_t, const float*, ScaleGranularity, int64_t,
-                           const WeightRef&, float*) override {
-    OCTET_CHECK(false, "linear_w8a8_combine: not implemented yet");
+  void linear_w8a8_combine(const float* acc, int64_t groups, const float* a_scale,
+                           ScaleGranularity a_granularity, int64_t m, const WeightRef& w,
+                           float* y) override {
+    octet::linear_w8a8_combine(acc, groups, a_scale, a_granularity,
+                               fp8_view(w, "linear_w8a8_combine"), w.bias, y, m);
   }
 
   void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,

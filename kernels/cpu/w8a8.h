@@ -59,7 +59,9 @@ void quantize_static_e4m3(const float* x, int64_t m, int64_t k, float scale, uin
 /// every m, position of the row in the batch and thread count (each output's FP32 sum is the
 /// same instruction sequence whatever m is; more rows only share the decoded weights, which
 /// are read once per tile of rows). Codes must not be NaN (0x7F/0xFF): the AVX2 path decodes
-/// them as 480.
+/// them as 480. w.k_groups > 1 (row-parallel layers): acc is the sum of w.k_groups parts of k,
+/// each the path's sum over its k / G inputs from zero, added in part order (aborts unless G
+/// divides k).
 void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                  const Fp8WeightView& w, const float* bias, float* y, int64_t m);
 
@@ -95,9 +97,25 @@ inline void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, u
   quantize_per_token_e4m3_avx2(x, m, k, nullptr, q, scale);
 }
 
+/// Which W8A8 path runs: Auto = linear_w8a8's choice (by CPU features, once per process).
+enum class W8A8Path { Auto, Scalar, Avx2, Avx512 };
+
+/// Row-parallel part sums (Backend::linear_w8a8_partials): acc: [w.k_groups, m, n] raw FP32,
+/// acc[g, i, j] = the path's sum over inputs [g * k / G, (g + 1) * k / G) of qa[i] . qw[j] (no
+/// scales, no bias), the same sums linear_w8a8 adds in order before its epilogue.
+void linear_w8a8_partials(const uint8_t* qa, const Fp8WeightView& w, float* acc, int64_t m,
+                          W8A8Path path = W8A8Path::Auto);
+
+/// y: [m, n] = linear_w8a8's epilogue over acc: [groups, m, n] summed in group order
+/// (Backend::linear_w8a8_combine); w supplies the scales only. With acc from
+/// linear_w8a8_partials (same path, groups == w.k_groups) y equals linear_w8a8's bit for bit.
+void linear_w8a8_combine(const float* acc, int64_t groups, const float* a_scale,
+                         ScaleGranularity a_granularity, const Fp8WeightView& w,
+                         const float* bias, float* y, int64_t m);
+
 namespace ref {
-/// Plain reference of linear_w8a8: decode every code to FP32, double loop, FP32 accumulation
-/// in index order, y = acc * (s_a * s_w) + bias.
+/// Plain reference of linear_w8a8: decode every code to FP32, FP32 accumulation in index order
+/// within each of w.k_groups parts, the parts added in order, y = acc * (s_a * s_w) + bias.
 void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                  const Fp8WeightView& w, const float* bias, float* y, int64_t m);
 }  // namespace ref

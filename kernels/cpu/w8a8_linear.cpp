@@ -34,11 +34,9 @@ const std::array<float, 256>& e4m3_table() {
 
 namespace w8a8_detail {
 
-void check_args(const uint8_t* qa, const float* a_scale, const Fp8WeightView& w, float* y,
-                int64_t m) {
+void check_args(const uint8_t* qa, const Fp8WeightView& w, int64_t m) {
   if (m < 0 || w.n < 0 || w.k < 0) fail("negative shape");
-  if (m > 0 && w.n > 0 && (y == nullptr || a_scale == nullptr || w.scale == nullptr))
-    fail("null output or scale");
+  if (w.k_groups < 1 || w.k % w.k_groups != 0) fail("k_groups must divide k");
   if (m > 0 && w.n > 0 && w.k > 0 && (qa == nullptr || w.data == nullptr)) fail("null operand");
 }
 
@@ -60,23 +58,128 @@ void epilogue(float* y_row, const float* acc, int64_t j0, int64_t j1, float sa,
   }
 }
 
+__attribute__((noinline)) void sum_parts(const float* parts, int64_t groups, int64_t stride,
+                                         int64_t count, float* out) {
+  for (int64_t r = 0; r < count; ++r) out[r] = parts[r];
+  for (int64_t g = 1; g < groups; ++g)
+    for (int64_t r = 0; r < count; ++r) out[r] += parts[g * stride + r];
+}
+
+void Sink::emit(const Fp8WeightView& w, int64_t i, int64_t j0, int64_t j1, const float* parts,
+                int64_t part_stride) const {
+  const int64_t n = w.n, groups = w.k_groups;
+  if (partials) {
+    for (int64_t g = 0; g < groups; ++g)
+      std::copy(parts + g * part_stride, parts + g * part_stride + (j1 - j0),
+                partials + (g * m + i) * n + j0);
+    return;
+  }
+  if (groups == 1) {
+    epilogue(y + i * n, parts, j0, j1, row_scale(a_scale, a_granularity, i), w, bias);
+    return;
+  }
+  constexpr int64_t kChunk = 64;
+  float sums[kChunk];
+  for (int64_t c = j0; c < j1; c += kChunk) {
+    const int64_t e = std::min(j1, c + kChunk);
+    sum_parts(parts + (c - j0), groups, part_stride, e - c, sums);
+    epilogue(y + i * n, sums, c, e, row_scale(a_scale, a_granularity, i), w, bias);
+  }
+}
+
+// Per (row, output, part): a plain FP32 sum in index order; threads split the outputs, so row
+// i's result does not depend on m or the thread count.
+void run_scalar(const uint8_t* qa, const Fp8WeightView& w, const Sink& sink, int64_t m) {
+  const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
+  const auto& lut = e4m3_table();
+  std::vector<float> a(static_cast<size_t>(m * k));  // activations decoded once
+  for (int64_t i = 0; i < m * k; ++i) a[i] = lut[qa[i]];
+#pragma omp parallel if (n * k * std::max<int64_t>(m, 1) > 65536)
+  {
+    std::vector<float> wr(static_cast<size_t>(k));
+    std::vector<float> parts(static_cast<size_t>(groups));
+#pragma omp for schedule(static)
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t t = 0; t < k; ++t) wr[t] = lut[w.data[j * k + t]];  // each row decoded once
+      for (int64_t i = 0; i < m; ++i) {
+        const float* ar = a.data() + i * k;
+        for (int64_t g = 0; g < groups; ++g) {
+          float acc = 0.0f;
+          for (int64_t t = g * kg; t < (g + 1) * kg; ++t) acc += ar[t] * wr[t];
+          parts[g] = acc;
+        }
+        sink.emit(w, i, j, j + 1, parts.data(), 1);
+      }
+    }
+  }
+}
+
 }  // namespace w8a8_detail
 
+using w8a8_detail::Sink;
 using w8a8_detail::check_args;
-using w8a8_detail::row_scale;
+
+namespace {
+
+void check_fused(const float* a_scale, const Fp8WeightView& w, float* y, int64_t m) {
+  if (m > 0 && w.n > 0 && (y == nullptr || a_scale == nullptr || w.scale == nullptr))
+    fail("null output or scale");
+}
+
+Sink fused_sink(const float* a_scale, ScaleGranularity a_granularity, const float* bias, float* y,
+                int64_t m) {
+  Sink s;
+  s.y = y;
+  s.a_scale = a_scale;
+  s.a_granularity = a_granularity;
+  s.bias = bias;
+  s.m = m;
+  return s;
+}
+
+using RunFn = void (*)(const uint8_t*, const Fp8WeightView&, const Sink&, int64_t);
+
+void run_fused(RunFn run, const uint8_t* qa, const float* a_scale, ScaleGranularity g,
+               const Fp8WeightView& w, const float* bias, float* y, int64_t m) {
+  check_args(qa, w, m);
+  check_fused(a_scale, w, y, m);
+  if (m == 0 || w.n == 0) return;
+  run(qa, w, fused_sink(a_scale, g, bias, y, m), m);
+}
+
+// The path is chosen once per process by CPU features, never by m: each path is batch
+// invariant on its own, two paths are not bit-identical to each other.
+RunFn dispatch(W8A8Path path) {
+  switch (path) {
+    case W8A8Path::Scalar: return &w8a8_detail::run_scalar;
+    case W8A8Path::Avx2: return &w8a8_detail::run_avx2;
+    case W8A8Path::Avx512: return &w8a8_detail::run_avx512;
+    case W8A8Path::Auto: break;
+  }
+  if (w8a8_avx512_available()) return &w8a8_detail::run_avx512;
+  if (fp8_avx2_available()) return &w8a8_detail::run_avx2;
+  return &w8a8_detail::run_scalar;
+}
+
+}  // namespace
 
 namespace ref {
 
 void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                  const Fp8WeightView& w, const float* bias, float* y, int64_t m) {
-  check_args(qa, a_scale, w, y, m);
-  const int64_t n = w.n, k = w.k;
+  check_args(qa, w, m);
+  check_fused(a_scale, w, y, m);
+  const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
   for (int64_t i = 0; i < m; ++i) {
     const float sa = a_granularity == ScaleGranularity::PerRow ? a_scale[i] : a_scale[0];
     for (int64_t j = 0; j < n; ++j) {
       float acc = 0.0f;
-      for (int64_t t = 0; t < k; ++t)
-        acc += fp8_e4m3_to_float(qa[i * k + t]) * fp8_e4m3_to_float(w.data[j * k + t]);
+      for (int64_t g = 0; g < groups; ++g) {
+        float part = 0.0f;
+        for (int64_t t = g * kg; t < (g + 1) * kg; ++t)
+          part += fp8_e4m3_to_float(qa[i * k + t]) * fp8_e4m3_to_float(w.data[j * k + t]);
+        acc = g == 0 ? part : acc + part;
+      }
       const float sw = w.granularity == ScaleGranularity::PerRow ? w.scale[j] : w.scale[0];
       y[i * n + j] = acc * (sa * sw) + (bias ? bias[j] : 0.0f);
     }
@@ -85,43 +188,54 @@ void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_gra
 
 }  // namespace ref
 
-// Per (row, output): a plain FP32 sum in index order, then the shared epilogue; threads split
-// the outputs, so row i's result does not depend on m or the thread count.
 void linear_w8a8_scalar(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                         const Fp8WeightView& w, const float* bias, float* y, int64_t m) {
-  check_args(qa, a_scale, w, y, m);
-  const int64_t n = w.n, k = w.k;
-  const auto& lut = e4m3_table();
-  std::vector<float> a(static_cast<size_t>(m * k));  // activations decoded once
-  for (int64_t i = 0; i < m * k; ++i) a[i] = lut[qa[i]];
-#pragma omp parallel if (n * k * std::max<int64_t>(m, 1) > 65536)
-  {
-    std::vector<float> wr(static_cast<size_t>(k));
-#pragma omp for schedule(static)
-    for (int64_t j = 0; j < n; ++j) {
-      for (int64_t t = 0; t < k; ++t) wr[t] = lut[w.data[j * k + t]];  // each row decoded once
-      for (int64_t i = 0; i < m; ++i) {
-        const float* ar = a.data() + i * k;
-        float acc = 0.0f;
-        for (int64_t t = 0; t < k; ++t) acc += ar[t] * wr[t];
-        w8a8_detail::epilogue(y + i * n, &acc, j, j + 1, row_scale(a_scale, a_granularity, i),
-                              w, bias);
-      }
-    }
-  }
+  run_fused(&w8a8_detail::run_scalar, qa, a_scale, a_granularity, w, bias, y, m);
 }
 
-// The path is chosen once per process by CPU features, never by m: each path is batch
-// invariant on its own, two paths are not bit-identical to each other.
+void linear_w8a8_avx2(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
+                      const Fp8WeightView& w, const float* bias, float* y, int64_t m) {
+  run_fused(&w8a8_detail::run_avx2, qa, a_scale, a_granularity, w, bias, y, m);
+}
+
+void linear_w8a8_avx512(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
+                        const Fp8WeightView& w, const float* bias, float* y, int64_t m) {
+  run_fused(&w8a8_detail::run_avx512, qa, a_scale, a_granularity, w, bias, y, m);
+}
+
 void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                  const Fp8WeightView& w, const float* bias, float* y, int64_t m) {
-  if (w8a8_avx512_available()) {
-    linear_w8a8_avx512(qa, a_scale, a_granularity, w, bias, y, m);
-  } else if (fp8_avx2_available()) {
-    linear_w8a8_avx2(qa, a_scale, a_granularity, w, bias, y, m);
-  } else {
-    linear_w8a8_scalar(qa, a_scale, a_granularity, w, bias, y, m);
-  }
+  run_fused(dispatch(W8A8Path::Auto), qa, a_scale, a_granularity, w, bias, y, m);
+}
+
+void linear_w8a8_partials(const uint8_t* qa, const Fp8WeightView& w, float* acc, int64_t m,
+                          W8A8Path path) {
+  check_args(qa, w, m);
+  if (m == 0 || w.n == 0) return;
+  if (acc == nullptr) fail("null part sums");
+  Sink s;
+  s.partials = acc;
+  s.m = m;
+  dispatch(path)(qa, w, s, m);
+}
+
+void linear_w8a8_combine(const float* acc, int64_t groups, const float* a_scale,
+                         ScaleGranularity a_granularity, const Fp8WeightView& w,
+                         const float* bias, float* y, int64_t m) {
+  if (m < 0 || w.n < 0 || groups < 1) fail("bad shape or group count");
+  check_fused(a_scale, w, y, m);
+  if (m == 0 || w.n == 0) return;
+  if (acc == nullptr) fail("null part sums");
+  const int64_t n = w.n;
+  constexpr int64_t kChunk = 64;
+  float sums[kChunk];
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t c = 0; c < n; c += kChunk) {
+      const int64_t e = std::min(n, c + kChunk);
+      w8a8_detail::sum_parts(acc + i * n + c, groups, m * n, e - c, sums);
+      w8a8_detail::epilogue(y + i * n, sums, c, e,
+                            w8a8_detail::row_scale(a_scale, a_granularity, i), w, bias);
+    }
 }
 
 }  // namespace octet

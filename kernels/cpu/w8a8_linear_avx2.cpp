@@ -64,22 +64,24 @@ OCTET_AVX2 inline void gemv_step(const __m128i* codes, __m256 x0, __m256 x1, __m
   }
 }
 
-// out[r] = sum_t x[t] * decode(w[r * k + t]) for r < NR; x is zero-padded to a multiple of 16.
+// out[r] = sum_t x[t] * decode(w[r * ldw + t]) for r < NR, t < k; x is zero-padded to a
+// multiple of 16.
 template <int NR>
-OCTET_AVX2 inline void gemv_rows(const uint8_t* w, int64_t k, const float* x, float* out) {
+OCTET_AVX2 inline void gemv_rows(const uint8_t* w, int64_t ldw, int64_t k, const float* x,
+                                 float* out) {
   __m256 acc[NR];
   for (int r = 0; r < NR; ++r) acc[r] = _mm256_setzero_ps();
   __m128i codes[NR];
   int64_t t = 0;
   for (; t + 16 <= k; t += 16) {
     for (int r = 0; r < NR; ++r)
-      codes[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + r * k + t));
+      codes[r] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + r * ldw + t));
     gemv_step<NR>(codes, _mm256_loadu_ps(x + t), _mm256_loadu_ps(x + t + 8), acc);
   }
   if (t < k) {  // 1..15 codes left per row: zero-padded copies (x is zero there too)
     alignas(16) uint8_t tail[NR][16] = {};
     for (int r = 0; r < NR; ++r) {
-      std::memcpy(tail[r], w + r * k + t, static_cast<size_t>(k - t));
+      std::memcpy(tail[r], w + r * ldw + t, static_cast<size_t>(k - t));
       codes[r] = _mm_load_si128(reinterpret_cast<const __m128i*>(tail[r]));
     }
     gemv_step<NR>(codes, _mm256_loadu_ps(x + t), _mm256_loadu_ps(x + t + 8), acc);
@@ -92,23 +94,33 @@ OCTET_AVX2 inline void gemv_rows(const uint8_t* w, int64_t k, const float* x, fl
   for (int r = 0; r < NR; ++r) out[r] = tmp[r];
 }
 
-OCTET_AVX2 void gemv(const uint8_t* qa, float sa, const Fp8WeightView& w, const float* bias,
-                     float* y) {
-  const int64_t n = w.n, k = w.k;
-  const int64_t k16 = (k + 15) / 16 * 16;
-  std::vector<float> x(static_cast<size_t>(k16), 0.0f);
-  fp8_decode_avx2(DType::FP8_E4M3, qa, x.data(), static_cast<size_t>(k));
+// m == 1. Each k-group g of the row is its own zero-padded stretch of x (x + g * kg16), so a
+// part's sum is the same instruction sequence whatever the group count.
+OCTET_AVX2 void gemv(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detail::Sink& sink) {
+  const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
+  const int64_t kg16 = (kg + 15) / 16 * 16;
+  std::vector<float> x(static_cast<size_t>(groups * kg16), 0.0f);
+  for (int64_t g = 0; g < groups; ++g)
+    fp8_decode_avx2(DType::FP8_E4M3, qa + g * kg, x.data() + g * kg16, static_cast<size_t>(kg));
   // Blocks of 16 rows (4 x 4-row steps): enough blocks to balance threads on small layers.
   constexpr int64_t kRowsPerBlock = 16;
   const int64_t blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
-#pragma omp parallel for schedule(static) if (n * k >= 131072)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t j0 = b * kRowsPerBlock, j1 = std::min(n, j0 + kRowsPerBlock);
-    float acc[kRowsPerBlock];
-    int64_t j = j0;
-    for (; j + 4 <= j1; j += 4) gemv_rows<4>(w.data + j * k, k, x.data(), acc + (j - j0));
-    for (; j < j1; ++j) gemv_rows<1>(w.data + j * k, k, x.data(), acc + (j - j0));
-    w8a8_detail::epilogue(y, acc, j0, j1, sa, w, bias);
+#pragma omp parallel if (n * k >= 131072)
+  {
+    std::vector<float> parts(static_cast<size_t>(groups * kRowsPerBlock));
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t j0 = b * kRowsPerBlock, j1 = std::min(n, j0 + kRowsPerBlock);
+      for (int64_t g = 0; g < groups; ++g) {
+        const uint8_t* wg = w.data + g * kg;
+        const float* xg = x.data() + g * kg16;
+        float* acc = parts.data() + g * kRowsPerBlock;
+        int64_t j = j0;
+        for (; j + 4 <= j1; j += 4) gemv_rows<4>(wg + j * k, k, kg, xg, acc + (j - j0));
+        for (; j < j1; ++j) gemv_rows<1>(wg + j * k, k, kg, xg, acc + (j - j0));
+      }
+      sink.emit(w, 0, j0, j1, parts.data(), kRowsPerBlock);
+    }
   }
 }
 
@@ -119,11 +131,11 @@ OCTET_AVX2 inline void store_scaled16(__m128i codes, float* dst) {
   _mm256_storeu_ps(dst + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)));
 }
 
-// rows x k codes (row stride k) -> tile: rows x k16 FP32 of value * 2^-8, zero-padded.
-OCTET_AVX2 void decode_scaled_tile(const uint8_t* w, int64_t k, int64_t rows, int64_t k16,
-                                   float* tile) {
+// rows x k codes (row stride ldw) -> tile: rows x k16 FP32 of value * 2^-8, zero-padded.
+OCTET_AVX2 void decode_scaled_tile(const uint8_t* w, int64_t ldw, int64_t k, int64_t rows,
+                                   int64_t k16, float* tile) {
   for (int64_t r = 0; r < rows; ++r) {
-    const uint8_t* src = w + r * k;
+    const uint8_t* src = w + r * ldw;
     float* dst = tile + r * k16;
     int64_t t = 0;
     for (; t + 16 <= k; t += 16)
@@ -136,35 +148,39 @@ OCTET_AVX2 void decode_scaled_tile(const uint8_t* w, int64_t k, int64_t rows, in
   }
 }
 
-OCTET_AVX2 void gemm(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
-                     const Fp8WeightView& w, const float* bias, float* y, int64_t m) {
-  const int64_t n = w.n, k = w.k, k16 = (k + 15) / 16 * 16;
+// m > 1. Per block of weight rows and k-group g: the group's codes decoded into the tile, then
+// parts[g][i][j] = dot_block over the group's kg inputs, * 256 (exact, as in gemv_rows).
+OCTET_AVX2 void gemm(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detail::Sink& sink,
+                     int64_t m) {
+  const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
+  const int64_t kg16 = (kg + 15) / 16 * 16;
   std::vector<float> a(static_cast<size_t>(m * k));
 #pragma omp parallel for schedule(static) if (m * k >= 65536)
   for (int64_t i = 0; i < m; ++i)
     fp8_decode_avx2(DType::FP8_E4M3, qa + i * k, a.data() + i * k, static_cast<size_t>(k));
-  // Weight rows per block: the decoded tile (nb x k FP32) stays in L2 (<= ~128 KiB) while all m
-  // activation rows stream past it; at least 2 blocks per thread for balance. (The block size
+  // Weight rows per block: the decoded tile (nb x kg FP32) stays in L2 (<= ~128 KiB) while all
+  // m activation rows stream past it; at least 2 blocks per thread for balance. (The block size
   // only decides which thread computes an output, never how.)
   const int threads = omp_get_max_threads();
-  int64_t nb = std::max<int64_t>(4, (32768 / std::max<int64_t>(k16, 1)) / 4 * 4);
+  int64_t nb = std::max<int64_t>(4, (32768 / std::max<int64_t>(kg16, 1)) / 4 * 4);
   nb = std::min(nb, std::max<int64_t>(4, (n / (2 * threads) + 3) / 4 * 4));
   const int64_t blocks = (n + nb - 1) / nb;
 #pragma omp parallel if (m * n * k >= 262144)
   {
-    std::vector<float> tile(static_cast<size_t>(nb * k16));
-    std::vector<float> acc(static_cast<size_t>(m * nb));
+    std::vector<float> tile(static_cast<size_t>(nb * kg16));
+    std::vector<float> parts(static_cast<size_t>(groups * m * nb));  // [groups][m][nb]
 #pragma omp for schedule(dynamic)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t j0 = b * nb, rows = std::min(nb, n - j0);
-      decode_scaled_tile(w.data + j0 * k, k, rows, k16, tile.data());
-      gemm_avx2::dot_block(a.data(), k, m, tile.data(), k16, rows, k, acc.data(), nb);
-      for (int64_t i = 0; i < m; ++i) {
-        float* acc_row = acc.data() + i * nb;
-        for (int64_t j = 0; j < rows; ++j) acc_row[j] *= 256.0f;  // exact, as in gemv_rows
-        w8a8_detail::epilogue(y + i * n, acc_row, j0, j0 + rows,
-                              w8a8_detail::row_scale(a_scale, a_granularity, i), w, bias);
+      for (int64_t g = 0; g < groups; ++g) {
+        float* acc = parts.data() + g * m * nb;
+        decode_scaled_tile(w.data + j0 * k + g * kg, k, kg, rows, kg16, tile.data());
+        gemm_avx2::dot_block(a.data() + g * kg, k, m, tile.data(), kg16, rows, kg, acc, nb);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < rows; ++j) acc[i * nb + j] *= 256.0f;
       }
+      for (int64_t i = 0; i < m; ++i)
+        sink.emit(w, i, j0, j0 + rows, parts.data() + i * nb, m * nb);
     }
   }
 }
@@ -208,15 +224,13 @@ OCTET_AVX2 void per_token_rows(const float* x, int64_t m, int64_t k, const float
 
 }  // namespace
 
-void linear_w8a8_avx2(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
-                      const Fp8WeightView& w, const float* bias, float* y, int64_t m) {
-  if (!fp8_avx2_available()) die_without_avx2(__func__);
-  w8a8_detail::check_args(qa, a_scale, w, y, m);
-  if (m == 0 || w.n == 0) return;
+void w8a8_detail::run_avx2(const uint8_t* qa, const Fp8WeightView& w,
+                           const w8a8_detail::Sink& sink, int64_t m) {
+  if (!fp8_avx2_available()) die_without_avx2("linear_w8a8_avx2");
   if (m == 1) {
-    gemv(qa, a_scale[0], w, bias, y);
+    gemv(qa, w, sink);
   } else {
-    gemm(qa, a_scale, a_granularity, w, bias, y, m);
+    gemm(qa, w, sink, m);
   }
 }
 
@@ -228,9 +242,9 @@ void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, const fl
 
 #else  // not x86-64
 
-void linear_w8a8_avx2(const uint8_t*, const float*, ScaleGranularity, const Fp8WeightView&,
-                      const float*, float*, int64_t) {
-  die_without_avx2(__func__);
+void w8a8_detail::run_avx2(const uint8_t*, const Fp8WeightView&, const w8a8_detail::Sink&,
+                           int64_t) {
+  die_without_avx2("linear_w8a8_avx2");
 }
 void quantize_per_token_e4m3_avx2(const float*, int64_t, int64_t, const float*, uint8_t*,
                                   float*) {

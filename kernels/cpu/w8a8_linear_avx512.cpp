@@ -102,13 +102,13 @@ struct alignas(64) BlockAcc {
   __m512 v[kTileRows][kBlock];
 };
 
-// acc[i][r] for i < MR, r < NR: x_i (activation words row xw + i * k64) . weight row r (codes
-// at w + r * k), one VDPBF16PS pair per 64-code chunk. Each chunk is decoded once and used by
-// the MR rows. Prefetches weight rows NR..NR+15 ahead (a prefetch past the end of the matrix is
-// harmless: it never faults).
+// acc[i][r] for i < MR, r < NR: x_i (activation words at xw + i * ldx, k64 of them) . weight
+// row r (k codes at w + r * ldw), one VDPBF16PS pair per 64-code chunk. Each chunk is decoded
+// once and used by the MR rows. Prefetches weight rows NR..NR+15 ahead (a prefetch past the end
+// of the matrix is harmless: it never faults).
 template <int MR, int NR>
-OCTET_AVX512 inline void tile_codes(const uint8_t* w, int64_t k, const uint16_t* xw, int64_t k64,
-                                    __m512 (*out)[kBlock]) {
+OCTET_AVX512 inline void tile_codes(const uint8_t* w, int64_t ldw, int64_t k, const uint16_t* xw,
+                                    int64_t ldx, int64_t k64, __m512 (*out)[kBlock]) {
   const Bf16Tables& t = tables();
   const __m512i thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
   const __m512i tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
@@ -121,12 +121,13 @@ OCTET_AVX512 inline void tile_codes(const uint8_t* w, int64_t k, const uint16_t*
     for (int r = 0; r < NR; ++r) {
       // Rows are short (k bytes): the hardware prefetchers see 4 interleaved short streams and
       // stay behind, so fetch the same chunk 16 rows ahead (~9 KB at k = 576) ourselves.
-      _mm_prefetch(reinterpret_cast<const char*>(w + (r + kPrefetchRows) * k + b), _MM_HINT_T0);
-      const __m512i codes = _mm512_maskz_loadu_epi8(mask, w + r * k + b);
+      _mm_prefetch(reinterpret_cast<const char*>(w + (r + kPrefetchRows) * ldw + b),
+                   _MM_HINT_T0);
+      const __m512i codes = _mm512_maskz_loadu_epi8(mask, w + r * ldw + b);
       __m512i wlo, whi;
       decode64(codes, thi0, thi1, tlo0, tlo1, &wlo, &whi);
       for (int i = 0; i < MR; ++i) {
-        const uint16_t* x = xw + i * k64 + b;
+        const uint16_t* x = xw + i * ldx + b;
         acc[i][r] = _mm512_dpbf16_ps(acc[i][r], (__m512bh)wlo, (__m512bh)_mm512_loadu_si512(x));
         acc[i][r] =
             _mm512_dpbf16_ps(acc[i][r], (__m512bh)whi, (__m512bh)_mm512_loadu_si512(x + 32));
@@ -137,10 +138,10 @@ OCTET_AVX512 inline void tile_codes(const uint8_t* w, int64_t k, const uint16_t*
     for (int r = 0; r < NR; ++r) out[i][r] = acc[i][r];
 }
 
-// rows weight rows (codes, row stride k) -> words: rows x k64, each 64-code chunk as the
-// decode64 pair (32 low-half words, then 32 high-half words), zero-padded.
-OCTET_AVX512 void decode_rows(const uint8_t* w, int64_t k, int64_t rows, int64_t k64,
-                              uint16_t* words) {
+// rows weight rows (k codes each, row stride ldw) -> words: rows x k64 (row stride ldo), each
+// 64-code chunk as the decode64 pair (32 low-half words, then 32 high-half words), zero-padded.
+OCTET_AVX512 void decode_rows(const uint8_t* w, int64_t ldw, int64_t k, int64_t rows, int64_t k64,
+                              uint16_t* words, int64_t ldo) {
   const Bf16Tables& t = tables();
   const __m512i thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
   const __m512i tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
@@ -149,29 +150,30 @@ OCTET_AVX512 void decode_rows(const uint8_t* w, int64_t k, int64_t rows, int64_t
       const int64_t left = k - b;
       const __mmask64 mask = left >= 64 ? ~__mmask64{0} : ((__mmask64{1} << left) - 1);
       __m512i wlo, whi;
-      decode64(_mm512_maskz_loadu_epi8(mask, w + r * k + b), thi0, thi1, tlo0, tlo1, &wlo, &whi);
-      _mm512_storeu_si512(words + r * k64 + b, wlo);
-      _mm512_storeu_si512(words + r * k64 + b + 32, whi);
+      decode64(_mm512_maskz_loadu_epi8(mask, w + r * ldw + b), thi0, thi1, tlo0, tlo1, &wlo,
+               &whi);
+      _mm512_storeu_si512(words + r * ldo + b, wlo);
+      _mm512_storeu_si512(words + r * ldo + b + 32, whi);
     }
 }
 
-// tile_codes on pre-decoded weight words (decode_rows; NR rows at wt, row stride k64): the same
-// VDPBF16PS sequence per accumulator, for batches large enough to amortise one decode.
+// tile_codes on pre-decoded weight words (decode_rows; NR rows at wt, row stride ldw): the
+// same VDPBF16PS sequence per accumulator, for batches large enough to amortise one decode.
 template <int MR, int NR>
-OCTET_AVX512 inline void tile_words(const uint16_t* wt, const uint16_t* xw, int64_t k64,
-                                    __m512 (*out)[kBlock]) {
+OCTET_AVX512 inline void tile_words(const uint16_t* wt, int64_t ldw, const uint16_t* xw,
+                                    int64_t ldx, int64_t k64, __m512 (*out)[kBlock]) {
   __m512 acc[MR][NR];
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
   for (int64_t b = 0; b < k64; b += 64) {
     __m512i xlo[MR], xhi[MR];
     for (int i = 0; i < MR; ++i) {
-      xlo[i] = _mm512_loadu_si512(xw + i * k64 + b);
-      xhi[i] = _mm512_loadu_si512(xw + i * k64 + b + 32);
+      xlo[i] = _mm512_loadu_si512(xw + i * ldx + b);
+      xhi[i] = _mm512_loadu_si512(xw + i * ldx + b + 32);
     }
     for (int r = 0; r < NR; ++r) {
-      const __m512i wlo = _mm512_loadu_si512(wt + r * k64 + b);
-      const __m512i whi = _mm512_loadu_si512(wt + r * k64 + b + 32);
+      const __m512i wlo = _mm512_loadu_si512(wt + r * ldw + b);
+      const __m512i whi = _mm512_loadu_si512(wt + r * ldw + b + 32);
       for (int i = 0; i < MR; ++i) {
         acc[i][r] = _mm512_dpbf16_ps(acc[i][r], (__m512bh)wlo, (__m512bh)xlo[i]);
         acc[i][r] = _mm512_dpbf16_ps(acc[i][r], (__m512bh)whi, (__m512bh)xhi[i]);
@@ -211,27 +213,37 @@ OCTET_AVX512 inline void reduce16(const __m512* v, float* out) {
   _mm512_storeu_ps(out, level(c[0], c[1], s_lo, s_hi));
 }
 
-// Raw accumulators of MR rows (words at xw) x outputs [j0, j1) into acc; outputs past j1 zero.
-// pre-decoded: wt holds the block's weight rows (decode_rows), else codes are decoded here.
+// The shape of one call: k split in `groups` parts of kg codes; each part's words are padded to
+// kg64, so an activation or pre-decoded weight row is kp = groups * kg64 words, part g at
+// g * kg64. One group (k_groups 1) is the unsplit layout.
+struct Parts {
+  int64_t groups, kg, kg64, kp;
+};
+
+// Raw accumulators of MR rows (words at xw, row stride p.kp) x outputs [j0, j1) of part g into
+// acc; outputs past j1 zero. pre-decoded: wt holds the block's weight rows (decode_rows), else
+// codes are decoded here.
 template <int MR>
-OCTET_AVX512 void block_rows(const Fp8WeightView& w, int64_t j0, int64_t j1, const uint16_t* xw,
-                             int64_t k64, const uint16_t* wt, BlockAcc& acc) {
+OCTET_AVX512 void block_rows(const Fp8WeightView& w, const Parts& p, int64_t g, int64_t j0,
+                             int64_t j1, const uint16_t* xw, const uint16_t* wt, BlockAcc& acc) {
   const int64_t k = w.k;
+  const uint8_t* wg = w.data + g * p.kg;
+  const uint16_t* xg = xw + g * p.kg64;
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) {
     __m512 (*out)[kBlock] = reinterpret_cast<__m512 (*)[kBlock]>(&acc.v[0][j - j0]);
     if (wt) {
-      tile_words<MR, 4>(wt + (j - j0) * k64, xw, k64, out);
+      tile_words<MR, 4>(wt + (j - j0) * p.kp + g * p.kg64, p.kp, xg, p.kp, p.kg64, out);
     } else {
-      tile_codes<MR, 4>(w.data + j * k, k, xw, k64, out);
+      tile_codes<MR, 4>(wg + j * k, k, p.kg, xg, p.kp, p.kg64, out);
     }
   }
   for (; j < j1; ++j) {
     __m512 (*out)[kBlock] = reinterpret_cast<__m512 (*)[kBlock]>(&acc.v[0][j - j0]);
     if (wt) {
-      tile_words<MR, 1>(wt + (j - j0) * k64, xw, k64, out);
+      tile_words<MR, 1>(wt + (j - j0) * p.kp + g * p.kg64, p.kp, xg, p.kp, p.kg64, out);
     } else {
-      tile_codes<MR, 1>(w.data + j * k, k, xw, k64, out);
+      tile_codes<MR, 1>(wg + j * k, k, p.kg, xg, p.kp, p.kg64, out);
     }
   }
   for (int i = 0; i < MR; ++i)
@@ -242,38 +254,45 @@ OCTET_AVX512 void block_rows(const Fp8WeightView& w, int64_t j0, int64_t j1, con
 // them for every tile of rows; smaller ones decode in registers (the result is the same).
 constexpr int64_t kPredecodeRows = 8;
 
-OCTET_AVX512 void linear_impl(const uint8_t* qa, const float* a_scale,
-                              ScaleGranularity a_granularity, const Fp8WeightView& w,
-                              const float* bias, float* y, int64_t m) {
-  const int64_t n = w.n, k = w.k, k64 = (k + 63) / 64 * 64;
-  std::vector<uint16_t> xw(static_cast<size_t>(m * k64));  // [m, k64] activation words
-  for (int64_t i = 0; i < m; ++i) activation_words(qa + i * k, k, k64, xw.data() + i * k64);
+OCTET_AVX512 void linear_impl(const uint8_t* qa, const Fp8WeightView& w,
+                              const w8a8_detail::Sink& sink, int64_t m) {
+  const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
+  const Parts p{groups, kg, (kg + 63) / 64 * 64, groups * ((kg + 63) / 64 * 64)};
+  std::vector<uint16_t> xw(static_cast<size_t>(m * p.kp));  // [m, kp] activation words
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t g = 0; g < groups; ++g)
+      activation_words(qa + i * k + g * kg, kg, p.kg64, xw.data() + i * p.kp + g * p.kg64);
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const bool predecode = m >= kPredecodeRows;
 #pragma omp parallel if (n * k * m >= 131072)
   {
-    std::vector<uint16_t> wt(predecode ? static_cast<size_t>(kBlock * k64) : 0);
+    std::vector<uint16_t> wt(predecode ? static_cast<size_t>(kBlock * p.kp) : 0);
+    // [groups][kTileRows][kBlock]: each part's lane sums, then emitted per row
+    std::vector<float> parts(static_cast<size_t>(groups * kTileRows * kBlock));
     BlockAcc acc;
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t j0 = blk * kBlock, j1 = std::min(n, j0 + kBlock);
-      if (predecode) decode_rows(w.data + j0 * k, k, j1 - j0, k64, wt.data());
+      if (predecode)
+        for (int64_t g = 0; g < groups; ++g)
+          decode_rows(w.data + j0 * k + g * kg, k, kg, j1 - j0, p.kg64, wt.data() + g * p.kg64,
+                      p.kp);
       const uint16_t* wt_block = predecode ? wt.data() : nullptr;
       for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
-        const uint16_t* x = xw.data() + i0 * k64;
+        const uint16_t* x = xw.data() + i0 * p.kp;
         const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
-        switch (rows) {
-          case 4: block_rows<4>(w, j0, j1, x, k64, wt_block, acc); break;
-          case 3: block_rows<3>(w, j0, j1, x, k64, wt_block, acc); break;
-          case 2: block_rows<2>(w, j0, j1, x, k64, wt_block, acc); break;
-          default: block_rows<1>(w, j0, j1, x, k64, wt_block, acc); break;
+        for (int64_t g = 0; g < groups; ++g) {
+          switch (rows) {
+            case 4: block_rows<4>(w, p, g, j0, j1, x, wt_block, acc); break;
+            case 3: block_rows<3>(w, p, g, j0, j1, x, wt_block, acc); break;
+            case 2: block_rows<2>(w, p, g, j0, j1, x, wt_block, acc); break;
+            default: block_rows<1>(w, p, g, j0, j1, x, wt_block, acc); break;
+          }
+          for (int64_t i = 0; i < rows; ++i)
+            reduce16(acc.v[i], parts.data() + (g * kTileRows + i) * kBlock);
         }
-        for (int64_t i = 0; i < rows; ++i) {
-          alignas(64) float sums[kBlock];
-          reduce16(acc.v[i], sums);
-          w8a8_detail::epilogue(y + (i0 + i) * n, sums, j0, j1,
-                                row_scale(a_scale, a_granularity, i0 + i), w, bias);
-        }
+        for (int64_t i = 0; i < rows; ++i)
+          sink.emit(w, i0 + i, j0, j1, parts.data() + i * kBlock, kTileRows * kBlock);
       }
     }
   }
@@ -288,22 +307,20 @@ bool w8a8_avx512_available() {
   return ok;
 }
 
-void linear_w8a8_avx512(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
-                        const Fp8WeightView& w, const float* bias, float* y, int64_t m) {
+void w8a8_detail::run_avx512(const uint8_t* qa, const Fp8WeightView& w,
+                             const w8a8_detail::Sink& sink, int64_t m) {
   if (!w8a8_avx512_available()) {
     std::fprintf(stderr, "octet: linear_w8a8_avx512 needs AVX-512 F/BW/VBMI/BF16\n");
     std::abort();
   }
-  w8a8_detail::check_args(qa, a_scale, w, y, m);
-  if (m == 0 || w.n == 0) return;
-  linear_impl(qa, a_scale, a_granularity, w, bias, y, m);
+  linear_impl(qa, w, sink, m);
 }
 
 #else
 
 bool w8a8_avx512_available() { return false; }
-void linear_w8a8_avx512(const uint8_t*, const float*, ScaleGranularity, const Fp8WeightView&,
-                        const float*, float*, int64_t) {
+void w8a8_detail::run_avx512(const uint8_t*, const Fp8WeightView&, const w8a8_detail::Sink&,
+                             int64_t) {
   std::fprintf(stderr, "octet: linear_w8a8_avx512 is not built for this compiler/CPU\n");
   std::abort();
 }

@@ -515,6 +515,87 @@ void linear_w8a8_case(Backend& be) {
 BACKEND_TEST_CASE("linear_w8a8 per-row and per-tensor weight and activation scales",
                   linear_w8a8_case)
 
+// ---- linear_w8a8 in k parts: partials, combine, TP shards ---------------------------------------
+
+// A row-parallel FP8 layer (WeightRef::k_groups = G): the fused op keeps linear_w8a8's bound (a
+// sum of k exact products in any order, parts included: (k + 4) eps as above); partials + combine
+// equal the fused op bit for bit (the contract: the same parts added in the same order); and a
+// rank's column shard (k / N columns, G / N parts) gives exactly the whole weight's parts
+// [r G / N, (r + 1) G / N), so the gathered parts combine to TP 1's bits.
+void linear_w8a8_parts_case(Backend& be) {
+  std::mt19937 rng(15);
+  struct Shape {
+    int64_t m, n, k, groups;
+  };
+  for (const Shape s : {Shape{1, 37, 168, 12}, Shape{5, 20, 168, 3}, Shape{9, 33, 576, 3},
+                        Shape{17, 16, 172, 4}}) {
+    CAPTURE(s.m, s.n, s.k, s.groups);
+    const std::vector<uint8_t> qa = random_e4m3_codes(rng, s.m * s.k);
+    const std::vector<uint8_t> qw = random_e4m3_codes(rng, s.n * s.k);
+    const std::vector<float> w_scale = uniform(rng, s.n, 1e-3f, 1e-2f);
+    const std::vector<float> a_scale = uniform(rng, s.m, 1e-3f, 3e-2f);
+    const std::vector<float> bias = uniform(rng, s.n, -4, 4);
+    const auto d_qa = to_device(be, qa);
+    const auto d_qw = to_device(be, qw);
+    const auto d_ws = to_device(be, w_scale);
+    const auto d_as = to_device(be, a_scale);
+    const auto d_bias = to_device(be, bias);
+    WeightRef w{d_qw.data(), DType::FP8_E4M3, s.n, s.k, d_ws.data(), ScaleGranularity::PerRow,
+                d_bias.data(), s.groups};
+    auto d_y = device_zeros<float>(be, s.m * s.n);
+    be.linear_w8a8(d_qa.data(), d_as.data(), ScaleGranularity::PerRow, s.m, w, d_y.data());
+    const std::vector<float> y = to_host(be, d_y);
+    std::vector<double> ref(s.m * s.n), tol(s.m * s.n);
+    for (int64_t i = 0; i < s.m; ++i)
+      for (int64_t o = 0; o < s.n; ++o) {
+        double acc = 0, mag = 0;
+        for (int64_t j = 0; j < s.k; ++j) {
+          const double t = double(ref_fp8_value(DType::FP8_E4M3, qa[i * s.k + j])) *
+                           ref_fp8_value(DType::FP8_E4M3, qw[o * s.k + j]);
+          acc += t;
+          mag += std::fabs(t);
+        }
+        const double sc = double(a_scale[i]) * w_scale[o];
+        ref[i * s.n + o] = acc * sc + bias[o];
+        tol[i * s.n + o] = double(s.k + 4) * kEps * (mag * std::fabs(sc) + std::fabs(bias[o]));
+      }
+    check_close(y, ref, tol, "linear_w8a8 k parts");
+
+    auto d_parts = device_zeros<float>(be, s.groups * s.m * s.n);
+    be.linear_w8a8_partials(d_qa.data(), s.m, w, d_parts.data());
+    const std::vector<float> parts = to_host(be, d_parts);
+    auto d_y2 = device_zeros<float>(be, s.m * s.n);
+    be.linear_w8a8_combine(d_parts.data(), s.groups, d_as.data(), ScaleGranularity::PerRow, s.m,
+                           w, d_y2.data());
+    CHECK(to_host(be, d_y2) == y);
+
+    for (int64_t world = 2; world <= s.groups; ++world) {
+      if (s.groups % world != 0) continue;
+      CAPTURE(world);
+      const int64_t kr = s.k / world, gr = s.groups / world;
+      std::vector<float> gathered;
+      for (int64_t r = 0; r < world; ++r) {
+        std::vector<uint8_t> qa_r(s.m * kr), qw_r(s.n * kr);
+        for (int64_t i = 0; i < s.m; ++i)
+          for (int64_t t = 0; t < kr; ++t) qa_r[i * kr + t] = qa[i * s.k + r * kr + t];
+        for (int64_t o = 0; o < s.n; ++o)
+          for (int64_t t = 0; t < kr; ++t) qw_r[o * kr + t] = qw[o * s.k + r * kr + t];
+        const auto d_qa_r = to_device(be, qa_r);
+        const auto d_qw_r = to_device(be, qw_r);
+        WeightRef w_r{d_qw_r.data(), DType::FP8_E4M3, s.n, kr, d_ws.data(),
+                      ScaleGranularity::PerRow, d_bias.data(), gr};
+        auto d_p = device_zeros<float>(be, gr * s.m * s.n);
+        be.linear_w8a8_partials(d_qa_r.data(), s.m, w_r, d_p.data());
+        const std::vector<float> p = to_host(be, d_p);
+        gathered.insert(gathered.end(), p.begin(), p.end());
+      }
+      CHECK(gathered == parts);
+    }
+  }
+}
+BACKEND_TEST_CASE("linear_w8a8 in k parts: partials + combine and TP shards are bit-identical",
+                  linear_w8a8_parts_case)
+
 // ---- Batch invariance of linear and linear_w8a8 -------------------------------------------------
 
 // Row i of an m = 17 batch is bit-identical to the same row run alone (m = 1): the contract's

@@ -109,6 +109,19 @@ TEST_CASE("vLLM's rule: head counts and intermediate_size must split over the ra
   REQUIRE_THROWS_AS(octet::make_tensor_parallel_shard(smollm2(), 2, 0), std::invalid_argument);
 }
 
+TEST_CASE("tensor_parallel_k_groups: the lcm of every valid TP size", "[tp]") {
+  // Worked by hand from vLLM's rule (heads % N, KV heads % N or N a multiple of them,
+  // intermediate % N), N in [1, 64]:
+  //   SmolLM2 (9 heads, 3 KV, 1536): N in {1, 3} (9: 1536 % 9 = 6)         -> 3
+  //   stories260K (8, 4, 172 = 4 * 43): N in {1, 2, 4} (8: 172 % 8 = 4)   -> 4
+  //   Llama-3.1-8B (32, 8, 14336 = 2^11 * 7): N in {1, 2, 4, 8, 16, 32}    -> 32
+  //   12 heads, 6 KV, 48: N in {1, 2, 3, 6, 12} (4: 6 % 4; 12 > 6, 12 % 6 = 0, 48 % 12 = 0) -> 12
+  CHECK(tensor_parallel_k_groups(smollm2()) == 3);
+  CHECK(tensor_parallel_k_groups(stories260k()) == 4);
+  CHECK(tensor_parallel_k_groups(config(4096, 32, 8, 128, 14336, 128256)) == 32);
+  CHECK(tensor_parallel_k_groups(config(64, 12, 6, 4, 48, 100)) == 12);
+}
+
 TEST_CASE("each rank's shard geometry", "[tp]") {
   // SmolLM2 at 3: 3 heads, 1 KV head, 512 MLP rows and 16384 vocab rows per rank.
   for (int r = 0; r < 3; ++r) {
