@@ -220,34 +220,31 @@ struct Parts {
   int64_t groups, kg, kg64, kp;
 };
 
-// Raw accumulators of MR rows (words at xw, row stride p.kp) x outputs [j0, j1) of part g into
-// acc; outputs past j1 zero. pre-decoded: wt holds the block's weight rows (decode_rows), else
+// Raw accumulators of MR rows (words at xw, row stride p.kp) x outputs [j0, j1), one BlockAcc
+// per part (acc[g]); outputs past j1 zero. The parts of each 4-row step run back to back, so the
+// weight rows stream in order. pre-decoded: wt holds the block's weight rows (decode_rows), else
 // codes are decoded here.
 template <int MR>
-OCTET_AVX512 void block_rows(const Fp8WeightView& w, const Parts& p, int64_t g, int64_t j0,
-                             int64_t j1, const uint16_t* xw, const uint16_t* wt, BlockAcc& acc) {
+OCTET_AVX512 void block_rows(const Fp8WeightView& w, const Parts& p, int64_t j0, int64_t j1,
+                             const uint16_t* xw, const uint16_t* wt, BlockAcc* acc) {
   const int64_t k = w.k;
-  const uint8_t* wg = w.data + g * p.kg;
-  const uint16_t* xg = xw + g * p.kg64;
+  const auto step = [&]<int NR>(int64_t j) {
+    for (int64_t g = 0; g < p.groups; ++g) {
+      __m512 (*out)[kBlock] = reinterpret_cast<__m512 (*)[kBlock]>(&acc[g].v[0][j - j0]);
+      const uint16_t* xg = xw + g * p.kg64;
+      if (wt) {
+        tile_words<MR, NR>(wt + (j - j0) * p.kp + g * p.kg64, p.kp, xg, p.kp, p.kg64, out);
+      } else {
+        tile_codes<MR, NR>(w.data + j * k + g * p.kg, k, p.kg, xg, p.kp, p.kg64, out);
+      }
+    }
+  };
   int64_t j = j0;
-  for (; j + 4 <= j1; j += 4) {
-    __m512 (*out)[kBlock] = reinterpret_cast<__m512 (*)[kBlock]>(&acc.v[0][j - j0]);
-    if (wt) {
-      tile_words<MR, 4>(wt + (j - j0) * p.kp + g * p.kg64, p.kp, xg, p.kp, p.kg64, out);
-    } else {
-      tile_codes<MR, 4>(wg + j * k, k, p.kg, xg, p.kp, p.kg64, out);
-    }
-  }
-  for (; j < j1; ++j) {
-    __m512 (*out)[kBlock] = reinterpret_cast<__m512 (*)[kBlock]>(&acc.v[0][j - j0]);
-    if (wt) {
-      tile_words<MR, 1>(wt + (j - j0) * p.kp + g * p.kg64, p.kp, xg, p.kp, p.kg64, out);
-    } else {
-      tile_codes<MR, 1>(wg + j * k, k, p.kg, xg, p.kp, p.kg64, out);
-    }
-  }
-  for (int i = 0; i < MR; ++i)
-    for (int64_t r = j1 - j0; r < kBlock; ++r) acc.v[i][r] = _mm512_setzero_ps();
+  for (; j + 4 <= j1; j += 4) step.template operator()<4>(j);
+  for (; j < j1; ++j) step.template operator()<1>(j);
+  for (int64_t g = 0; g < p.groups; ++g)
+    for (int i = 0; i < MR; ++i)
+      for (int64_t r = j1 - j0; r < kBlock; ++r) acc[g].v[i][r] = _mm512_setzero_ps();
 }
 
 // Batches of at least this many rows decode each block of weights once into words and reuse
@@ -269,7 +266,7 @@ OCTET_AVX512 void linear_impl(const uint8_t* qa, const Fp8WeightView& w,
     std::vector<uint16_t> wt(predecode ? static_cast<size_t>(kBlock * p.kp) : 0);
     // [groups][kTileRows][kBlock]: each part's lane sums, then emitted per row
     std::vector<float> parts(static_cast<size_t>(groups * kTileRows * kBlock));
-    BlockAcc acc;
+    std::vector<BlockAcc> acc(static_cast<size_t>(groups));
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < blocks; ++blk) {
       const int64_t j0 = blk * kBlock, j1 = std::min(n, j0 + kBlock);
@@ -281,16 +278,15 @@ OCTET_AVX512 void linear_impl(const uint8_t* qa, const Fp8WeightView& w,
       for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
         const uint16_t* x = xw.data() + i0 * p.kp;
         const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
-        for (int64_t g = 0; g < groups; ++g) {
-          switch (rows) {
-            case 4: block_rows<4>(w, p, g, j0, j1, x, wt_block, acc); break;
-            case 3: block_rows<3>(w, p, g, j0, j1, x, wt_block, acc); break;
-            case 2: block_rows<2>(w, p, g, j0, j1, x, wt_block, acc); break;
-            default: block_rows<1>(w, p, g, j0, j1, x, wt_block, acc); break;
-          }
-          for (int64_t i = 0; i < rows; ++i)
-            reduce16(acc.v[i], parts.data() + (g * kTileRows + i) * kBlock);
+        switch (rows) {
+          case 4: block_rows<4>(w, p, j0, j1, x, wt_block, acc.data()); break;
+          case 3: block_rows<3>(w, p, j0, j1, x, wt_block, acc.data()); break;
+          case 2: block_rows<2>(w, p, j0, j1, x, wt_block, acc.data()); break;
+          default: block_rows<1>(w, p, j0, j1, x, wt_block, acc.data()); break;
         }
+        for (int64_t g = 0; g < groups; ++g)
+          for (int64_t i = 0; i < rows; ++i)
+            reduce16(acc[g].v[i], parts.data() + (g * kTileRows + i) * kBlock);
         for (int64_t i = 0; i < rows; ++i)
           sink.emit(w, i0 + i, j0, j1, parts.data() + i * kBlock, kTileRows * kBlock);
       }
