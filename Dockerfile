@@ -35,11 +35,29 @@ RUN apt-get update \
 ENV PATH=/usr/local/cuda-13.0/bin:${PATH} CUDACXX=/usr/local/cuda-13.0/bin/nvcc
 
 FROM toolchain AS build-cpu
-COPY . /src
+# Only what the binary is built from (a change elsewhere, e.g. docs or scripts, reuses the
+# build layer); CMakeLists.txt needs tests/catch_main.cpp to configure.
+COPY CMakeLists.txt /src/
+COPY config /src/config
+COPY kernels /src/kernels
+COPY models /src/models
+COPY engine /src/engine
+COPY server /src/server
+COPY tests/catch_main.cpp /src/tests/
+COPY deploy/docker/build-octet.sh /src/deploy/docker/
 RUN --mount=type=cache,id=octet-ccache,target=/ccache /src/deploy/docker/build-octet.sh OFF
 
 FROM toolchain-cuda AS build-cuda
-COPY . /src
+# Only what the binary is built from (a change elsewhere, e.g. docs or scripts, reuses the
+# build layer); CMakeLists.txt needs tests/catch_main.cpp to configure.
+COPY CMakeLists.txt /src/
+COPY config /src/config
+COPY kernels /src/kernels
+COPY models /src/models
+COPY engine /src/engine
+COPY server /src/server
+COPY tests/catch_main.cpp /src/tests/
+COPY deploy/docker/build-octet.sh /src/deploy/docker/
 RUN --mount=type=cache,id=octet-ccache-cuda,target=/ccache /src/deploy/docker/build-octet.sh ON
 
 # ---- runtime stages -------------------------------------------------------------------------
@@ -51,7 +69,7 @@ ARG MODEL=""
 # /models/model is the default --model: a baked-in model (--build-arg MODEL=...) or a mount.
 RUN --mount=type=bind,target=/context \
     echo /usr/local/lib/octet > /etc/ld.so.conf.d/octet.conf && ldconfig \
- && useradd --system --uid 10001 --user-group --home-dir /home/octet --create-home octet \
+ && useradd --uid 10001 --user-group --home-dir /home/octet --create-home octet \
  && mkdir -p /models \
  && if [ -n "$MODEL" ]; then cp -r "/context/$MODEL" /models/model; fi \
  && chown -R 10001:10001 /models \
@@ -74,7 +92,7 @@ COPY --from=build-cpu /out/lib/ /usr/local/lib/octet/
 ARG MODEL=""
 RUN --mount=type=bind,target=/context \
     echo /usr/local/lib/octet > /etc/ld.so.conf.d/octet.conf && ldconfig \
- && useradd --system --uid 10001 --user-group --home-dir /home/octet --create-home octet \
+ && useradd --uid 10001 --user-group --home-dir /home/octet --create-home octet \
  && mkdir -p /models \
  && if [ -n "$MODEL" ]; then cp -r "/context/$MODEL" /models/model; fi \
  && chown -R 10001:10001 /models \

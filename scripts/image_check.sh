@@ -96,9 +96,15 @@ for _ in $(seq 600); do
   sleep 0.2
 done
 curl -sf "http://127.0.0.1:$port/health" >/dev/null || { cat "$log" >&2; exit 1; }
-# The server process (a descendant of buildah run) and its user, from the host's /proc.
-server_pid=$(pgrep -n -f "octet serve --model /models/$(basename "$STORIES")" || true)
-[ -n "$server_pid" ] && echo "image_check: server process: $(ps -o pid=,user=,uid=,args= -p "$server_pid")" >&2
+# The server process (the descendant of buildah run named octet) and its user, from the
+# host's /proc.
+descendants() { local c; for c in $(pgrep -P "$1" || true); do echo "$c"; descendants "$c"; done; }
+server_pid=""
+for p in $(descendants "$run_pid"); do
+  [ "$(cat "/proc/$p/comm" 2>/dev/null)" = octet ] && server_pid=$p
+done
+[ -n "$server_pid" ] || { echo "image_check: no octet process under buildah run" >&2; exit 1; }
+echo "image_check: server process: $(ps -o pid=,uid=,args= -p "$server_pid")" >&2
 uid=$(awk '/^Uid:/ { print $2 }' "/proc/$server_pid/status")
 [ "$uid" != 0 ] || { echo "image_check: the server runs as root" >&2; exit 1; }
 step "octet serve is healthy inside the image (uid $uid)"
@@ -116,7 +122,7 @@ assert r["object"] == "text_completion" and r["usage"]["completion_tokens"] == 8
 assert r["choices"][0]["text"].strip(), r
 PY
 grep '"request_id":"image-check-1"' "$log" >&2 || { cat "$log" >&2; exit 1; }
-kill -TERM "$run_pid"
+kill -TERM "$server_pid"  # as a container runtime would on stop: the server drains, exits 0
 code=0
 wait "$run_pid" || code=$?
 run_pid=""
