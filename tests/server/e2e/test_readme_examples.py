@@ -21,8 +21,11 @@ match exactly one rule of RULES below, which says how it is adapted to CI, or wh
   are validated by kubernetes-validate in scripts/image_check.sh).
 
 A command no rule matches, or a rule no command matches, fails the test: a new example needs a
-rule. Each run command must exit 0 and pass its rule's output check. Runs in CTest's
-server_e2e_openai (Release tree), a few minutes (SmolLM2, bench kernels about a minute)."""
+rule (that check is quick and runs in CTest's server_e2e_openai). Each run command must exit 0
+and pass its rule's output check: test_examples_run is marked `load`, so it runs in CTest's
+server_e2e_load entry (Release tree, alone: RUN_SERIAL, 40-minute limit), as it takes minutes
+(SmolLM2 loads and calibrations, bench kernels about 1.5 minutes on an idle 2-core machine;
+18 minutes in all on one shared with four parallel builds)."""
 import json
 import os
 import re
@@ -235,6 +238,7 @@ def test_extract_commands_joins_continuations_and_quotes():
                                       "curl -d '{\n  \"k\": 1}'"]
 
 
+@pytest.mark.load
 @pytest.mark.parametrize("doc", DOCS)
 def test_examples_run(doc, tmp_path):
     if not (BINARY and os.path.exists(BINARY)):
