@@ -10,8 +10,10 @@
 #      `buildah bud --isolation chroot --pull=never --layers` (an unchanged tree reuses every
 #      layer; a changed one recompiles only what changed: ccache in a cache mount);
 #   4. starts `octet serve` inside the image with `buildah run --isolation chroot` as the
-#      image's own (non-root) user on stories260K mounted read-only at /models, waits for
-#      /health, checks one completion over HTTP from the host, and stops it with SIGTERM.
+#      image's own (non-root) user on stories260K mounted read-only at /models, with the
+#      --config file of deploy/k8s/configmap.yaml (its model, name and address overridden by
+#      flags), waits for /health, checks one completion over HTTP from the host (and its
+#      X-Request-Id and JSON access-log line), and stops it with SIGTERM.
 # Prints the image size and each step's time. Needs root (buildah's chroot isolation), the
 # packages of scripts/setup.sh (buildah, mmdebstrap, curl) and network access to Debian's
 # mirror and PyPI (the build stage runs apt-get).
@@ -74,7 +76,9 @@ port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0));
 ctr=$(buildah from --pull=never "$IMAGE")
 log=$(mktemp "${TMPDIR:-/tmp}/octet-image-check.XXXXXX.log")
 run_pid=""
+cfgdir=$(mktemp -d)
 cleanup() {
+  rm -rf "$cfgdir"
   if [ -n "$run_pid" ] && kill -0 "$run_pid" 2>/dev/null; then
     kill -TERM "$run_pid" 2>/dev/null || true
     wait "$run_pid" 2>/dev/null || true
@@ -83,12 +87,18 @@ cleanup() {
   rm -f "$log"
 }
 trap cleanup EXIT
-mount=(--volume "$(dirname "$STORIES"):/models:ro")
+# The ConfigMap's octet.yaml, readable by the image's user.
+"$venv/bin/python" -c 'import sys, yaml
+print(yaml.safe_load(open(sys.argv[1]))["data"]["octet.yaml"], end="")' deploy/k8s/configmap.yaml \
+  >"$cfgdir/octet.yaml"
+chmod 755 "$cfgdir"
+chmod 644 "$cfgdir/octet.yaml"
+mount=(--volume "$(dirname "$STORIES"):/models:ro" --volume "$cfgdir:/etc/octet:ro")
 # The image's USER (no --user here): the server runs as whoever the image says.
 echo "image_check: inside the image: $(buildah run --isolation chroot "${mount[@]}" "$ctr" -- id)" >&2
 buildah run --isolation chroot "${mount[@]}" "$ctr" -- \
-  octet serve --model "/models/$(basename "$STORIES")" --served-model-name stories \
-  --host 127.0.0.1 --port "$port" --log-format json >"$log" 2>&1 &
+  octet serve --config /etc/octet/octet.yaml --model "/models/$(basename "$STORIES")" \
+  --served-model-name stories --host 127.0.0.1 --port "$port" >"$log" 2>&1 &
 run_pid=$!
 for _ in $(seq 600); do
   curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
