@@ -66,8 +66,16 @@ if ! buildah inspect --type image "$BASE:bookworm" >/dev/null 2>&1 ||
 fi
 
 # ---- 3. the image ---------------------------------------------------------------------------
-buildah bud --isolation chroot --pull=never --layers --format docker --target cpu \
-  --tag "$IMAGE" . >&2
+# The build's output goes to a log (shown on failure); ccache's counts when it compiled.
+mkdir -p "$CACHE/image"
+build_log="$CACHE/image/build.log"
+if ! buildah bud --isolation chroot --pull=never --layers --format docker --target cpu \
+    --tag "$IMAGE" . >"$build_log" 2>&1; then
+  tail -n 80 "$build_log" >&2
+  echo "image_check: buildah bud failed (log: $build_log)" >&2
+  exit 1
+fi
+grep -E '^ *(Hits|Misses):' "$build_log" | sed 's/^ */image_check: ccache /' >&2 || true
 size=$(buildah images --format '{{.Size}}' "$IMAGE" | head -n 1)
 step "image $IMAGE built, $size"
 
