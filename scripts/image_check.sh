@@ -78,6 +78,14 @@ fi
 grep -E '^ *(Hits|Misses):' "$build_log" | sed 's/^ */image_check: ccache /' >&2 || true
 size=$(buildah images --format '{{.Size}}' "$IMAGE" | head -n 1)
 step "image $IMAGE built, $size"
+# The runtime configuration the Dockerfile promises.
+config=$(buildah inspect --type image --format \
+  'user={{.Docker.Config.User}} entrypoint={{.Docker.Config.Entrypoint}} ports={{.Docker.Config.ExposedPorts}}' \
+  "$IMAGE")
+echo "image_check: $config" >&2
+[ "$config" = "user=10001:10001 entrypoint=[octet serve] ports=map[8000/tcp:{}]" ] ||
+  { echo "image_check: unexpected image configuration" >&2; exit 1; }
+health_cmd=$(buildah inspect --type image --format '{{index .Docker.Config.Healthcheck.Test 3}}' "$IMAGE")
 
 # ---- 4. serve from inside the image ---------------------------------------------------------
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -126,6 +134,10 @@ echo "image_check: server process: $(ps -o pid=,uid=,args= -p "$server_pid")" >&
 uid=$(awk '/^Uid:/ { print $2 }' "/proc/$server_pid/status")
 [ "$uid" != 0 ] || { echo "image_check: the server runs as root" >&2; exit 1; }
 step "octet serve is healthy inside the image (uid $uid)"
+# The image's own HEALTHCHECK command, run inside it: 0 while the server is healthy.
+buildah run --isolation chroot --env "OCTET_PORT=$port" "$ctr" -- bash -c "$health_cmd" ||
+  { echo "image_check: the HEALTHCHECK command failed against a healthy server" >&2; exit 1; }
+step "the image's HEALTHCHECK passes"
 headers=$(mktemp)
 body=$(curl -sf -D "$headers" "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
   -H 'X-Request-Id: image-check-1' \
