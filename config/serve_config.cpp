@@ -1,5 +1,7 @@
 #include "config/serve_config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -62,6 +64,47 @@ void ServeConfig::apply_config_file(const std::string& path) {
   }
 }
 
+std::string ServeConfig::env_var_name(const std::string& key) {
+  std::string s = "OCTET_" + key;
+  for (char& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return s;
+}
+
+std::vector<std::string> ServeConfig::with_environment(
+    std::vector<std::string> args, const std::function<const char*(const std::string&)>& getenv) {
+  auto given = [&](const std::string& f) {
+    return std::any_of(args.begin() + (args.empty() ? 0 : 1), args.end(), [&](const std::string& a) {
+      return a == f || a.rfind(f + "=", 0) == 0;
+    });
+  };
+  std::vector<std::string> added;
+  ServeConfig defaults;
+  visit(defaults, [&](auto& field, const char* key, const char*) {
+    using T = std::remove_reference_t<decltype(field)>;
+    const std::string f = flag(key);
+    const std::string name = env_var_name(key);
+    const char* value = getenv(name);
+    if (!value || !*value) return;
+    if constexpr (std::is_same_v<T, bool>) {
+      if (given(f) || given("--no-" + f.substr(2))) return;
+      std::string v(value);
+      for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      if (v == "1" || v == "true" || v == "yes" || v == "on") added.push_back(f);
+      else if (v == "0" || v == "false" || v == "no" || v == "off")
+        added.push_back("--no-" + f.substr(2));
+      else
+        throw std::invalid_argument(name + " must be 1, true, yes, on, 0, false, no or off, got '" +
+                                    std::string(value) + "'");
+    } else {
+      if (given(f)) return;
+      added.push_back(f);
+      added.push_back(value);
+    }
+  });
+  args.insert(args.end(), added.begin(), added.end());
+  return args;
+}
+
 void ServeConfig::validate() const {
   // Integers: positive and at most `max` (what the type or the arithmetic using it can hold).
   auto in_range = [](int64_t v, int64_t min, int64_t max, const char* key, const char* why) {
@@ -103,6 +146,13 @@ void ServeConfig::validate() const {
                                 ") must be >= --max-body-bytes (" +
                                 std::to_string(max_body_bytes) +
                                 "): a largest body would always get 503");
+  if (log_format != "text" && log_format != "json")
+    throw std::invalid_argument("--log-format must be text or json, got '" + log_format + "'");
+  static const std::set<std::string> levels = {"trace", "debug", "info",     "warning",
+                                               "warn",  "error", "critical", "off"};
+  if (!levels.count(log_level))
+    throw std::invalid_argument("--log-level must be trace, debug, info, warning, error, "
+                                "critical or off, got '" + log_level + "'");
   engine.validate();
 }
 

@@ -2,9 +2,13 @@
 // Options of `octet serve`: the HTTP front end's own settings followed by every EngineArgs
 // option, each declared once (name, default, help). Flags (--max-num-waiting), config-file keys
 // (max_num_waiting, in the YAML file given by --config) and the startup printout derive from
-// visit() (STYLE.md 4). Flags override the file; the file overrides the defaults.
+// visit() (STYLE.md 4). Every option is also read from an environment variable, OCTET_ and its
+// key in upper case (OCTET_KV_CACHE_DTYPE for --kv-cache-dtype; with_environment()). Flags
+// override the environment, the environment overrides the file, the file the defaults.
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "config/engine_args.h"
 
@@ -31,12 +35,18 @@ struct ServeConfig {
   int64_t max_queued_prepares = 64;  // requests being prepared or queued before new ones get 503
   int64_t max_connections = 512;     // open client connections before new ones get 503
   int64_t max_total_body_bytes = 256 << 20;  // request-body bytes held across connections
+  std::string log_format = "text";   // text | json (one JSON object per line)
+  std::string log_level = "info";    // trace | debug | info | warning | error | critical | off
+  bool disable_log_requests = false;  // true = no access-log line per request
   EngineArgs engine;
 
   template <class Visitor>
   static void visit(ServeConfig& c, Visitor&& v) {
     v(c.config, "config", "YAML file with any of these options as snake_case keys; flags "
-                          "given on the command line override it");
+                          "given on the command line override it. Every option is also read "
+                          "from the environment variable OCTET_<KEY> (e.g. "
+                          "OCTET_KV_CACHE_DTYPE=fp8; a bool: 1/true/yes/on or 0/false/no/off) "
+                          "when its flag is absent: flags > environment > file > defaults");
     v(c.host, "host", "address to listen on");
     v(c.port, "port", "TCP port to listen on (0 = any free port, printed at start-up)");
     v(c.served_model_name, "served_model_name",
@@ -67,6 +77,14 @@ struct ServeConfig {
     v(c.max_total_body_bytes, "max_total_body_bytes",
       "request-body bytes all connections together may hold (503 beyond); a body without "
       "Content-Length counts as --max-body-bytes");
+    v(c.log_format, "log_format",
+      "log line format: text, or json (one object per line: time, level, request_id, message, "
+      "and the access-log fields)");
+    v(c.log_level, "log_level",
+      "lowest level logged: trace, debug, info, warning, error, critical or off");
+    v(c.disable_log_requests, "disable_log_requests",
+      "do not write the access-log line of each request (method, path, status, tokens, TTFT, "
+      "latency)");
     EngineArgs::visit(c.engine, v);
   }
 
@@ -79,6 +97,22 @@ struct ServeConfig {
   /// [0, 65535], non-positive limits or timeouts, timeouts over kMaxTimeoutSeconds, byte limits
   /// the HTTP parser cannot hold, ...) and for invalid engine options.
   void validate() const;
+
+  /// The environment variable of option `key`: "OCTET_" and the key in upper case
+  /// ("kv_cache_dtype" -> "OCTET_KV_CACHE_DTYPE").
+  static std::string env_var_name(const std::string& key);
+
+  /// The command line `args` (args[0] is the program or subcommand name) with the options the
+  /// environment sets appended: for each option of visit() whose flag is absent from args
+  /// (--foo-bar, --foo-bar=V, and for a bool also --no-foo-bar), a set, non-empty variable
+  /// OCTET_FOO_BAR adds "--foo-bar V"; for a bool, 1/true/yes/on adds --foo-bar and
+  /// 0/false/no/off adds --no-foo-bar. The flag parser then checks the values as it checks
+  /// flags, so flags override the environment, and the environment (being flags) overrides the
+  /// --config file. `getenv` returns nullptr for an unset variable. Throws
+  /// std::invalid_argument naming the variable for a bool value that is none of the above.
+  static std::vector<std::string> with_environment(
+      std::vector<std::string> args,
+      const std::function<const char*(const std::string&)>& getenv);
 
   /// The model name the server answers to: served_model_name, else engine.model.
   std::string model_name() const {

@@ -11,9 +11,12 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config git python3 python3-pip
           python3-venv unzip libboost1.81-dev libboost-program-options1.81-dev
           nlohmann-json3-dev libspdlog-dev catch2 libpcre2-dev libyaml-cpp-dev
-          clang-14 libclang-rt-14-dev libomp-14-dev llvm-14)
+          clang-14 libclang-rt-14-dev libomp-14-dev llvm-14
+          buildah mmdebstrap curl)
 # clang-14 + compiler-rt (ASan, UBSan, libFuzzer), libomp (clang's OpenMP) and llvm-14
 # (llvm-symbolizer for sanitizer stack traces): the sanitizer tree of scripts/test_sanitize.sh.
+# buildah, mmdebstrap and curl: the container image check (scripts/image_check.sh; no Docker
+# daemon or registry needed).
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,7 +7,8 @@
 # it only gets cycles the Release build and tests leave free, so their timed tests are not
 # slowed), and at normal priority once the Release tests are done. Each phase prints its time
 # on stderr ("test: PHASE Ns").
-#   OCTET_SANITIZE=0       Release tests only
+#   OCTET_SANITIZE=0       Release tests (and the image check) only
+#   OCTET_IMAGE_CHECK=0    skip the container image check (scripts/image_check.sh)
 #   OCTET_SANITIZE_BACKGROUND=0  build the sanitizer tree after the Release tests instead (less
 #                          memory at once: up to two clang jobs run beside the Release tests)
 #   OCTET_FUZZ_SECONDS=N   seconds per fuzz harness (default 10; 0 = no fuzzing)
@@ -35,6 +36,13 @@ phase "set-up and Release build"
 t0=$(date +%s)
 ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"
 phase "Release tests"
+
+# The container image (scripts/image_check.sh): lint, build with buildah, serve from inside it.
+if [ "${OCTET_IMAGE_CHECK:-1}" != 0 ]; then
+  t0=$(date +%s)
+  scripts/image_check.sh
+  phase "image"
+fi
 [ "$sanitize" != 0 ] || exit 0
 
 if [ -z "$san_pid" ]; then

@@ -218,6 +218,7 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
 
   // Inter-token latency: the time since the previous token, shared by the tokens of an update.
   if (!out.token_ids.empty()) {
+    if (first_token_time_ == std::chrono::steady_clock::time_point{}) first_token_time_ = now;
     if (c.last_token_time != std::chrono::steady_clock::time_point{}) {
       const double dt = std::chrono::duration<double>(now - c.last_token_time).count();
       const double per = dt / static_cast<double>(out.token_ids.size());

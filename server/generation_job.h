@@ -52,6 +52,14 @@ class GenerationJob {
   /// The client went away: aborts every unfinished engine request at once.
   void abort();
 
+  /// Token counts so far (the response's "usage").
+  Usage usage() const;
+  /// When poll() first received a generated token (time_point{} = none yet): the access log's
+  /// time to first token.
+  std::chrono::steady_clock::time_point first_token_time() const { return first_token_time_; }
+  /// The response's "id" (cmpl-... / chatcmpl-...); engine request ids are "<id>-<choice>".
+  const std::string& response_id() const { return meta_.id; }
+
  private:
   struct Choice {
     int64_t index = 0;            // prompt_index * n + i
@@ -79,7 +87,6 @@ class GenerationJob {
   void fail(int status, const std::string& message);
   std::string finish_stream();
   std::string final_body();
-  Usage usage() const;
   std::string token_text(int32_t id) const;
 
   ServerContext& ctx_;
@@ -95,6 +102,7 @@ class GenerationJob {
   int status_ = 200;
   std::string error_message_;
   bool counted_ = false;   // counted in ctx_.active_jobs
+  std::chrono::steady_clock::time_point first_token_time_{};
   mutable std::unordered_map<int32_t, std::string> token_text_cache_;
 };
 

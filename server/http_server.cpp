@@ -7,6 +7,7 @@
 #include <cstring>
 #include <deque>
 #include <optional>
+#include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 
 #include "server/http_limits.h"
 #include "server/http_message.h"
+#include "server/request_log.h"
 #include "server/routes.h"
 
 namespace octet::server {
@@ -44,6 +46,20 @@ constexpr size_t kKeptBufferBytes = 64 << 10;
 /// Bytes per async_write of a response; the write deadline (--read-timeout) is re-armed per
 /// slice.
 constexpr size_t kWriteSliceBytes = 1 << 20;
+
+/// `response` (a serialized response or response head) with "X-Request-Id: <id>" after its
+/// status line. The id is valid_request_id (request_id_for), so it cannot split the header.
+std::string with_request_id(std::string response, const std::string& id) {
+  const size_t eol = response.find("\r\n");
+  if (eol == std::string::npos || id.empty()) return response;
+  response.insert(eol + 2, "X-Request-Id: " + id + "\r\n");
+  return response;
+}
+
+double ms_since(std::chrono::steady_clock::time_point start,
+                std::chrono::steady_clock::time_point end) {
+  return std::chrono::duration<double, std::milli>(end - start).count();
+}
 
 /// What every connection shares: the context, the preparation pool and the server-wide limits.
 struct Shared {
@@ -231,6 +247,10 @@ class Session : public std::enable_shared_from_this<Session> {
     read_deadline_.cancel();
     if (ec) return on_read_error(ec);
     const auto& req = parser_->get();
+    const std::string target(req.target());
+    begin_request(std::string(req.method_string()), target.substr(0, target.find('?')),
+                  std::string_view(req["X-Request-Id"]));
+    RequestLogScope scope(request_id_);
     if (auto error = validate_request_head(req.base()))
       return reply_and_close(error->status, error->message);
     // The body is held in memory (Beast reserves a Content-Length at once): take its bytes
@@ -257,6 +277,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_read(beast::error_code ec) {
+    RequestLogScope scope(request_id_);
     read_deadline_.cancel();
     if (ec) return on_read_error(ec);
     if (buffer_.capacity() > kKeptBufferBytes) buffer_.shrink_to_fit();
@@ -282,11 +303,52 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void reply_and_close(int status, const std::string& message) {
+    // A head too large to parse (431) or malformed (400) is answered before begin_request.
+    if (!request_active_) begin_request("-", "-", "");
     keep_alive_ = false;
     body_lease_.reset();
     const int s = status;
-    queue_write(serialize_response(s, "application/json", dump(error_json(s, message)), false));
+    status_ = s;
+    queue_write(with_request_id(
+        serialize_response(s, "application/json", dump(error_json(s, message)), false),
+        request_id_));
     response_done_ = true;
+  }
+
+  // ---- request id and access log -----------------------------------------------------------
+  /// A request head arrived: its id (the client's X-Request-Id when valid, else a new one),
+  /// method, path and start time, for the log lines and the access-log line of end_request.
+  void begin_request(std::string method, std::string path, std::string_view client_id) {
+    request_active_ = true;
+    request_start_ = std::chrono::steady_clock::now();
+    request_id_ = request_id_for(client_id);
+    method_ = std::move(method);
+    path_ = std::move(path);
+    status_ = 0;
+  }
+
+  /// The request is over (its response written, or the connection closed first: status 499):
+  /// one access-log line unless --disable-log-requests. Idempotent until the next request.
+  void end_request(int status) {
+    if (!request_active_) return;
+    request_active_ = false;
+    if (ctx_.config.disable_log_requests) return;
+    const auto now = std::chrono::steady_clock::now();
+    AccessLogEntry e;
+    e.method = method_;
+    e.path = path_;
+    e.status = status;
+    e.latency_ms = ms_since(request_start_, now);
+    if (job_) {
+      const Usage u = job_->usage();
+      e.prompt_tokens = u.prompt_tokens;
+      e.completion_tokens = u.completion_tokens;
+      const auto first = job_->first_token_time();
+      if (first != std::chrono::steady_clock::time_point{})
+        e.ttft_ms = ms_since(request_start_, first);
+    }
+    RequestLogScope scope(request_id_);
+    log_access(e);
   }
 
   // ---- handling ------------------------------------------------------------------------
@@ -328,7 +390,10 @@ class Session : public std::enable_shared_from_this<Session> {
       reply = error_reply(e);
     }
     body_lease_.reset();
-    queue_write(serialize_response(reply.status, reply.content_type, reply.body, keep_alive_));
+    status_ = reply.status;
+    queue_write(with_request_id(
+        serialize_response(reply.status, reply.content_type, reply.body, keep_alive_),
+        request_id_));
     response_done_ = true;
   }
 
@@ -343,7 +408,8 @@ class Session : public std::enable_shared_from_this<Session> {
     preparing_ = true;
     net::post(shared_.prepare_pool,
               [self = shared_from_this(), route, what = std::move(what), body = std::move(body),
-               lease = std::move(body_lease_)]() mutable {
+               lease = std::move(body_lease_), id = request_id_]() mutable {
+                RequestLogScope scope(id);
                 Prepared result = prepare_route(self->ctx_, route, body, what);
                 body = std::string();  // the body's memory is given back with its lease
                 lease.reset();
@@ -357,6 +423,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_prepared(Prepared result) {
+    RequestLogScope scope(request_id_);
     preparing_ = false;
     if (closed_) {
       // The client went away while its request was prepared: its engine requests stop now.
@@ -364,8 +431,10 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     if (result.job) return start_job(std::move(result.job));
-    queue_write(serialize_response(result.reply.status, result.reply.content_type,
-                                   result.reply.body, keep_alive_));
+    status_ = result.reply.status;
+    queue_write(with_request_id(serialize_response(result.reply.status, result.reply.content_type,
+                                                   result.reply.body, keep_alive_),
+                                request_id_));
     response_done_ = true;
   }
 
@@ -389,7 +458,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (job_->stream()) {
       // HTTP/1.0 has no chunked coding: the stream's end is the connection's close.
       if (http10_) keep_alive_ = false;
-      queue_write(sse_head(keep_alive_, /*chunked=*/!http10_));
+      status_ = 200;
+      queue_write(with_request_id(sse_head(keep_alive_, /*chunked=*/!http10_), request_id_));
     }
     watch();
     pump();
@@ -397,6 +467,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   /// Drains the job's available updates into writes (on the strand).
   void pump() {
+    RequestLogScope scope(request_id_);
     notify_pending_->store(false);
     if (!job_ || response_done_ || closed_) return;
     const std::string data = job_->poll();
@@ -408,7 +479,9 @@ class Session : public std::enable_shared_from_this<Session> {
         if (writes_.empty() && !writing_) end_response();
       }
     } else if (job_->done()) {
-      queue_write(serialize_response(job_->status(), "application/json", data, keep_alive_));
+      status_ = job_->status();
+      queue_write(with_request_id(
+          serialize_response(job_->status(), "application/json", data, keep_alive_), request_id_));
       response_done_ = true;
     }
   }
@@ -425,6 +498,7 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_watch(beast::error_code ec, size_t n) {
+    RequestLogScope scope(request_id_);
     watching_ = false;
     if (!ec) buffer_.commit(n);  // a pipelined request: kept for the next read
     if (resume_after_watch_) {
@@ -457,6 +531,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void do_write() {
     writing_ = true;
     write_deadline_.arm(ctx_.config.read_timeout, [self = shared_from_this()] {
+      RequestLogScope scope(self->request_id_);
       spdlog::info("client stopped reading for {} s; closing the connection",
                    self->ctx_.config.read_timeout);
       self->close();
@@ -489,6 +564,7 @@ class Session : public std::enable_shared_from_this<Session> {
   /// The whole response is on the wire: next request (keep-alive) or close.
   void end_response() {
     response_done_ = false;
+    end_request(status_);
     job_.reset();
     if (!keep_alive_) {
       beast::error_code ec;
@@ -508,6 +584,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    end_request(499);  // a request whose response was not completely written
     read_deadline_.cancel();
     write_deadline_.cancel();
     if (job_) job_->abort();
@@ -536,6 +613,12 @@ class Session : public std::enable_shared_from_this<Session> {
   bool watching_ = false;
   bool resume_after_watch_ = false;
   bool closed_ = false;
+  // The current request (begin_request .. end_request).
+  bool request_active_ = false;
+  std::string request_id_;
+  std::string method_, path_;
+  int status_ = 0;  // the response's status once known
+  std::chrono::steady_clock::time_point request_start_{};
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -23,6 +24,7 @@
 #include "server/command.h"
 #include "server/commands.h"
 #include "server/http_server.h"
+#include "server/request_log.h"
 #include "server/server_context.h"
 
 namespace octet {
@@ -103,6 +105,7 @@ class SignalWaiter {
 };
 
 void serve(ServeConfig& cfg) {
+  server::configure_logging(cfg.log_format, cfg.log_level);  // validated: cannot throw here
   // Block the shutdown signals before any thread exists, so that every thread (I/O, engine,
   // OpenMP) inherits the mask and only the SignalWaiter receives them.
   sigset_t set;
@@ -202,7 +205,18 @@ void serve(ServeConfig& cfg) {
 }  // namespace
 
 int run_serve(int argc, const char* const* argv) {
-  return cli::run_command<ServeConfig>("octet serve", argc, argv,
+  // OCTET_<KEY> environment variables become flags (ServeConfig::with_environment).
+  std::vector<std::string> args;
+  try {
+    args = ServeConfig::with_environment(std::vector<std::string>(argv, argv + argc),
+                                         [](const std::string& name) { return std::getenv(name.c_str()); });
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "octet serve: " << e.what() << "\n";
+    return 2;
+  }
+  std::vector<const char*> ptrs;
+  for (const std::string& a : args) ptrs.push_back(a.c_str());
+  return cli::run_command<ServeConfig>("octet serve", static_cast<int>(ptrs.size()), ptrs.data(),
                                        [](ServeConfig& cfg) { serve(cfg); });
 }
 
