@@ -46,7 +46,8 @@ fail=0
 printf '%-7s %5s %6s %7s %7s  %s\n' arch regs stack spill_st spill_ld kernel
 while IFS=$'\t' read -r arch regs stack st ld fn; do
   name=$(echo "$fn" | $demangle)
-  short=$(echo "$name" | sed -E 's/\(.*$//; s/^.*:://')  # the kernel's own name
+  # The kernel's own name: drop the parameter list (the last parenthesis group) and templates.
+  short=$(echo "$name" | sed -E 's/\([^()]*\)$//; s/<.*$//; s/^.*:://')
   printf '%-7s %5s %6s %7s %7s  %s\n' "$arch" "$regs" "$stack" "$st" "$ld" "$(echo "$name" | cut -c1-110)"
   if [[ "$st" != 0 || "$ld" != 0 ]]; then
     case "$short" in

@@ -66,14 +66,11 @@ __device__ __forceinline__ void store_kv(uint8_t* __restrict__ base, int64_t i, 
   if constexpr (D == DType::FP8_E5M2) base[i] = cm::e5m2_from_float(cm::div_rn(x, scale));
 }
 
-// Slot of position p of the sequence whose block-table row is `table`; traps on a bad block id.
+// Slot of position p of the sequence whose block-table row is `table`; traps on a bad block id
+// (no printf here: its call would make the attention kernels spill registers around it).
 __device__ __forceinline__ int64_t slot_of(const KvArgs& kv, const int32_t* table, int64_t p) {
   const int64_t b = table[p / kv.block_size];
-  if (b < 0 || b >= kv.num_blocks) {
-    printf("octet cuda paged_attention: block id %lld outside [0, %lld)\n",
-           static_cast<long long>(b), static_cast<long long>(kv.num_blocks));
-    __trap();
-  }
+  if (b < 0 || b >= kv.num_blocks) __trap();
   return b * kv.block_size + p % kv.block_size;
 }
 
@@ -114,7 +111,7 @@ __global__ void write_kv_kernel(uint8_t* __restrict__ kc, uint8_t* __restrict__ 
 // most kPartitionTokens). Warp w takes positions begin + w, begin + w + 4, ...; lane l holds dims
 // l, l + 32, ... Each warp keeps its own online softmax; the four are merged in warp order.
 template <DType D>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     paged_decode_split_kernel(KvArgs kv, const float* __restrict__ q,
                               const int32_t* __restrict__ items, int64_t num_heads,
                               float softmax_scale, float* __restrict__ out,

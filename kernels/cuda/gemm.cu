@@ -37,7 +37,7 @@ __device__ __forceinline__ float load_w(const void* p, int64_t i) {
 }
 
 template <bool kActE4M3, GemmInput W, SimtOut kOut>
-__global__ void __launch_bounds__(kSimtThreads) simt_gemm_kernel(SimtGemmArgs a) {
+__global__ void __launch_bounds__(kSimtThreads, 1) simt_gemm_kernel(SimtGemmArgs a) {
   __shared__ float a_s[kBM][kBK];
   __shared__ float w_s[kBN][kBK + 1];  // + 1: threads of a warp read different columns
   const int tid = threadIdx.x;
@@ -49,11 +49,13 @@ __global__ void __launch_bounds__(kSimtThreads) simt_gemm_kernel(SimtGemmArgs a)
   float total[kRowsPerThread];
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) total[r] = 0.0f;
+#pragma unroll 1
   for (int64_t g = 0; g < a.k_groups; ++g) {
     const int64_t kb = g * kg, ke = kb + kg;
     float part[kRowsPerThread];
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) part[r] = 0.0f;
+#pragma unroll 1
     for (int64_t k0 = kb; k0 < ke; k0 += kBK) {
       __syncthreads();  // the previous tile is consumed
       for (int e = tid; e < kBM * kBK; e += kSimtThreads) {
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(kSimtThreads) simt_gemm_kernel(SimtGemmArgs a)
         w_s[r][c] = (jj < a.n && t < ke) ? load_w<W>(a.w, jj * a.k + t) : 0.0f;
       }
       __syncthreads();
-#pragma unroll 8
+#pragma unroll
       for (int c = 0; c < kBK; ++c) {
         const float wv = w_s[tx][c];
 #pragma unroll
@@ -75,11 +77,12 @@ __global__ void __launch_bounds__(kSimtThreads) simt_gemm_kernel(SimtGemmArgs a)
           part[r] = __fmaf_rn(a_s[ty + (kSimtThreads / kBN) * r][c], wv, part[r]);
       }
     }
+    float* yg = a.y + g * a.m * a.n;
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
       const int64_t i = m0 + ty + (kSimtThreads / kBN) * r;
       if constexpr (kOut == SimtOut::Partials) {
-        if (i < a.m && j < a.n) a.y[(g * a.m + i) * a.n + j] = part[r];
+        if (i < a.m && j < a.n) yg[i * a.n + j] = part[r];
       } else {
         total[r] = g == 0 ? part[r] : cm::add_rn(total[r], part[r]);
       }
