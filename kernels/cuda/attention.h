@@ -1,4 +1,5 @@
-// Paged KV cache kernels of the CUDA backend (attention.cu): reshape-and-cache (write_kv_cache)
+// Paged KV cache kernels of the CUDA backend (attention.cu: write_kv_cache and the plan;
+// attention_decode.cu, attention_prefill.cu: the kernels): reshape-and-cache (write_kv_cache)
 // and causal paged attention (Kwon et al. 2023) with FP32 scores, softmax state and P.V sums.
 // Device pointers throughout, semantics of kernels/backend.h. Attention runs two kernels, chosen
 // per sequence from its own query count (so a query's result depends on its sequence only):
@@ -9,7 +10,8 @@
 //    head), K/V staged through shared memory kKvTile positions at a time, online softmax per
 //    query (flash-attention style).
 // head_dim <= kMaxHeadDim. The host plans the work from the batch's query_start_loc and seq_lens,
-// which it reads back once per call (one small device-to-host copy).
+// which it reads back once per call (one small device-to-host copy, which waits for the queued
+// work: a later interface that passes these host-side would remove that synchronisation).
 #pragma once
 
 #include <cuda_runtime_api.h>
