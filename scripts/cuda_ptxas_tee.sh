@@ -2,8 +2,8 @@
 # CUDA compiler launcher (CMakeLists.txt, octet_kernels_cuda): runs the compile command given
 # after LOG_DIR (optionally behind ccache, which replays a cached compile's stderr) and keeps its
 # stderr, where `-Xptxas -v` prints each kernel's registers and spills, in LOG_DIR/<object>.log
-# for scripts/cuda_resource_check.sh. The output still reaches the build log; the exit code is
-# the compiler's.
+# for scripts/cuda_resource_check.sh; the rest of stderr still reaches the build log. The exit
+# code is the compiler's.
 # Usage: cuda_ptxas_tee.sh LOG_DIR [ccache] nvcc ARGS...
 log_dir=$1
 shift
@@ -17,6 +17,7 @@ mkdir -p "$log_dir"
 log="$log_dir/$(basename "$obj").log"
 "$@" 2> "$log.tmp"
 rc=$?
-cat "$log.tmp" >&2
+# The console gets everything but ptxas's per-kernel figures (warnings, errors, other notes).
+grep -v -E '^ptxas info|bytes stack frame' "$log.tmp" >&2 || true
 mv -f "$log.tmp" "$log"
 exit $rc

@@ -3,11 +3,18 @@
 # of the build, per architecture, from the logs scripts/cuda_ptxas_tee.sh kept, and fails (exit
 # 1) on any spill in the attention kernels (paged_*, write_kv) or the GEMM and epilogue kernels
 # (simt_gemm, w8a8_combine, add_bias), where a spill costs a local-memory round trip per element.
-# Usage: cuda_resource_check.sh PTXAS_LOG_DIR   (CTest: cuda_resource_check)
+# Usage: cuda_resource_check.sh PTXAS_LOG_DIR [CUDA_SOURCE_DIR]   (CTest: cuda_resource_check)
+# With CUDA_SOURCE_DIR only the logs of sources that still exist there are read (a removed .cu
+# leaves a stale log behind).
 set -euo pipefail
-log_dir=${1:?usage: cuda_resource_check.sh PTXAS_LOG_DIR}
+log_dir=${1:?usage: cuda_resource_check.sh PTXAS_LOG_DIR [CUDA_SOURCE_DIR]}
+src_dir=${2:-}
 shopt -s nullglob
-logs=("$log_dir"/*.log)
+logs=()
+for log in "$log_dir"/*.log; do
+  src=$(basename "$log" .o.log)  # attention.cu.o.log -> attention.cu
+  if [[ -z "$src_dir" || -f "$src_dir/$src" ]]; then logs+=("$log"); fi
+done
 if [[ ${#logs[@]} -eq 0 ]]; then
   echo "cuda_resource_check: no ptxas logs in $log_dir (build octet_kernels_cuda first)" >&2
   exit 1

@@ -391,8 +391,14 @@ int cuda_device_capability(int index) {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(int index) {
-  const int count = cuda_device_count();
   const std::string device = "cuda:" + std::to_string(index);
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw std::invalid_argument("device '" + device + "': no usable CUDA GPU (" +
+                                cudaGetErrorString(err) + ")");
+  }
   if (count == 0) throw std::invalid_argument("device '" + device + "': no CUDA GPU found");
   if (index < 0 || index >= count)
     throw std::invalid_argument("device '" + device + "': only " + std::to_string(count) +

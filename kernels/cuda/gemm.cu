@@ -238,6 +238,14 @@ const LtGemm::Algo& LtGemm::algo_for(GemmInput type, int64_t m_bucket, int64_t n
   if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
     algo.ok = true;
     algo.algo = result.algo;
+  } else {
+    // Once per shape (the answer is cached): this shape runs on the CUDA-core fallback.
+    static const char* const kNames[] = {"F32", "BF16", "FP8 E4M3"};
+    std::fprintf(stderr,
+                 "octet: warning: cuBLASLt has no %s algorithm for m<=%lld n=%lld k=%lld "
+                 "(status %d): simt_gemm fallback\n",
+                 kNames[static_cast<int>(type)], static_cast<long long>(m_bucket),
+                 static_cast<long long>(n), static_cast<long long>(k), static_cast<int>(st));
   }
   return algos_.emplace(key, algo).first->second;
 }
