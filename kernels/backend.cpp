@@ -42,7 +42,12 @@ std::unique_ptr<Backend> make_backend(const std::string& device) {
     if (index < 0)
       throw std::invalid_argument("device '" + device + "': expected cuda or cuda:N");
 #if defined(OCTET_HAVE_CUDA)
-    return make_cuda_backend(index);  // std::invalid_argument when the GPU is missing or old
+    try {
+      return make_cuda_backend(index);  // std::invalid_argument when the GPU is missing or old
+    } catch (const std::invalid_argument& e) {
+      if (device == "cuda") throw std::invalid_argument("device 'cuda': " + std::string(e.what()));
+      throw;
+    }
 #else
     throw std::invalid_argument("device '" + device + "': octet was built without CUDA");
 #endif
