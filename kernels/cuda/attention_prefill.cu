@@ -82,17 +82,23 @@ __global__ void __launch_bounds__(kThreads)
       const float w = cm::softmax_weight(s, m_new);
       l[jr] = cm::add_rn(cm::mul_rn(l[jr], alpha), warp_sum(w));
       m[jr] = m_new;
+      // The tile's P.V in its own sum, then one rescale-and-add into the row's: chains of 32
+      // and n / 32 instead of one of n (a tighter FP32 error bound over long contexts).
+      float tile[kDimsPerLane];
 #pragma unroll
-      for (int i = 0; i < kDimsPerLane; ++i) acc[jr][i] = cm::mul_rn(acc[jr][i], alpha);
+      for (int i = 0; i < kDimsPerLane; ++i) tile[i] = 0.0f;
       for (int jj = 0; jj < kWarpSize; ++jj) {
         const float pj = __shfl_sync(0xFFFFFFFFu, w, jj);
         if (pj == 0.0f) continue;  // warp-uniform; a masked position adds nothing
 #pragma unroll
         for (int i = 0; i < kDimsPerLane; ++i) {
           const int64_t d = lane + kWarpSize * i;
-          if (d < hd) acc[jr][i] = __fmaf_rn(pj, v_s[jj * hd + d], acc[jr][i]);
+          if (d < hd) tile[i] = __fmaf_rn(pj, v_s[jj * hd + d], tile[i]);
         }
       }
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i)
+        acc[jr][i] = cm::add_rn(cm::mul_rn(acc[jr][i], alpha), tile[i]);
     }
   }
 #pragma unroll
