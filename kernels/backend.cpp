@@ -4,19 +4,55 @@
 #include <stdexcept>
 
 #include "kernels/cpu/cpu_backend.h"
+#if defined(OCTET_HAVE_CUDA)
+#include "kernels/cuda/cuda_backend.h"
+#endif
 
 namespace octet {
 
+namespace {
+
+// "cuda" -> 0, "cuda:N" -> N (decimal digits only); -1 for anything else.
+int cuda_index(const std::string& device) {
+  if (device == "cuda") return 0;
+  if (device.rfind("cuda:", 0) != 0 || device.size() == 5 || device.size() > 9) return -1;
+  int index = 0;
+  for (size_t i = 5; i < device.size(); ++i) {
+    if (device[i] < '0' || device[i] > '9') return -1;
+    index = index * 10 + (device[i] - '0');
+  }
+  return index;
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> make_backend(const std::string& device) {
-  if (device == "cpu" || device == "auto") return make_cpu_backend();  // auto: no CUDA backend yet
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+  if (device == "cpu") return make_cpu_backend();
+  if (device == "auto") {
 #if defined(OCTET_HAVE_CUDA)
-    throw std::invalid_argument("device '" + device + "': no CUDA backend yet");
+    // The first GPU of compute capability >= 8.0 (Ampere and newer), else the CPU.
+    const int count = cuda_device_count();
+    for (int i = 0; i < count; ++i)
+      if (cuda_device_capability(i) >= 80) return make_cuda_backend(i);
+#endif
+    return make_cpu_backend();
+  }
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
+    const int index = cuda_index(device);
+    if (index < 0)
+      throw std::invalid_argument("device '" + device + "': expected cuda or cuda:N");
+#if defined(OCTET_HAVE_CUDA)
+    try {
+      return make_cuda_backend(index);  // std::invalid_argument when the GPU is missing or old
+    } catch (const std::invalid_argument& e) {
+      if (device == "cuda") throw std::invalid_argument("device 'cuda': " + std::string(e.what()));
+      throw;
+    }
 #else
     throw std::invalid_argument("device '" + device + "': octet was built without CUDA");
 #endif
   }
-  throw std::invalid_argument("unknown device '" + device + "' (expected cpu, cuda or auto)");
+  throw std::invalid_argument("unknown device '" + device + "' (expected cpu, cuda, cuda:N or auto)");
 }
 
 }  // namespace octet

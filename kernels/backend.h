@@ -43,8 +43,12 @@ class Backend {
  public:
   virtual ~Backend() = default;
 
-  /// "cpu", "cuda:0", ... for logs.
+  /// "cpu", "cuda:0 (NVIDIA H200, sm_90, 139 GiB)", ... for logs.
   virtual std::string name() const = 0;
+
+  /// One line for the start-up log: the device and, where it has a choice, the GEMM path and
+  /// the attention kernels it runs. Default: name().
+  virtual std::string describe() const { return name(); }
 
   // --- Buffers -----------------------------------------------------------------------------
   /// `bytes` of zeroed memory (large ones on huge pages on the CPU).

@@ -32,7 +32,9 @@
 
 namespace octet_test {
 
-/// Device names every backend case runs on ("cuda" is skipped where make_backend refuses it).
+/// Device names every backend case runs on: "cuda" is CudaBackend on cuda:0 where octet was
+/// built with CUDA and a GPU of compute capability >= 8.0 is present; elsewhere make_backend
+/// refuses it (std::invalid_argument) and its cases report skipped.
 inline const char* const kBackendDevices[] = {"cpu", "cuda"};
 
 struct BackendCaseCounts {

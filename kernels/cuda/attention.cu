@@ -1,0 +1,201 @@
+// write_kv_cache and paged attention on the GPU (attention.h). FP32 everywhere after the load:
+// cached values are decoded exactly (device_math.h), FP8 scales fold into q (k_scale) and the
+// output (v_scale), scores / softmax state / P.V accumulate in FP32.
+// Layouts: cache [num_blocks, block_size, num_kv_heads, head_dim]; q, out [tokens, heads,
+// head_dim]; position p of sequence s lives in slot block_tables[s][p / bs] * bs + p % bs.
+#include "kernels/cuda/attention.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/common/check.h"
+#include "kernels/cuda/attention_kernels.cuh"
+#include "kernels/cuda/cuda_check.h"
+
+namespace octet::cuda_kernels {
+
+using namespace attention_detail;
+
+namespace {
+
+// One thread per (token, KV head, dim) element, K and V both.
+template <DType D>
+__global__ void write_kv_kernel(uint8_t* __restrict__ kc, uint8_t* __restrict__ vc,
+                                const float* __restrict__ k_scale,
+                                const float* __restrict__ v_scale, int64_t num_slots,
+                                int64_t kv_heads, int64_t head_dim, const float* __restrict__ k,
+                                const float* __restrict__ v, const int64_t* __restrict__ slots,
+                                int64_t n) {
+  const int64_t row = kv_heads * head_dim, total = n * row;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = idx / row, rem = idx % row;
+    const int64_t slot = slots[t];
+    if (slot < 0) continue;
+    if (slot >= num_slots) {
+      printf("octet cuda write_kv_cache: slot %lld outside [0, %lld)\n",
+             static_cast<long long>(slot), static_cast<long long>(num_slots));
+      __trap();
+    }
+    float ks = 1.0f, vs = 1.0f;
+    if constexpr (is_fp8(D)) {
+      ks = k_scale[rem / head_dim];
+      vs = v_scale[rem / head_dim];
+      if (!(ks > 0.0f) || !(vs > 0.0f) || isinf(ks) || isinf(vs)) {
+        printf("octet cuda write_kv_cache: FP8 scale not positive and finite\n");
+        __trap();
+      }
+    }
+    store_kv<D>(kc, slot * row + rem, k[idx], ks);
+    store_kv<D>(vc, slot * row + rem, v[idx], vs);
+  }
+}
+
+
+template <DType D>
+void launch_write_kv(const KVCacheView& c, const float* k, const float* v, const int64_t* slots,
+                     int64_t n, cudaStream_t stream) {
+  const int64_t total = n * c.num_kv_heads * c.head_dim;
+  const int64_t blocks = std::min<int64_t>((total + 255) / 256, 8192);
+  write_kv_kernel<D><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      static_cast<uint8_t*>(c.k), static_cast<uint8_t*>(c.v), c.k_scale, c.v_scale,
+      c.num_blocks * c.block_size, c.num_kv_heads, c.head_dim, k, v, slots, n);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+
+}  // namespace
+
+void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
+                    const int64_t* slot_mapping, int64_t n, cudaStream_t stream) {
+  OCTET_CHECK(n >= 0 && cache.k != nullptr && cache.v != nullptr && cache.num_kv_heads > 0 &&
+                  cache.head_dim > 0 && cache.block_size > 0,
+              "cuda write_kv_cache: bad cache view or n ", n);
+  OCTET_CHECK(!dtype_is_fp8(cache.dtype) || (cache.k_scale != nullptr && cache.v_scale != nullptr),
+              "cuda write_kv_cache: an FP8 cache needs k_scale and v_scale");
+  if (n == 0) return;
+  switch (cache.dtype) {
+    case DType::F32: return launch_write_kv<DType::F32>(cache, k, v, slot_mapping, n, stream);
+    case DType::BF16: return launch_write_kv<DType::BF16>(cache, k, v, slot_mapping, n, stream);
+    case DType::F16: return launch_write_kv<DType::F16>(cache, k, v, slot_mapping, n, stream);
+    case DType::FP8_E4M3: return launch_write_kv<DType::FP8_E4M3>(cache, k, v, slot_mapping, n, stream);
+    case DType::FP8_E5M2: return launch_write_kv<DType::FP8_E5M2>(cache, k, v, slot_mapping, n, stream);
+  }
+}
+
+PagedAttention::~PagedAttention() {
+  // Destructors must not abort: errors (a lost device at exit) are ignored here.
+  if (copied_ != nullptr) {
+    cudaEventSynchronize(copied_);
+    cudaEventDestroy(copied_);
+  }
+  cudaFreeHost(pinned_);
+  cudaFree(work_);
+  cudaFree(partials_);
+}
+
+void PagedAttention::reserve_device(size_t work_bytes, size_t partial_floats,
+                                    cudaStream_t stream) {
+  if (work_bytes <= work_bytes_ && partial_floats <= partial_floats_) return;
+  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));  // queued kernels may use the old buffers
+  if (work_bytes > work_bytes_) {
+    OCTET_CUDA_CHECK(cudaFree(work_));
+    work_ = nullptr;
+    work_bytes_ = std::max(work_bytes, 2 * work_bytes_);
+    OCTET_CUDA_CHECK(cudaMalloc(&work_, work_bytes_));
+  }
+  if (partial_floats > partial_floats_) {
+    OCTET_CUDA_CHECK(cudaFree(partials_));
+    partials_ = nullptr;
+    partial_floats_ = std::max(partial_floats, 2 * partial_floats_);
+    OCTET_CUDA_CHECK(cudaMalloc(&partials_, partial_floats_ * sizeof(float)));
+  }
+}
+
+void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAttentionBatch& b,
+                         const int64_t* qsl, const int64_t* lens, int64_t num_heads,
+                         int64_t window, float softmax_scale, float* out, cudaStream_t stream) {
+  const int64_t hd = cache.head_dim;
+  OCTET_CHECK(cache.k != nullptr && cache.v != nullptr && cache.num_kv_heads > 0 && hd > 0 &&
+                  cache.block_size > 0 && num_heads > 0 && num_heads % cache.num_kv_heads == 0,
+              "cuda paged_attention: bad shapes: heads ", num_heads, " kv heads ",
+              cache.num_kv_heads, " head_dim ", hd);
+  OCTET_CHECK(hd <= kMaxHeadDim, "cuda paged_attention: head_dim ", hd, " > ", kMaxHeadDim);
+  OCTET_CHECK(num_heads < 65536, "cuda paged_attention: ", num_heads, " heads");
+  OCTET_CHECK(window >= 0, "cuda paged_attention: sliding_window ", window);
+  OCTET_CHECK(!dtype_is_fp8(cache.dtype) || (cache.k_scale != nullptr && cache.v_scale != nullptr),
+              "cuda paged_attention: an FP8 cache needs k_scale and v_scale");
+  OCTET_CHECK(qsl[0] == 0, "cuda paged_attention: query_start_loc[0] = ", qsl[0]);
+
+  // Plan: decode items, then merge items, then prefill items, as int32 records.
+  std::vector<int32_t> decode, merge, prefill;
+  int64_t slots = 0;
+  const int64_t cap = b.max_blocks_per_seq * cache.block_size;
+  for (int64_t s = 0; s < b.num_seqs; ++s) {
+    const int64_t nq = qsl[s + 1] - qsl[s], len = lens[s];
+    OCTET_CHECK(nq >= 0 && nq <= len && len <= cap && len < (int64_t{1} << 30),
+                "cuda paged_attention: sequence ", s, ": ", nq, " queries, seq_len ", len,
+                ", block table capacity ", cap);
+    const int32_t seq = static_cast<int32_t>(s);
+    if (nq == 0) continue;
+    if (nq < kPrefillMinQueries) {
+      for (int64_t i = 0; i < nq; ++i) {
+        const int64_t row = qsl[s] + i, pos = len - nq + i;
+        const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
+        const int64_t j0 = lo / kPartitionTokens, j1 = pos / kPartitionTokens;
+        if (j0 == j1) {
+          decode.insert(decode.end(), {static_cast<int32_t>(row), seq, static_cast<int32_t>(lo),
+                                       static_cast<int32_t>(pos + 1), -1});
+          continue;
+        }
+        merge.insert(merge.end(), {static_cast<int32_t>(row), static_cast<int32_t>(slots),
+                                   static_cast<int32_t>(j1 - j0 + 1)});
+        for (int64_t j = j0; j <= j1; ++j) {
+          const int64_t pb = std::max(lo, j * kPartitionTokens);
+          const int64_t pe = std::min(pos + 1, (j + 1) * kPartitionTokens);
+          decode.insert(decode.end(), {static_cast<int32_t>(row), seq, static_cast<int32_t>(pb),
+                                       static_cast<int32_t>(pe), static_cast<int32_t>(slots++)});
+        }
+      }
+    } else {
+      for (int64_t r0 = 0; r0 < nq; r0 += kTileRows) {
+        prefill.insert(prefill.end(), {seq, static_cast<int32_t>(qsl[s] + r0),
+                                       static_cast<int32_t>(std::min(kTileRows, nq - r0)),
+                                       static_cast<int32_t>(len - nq + r0)});
+      }
+    }
+    OCTET_CHECK(qsl[s + 1] < (int64_t{1} << 31) && slots < (int64_t{1} << 31),
+                "cuda paged_attention: batch too large");
+  }
+  const size_t total_ints = decode.size() + merge.size() + prefill.size();
+  if (total_ints == 0) return;
+  const size_t bytes = total_ints * sizeof(int32_t);
+  reserve_device(bytes, static_cast<size_t>(slots * num_heads * (hd + 2)), stream);
+  if (copied_ == nullptr) OCTET_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+  OCTET_CUDA_CHECK(cudaEventSynchronize(copied_));  // the previous plan has left pinned_
+  if (bytes > pinned_bytes_) {
+    OCTET_CUDA_CHECK(cudaFreeHost(pinned_));
+    pinned_ = nullptr;
+    pinned_bytes_ = std::max(bytes, 2 * pinned_bytes_);
+    OCTET_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_), pinned_bytes_));
+  }
+  std::memcpy(pinned_, decode.data(), decode.size() * sizeof(int32_t));
+  std::memcpy(pinned_ + decode.size(), merge.data(), merge.size() * sizeof(int32_t));
+  std::memcpy(pinned_ + decode.size() + merge.size(), prefill.data(),
+              prefill.size() * sizeof(int32_t));
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(work_, pinned_, bytes, cudaMemcpyHostToDevice, stream));
+  OCTET_CUDA_CHECK(cudaEventRecord(copied_, stream));
+
+  const int32_t* w = static_cast<const int32_t*>(work_);
+  Launch a{KvArgs{static_cast<const uint8_t*>(cache.k), static_cast<const uint8_t*>(cache.v),
+                  cache.k_scale, cache.v_scale, b.block_tables, b.max_blocks_per_seq,
+                  cache.num_blocks, cache.block_size, cache.num_kv_heads, hd},
+           q, num_heads, window, softmax_scale, out, partials_,
+           w, static_cast<int64_t>(decode.size() / kDecodeItemInts),
+           w + decode.size(), static_cast<int64_t>(merge.size() / kMergeItemInts),
+           w + decode.size() + merge.size(), static_cast<int64_t>(prefill.size() / kPrefillItemInts)};
+  launch_decode(a, cache.dtype, stream);
+  launch_prefill(a, cache.dtype, stream);
+}
+
+}  // namespace octet::cuda_kernels

@@ -1,0 +1,418 @@
+// CudaBackend (cuda_backend.h): buffers, transfers and the dispatch of every Backend op to the
+// kernels of this folder, on one stream.
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <stdexcept>
+#include <vector>
+
+#include "kernels/common/check.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+
+namespace octet {
+
+namespace ck = octet::cuda_kernels;
+
+namespace {
+
+constexpr size_t kStagingBytes = size_t{16} << 20;  // pinned download staging, per chunk
+
+// Round n up to a multiple of 64 floats (256 bytes): the group stride of GEMM part sums.
+int64_t padded_group_stride(int64_t elems) { return (elems + 63) / 64 * 64; }
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, const cudaDeviceProp& prop) : device_(device), prop_(prop) {
+    OCTET_CUDA_CHECK(cudaSetDevice(device_));
+    OCTET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    OCTET_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
+    lt_ = std::make_unique<ck::LtGemm>(stream_, prop_.major, prop_.minor);
+    if (!lt_->has_fp8()) {
+      std::fprintf(stderr,
+                   "octet: warning: %s has no FP8 tensor cores (sm_%d%d < sm_89): FP8 linear "
+                   "layers run W8A16 (E4M3 weights and activations dequantized to BF16 per "
+                   "call, cuBLASLt BF16 GEMM), slower than FP8 on sm_89+\n",
+                   name().c_str(), prop_.major, prop_.minor);
+    }
+  }
+
+  ~CudaBackend() override {
+    // No aborts in a destructor: a failing call at exit is ignored.
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    lt_.reset();
+    attention_.reset();
+    cudaFree(scratch_);
+    cudaFreeHost(staging_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override {
+    const double gib = static_cast<double>(prop_.totalGlobalMem) / double(int64_t{1} << 30);
+    char gib_text[32];
+    std::snprintf(gib_text, sizeof(gib_text), "%.0f", gib);
+    return "cuda:" + std::to_string(device_) + " (" + std::string(prop_.name) + ", sm_" +
+           std::to_string(prop_.major) + std::to_string(prop_.minor) + ", " + gib_text + " GiB)";
+  }
+
+  std::string describe() const override {
+    return name() + "; GEMM: " + lt_->describe() +
+           "; attention: paged_decode_split + paged_decode_merge (" +
+           std::to_string(ck::kPartitionTokens) + "-position partitions), paged_prefill_tiled (" +
+           std::to_string(ck::kTileRows) + " queries x " + std::to_string(ck::kKvTile) +
+           " positions), FP32 scores, softmax and P.V";
+  }
+
+  // --- Buffers -----------------------------------------------------------------------------
+  Buffer allocate(int64_t bytes) override {
+    OCTET_CHECK(bytes >= 0, "allocate: negative size ", bytes);
+    if (bytes == 0) return {};
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(bytes));
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();  // clear it
+      throw std::bad_alloc();
+    }
+    OCTET_CUDA_CHECK(err);
+    OCTET_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), stream_));
+    const int device = device_;
+    // cudaFree waits for the work that may still use the memory (it synchronises the device).
+    return Buffer(std::shared_ptr<void>(p, [device](void* q) {
+                    cudaSetDevice(device);
+                    cudaFree(q);
+                  }),
+                  bytes);
+  }
+
+  void upload(const Buffer& dst, int64_t offset, const void* src, int64_t bytes) override {
+    OCTET_CHECK(offset >= 0 && bytes >= 0 && offset + bytes <= dst.bytes(), "upload: ", bytes,
+                " bytes at ", offset, " overflow a buffer of ", dst.bytes());
+    if (bytes == 0) return;
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(dst.data()) + offset, src,
+                                     static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
+                                     stream_));
+    // From pageable memory the call returns once src is staged; from pinned memory the copy is
+    // asynchronous, so wait for it before the caller may reuse src.
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, src) == cudaSuccess && attr.type == cudaMemoryTypeHost) {
+      OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    cudaGetLastError();  // cudaPointerGetAttributes may leave an error for pageable pointers
+  }
+
+  void download(const Buffer& src, int64_t offset, void* dst, int64_t bytes) override {
+    OCTET_CHECK(offset >= 0 && bytes >= 0 && offset + bytes <= src.bytes(), "download: ",
+                bytes, " bytes at ", offset, " overflow a buffer of ", src.bytes());
+    download_raw(static_cast<const uint8_t*>(src.data()) + offset, dst, bytes);
+  }
+
+  void synchronize() override { OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+  // --- Ops ----------------------------------------------------------------------------------
+  void embedding(const TensorRef& table, const int32_t* token_ids, int64_t n,
+                 float* out) override {
+    ck::embedding(table, token_ids, n, out, stream_);
+  }
+
+  void rms_norm(float* residual, const float* delta, const float* weight, float* out, int64_t m,
+                int64_t n, float eps) override {
+    ck::rms_norm(residual, delta, weight, out, m, n, eps, stream_);
+  }
+
+  void rope(float* q, float* k, int64_t n, int64_t num_heads, int64_t num_kv_heads,
+            int64_t head_dim, int64_t rot_dim, const int64_t* positions, const float* inv_freq,
+            RopeLayout layout) override {
+    ck::rope(q, n, num_heads, head_dim, rot_dim, positions, inv_freq, layout, stream_);
+    if (k != nullptr)
+      ck::rope(k, n, num_kv_heads, head_dim, rot_dim, positions, inv_freq, layout, stream_);
+  }
+
+  void silu_mul(const float* gate, const float* up, float* out, int64_t m, int64_t n) override {
+    ck::silu_mul(gate, up, out, m, n, stream_);
+  }
+
+  void row_amax(const float* x, int64_t m, int64_t k, float* amax) override {
+    ck::row_amax(x, m, k, amax, stream_);
+  }
+
+  void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* amax, uint8_t* q,
+                            float* scale) override {
+    ck::quantize_fp8_dynamic(x, m, k, amax, q, scale, stream_);
+  }
+
+  void quantize_fp8_static(const float* x, int64_t m, int64_t k, float scale,
+                           uint8_t* q) override {
+    OCTET_CHECK(scale > 0.0f && scale <= 3.4028235e38f, "quantize_fp8_static: scale ", scale,
+                " must be > 0 and finite");
+    ck::quantize_fp8_static(x, m, k, 1.0f / scale, q, stream_);  // vLLM: x * (1 / s)
+  }
+
+  void linear(const float* x, int64_t m, const WeightRef& w, float* y) override {
+    OCTET_CHECK(w.dtype == DType::F32 || w.dtype == DType::BF16, "linear: weight dtype ",
+                dtype_name(w.dtype), " (FP8 weights take linear_w8a8)");
+    if (m == 0 || w.n == 0) return;
+    if (w.dtype == DType::F32 &&
+        lt_->matmul(ck::GemmInput::F32, x, w.data, m, w.n, w.k, w.k, y)) {
+      ck::add_bias(y, w.bias, m, w.n, stream_);
+      return;
+    }
+    ck::SimtGemmArgs a;
+    a.act = x;
+    a.w = w.data;
+    a.w_type = w.dtype == DType::F32 ? ck::GemmInput::F32 : ck::GemmInput::BF16;
+    a.m = m;
+    a.n = w.n;
+    a.k = w.k;
+    a.y = y;
+    a.bias = w.bias;
+    ck::simt_gemm(a, stream_);
+  }
+
+  void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
+                   int64_t m, const WeightRef& w, float* y) override {
+    check_w8a8(w, "linear_w8a8");
+    OCTET_CHECK(a_scale != nullptr, "linear_w8a8: null activation scale");
+    if (m == 0 || w.n == 0) return;
+    const int64_t stride = padded_group_stride(m * w.n);
+    float* acc = scratch(w8a8_scratch_floats(m, w, stride));
+    if (lt_parts(qa, m, w, acc, stride)) {
+      ck::w8a8_combine(acc, w.k_groups, stride, a_scale,
+                       a_granularity == ScaleGranularity::PerRow, w.scale,
+                       w.granularity == ScaleGranularity::PerRow, w.bias, m, w.n, y, stream_);
+      return;
+    }
+    ck::SimtGemmArgs a = simt_w8a8(qa, m, w, y);
+    a.out_kind = ck::SimtOut::W8A8;
+    a.bias = w.bias;
+    a.a_scale = a_scale;
+    a.a_per_row = a_granularity == ScaleGranularity::PerRow;
+    a.w_scale = w.scale;
+    a.w_per_row = w.granularity == ScaleGranularity::PerRow;
+    ck::simt_gemm(a, stream_);
+  }
+
+  void linear_w8a8_partials(const uint8_t* qa, int64_t m, const WeightRef& w,
+                            float* acc) override {
+    check_w8a8(w, "linear_w8a8_partials");
+    if (m == 0 || w.n == 0) return;
+    // The same decision and the same GEMMs as linear_w8a8, into the same aligned scratch, then
+    // copied into acc's packed [k_groups, m, n].
+    const int64_t mn = m * w.n, stride = padded_group_stride(mn);
+    float* parts = scratch(w8a8_scratch_floats(m, w, stride));
+    if (lt_parts(qa, m, w, parts, stride)) {
+      OCTET_CUDA_CHECK(cudaMemcpy2DAsync(acc, static_cast<size_t>(mn) * sizeof(float), parts,
+                                         static_cast<size_t>(stride) * sizeof(float),
+                                         static_cast<size_t>(mn) * sizeof(float),
+                                         static_cast<size_t>(w.k_groups),
+                                         cudaMemcpyDeviceToDevice, stream_));
+      return;
+    }
+    ck::SimtGemmArgs a = simt_w8a8(qa, m, w, acc);
+    a.out_kind = ck::SimtOut::Partials;
+    ck::simt_gemm(a, stream_);
+  }
+
+  void linear_w8a8_combine(const float* acc, int64_t groups, const float* a_scale,
+                           ScaleGranularity a_granularity, int64_t m, const WeightRef& w,
+                           float* y) override {
+    OCTET_CHECK(groups >= 1 && a_scale != nullptr && w.scale != nullptr,
+                "linear_w8a8_combine: groups ", groups, ", scales must be given");
+    if (m == 0 || w.n == 0) return;
+    ck::w8a8_combine(acc, groups, m * w.n, a_scale, a_granularity == ScaleGranularity::PerRow,
+                     w.scale, w.granularity == ScaleGranularity::PerRow, w.bias, m, w.n, y,
+                     stream_);
+  }
+
+  void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
+                      const int64_t* slot_mapping, int64_t n) override {
+    ck::write_kv_cache(cache, k, v, slot_mapping, n, stream_);
+  }
+
+  void paged_attention(const KVCacheView& cache, const float* q, const PagedAttentionBatch& batch,
+                       int64_t num_heads, int64_t sliding_window, float softmax_scale,
+                       float* out) override {
+    OCTET_CHECK(batch.num_seqs >= 0, "paged_attention: num_seqs ", batch.num_seqs);
+    if (batch.num_seqs == 0) return;
+    // The plan needs the query counts and lengths on the host: one small read-back.
+    const size_t n = static_cast<size_t>(batch.num_seqs);
+    host_batch_.resize(2 * n + 1);
+    OCTET_CHECK((2 * n + 1) * sizeof(int64_t) <= kStagingBytes, "paged_attention: ", n,
+                " sequences");
+    auto* staged = static_cast<int64_t*>(staging_);
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(staged, batch.query_start_loc, (n + 1) * sizeof(int64_t),
+                                     cudaMemcpyDeviceToHost, stream_));
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(staged + n + 1, batch.seq_lens, n * sizeof(int64_t),
+                                     cudaMemcpyDeviceToHost, stream_));
+    OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    std::memcpy(host_batch_.data(), staged, (2 * n + 1) * sizeof(int64_t));
+    attention_->run(cache, q, batch, host_batch_.data(), host_batch_.data() + n + 1, num_heads,
+                    sliding_window, softmax_scale, out, stream_);
+  }
+
+  void gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t num_rows,
+                   float* out) override {
+    ck::gather_rows(x, width, rows, num_rows, out, stream_);
+  }
+
+ private:
+  static void check_w8a8(const WeightRef& w, const char* op) {
+    OCTET_CHECK(w.dtype == DType::FP8_E4M3, op, ": weight dtype ", dtype_name(w.dtype));
+    OCTET_CHECK(w.scale != nullptr, op, ": null weight scale");
+    OCTET_CHECK(w.k_groups >= 1 && w.k % w.k_groups == 0, op, ": k ", w.k, " not split in ",
+                w.k_groups, " groups");
+  }
+
+  ck::SimtGemmArgs simt_w8a8(const uint8_t* qa, int64_t m, const WeightRef& w, float* y) const {
+    ck::SimtGemmArgs a;
+    a.act = qa;
+    a.act_e4m3 = true;
+    a.w = w.data;
+    a.w_type = ck::GemmInput::E4M3;
+    a.m = m;
+    a.n = w.n;
+    a.k = w.k;
+    a.k_groups = w.k_groups;
+    a.y = y;
+    return a;
+  }
+
+  // Scratch floats of linear_w8a8 / _partials: the part sums [k_groups][stride], then (W8A16)
+  // the BF16 copies of one group's weight [n, kg] and activations [m, kg], 16-byte aligned.
+  size_t w8a8_scratch_floats(int64_t m, const WeightRef& w, int64_t stride) const {
+    const int64_t kg = w.k / w.k_groups;
+    int64_t floats = w.k_groups * stride;
+    if (!lt_->has_fp8()) floats += ((w.n * kg + 7) / 8 * 8 + (m * kg + 7) / 8 * 8) / 2;
+    return static_cast<size_t>(floats);
+  }
+
+  // The k-group part sums on cuBLASLt into parts + g * stride (parts: scratch of
+  // w8a8_scratch_floats): FP8 on sm_89+, W8A16 (both operands widened exactly to BF16) below. False, with nothing queued but conversions, when
+  // cuBLASLt cannot take the shape; the answer depends only on the shape and the operands'
+  // alignment, so linear_w8a8 and linear_w8a8_partials always agree.
+  bool lt_parts(const uint8_t* qa, int64_t m, const WeightRef& w, float* parts, int64_t stride) {
+    const int64_t kg = w.k / w.k_groups;
+    const auto* wq = static_cast<const uint8_t*>(w.data);
+    if (lt_->has_fp8()) {
+      for (int64_t g = 0; g < w.k_groups; ++g) {
+        const bool ok = lt_->matmul(ck::GemmInput::E4M3, qa + g * kg, wq + g * kg, m, w.n, kg,
+                                    w.k, parts + g * stride);
+        if (!ok) {
+          OCTET_CHECK(g == 0, "cuBLASLt refused group ", g, " after group 0");
+          return false;
+        }
+      }
+      return true;
+    }
+    if (kg % 8 != 0 || w.n % 4 != 0) return false;
+    const int64_t wb_elems = (w.n * kg + 7) / 8 * 8;
+    auto* wb = reinterpret_cast<uint16_t*>(parts + w.k_groups * stride);
+    uint16_t* ab = wb + wb_elems;
+    for (int64_t g = 0; g < w.k_groups; ++g) {
+      ck::e4m3_to_bf16(wq + g * kg, w.k, wb, kg, w.n, kg, stream_);
+      ck::e4m3_to_bf16(qa + g * kg, w.k, ab, kg, m, kg, stream_);
+      if (!lt_->matmul(ck::GemmInput::BF16, ab, wb, m, w.n, kg, kg, parts + g * stride)) {
+        OCTET_CHECK(g == 0, "cuBLASLt refused group ", g, " after group 0");
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Device scratch of at least `floats` floats, 256-byte aligned. Growing it waits for the
+  // queued work (which may use the old one) and keeps nothing.
+  float* scratch(size_t floats) {
+    if (floats > scratch_floats_) {
+      OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      OCTET_CUDA_CHECK(cudaFree(scratch_));
+      scratch_ = nullptr;
+      const size_t want = std::max(floats, scratch_floats_ + scratch_floats_ / 2);
+      const cudaError_t err = cudaMalloc(reinterpret_cast<void**>(&scratch_), want * sizeof(float));
+      if (err == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        scratch_floats_ = 0;
+        throw std::bad_alloc();
+      }
+      OCTET_CUDA_CHECK(err);
+      scratch_floats_ = want;
+    }
+    return scratch_;
+  }
+
+  // Device -> host through the pinned staging buffer, after all queued work.
+  void download_raw(const void* src, void* dst, int64_t bytes) {
+    auto* d = static_cast<uint8_t*>(dst);
+    const auto* s = static_cast<const uint8_t*>(src);
+    for (int64_t done = 0; done < bytes;) {
+      const size_t chunk = static_cast<size_t>(std::min<int64_t>(bytes - done, kStagingBytes));
+      OCTET_CUDA_CHECK(cudaMemcpyAsync(staging_, s + done, chunk, cudaMemcpyDeviceToHost, stream_));
+      OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      std::memcpy(d + done, staging_, chunk);
+      done += static_cast<int64_t>(chunk);
+    }
+  }
+
+  int device_;
+  cudaDeviceProp prop_;
+  cudaStream_t stream_ = nullptr;
+  void* staging_ = nullptr;  // pinned, kStagingBytes
+  std::unique_ptr<ck::LtGemm> lt_;
+  std::unique_ptr<ck::PagedAttention> attention_ = std::make_unique<ck::PagedAttention>();
+  float* scratch_ = nullptr;
+  size_t scratch_floats_ = 0;
+  std::vector<int64_t> host_batch_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+int cuda_device_capability(int index) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return prop.major * 10 + prop.minor;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int index) {
+  const std::string device = "cuda:" + std::to_string(index);
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw std::invalid_argument("device '" + device + "': no usable CUDA GPU (" +
+                                cudaGetErrorString(err) + ")");
+  }
+  if (count == 0) throw std::invalid_argument("device '" + device + "': no CUDA GPU found");
+  if (index < 0 || index >= count)
+    throw std::invalid_argument("device '" + device + "': only " + std::to_string(count) +
+                                " CUDA GPU(s)");
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index) != cudaSuccess) {
+    cudaGetLastError();
+    throw std::invalid_argument("device '" + device + "': cannot query it");
+  }
+  if (prop.major < 8)
+    throw std::invalid_argument("device '" + device + "' (" + prop.name + ", sm_" +
+                                std::to_string(prop.major) + std::to_string(prop.minor) +
+                                "): compute capability 8.0 or newer is needed");
+  return std::make_unique<CudaBackend>(index, prop);
+}
+
+}  // namespace octet

@@ -1,0 +1,295 @@
+// Row-wise and element-wise kernels of the CUDA backend (elementwise.h). Row kernels run one
+// block of kRowThreads per row (a row's reduction order depends on its length only); element
+// kernels use grid-stride loops over 64-bit indices. The scalar math is device_math.h's.
+#include "kernels/cuda/elementwise.h"
+
+#include <math.h>
+
+#include <algorithm>
+
+#include "kernels/common/check.h"
+#include "kernels/cuda/block_reduce.cuh"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.h"
+
+namespace octet::cuda_kernels {
+
+namespace cm = octet::cuda_math;
+
+namespace {
+
+constexpr int kRowThreads = 256;
+constexpr int kElemThreads = 256;
+constexpr int64_t kMaxElemBlocks = 8192;
+
+unsigned elem_blocks(int64_t total) {
+  const int64_t b = (total + kElemThreads - 1) / kElemThreads;
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min(b, kMaxElemBlocks)));
+}
+
+// A grid may have at most 2^31 - 1 blocks in x; rows beyond that are a caller's bug.
+unsigned row_blocks(int64_t m) {
+  OCTET_CHECK(m > 0 && m < (int64_t{1} << 31), "row count ", m);
+  return static_cast<unsigned>(m);
+}
+
+__device__ __forceinline__ int64_t grid_start() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_stride() {
+  return static_cast<int64_t>(gridDim.x) * blockDim.x;
+}
+
+// out: [n, hidden]; table: [rows, hidden] F32 (kBf16 false) or BF16 bits. One block per token.
+template <bool kBf16>
+__global__ void embedding_kernel(const void* __restrict__ table, int64_t rows, int64_t hidden,
+                                 const int32_t* __restrict__ ids, float* __restrict__ out) {
+  const int64_t i = blockIdx.x;
+  const int64_t t = ids[i];
+  if (t < 0 || t >= rows) {
+    printf("octet cuda embedding: token id %lld outside [0, %lld)\n", static_cast<long long>(t),
+           static_cast<long long>(rows));
+    __trap();
+  }
+  for (int64_t j = threadIdx.x; j < hidden; j += blockDim.x) {
+    out[i * hidden + j] =
+        kBf16 ? cm::bf16_to_float(static_cast<const uint16_t*>(table)[t * hidden + j])
+              : static_cast<const float*>(table)[t * hidden + j];
+  }
+}
+
+// One block per row: residual += delta (one add), then out = residual * inv_rms * weight.
+__global__ void rms_norm_kernel(float* __restrict__ residual, const float* __restrict__ delta,
+                                const float* __restrict__ weight, float* __restrict__ out,
+                                int64_t n, float eps) {
+  __shared__ float shared[32];
+  float* r = residual + static_cast<int64_t>(blockIdx.x) * n;
+  float ss = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    float x = r[j];
+    if (delta != nullptr) {
+      x = cm::add_rn(x, delta[static_cast<int64_t>(blockIdx.x) * n + j]);
+      r[j] = x;  // each element is read and written by this thread only
+    }
+    ss = __fmaf_rn(x, x, ss);
+  }
+  ss = block_reduce<false>(ss, shared);
+  const float inv = cm::div_rn(1.0f, sqrtf(cm::add_rn(cm::div_rn(ss, static_cast<float>(n)), eps)));
+  float* o = out + static_cast<int64_t>(blockIdx.x) * n;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    o[j] = cm::mul_rn(cm::mul_rn(r[j], inv), weight[j]);
+}
+
+// One thread per (token, head, rotated pair). x: [n, heads * head_dim].
+__global__ void rope_kernel(float* __restrict__ x, int64_t n, int64_t heads, int64_t head_dim,
+                            int64_t half, const int64_t* __restrict__ positions,
+                            const float* __restrict__ inv_freq, bool adjacent) {
+  const int64_t total = n * heads * half;
+  for (int64_t idx = grid_start(); idx < total; idx += grid_stride()) {
+    const int64_t i = idx % half;
+    const int64_t th = idx / half;  // token * heads + head
+    const int64_t t = th / heads;
+    const float angle = cm::mul_rn(static_cast<float>(positions[t]), inv_freq[i]);
+    float s, c;
+    sincosf(angle, &s, &c);
+    float* xh = x + th * head_dim;
+    const int64_t a = adjacent ? 2 * i : i;
+    const int64_t b = adjacent ? 2 * i + 1 : i + half;
+    const float x0 = xh[a], x1 = xh[b];
+    xh[a] = cm::add_rn(cm::mul_rn(x0, c), -cm::mul_rn(x1, s));
+    xh[b] = cm::add_rn(cm::mul_rn(x0, s), cm::mul_rn(x1, c));
+  }
+}
+
+// out may alias gate: each element is read before it is written, by the same thread.
+__global__ void silu_mul_kernel(const float* gate, const float* __restrict__ up, float* out,
+                                int64_t total) {
+  for (int64_t i = grid_start(); i < total; i += grid_stride()) {
+    const float g = gate[i];
+    const float silu = cm::div_rn(g, cm::add_rn(1.0f, expf(-g)));
+    out[i] = cm::mul_rn(silu, up[i]);
+  }
+}
+
+__global__ void row_amax_kernel(const float* __restrict__ x, int64_t k, float* __restrict__ amax) {
+  __shared__ float shared[32];
+  const float* r = x + static_cast<int64_t>(blockIdx.x) * k;
+  float a = 0.0f;
+  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) a = fmaxf(a, fabsf(r[j]));
+  a = block_reduce<true>(a, shared);
+  if (threadIdx.x == 0) amax[blockIdx.x] = a;
+}
+
+// One block per row: amax (given, or the row's own, NaN ignored), scale, codes.
+__global__ void quantize_dynamic_kernel(const float* __restrict__ x, int64_t k,
+                                        const float* __restrict__ given_amax,
+                                        uint8_t* __restrict__ q, float* __restrict__ scale) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const float* r = x + row * k;
+  float a;
+  if (given_amax != nullptr) {
+    a = given_amax[row];
+  } else {
+    a = 0.0f;
+    for (int64_t j = threadIdx.x; j < k; j += blockDim.x) a = fmaxf(a, fabsf(r[j]));
+    a = block_reduce<true>(a, shared);
+  }
+  const float s = cm::dynamic_scale(a);
+  if (threadIdx.x == 0) scale[row] = s;
+  for (int64_t j = threadIdx.x; j < k; j += blockDim.x) q[row * k + j] = cm::quantize_dynamic(r[j], s);
+}
+
+__global__ void quantize_static_kernel(const float* __restrict__ x, int64_t total, float inv,
+                                       uint8_t* __restrict__ q) {
+  for (int64_t i = grid_start(); i < total; i += grid_stride()) q[i] = cm::quantize_static(x[i], inv);
+}
+
+// One block per output row.
+__global__ void gather_rows_kernel(const float* __restrict__ x, int64_t width,
+                                   const int64_t* __restrict__ rows, float* __restrict__ out) {
+  const int64_t r = blockIdx.x;
+  const int64_t src = rows[r];
+  if (src < 0) {
+    printf("octet cuda gather_rows: negative row %lld\n", static_cast<long long>(src));
+    __trap();
+  }
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) out[r * width + j] = x[src * width + j];
+}
+
+// Fused GEMM epilogue: one thread per output, part sums added in group order.
+__global__ void w8a8_combine_kernel(const float* __restrict__ acc, int64_t groups,
+                                    int64_t group_stride,
+                                    const float* __restrict__ a_scale, bool a_per_row,
+                                    const float* __restrict__ w_scale, bool w_per_row,
+                                    const float* __restrict__ bias, int64_t m, int64_t n,
+                                    float* __restrict__ y) {
+  const int64_t total = m * n;
+  for (int64_t idx = grid_start(); idx < total; idx += grid_stride()) {
+    const int64_t i = idx / n, j = idx % n;
+    float s = acc[idx];
+    for (int64_t g = 1; g < groups; ++g) s = cm::add_rn(s, acc[g * group_stride + idx]);
+    y[idx] = cm::w8a8_epilogue(s, a_scale[a_per_row ? i : 0], w_scale[w_per_row ? j : 0],
+                               bias != nullptr, bias != nullptr ? bias[j] : 0.0f);
+  }
+}
+
+__global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ bias, int64_t m,
+                                int64_t n) {
+  const int64_t total = m * n;
+  for (int64_t idx = grid_start(); idx < total; idx += grid_stride())
+    y[idx] = cm::add_rn(y[idx], bias[idx % n]);
+}
+
+__global__ void e4m3_to_bf16_kernel(const uint8_t* __restrict__ src, int64_t src_ld,
+                                    uint16_t* __restrict__ dst, int64_t dst_ld, int64_t rows,
+                                    int64_t cols) {
+  const int64_t total = rows * cols;
+  for (int64_t idx = grid_start(); idx < total; idx += grid_stride()) {
+    const int64_t r = idx / cols, c = idx % cols;
+    dst[r * dst_ld + c] = cm::bf16_from_float(cm::e4m3_to_float(src[r * src_ld + c]));
+  }
+}
+
+}  // namespace
+
+void embedding(const TensorRef& table, const int32_t* token_ids, int64_t n, float* out,
+               cudaStream_t stream) {
+  OCTET_CHECK(table.dtype == DType::F32 || table.dtype == DType::BF16,
+              "cuda embedding: table dtype ", dtype_name(table.dtype));
+  if (n == 0 || table.cols == 0) return;
+  if (table.dtype == DType::F32) {
+    embedding_kernel<false><<<row_blocks(n), kRowThreads, 0, stream>>>(
+        table.data, table.rows, table.cols, token_ids, out);
+  } else {
+    embedding_kernel<true><<<row_blocks(n), kRowThreads, 0, stream>>>(
+        table.data, table.rows, table.cols, token_ids, out);
+  }
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void rms_norm(float* residual, const float* delta, const float* weight, float* out, int64_t m,
+              int64_t n, float eps, cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  rms_norm_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(residual, delta, weight, out, n, eps);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t rot_dim,
+          const int64_t* positions, const float* inv_freq, RopeLayout layout,
+          cudaStream_t stream) {
+  OCTET_CHECK(rot_dim >= 0 && rot_dim <= head_dim && rot_dim % 2 == 0, "cuda rope: rot_dim ",
+              rot_dim, " head_dim ", head_dim);
+  const int64_t half = rot_dim / 2, total = n * heads * half;
+  if (total == 0) return;
+  rope_kernel<<<elem_blocks(total), kElemThreads, 0, stream>>>(
+      x, n, heads, head_dim, half, positions, inv_freq, layout == RopeLayout::AdjacentPairs);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void silu_mul(const float* gate, const float* up, float* out, int64_t m, int64_t n,
+              cudaStream_t stream) {
+  const int64_t total = m * n;
+  if (total == 0) return;
+  silu_mul_kernel<<<elem_blocks(total), kElemThreads, 0, stream>>>(gate, up, out, total);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void row_amax(const float* x, int64_t m, int64_t k, float* amax, cudaStream_t stream) {
+  if (m == 0) return;
+  row_amax_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(x, k, amax);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* amax, uint8_t* q,
+                          float* scale, cudaStream_t stream) {
+  if (m == 0) return;
+  quantize_dynamic_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(x, k, amax, q, scale);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void quantize_fp8_static(const float* x, int64_t m, int64_t k, float inv_scale, uint8_t* q,
+                         cudaStream_t stream) {
+  const int64_t total = m * k;
+  if (total == 0) return;
+  quantize_static_kernel<<<elem_blocks(total), kElemThreads, 0, stream>>>(x, total, inv_scale, q);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t num_rows,
+                 float* out, cudaStream_t stream) {
+  if (num_rows == 0 || width == 0) return;
+  gather_rows_kernel<<<row_blocks(num_rows), kRowThreads, 0, stream>>>(x, width, rows, out);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void w8a8_combine(const float* acc, int64_t groups, int64_t group_stride, const float* a_scale,
+                  bool a_per_row,
+                  const float* w_scale, bool w_per_row, const float* bias, int64_t m, int64_t n,
+                  float* y, cudaStream_t stream) {
+  const int64_t total = m * n;
+  OCTET_CHECK(groups >= 1 && group_stride >= total, "cuda w8a8_combine: groups ", groups,
+              " stride ", group_stride);
+  if (total == 0) return;
+  w8a8_combine_kernel<<<elem_blocks(total), kElemThreads, 0, stream>>>(
+      acc, groups, group_stride, a_scale, a_per_row, w_scale, w_per_row, bias, m, n, y);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void add_bias(float* y, const float* bias, int64_t m, int64_t n, cudaStream_t stream) {
+  const int64_t total = m * n;
+  if (total == 0 || bias == nullptr) return;
+  add_bias_kernel<<<elem_blocks(total), kElemThreads, 0, stream>>>(y, bias, m, n);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void e4m3_to_bf16(const uint8_t* src, int64_t src_ld, uint16_t* dst, int64_t dst_ld,
+                  int64_t rows, int64_t cols, cudaStream_t stream) {
+  const int64_t total = rows * cols;
+  if (total == 0) return;
+  e4m3_to_bf16_kernel<<<elem_blocks(total), kElemThreads, 0, stream>>>(src, src_ld, dst, dst_ld,
+                                                                      rows, cols);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace octet::cuda_kernels

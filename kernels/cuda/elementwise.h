@@ -1,0 +1,47 @@
+// Launchers of the row-wise and element-wise kernels of the CUDA backend (elementwise.cu). Every
+// pointer is device memory, shapes and semantics are those of the Backend op of the same name
+// (kernels/backend.h); each call queues its kernel on `stream` and returns. Out-of-range token
+// or row ids trap the kernel (a broken invariant: the next synchronisation aborts).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/common/views.h"
+
+namespace octet::cuda_kernels {
+
+void embedding(const TensorRef& table, const int32_t* token_ids, int64_t n, float* out,
+               cudaStream_t stream);
+void rms_norm(float* residual, const float* delta, const float* weight, float* out, int64_t m,
+              int64_t n, float eps, cudaStream_t stream);
+void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t rot_dim,
+          const int64_t* positions, const float* inv_freq, RopeLayout layout,
+          cudaStream_t stream);
+void silu_mul(const float* gate, const float* up, float* out, int64_t m, int64_t n,
+              cudaStream_t stream);
+void row_amax(const float* x, int64_t m, int64_t k, float* amax, cudaStream_t stream);
+void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* amax, uint8_t* q,
+                          float* scale, cudaStream_t stream);
+/// inv_scale: 1 / scale, computed by the caller in FP32.
+void quantize_fp8_static(const float* x, int64_t m, int64_t k, float inv_scale, uint8_t* q,
+                         cudaStream_t stream);
+void gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t num_rows,
+                 float* out, cudaStream_t stream);
+
+/// The W8A8 epilogue (backend.h linear_w8a8_combine): y[i, j] = w8a8_epilogue(((acc[0,i,j] +
+/// acc[1,i,j]) + ...), a_scale[i or 0], w_scale[j or 0], bias[j] if any). acc: [groups, m, n]
+/// with group g at acc + g * group_stride (elements, >= m * n).
+void w8a8_combine(const float* acc, int64_t groups, int64_t group_stride, const float* a_scale,
+                  bool a_per_row,
+                  const float* w_scale, bool w_per_row, const float* bias, int64_t m, int64_t n,
+                  float* y, cudaStream_t stream);
+/// y[i, j] += bias[j] (one FP32 add), y: [m, n].
+void add_bias(float* y, const float* bias, int64_t m, int64_t n, cudaStream_t stream);
+/// E4M3 codes -> BF16 bits, exactly (every E4M3 value is a BF16 value): the sm_80 W8A16 path.
+/// src rows of `cols` codes at stride src_ld, dst rows of `cols` at stride dst_ld, `rows` rows.
+void e4m3_to_bf16(const uint8_t* src, int64_t src_ld, uint16_t* dst, int64_t dst_ld,
+                  int64_t rows, int64_t cols, cudaStream_t stream);
+
+}  // namespace octet::cuda_kernels
