@@ -44,7 +44,8 @@ class RendezvousError : public std::runtime_error {
 class RendezvousServer {
  public:
   /// Resolves addr (a host name or IP address of this machine) and listens on its first
-  /// address at port (0 = any free port, for tests). world_size >= 2 ranks in all, this one
+  /// address at port (0 = any free port, for tests). Give an address the other nodes reach:
+  /// a host name that /etc/hosts maps to 127.0.1.1 listens on loopback only. world_size >= 2 ranks in all, this one
   /// included. Throws RendezvousError naming addr:port when it cannot resolve or listen, and
   /// std::invalid_argument for world_size < 2.
   RendezvousServer(const std::string& addr, uint16_t port, int world_size);
