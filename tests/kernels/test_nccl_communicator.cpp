@@ -7,8 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include <bit>
-#include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -87,7 +86,7 @@ TEST_CASE("nccl: a unique id is 128 bytes and fresh each time", "[nccl][cuda]") 
   const auto a = octet::cuda::nccl_unique_id();
   const auto b = octet::cuda::nccl_unique_id();
   CHECK(a != b);
-  CHECK(octet::cuda::nccl_version() >= 21200);  // NCCL >= 2.12: ncclGetLastError
+  CHECK(octet::cuda::nccl_version() >= 21300);  // NCCL >= 2.13: ncclGetLastError
 }
 
 TEST_CASE("nccl: collectives over every GPU match the host reference", "[nccl][cuda]") {
