@@ -15,6 +15,7 @@ struct BenchEngineConfig {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  MultiNodeConfig multinode;
   std::string concurrency = "1,4,16,64";        // concurrent sequences per throughput run
   int64_t input_len = 32;                       // prompt tokens per sequence (random ids)
   int64_t output_len = 64;                      // generated tokens per sequence
@@ -31,6 +32,7 @@ struct BenchEngineConfig {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
+    MultiNodeConfig::visit(c.multinode, v);
     v(c.concurrency, "concurrency", "comma-separated numbers of concurrent sequences ('' skips)");
     v(c.input_len, "input_len", "prompt tokens per sequence in the throughput runs");
     v(c.output_len, "output_len", "generated tokens per sequence in the throughput runs");
@@ -47,6 +49,7 @@ struct BenchEngineConfig {
     validate_quantization_flags(quantization, weight_strategy);
     validate_device(device);
     validate_tensor_parallel_size(tensor_parallel_size);
+    multinode.validate(device, tensor_parallel_size);
     if (input_len <= 0 || output_len < 2 || itl_tokens < 2)
       throw std::invalid_argument("--input-len must be positive, --output-len and "
                                   "--itl-tokens at least 2");

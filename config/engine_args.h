@@ -16,6 +16,7 @@ struct EngineArgs {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  MultiNodeConfig multinode;
   CacheConfig cache;
   SchedulerConfig scheduler;
 
@@ -26,6 +27,7 @@ struct EngineArgs {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
+    MultiNodeConfig::visit(c.multinode, v);
     CacheConfig::visit(c.cache, v);
     SchedulerConfig::visit(c.scheduler, v);
   }
@@ -36,6 +38,7 @@ struct EngineArgs {
     validate_quantization_flags(quantization, weight_strategy);
     validate_device(device);
     validate_tensor_parallel_size(tensor_parallel_size);
+    multinode.validate(device, tensor_parallel_size);
     cache.validate();
     scheduler.validate();
   }
@@ -51,6 +54,7 @@ EngineArgs model_engine_args(const Config& c) {
   a.weight_strategy = c.weight_strategy;
   a.device = c.device;
   a.tensor_parallel_size = c.tensor_parallel_size;
+  a.multinode = c.multinode;
   return a;
 }
 

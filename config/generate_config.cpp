@@ -34,6 +34,7 @@ void GenerateConfig::validate() const {
   validate_quantization_flags(quantization, weight_strategy);
   validate_device(device);
   validate_tensor_parallel_size(tensor_parallel_size);
+  multinode.validate(device, tensor_parallel_size);
   if (int(!prompt.empty()) + int(!prompt_ids.empty()) + int(!prompts_file.empty()) != 1)
     throw std::invalid_argument("give exactly one of --prompt TEXT, --prompt-ids 1,2,3 and "
                                 "--prompts-file FILE (an empty value counts as not given)");
@@ -53,6 +54,7 @@ void BenchLatencyConfig::validate() const {
   validate_quantization_flags(quantization, weight_strategy);
   validate_device(device);
   validate_tensor_parallel_size(tensor_parallel_size);
+  multinode.validate(device, tensor_parallel_size);
   if (input_len <= 0 || output_len <= 0 || num_iters <= 0)
     throw std::invalid_argument("--input-len, --output-len and --num-iters must be positive");
   if (input_len > SchedulerConfig::kMaxTokens || output_len > SchedulerConfig::kMaxTokens -
@@ -67,6 +69,7 @@ void PerplexityConfig::validate() const {
   validate_quantization_flags(quantization, weight_strategy);
   validate_device(device);
   validate_tensor_parallel_size(tensor_parallel_size);
+  multinode.validate(device, tensor_parallel_size);
   if (max_tokens < 2 || max_tokens > SchedulerConfig::kMaxTokens)
     throw std::invalid_argument("--max-tokens must be in [2, " +
                                 std::to_string(SchedulerConfig::kMaxTokens) + "]");

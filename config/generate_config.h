@@ -6,6 +6,7 @@
 #include <string>
 
 #include "config/engine_config.h"
+#include "config/multinode_config.h"
 
 namespace octet {
 
@@ -43,6 +44,7 @@ struct GenerateConfig {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  MultiNodeConfig multinode;
   std::string prompt;
   std::string prompt_ids;
   std::string prompts_file;
@@ -63,6 +65,7 @@ struct GenerateConfig {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
+    MultiNodeConfig::visit(c.multinode, v);
     v(c.prompt, "prompt", "prompt text (special tokens such as <|im_start|> are recognised)");
     v(c.prompt_ids, "prompt_ids", "prompt as comma-separated token ids, e.g. 1,2,3");
     v(c.prompts_file, "prompts_file",
@@ -92,6 +95,7 @@ struct BenchLatencyConfig {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  MultiNodeConfig multinode;
   int64_t input_len = 128;
   int64_t output_len = 64;
   int64_t num_iters = 3;
@@ -104,6 +108,7 @@ struct BenchLatencyConfig {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
+    MultiNodeConfig::visit(c.multinode, v);
     v(c.input_len, "input_len", "prompt tokens per prefill (random ids)");
     v(c.output_len, "output_len", "greedy decode steps after the prefill");
     v(c.num_iters, "num_iters", "repetitions; the best run is reported");
@@ -121,6 +126,7 @@ struct PerplexityConfig {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  MultiNodeConfig multinode;
   int64_t max_tokens = 2048;
   bool compare = false;
   bool json = false;
@@ -138,6 +144,7 @@ struct PerplexityConfig {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
+    MultiNodeConfig::visit(c.multinode, v);
     v(c.max_tokens, "max_tokens", "tokens scored from the start of the text");
     v(c.compare, "compare", "also run the unquantized model on the same tokens and print the "
                             "KL divergence and top-1 agreement of the next-token distributions");

@@ -15,7 +15,8 @@ import urllib.request
 
 import pytest
 
-from conftest import BINARY, SANITIZED, SLOW, Server, sanitizer_env, sanitizer_report
+from conftest import (BINARY, DEVICE_ARGS, SANITIZED, SLOW, Server, sanitizer_env,
+                      sanitizer_report)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
@@ -38,7 +39,7 @@ def require_stories():
 def serve_args(*extra, template=TEMPLATE):
     args = [BINARY, "serve", "--model", STORIES, "--host", "127.0.0.1", "--port", "0",
             "--served-model-name", MODEL_NAME, "--max-model-len", str(MAX_MODEL_LEN),
-            "--num-kv-blocks", "1024"]
+            "--num-kv-blocks", "1024", *DEVICE_ARGS]
     if template:
         args += ["--chat-template", template]
     return args + list(extra)

@@ -7,6 +7,7 @@ Environment (set by CTest, see CMakeLists.txt):
                       CMake's OCTET_SANITIZE): time bounds and client timeouts are multiplied
                       by SLOW, the servers run with halt_on_error, and any sanitizer report in
                       a server's log fails the test (see sanitizer_report)
+  OCTET_E2E_DEVICE    optional --device for every server (e.g. cuda; scripts/gpu_check)
 Tests are skipped (exit code 77 through CTest's SKIP_RETURN_CODE... via pytest's own skip) when
 either is missing.
 """
@@ -28,6 +29,9 @@ MODEL_NAME = "smol"
 MAX_MODEL_LEN = 1024
 
 SANITIZED = os.environ.get("OCTET_E2E_SANITIZED", "") not in ("", "0")
+# --device for every server under test (unset: the binary's default).
+DEVICE_ARGS = (["--device", os.environ["OCTET_E2E_DEVICE"]]
+               if os.environ.get("OCTET_E2E_DEVICE") else [])
 # ASan + UBSan at -O1 runs the server 3-10x slower than Release (more for allocation-heavy
 # paths such as JSON parsing and template rendering); 5 with the generous Release bounds
 # (already 10x or more over a warm run) covers the loaded 2-core CI machine.
@@ -68,7 +72,7 @@ class Server:
         self.log = tempfile.NamedTemporaryFile(prefix="octet-serve-", suffix=".log", delete=False)
         args = [BINARY, "serve", "--model", MODEL, "--host", "127.0.0.1", "--port", "0",
                 "--served-model-name", MODEL_NAME, "--max-model-len", str(MAX_MODEL_LEN),
-                *extra_args]
+                *DEVICE_ARGS, *extra_args]
         env = sanitizer_env(dict(os.environ, OMP_WAIT_POLICY="passive"))
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.port = self._wait_for_port(startup_timeout)

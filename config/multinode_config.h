@@ -1,0 +1,42 @@
+#pragma once
+// Multi-node start-up options (vLLM's --nnodes, --node-rank, --master-addr, --master-port; the
+// same names as torchrun's): which node this process is and where node 0 listens for the
+// rendezvous that hands every node the NCCL unique id (server/rendezvous.h). Declared once;
+// the commands embed this struct and visit it after --tensor-parallel-size.
+#include <cstdint>
+#include <string>
+
+namespace octet {
+
+struct MultiNodeConfig {
+  int64_t nnodes = 1;
+  int64_t node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 29501;  // vLLM's default (torchrun's is 29500)
+
+  /// Calls v(field, "snake_case_name", "help") for every option, in flag order.
+  template <class Visitor>
+  static void visit(MultiNodeConfig& c, Visitor&& v) {
+    v(c.nnodes, "nnodes",
+      "number of nodes (machines) the tensor-parallel ranks span; each runs "
+      "tensor_parallel_size / nnodes ranks; > 1 needs --device cuda");
+    v(c.node_rank, "node_rank", "this node's index in [0, nnodes); node 0 hosts the rendezvous");
+    v(c.master_addr, "master_addr",
+      "host name or IP address of node 0, where the others fetch the NCCL unique id");
+    v(c.master_port, "master_port", "TCP port node 0 listens on for the rendezvous");
+  }
+
+  /// Throws std::invalid_argument naming the flag for nnodes outside [1, 64], node_rank outside
+  /// [0, nnodes), an empty master_addr or one with whitespace, master_port outside [1, 65535],
+  /// a tensor_parallel_size that is not a multiple of nnodes, or nnodes > 1 on a device other
+  /// than cuda / cuda:N ("multi-node needs --device cuda": the CPU's ranks are threads of one
+  /// process, and auto must be made explicit for a multi-node start).
+  void validate(const std::string& device, int64_t tensor_parallel_size) const;
+
+  /// Tensor-parallel ranks on each node: tensor_parallel_size / nnodes (after validate()).
+  int64_t ranks_per_node(int64_t tensor_parallel_size) const {
+    return tensor_parallel_size / nnodes;
+  }
+};
+
+}  // namespace octet

@@ -1,0 +1,191 @@
+// --nnodes, --node-rank, --master-addr, --master-port (config/multinode_config.h): declared once,
+// visited by serve (EngineArgs), generate, perplexity and both benches right after
+// --tensor-parallel-size, validated with one clear error per flag.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "config/bench_config.h"
+#include "config/engine_args.h"
+#include "config/generate_config.h"
+#include "config/multinode_config.h"
+
+using namespace octet;
+
+namespace {
+
+// The option names a config's visit() declares, in order, with a tag for the field's type.
+struct NameCollector {
+  std::vector<std::string> names;
+  template <class T>
+  void operator()(T&, const char* name, const char* help) {
+    REQUIRE(std::string(help).size() > 10);  // every option has a real help text
+    std::string tag = std::is_same_v<T, int64_t>       ? "int:"
+                      : std::is_same_v<T, std::string> ? "str:"
+                                                       : "other:";
+    names.push_back(tag + name);
+  }
+};
+
+template <class Config>
+std::vector<std::string> names_after_tp(Config& c) {
+  NameCollector v;
+  Config::visit(c, v);
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.names.size(); ++i)
+    if (v.names[i] == "int:tensor_parallel_size")
+      for (size_t j = i + 1; j < v.names.size() && j <= i + 4; ++j) out.push_back(v.names[j]);
+  return out;
+}
+
+const std::vector<std::string> kExpected = {"int:nnodes", "int:node_rank", "str:master_addr",
+                                            "int:master_port"};
+
+std::string error_of(const MultiNodeConfig& m, const std::string& device, int64_t tp) {
+  try {
+    m.validate(device, tp);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+}  // namespace
+
+TEST_CASE("multi-node flags: the four options follow --tensor-parallel-size on every command",
+          "[config]") {
+  EngineArgs serve;
+  GenerateConfig generate;
+  PerplexityConfig perplexity;
+  BenchLatencyConfig latency;
+  BenchEngineConfig engine;
+  CHECK(names_after_tp(serve) == kExpected);
+  CHECK(names_after_tp(generate) == kExpected);
+  CHECK(names_after_tp(perplexity) == kExpected);
+  CHECK(names_after_tp(latency) == kExpected);
+  CHECK(names_after_tp(engine) == kExpected);
+}
+
+TEST_CASE("multi-node flags: defaults are one node, node 0, 127.0.0.1:29501", "[config]") {
+  const MultiNodeConfig m;
+  CHECK(m.nnodes == 1);
+  CHECK(m.node_rank == 0);
+  CHECK(m.master_addr == "127.0.0.1");
+  CHECK(m.master_port == 29501);
+  CHECK(error_of(m, "cpu", 1) == "(accepted)");
+  CHECK(error_of(m, "auto", 3) == "(accepted)");  // one node: CPU thread ranks as before
+}
+
+TEST_CASE("multi-node flags: valid multi-node settings on CUDA", "[config]") {
+  MultiNodeConfig m;
+  m.nnodes = 2;
+  m.node_rank = 1;
+  m.master_addr = "node0.cluster";
+  m.master_port = 65535;
+  CHECK(error_of(m, "cuda", 8) == "(accepted)");
+  CHECK(error_of(m, "cuda:3", 2) == "(accepted)");
+  CHECK(m.ranks_per_node(8) == 4);
+  m.master_port = 1;
+  m.master_addr = "10.0.0.7";
+  CHECK(error_of(m, "cuda", 2) == "(accepted)");
+}
+
+TEST_CASE("multi-node flags: each bad value is one error naming its flag", "[config]") {
+  MultiNodeConfig m;
+  m.nnodes = 0;
+  CHECK(error_of(m, "cuda", 1) == "--nnodes must be in [1, 64], got 0");
+  m.nnodes = 65;
+  CHECK(error_of(m, "cuda", 65) == "--nnodes must be in [1, 64], got 65");
+
+  m = MultiNodeConfig{};
+  m.nnodes = 2;
+  m.node_rank = 2;
+  CHECK(error_of(m, "cuda", 2) == "--node-rank must be in [0, --nnodes 2), got 2");
+  m.node_rank = -1;
+  CHECK(error_of(m, "cuda", 2) == "--node-rank must be in [0, --nnodes 2), got -1");
+  m = MultiNodeConfig{};
+  m.node_rank = 1;  // one node: only node 0 exists
+  CHECK(error_of(m, "cpu", 1) == "--node-rank must be in [0, --nnodes 1), got 1");
+
+  m = MultiNodeConfig{};
+  m.master_addr = "";
+  CHECK(error_of(m, "cpu", 1) == "--master-addr must be a host name or IP address, got ''");
+  m.master_addr = "10.0.0.1 10.0.0.2";
+  CHECK(error_of(m, "cpu", 1) ==
+        "--master-addr must be a host name or IP address, got '10.0.0.1 10.0.0.2'");
+
+  m = MultiNodeConfig{};
+  m.master_port = 0;
+  CHECK(error_of(m, "cpu", 1) == "--master-port must be in [1, 65535], got 0");
+  m.master_port = 65536;
+  CHECK(error_of(m, "cpu", 1) == "--master-port must be in [1, 65535], got 65536");
+
+  m = MultiNodeConfig{};
+  m.nnodes = 2;
+  CHECK(error_of(m, "cuda", 3) ==
+        "--tensor-parallel-size 3 must be a multiple of --nnodes 2 (every node runs the same "
+        "number of ranks)");
+}
+
+TEST_CASE("multi-node flags: nnodes > 1 on the CPU (or auto) is a clear start-up error",
+          "[config]") {
+  MultiNodeConfig m;
+  m.nnodes = 2;
+  CHECK(error_of(m, "cpu", 2) == "multi-node needs --device cuda: --nnodes 2 with --device 'cpu'");
+  CHECK(error_of(m, "auto", 2) ==
+        "multi-node needs --device cuda: --nnodes 2 with --device 'auto'");
+
+  // Every command's validate() runs the check.
+  EngineArgs serve;
+  serve.model = "m.gguf";
+  serve.tensor_parallel_size = 2;
+  serve.multinode.nnodes = 2;
+  serve.device = "cpu";
+  CHECK_THROWS_WITH(serve.validate(),
+                    "multi-node needs --device cuda: --nnodes 2 with --device 'cpu'");
+  serve.device = "cuda";
+  CHECK_NOTHROW(serve.validate());
+
+  GenerateConfig g;
+  g.model = "m.gguf";
+  g.prompt = "hi";
+  g.multinode.master_port = 0;
+  CHECK_THROWS_WITH(g.validate(), "--master-port must be in [1, 65535], got 0");
+
+  PerplexityConfig p;
+  p.model = "m.gguf";
+  p.text = "t.txt";
+  p.multinode.nnodes = 2;
+  p.tensor_parallel_size = 2;
+  CHECK_THROWS_WITH(p.validate(), "multi-node needs --device cuda: --nnodes 2 with --device 'auto'");
+
+  BenchLatencyConfig bl;
+  bl.model = "m.gguf";
+  bl.multinode.node_rank = 3;
+  CHECK_THROWS_WITH(bl.validate(), "--node-rank must be in [0, --nnodes 1), got 3");
+
+  BenchEngineConfig be;
+  be.model = "m.gguf";
+  be.multinode.nnodes = 4;
+  be.tensor_parallel_size = 2;
+  be.device = "cuda:0";
+  CHECK_THROWS_WITH(be.validate(), "--tensor-parallel-size 2 must be a multiple of --nnodes 4 "
+                                   "(every node runs the same number of ranks)");
+}
+
+TEST_CASE("multi-node flags: model_engine_args carries them to the engine", "[config]") {
+  GenerateConfig g;
+  g.multinode.nnodes = 2;
+  g.multinode.node_rank = 1;
+  g.multinode.master_addr = "host-a";
+  g.multinode.master_port = 1234;
+  const EngineArgs a = model_engine_args(g);
+  CHECK(a.multinode.nnodes == 2);
+  CHECK(a.multinode.node_rank == 1);
+  CHECK(a.multinode.master_addr == "host-a");
+  CHECK(a.multinode.master_port == 1234);
+}
