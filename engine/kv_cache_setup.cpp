@@ -129,10 +129,6 @@ int64_t model_weight_bytes(const LlamaModel& model) {
   return n;
 }
 
-namespace {
-
-}  // namespace
-
 std::vector<int32_t> kv_calibration_ids(const Tokenizer& tok, int64_t vocab) {
   std::vector<int32_t> ids = tok.encode(kv_calibration_text(), /*add_special=*/true, false);
   const std::vector<int32_t> filler = tok.encode("\nThe answer is below.\n", false, false);
