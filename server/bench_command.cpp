@@ -99,6 +99,8 @@ int run_bench(int argc, const char* const* argv) {
   if (!help && !sub.empty()) std::cerr << "octet bench: unknown benchmark '" << sub << "'\n";
   (help ? std::cout : std::cerr) << "usage: octet bench latency --model PATH [--quantization auto|fp8|none] "
                "[--input-len N] [--output-len N]\n"
+               "       octet bench latency --load-format dummy --model llama-3.1-8b "
+               "--tokenizer PATH [--max-model-len N]\n"
                "       octet bench kernels\n"
                "       octet bench engine --model PATH [--concurrency 1,4,16,64] "
                "[--contexts 512,...,8192] [--kv-cache-dtypes bf16,fp8_e4m3]\n";

@@ -62,7 +62,7 @@ TEST_CASE("every model-loading command has --load-format and --tokenizer", "[loa
   CHECK(CacheConfig{}.kv_cache_memory_bytes == 0);
 }
 
-TEST_CASE("--load-format accepts auto and dummy only", "[load_format]") {
+TEST_CASE("load_format accepts auto and dummy only", "[load_format]") {
   GenerateConfig g = generate();
   for (const char* f : {"auto", "dummy"}) {
     g.load_format = f;
@@ -91,7 +91,7 @@ TEST_CASE("--load-format accepts auto and dummy only", "[load_format]") {
   CHECK_THROWS_WITH(b.validate(), Contains("--load-format"));
 }
 
-TEST_CASE("--gpu-memory-utilization must be in (0, 1], 0 the default", "[load_format]") {
+TEST_CASE("gpu_memory_utilization must be in (0, 1], 0 the default", "[load_format]") {
   CacheConfig c;
   for (double f : {0.0, 1e-6, 0.5, 0.9, 1.0}) {
     c.gpu_memory_utilization = f;

@@ -209,7 +209,7 @@ TEST_CASE("memory figures: weights by hand, KV per token, sequences that fit", "
   CHECK(d.memory.budget_source == "default 1 GiB");
 }
 
-TEST_CASE("--gpu-memory-utilization sizes the KV budget from the host's memory", "[dummy][kv]") {
+TEST_CASE("gpu_memory_utilization sizes the KV budget from the host's memory", "[dummy][kv]") {
   const auto m = load_model(dummy("tiny-llama"), cpu());
   CacheConfig cache;
   cache.kv_cache_dtype = "fp8_e4m3";
