@@ -56,7 +56,7 @@ double normal_quantile(double p) {
 struct CodeTable {
   std::array<uint8_t, 256> code{};
   std::array<float, 256> unit{};  // code's value / std: mean 0, variance 1
-  double std = 0.0;
+  double stddev = 0.0;
   CodeTable() {
     const double zmax = normal_quantile(255.5 / 256.0);
     double sum2 = 0.0;
@@ -67,8 +67,8 @@ struct CodeTable {
       value[b] = fp8_e4m3_to_float(code[b]);
       sum2 += static_cast<double>(value[b]) * value[b];
     }
-    std = std::sqrt(sum2 / 256.0);  // the table is symmetric: mean 0
-    for (int b = 0; b < 256; ++b) unit[b] = static_cast<float>(value[b] / std);
+    stddev = std::sqrt(sum2 / 256.0);  // the table is symmetric: mean 0
+    for (int b = 0; b < 256; ++b) unit[b] = static_cast<float>(value[b] / stddev);
   }
 };
 
@@ -256,7 +256,7 @@ const TensorView* DummyWeightSource::raw(const std::string& name) const {
   const uint64_t key = name_key(m.seed, weight);
   if (is_scale) {
     // s[r] = jitter[r] / (sqrt(in) * table std): W[r, :] = code * s[r] ~ N(0, jitter^2 / in).
-    const double base = 1.0 / (std::sqrt(static_cast<double>(in)) * table().std);
+    const double base = 1.0 / (std::sqrt(static_cast<double>(in)) * table().stddev);
     const uint64_t jitter_key = name_key(m.seed, weight + ".jitter");
     m.scales.assign(m.granularity == ScaleGranularity::PerRow ? static_cast<size_t>(out) : 1, 0);
     for (size_t r = 0; r < m.scales.size(); ++r) {
