@@ -11,6 +11,10 @@ namespace octet {
 
 struct BenchEngineConfig {
   std::string model;
+  std::string load_format = "auto";
+  std::string tokenizer;
+  int64_t kv_cache_memory_bytes = 0;    // CacheConfig's, for every engine of the bench
+  double gpu_memory_utilization = 0.0;  // likewise
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
   std::string device = "auto";
@@ -28,6 +32,13 @@ struct BenchEngineConfig {
   template <class Visitor>
   static void visit(BenchEngineConfig& c, Visitor&& v) {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
+    v(c.load_format, "load_format", kLoadFormatHelp);
+    v(c.tokenizer, "tokenizer", kTokenizerHelp);
+    v(c.kv_cache_memory_bytes, "kv_cache_memory_bytes",
+      "KV cache budget in bytes of every engine the bench starts (0 = --gpu-memory-utilization, "
+      "else 1 GiB)");
+    v(c.gpu_memory_utilization, "gpu_memory_utilization",
+      "fraction of the device's memory octet may use (as octet serve's; 0 = the default)");
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
@@ -46,6 +57,11 @@ struct BenchEngineConfig {
 
   void validate() const {
     if (model.empty()) throw std::invalid_argument("--model is required");
+    validate_load_format(load_format);
+    CacheConfig cache;  // the two budget options, checked as serve checks them
+    cache.kv_cache_memory_bytes = kv_cache_memory_bytes;
+    cache.gpu_memory_utilization = gpu_memory_utilization;
+    cache.validate();
     validate_quantization_flags(quantization, weight_strategy);
     validate_device(device);
     validate_tensor_parallel_size(tensor_parallel_size);

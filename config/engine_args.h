@@ -12,6 +12,9 @@ namespace octet {
 
 struct EngineArgs {
   std::string model;
+  std::string load_format = "auto";
+  std::string tokenizer;
+  int64_t seed = -1;
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
   std::string device = "auto";
@@ -23,6 +26,9 @@ struct EngineArgs {
   template <class Visitor>
   static void visit(EngineArgs& c, Visitor&& v) {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
+    v(c.load_format, "load_format", kLoadFormatHelp);
+    v(c.tokenizer, "tokenizer", kTokenizerHelp);
+    v(c.seed, "seed", "seed of --load-format dummy weights (-1 = the fixed default 0)");
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
@@ -35,6 +41,8 @@ struct EngineArgs {
   /// Validates every part; throws std::invalid_argument naming the flag.
   void validate() const {
     if (model.empty()) throw std::invalid_argument("--model is required");
+    validate_load_format(load_format);
+    if (seed < -1) throw std::invalid_argument("--seed must be >= 0, or -1 for the default");
     validate_quantization_flags(quantization, weight_strategy);
     validate_device(device);
     validate_tensor_parallel_size(tensor_parallel_size);
@@ -44,12 +52,16 @@ struct EngineArgs {
   }
 };
 
-/// EngineArgs holding the model-loading options of a command's config (model, quantization,
-/// weight_strategy, device, tensor_parallel_size); cache and scheduler keep their defaults.
+/// EngineArgs holding the model-loading options of a command's config (model, load_format,
+/// tokenizer, seed where the config has one, quantization, weight_strategy, device,
+/// tensor_parallel_size); cache and scheduler keep their defaults.
 template <class Config>
 EngineArgs model_engine_args(const Config& c) {
   EngineArgs a;
   a.model = c.model;
+  a.load_format = c.load_format;
+  a.tokenizer = c.tokenizer;
+  if constexpr (requires { c.seed; }) a.seed = c.seed;
   a.quantization = c.quantization;
   a.weight_strategy = c.weight_strategy;
   a.device = c.device;

@@ -68,6 +68,9 @@ void CacheConfig::validate() const {
     throw std::invalid_argument("--kv-cache-memory-bytes must be in [0, " +
                                 std::to_string(kMaxMemoryBytes) + "] (0 = default), got " +
                                 std::to_string(kv_cache_memory_bytes));
+  if (!(gpu_memory_utilization >= 0.0 && gpu_memory_utilization <= 1.0))  // NaN fails too
+    throw std::invalid_argument("--gpu-memory-utilization must be in (0, 1] (0 = the default), "
+                                "got " + std::to_string(gpu_memory_utilization));
   if (num_kv_blocks < 0 || num_kv_blocks == 1 || num_kv_blocks > kMaxNumKVBlocks)
     throw std::invalid_argument("--num-kv-blocks must be 0 (use the byte budget) or in [2, " +
                                 std::to_string(kMaxNumKVBlocks) +

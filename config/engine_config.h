@@ -16,6 +16,7 @@ struct CacheConfig {
                                         // fp8_e4m3 | fp8_e5m2
   int64_t block_size = 16;              // tokens per KV block, a power of two
   int64_t kv_cache_memory_bytes = 0;    // KV budget in bytes; 0 = use num_kv_blocks or default
+  double gpu_memory_utilization = 0.0;  // fraction of the device's memory; 0 = default (below)
   int64_t num_kv_blocks = 0;            // KV budget in blocks (vLLM num_gpu_blocks_override)
   std::string kv_cache_dtype_skip_layers;  // "0,5,sliding_window": layers kept in bf16
   std::string kv_scales_path;              // JSON scales file (highest precedence)
@@ -36,7 +37,15 @@ struct CacheConfig {
       "fp8_e4m3, fp8_e5m2");
     v(c.block_size, "block_size", "tokens per KV cache block (a power of two)");
     v(c.kv_cache_memory_bytes, "kv_cache_memory_bytes",
-      "KV cache budget in bytes (0 = num_kv_blocks, or 1 GiB when that is 0 too)");
+      "KV cache budget in bytes (vLLM's flag; overrides --num-kv-blocks and "
+      "--gpu-memory-utilization); 0 = --num-kv-blocks, else --gpu-memory-utilization, else "
+      "1 GiB");
+    v(c.gpu_memory_utilization, "gpu_memory_utilization",
+      "fraction of the device's memory octet may use, in (0, 1] (vLLM's meaning): the KV cache "
+      "gets that much minus the weights and activations. On the CPU the device's memory is "
+      "MemAvailable (or a cgroup memory.max's room, if lower) when the model starts loading. "
+      "0 = the default: 0.9 where octet can query the device's memory (GPUs); on the CPU the KV "
+      "budget stays 1 GiB, as vLLM's CPU backend uses a fixed VLLM_CPU_KVCACHE_SPACE");
     v(c.num_kv_blocks, "num_kv_blocks",
       "KV cache budget in blocks (vLLM's num_gpu_blocks_override); 0 = use the byte budget");
     v(c.kv_cache_dtype_skip_layers, "kv_cache_dtype_skip_layers",
@@ -51,8 +60,8 @@ struct CacheConfig {
   }
 
   /// Throws std::invalid_argument naming the flag: unknown kv_cache_dtype, block_size not a
-  /// power of two in [1, 1024], budgets negative or over kMaxMemoryBytes / kMaxNumKVBlocks, a
-  /// malformed skip-layer list.
+  /// power of two in [1, 1024], budgets negative or over kMaxMemoryBytes / kMaxNumKVBlocks,
+  /// gpu_memory_utilization outside (0, 1] (0 = default), a malformed skip-layer list.
   void validate() const;
 };
 

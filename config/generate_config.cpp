@@ -15,6 +15,11 @@ void validate_quantization_flags(const std::string& quantization,
                                 weight_strategy + "'");
 }
 
+void validate_load_format(const std::string& load_format) {
+  if (load_format != "auto" && load_format != "dummy")
+    throw std::invalid_argument("--load-format must be auto or dummy, got '" + load_format + "'");
+}
+
 void validate_device(const std::string& device) {
   if (device == "cpu" || device == "cuda" || device == "auto") return;
   if (device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
@@ -31,6 +36,7 @@ void validate_tensor_parallel_size(int64_t tensor_parallel_size) {
 
 void GenerateConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
+  validate_load_format(load_format);
   validate_quantization_flags(quantization, weight_strategy);
   validate_device(device);
   validate_tensor_parallel_size(tensor_parallel_size);
@@ -51,6 +57,7 @@ void GenerateConfig::validate() const {
 
 void BenchLatencyConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
+  validate_load_format(load_format);
   validate_quantization_flags(quantization, weight_strategy);
   validate_device(device);
   validate_tensor_parallel_size(tensor_parallel_size);
@@ -61,10 +68,20 @@ void BenchLatencyConfig::validate() const {
                                                                    input_len)
     throw std::invalid_argument("--input-len + --output-len must be at most " +
                                 std::to_string(SchedulerConfig::kMaxTokens));
+  if (seed < -1) throw std::invalid_argument("--seed must be >= 0, or -1 for the default");
+  if (max_model_len != 0 && max_model_len < input_len + output_len + 1)
+    throw std::invalid_argument("--max-model-len " + std::to_string(max_model_len) +
+                                " must be 0 or at least --input-len + --output-len + 1 (" +
+                                std::to_string(input_len + output_len + 1) + ")");
+  if (max_model_len > SchedulerConfig::kMaxTokens)
+    throw std::invalid_argument("--max-model-len must be at most " +
+                                std::to_string(SchedulerConfig::kMaxTokens));
+  cache.validate();
 }
 
 void PerplexityConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
+  validate_load_format(load_format);
   if (text.empty()) throw std::invalid_argument("--text is required");
   validate_quantization_flags(quantization, weight_strategy);
   validate_device(device);

@@ -25,6 +25,18 @@ inline constexpr const char* kTensorParallelSizeHelp =
     "vocabulary split over that many ranks, one thread each on the CPU; in [1, 64], and the "
     "model's head counts must divide by it";
 
+inline constexpr const char* kLoadFormatHelp =
+    "auto (weights from --model's files) or dummy (vLLM's name: seeded random FP8 weights, no "
+    "weight file; --model is then a preset (llama-3.1-8b, llama-3.1-70b, tiny-llama), a "
+    "directory holding config.json or a config.json file, and --tokenizer any small tokenizer)";
+inline constexpr const char* kTokenizerHelp =
+    "GGUF file or Hugging Face directory whose tokenizer and chat template to use instead of "
+    "the model's (needed by --load-format dummy unless config.json's directory has "
+    "tokenizer.json)";
+
+/// Throws std::invalid_argument naming --load-format for a value other than auto or dummy.
+void validate_load_format(const std::string& load_format);
+
 /// Throws std::invalid_argument naming --tensor-parallel-size for a value outside [1, 64]
 /// (whether the model's head counts divide by it is checked when the model loads).
 void validate_tensor_parallel_size(int64_t tensor_parallel_size);
@@ -40,6 +52,8 @@ void validate_quantization_flags(const std::string& quantization,
 
 struct GenerateConfig {
   std::string model;
+  std::string load_format = "auto";
+  std::string tokenizer;
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
   std::string device = "auto";
@@ -61,6 +75,8 @@ struct GenerateConfig {
   template <class Visitor>
   static void visit(GenerateConfig& c, Visitor&& v) {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
+    v(c.load_format, "load_format", kLoadFormatHelp);
+    v(c.tokenizer, "tokenizer", kTokenizerHelp);
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
@@ -75,7 +91,8 @@ struct GenerateConfig {
     v(c.max_tokens, "max_tokens", "maximum number of tokens to generate (>= 0)");
     v(c.temperature, "temperature", "sampling temperature; 0 = greedy");
     v(c.top_p, "top_p", "nucleus sampling mass in (0, 1]");
-    v(c.seed, "seed", "random seed; -1 = nondeterministic");
+    v(c.seed, "seed", "random seed of sampling and of --load-format dummy weights; -1 = "
+                      "nondeterministic sampling and the fixed default weight seed 0");
     v(c.ignore_eos, "ignore_eos", "keep generating after the end-of-sequence token");
     v(c.json, "json", "print one JSON object per prompt and line (prompt_token_ids, "
                       "token_ids, text, finish_reason, tokens_per_second) instead of text");
@@ -91,6 +108,9 @@ struct GenerateConfig {
 /// Options of `octet bench latency`: prefill and decode tokens/s of one sequence.
 struct BenchLatencyConfig {
   std::string model;
+  std::string load_format = "auto";
+  std::string tokenizer;
+  int64_t seed = -1;
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
   std::string device = "auto";
@@ -99,11 +119,16 @@ struct BenchLatencyConfig {
   int64_t input_len = 128;
   int64_t output_len = 64;
   int64_t num_iters = 3;
+  int64_t max_model_len = 0;  // 0 = input_len + output_len + 1
   bool json = false;
+  CacheConfig cache;  // enable_prefix_caching is forced off (every run recomputes the prompt)
 
   template <class Visitor>
   static void visit(BenchLatencyConfig& c, Visitor&& v) {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
+    v(c.load_format, "load_format", kLoadFormatHelp);
+    v(c.tokenizer, "tokenizer", kTokenizerHelp);
+    v(c.seed, "seed", "seed of --load-format dummy weights (-1 = the fixed default 0)");
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
@@ -112,7 +137,11 @@ struct BenchLatencyConfig {
     v(c.input_len, "input_len", "prompt tokens per prefill (random ids)");
     v(c.output_len, "output_len", "greedy decode steps after the prefill");
     v(c.num_iters, "num_iters", "repetitions; the best run is reported");
+    v(c.max_model_len, "max_model_len",
+      "the engine's max_model_len, which the KV budget must hold once (0 = input_len + "
+      "output_len + 1)");
     v(c.json, "json", "print one JSON object");
+    CacheConfig::visit(c.cache, v);
   }
 
   void validate() const;
@@ -121,6 +150,8 @@ struct BenchLatencyConfig {
 /// Options of `octet perplexity`.
 struct PerplexityConfig {
   std::string model;
+  std::string load_format = "auto";
+  std::string tokenizer;
   std::string text;
   std::string quantization = "auto";
   std::string weight_strategy = "channel";
@@ -139,6 +170,8 @@ struct PerplexityConfig {
   template <class Visitor>
   static void visit(PerplexityConfig& c, Visitor&& v) {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
+    v(c.load_format, "load_format", kLoadFormatHelp);
+    v(c.tokenizer, "tokenizer", kTokenizerHelp);
     v(c.text, "text", "text file to score (standard corpus: /usr/share/common-licenses/GPL-3)");
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);

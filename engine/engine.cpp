@@ -105,9 +105,9 @@ void Engine::Impl::start() {
   LoadOptions load_options = make_load_options(args.quantization, args.weight_strategy);
   load_options.device = args.device;
   load_options.world_size = static_cast<int>(args.tensor_parallel_size);
-  loaded = load_model(args.model, load_options);
+  loaded = load_model(model_source(args), load_options);
   const ModelConfig& c = m.loaded->model->config();
-  m.setup = setup_kv_cache(args.cache, args.scheduler.max_model_len, *m.loaded);
+  m.setup = setup_kv_cache(args.cache, args.scheduler, *m.loaded);
   for (const std::string& w : m.setup.warnings) spdlog::warn("{}", w);
   m.kv = std::make_unique<KVCacheManager>(m.setup.num_usable_blocks + 1, m.setup.block_size,
                                           args.cache.enable_prefix_caching, m.setup.cache_salt,

@@ -10,6 +10,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <algorithm>
+
 #include "engine/model_loader.h"
 #include "engine/sequence_forward.h"
 #include "models/kv_scales.h"
@@ -56,10 +58,49 @@ void check_scales(const std::vector<float>& s, const char* which, int64_t layer,
                                   source + ": KV scales must be finite and positive");
 }
 
-// Bytes this process can still allocate and touch: /proc/meminfo's MemAvailable (else the
-// physical memory), lowered to the room left under a cgroup v2 memory.max (containers). The
-// KV cache is zero-filled at start-up, so a budget beyond this ends in the OOM killer.
-int64_t available_memory_bytes() {
+// "9.45 GiB", "408.2 MiB", "64.0 KiB", "512 B".
+std::string format_bytes(int64_t bytes) {
+  std::ostringstream os;
+  os << std::fixed;
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (int64_t{1} << 30)) {
+    os << std::setprecision(2) << b / (1 << 30) << " GiB";
+  } else if (bytes >= (int64_t{1} << 20)) {
+    os << std::setprecision(1) << b / (1 << 20) << " MiB";
+  } else if (bytes >= 1024) {
+    os << std::setprecision(1) << b / 1024 << " KiB";
+  } else {
+    os << bytes << " B";
+  }
+  return os.str();
+}
+
+int64_t linear_bytes(const LinearWeight& w) {
+  return w.weight.bytes() + w.scale.bytes() + w.bias.bytes() + w.input_scale_buffer.bytes();
+}
+
+// Bytes of one rank's activations for the runner's limits, measured by allocating them once.
+int64_t activation_bytes(const LlamaModel& model, int64_t max_tokens, int64_t max_rows) {
+  const LlamaActivations a = model.new_activations(max_tokens, std::max<int64_t>(max_rows, 1));
+  int64_t n = 0;
+  for (const Buffer* b : {&a.x, &a.xn, &a.q, &a.k, &a.v, &a.attn, &a.proj, &a.gate, &a.up, &a.qa,
+                          &a.a_scale, &a.amax, &a.last, &a.logits, &a.gathered})
+    n += b->bytes();
+  return n;
+}
+
+// The memory --gpu-memory-utilization takes a fraction of, or 0 when octet cannot know it for
+// this backend. CPU: the host memory available when loading began (the weights are in it).
+// Other backends need a memory query on Backend (free and total bytes), not there yet.
+int64_t device_memory_bytes(const LoadedModel& loaded, int64_t weights) {
+  if (loaded.model->backend().name().rfind("cpu", 0) != 0) return 0;
+  if (loaded.host_memory_available_bytes > 0) return loaded.host_memory_available_bytes;
+  return available_host_memory_bytes() + weights;  // loaded without a record of it
+}
+
+}  // namespace
+
+int64_t available_host_memory_bytes() {
   int64_t avail = static_cast<int64_t>(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGE_SIZE);
   std::ifstream meminfo("/proc/meminfo");
   std::string key;
@@ -76,7 +117,17 @@ int64_t available_memory_bytes() {
   return avail;
 }
 
-}  // namespace
+int64_t model_weight_bytes(const LlamaModel& model) {
+  const LlamaWeights& w = model.weights();
+  int64_t n = w.embed_tokens.bytes() + w.norm.bytes() + linear_bytes(w.lm_head);
+  for (const LlamaLayerWeights& l : w.layers) {
+    n += l.attn_norm.bytes() + l.ffn_norm.bytes();
+    for (const LinearWeight* lw : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj,
+                                   &l.up_proj, &l.down_proj})
+      n += linear_bytes(*lw);
+  }
+  return n;
+}
 
 std::vector<int32_t> kv_calibration_ids(const Tokenizer& tok, int64_t vocab) {
   std::vector<int32_t> ids = tok.encode(kv_calibration_text(), /*add_special=*/true, false);
@@ -101,6 +152,14 @@ DType parse_kv_cache_dtype(const std::string& name) {
 
 KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
                             const LoadedModel& loaded) {
+  SchedulerConfig scheduler;
+  scheduler.max_model_len = max_model_len;
+  return setup_kv_cache(cache, scheduler, loaded);
+}
+
+KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& scheduler,
+                            const LoadedModel& loaded) {
+  const int64_t max_model_len = scheduler.max_model_len;
   const LlamaModel& model = *loaded.model;
   const ModelConfig& c = model.config();
   const int64_t L = c.num_hidden_layers, nkv = c.num_key_value_heads, hd = c.head_dim;
@@ -198,8 +257,45 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
 
   // Budget -> blocks. The null block is allocated on top of the budget.
   out.bytes_per_block = PagedKVCache::bytes_per_block(out.block_size, nkv, hd, out.layers);
+  MemoryFigures& mem = out.memory;
+  for (int r = 0; r < loaded.world_size(); ++r)
+    mem.weights_bytes += model_weight_bytes(loaded.rank_model(r));
+  mem.activation_bytes = activation_bytes(model, scheduler.max_num_batched_tokens,
+                                          scheduler.max_num_seqs) *
+                         loaded.world_size();  // every rank's shard is the same size
+  mem.kv_bytes_per_token = out.bytes_per_block / out.block_size;
   int64_t budget = cache.kv_cache_memory_bytes;
-  if (budget == 0 && cache.num_kv_blocks > 0) {
+  if (budget > 0) {
+    mem.budget_source = "--kv-cache-memory-bytes";
+  } else if (cache.num_kv_blocks > 0) {
+    mem.budget_source = "--num-kv-blocks";
+  } else if (cache.gpu_memory_utilization > 0) {
+    mem.device_memory_bytes = device_memory_bytes(loaded, mem.weights_bytes);
+    if (mem.device_memory_bytes == 0)
+      throw std::invalid_argument("--gpu-memory-utilization: octet cannot query the memory of "
+                                  "device " + model.backend().name() +
+                                  " yet; give the KV budget with --kv-cache-memory-bytes");
+    const double usable = cache.gpu_memory_utilization *
+                          static_cast<double>(mem.device_memory_bytes);
+    const double left = usable - static_cast<double>(mem.weights_bytes + mem.activation_bytes);
+    std::ostringstream src;
+    src << "--gpu-memory-utilization " << cache.gpu_memory_utilization << " x "
+        << format_bytes(mem.device_memory_bytes) << " - weights - activations";
+    mem.budget_source = src.str();
+    if (left < static_cast<double>(out.bytes_per_block))
+      throw std::invalid_argument(
+          "--gpu-memory-utilization " + std::to_string(cache.gpu_memory_utilization) + " of " +
+          format_bytes(mem.device_memory_bytes) + " (" + format_bytes(int64_t(usable)) +
+          ") leaves no room for the KV cache after the weights (" +
+          format_bytes(mem.weights_bytes) + ") and activations (" +
+          format_bytes(mem.activation_bytes) +
+          "); raise it, lower --max-num-batched-tokens, or give --kv-cache-memory-bytes");
+    budget = static_cast<int64_t>(left);
+  } else {
+    budget = CacheConfig::kDefaultMemoryBytes;
+    mem.budget_source = "default 1 GiB";
+  }
+  if (cache.kv_cache_memory_bytes == 0 && cache.num_kv_blocks > 0) {
     if (cache.num_kv_blocks > std::numeric_limits<int64_t>::max() / out.bytes_per_block - 1)
       throw std::invalid_argument("--num-kv-blocks " + std::to_string(cache.num_kv_blocks) +
                                   " blocks of " + std::to_string(out.bytes_per_block) +
@@ -207,7 +303,6 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
     out.num_usable_blocks = cache.num_kv_blocks;
     budget = cache.num_kv_blocks * out.bytes_per_block;
   } else {
-    if (budget == 0) budget = CacheConfig::kDefaultMemoryBytes;
     out.num_usable_blocks = budget / out.bytes_per_block;
   }
   out.budget_bytes = out.num_usable_blocks * out.bytes_per_block;
@@ -219,11 +314,12 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
         std::to_string(out.num_usable_blocks) + " blocks (" + std::to_string(capacity_tokens) +
         " tokens), fewer than one sequence of max_model_len " +
         std::to_string(out.max_model_len) + " tokens (" + std::to_string(blocks_per_seq) +
-        " blocks of " + std::to_string(out.block_size) + "); raise --kv-cache-memory-bytes / "
-        "--num-kv-blocks or lower --max-model-len");
+        " blocks of " + std::to_string(out.block_size) + "; budget from " + mem.budget_source +
+        "); raise --kv-cache-memory-bytes / --num-kv-blocks / --gpu-memory-utilization or "
+        "lower --max-model-len");
 
   // The pool adds the null block; everything is allocated and zeroed at start-up.
-  const int64_t available = available_memory_bytes();
+  const int64_t available = available_host_memory_bytes();
   if (out.num_usable_blocks + 1 > available / out.bytes_per_block)  // no overflow
     throw std::invalid_argument(
         "the KV cache of " + std::to_string(out.num_usable_blocks) + " + 1 blocks of " +
@@ -240,7 +336,22 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
   }
   out.cache_salt = salt;
 
+  mem.max_num_seqs_fit = out.num_usable_blocks / blocks_per_seq;
+  {
+    std::ostringstream line;
+    line << "memory: weights " << format_bytes(mem.weights_bytes);
+    if (loaded.world_size() > 1) line << " over " << loaded.world_size() << " ranks";
+    line << ", activations " << format_bytes(mem.activation_bytes) << ", KV "
+         << format_bytes(mem.kv_bytes_per_token) << " per token (" << cache.kv_cache_dtype
+         << (cache.kv_cache_dtype == "auto" ? " = bf16" : "") << "), KV budget "
+         << format_bytes(out.budget_bytes) << " (" << mem.budget_source << "), "
+         << mem.max_num_seqs_fit << " sequences of " << out.max_model_len
+         << " tokens fit in the KV budget";
+    mem.line = line.str();
+  }
+
   std::ostringstream os;
+  os << mem.line << "\n";
   const int64_t bytes_per_token = out.bytes_per_block / out.block_size;
   os << "KV cache: kv_cache_dtype " << cache.kv_cache_dtype << ", block_size " << out.block_size
      << ", " << bytes_per_token << " bytes per token\n"

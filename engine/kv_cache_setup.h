@@ -12,6 +12,7 @@
 namespace octet {
 
 struct LoadedModel;
+class LlamaModel;
 class Tokenizer;
 
 /// The token ids --calculate-kv-scales runs through the model: the built-in calibration text
@@ -23,6 +24,27 @@ class Tokenizer;
 /// vocab_size (ids at or above it are skipped).
 std::vector<int32_t> kv_calibration_ids(const Tokenizer& tok, int64_t vocab);
 
+/// Bytes this process can still allocate and touch on the host: /proc/meminfo's MemAvailable
+/// (else the physical memory), lowered to the room left under a cgroup v2 memory.max.
+int64_t available_host_memory_bytes();
+
+/// Bytes of every weight buffer of one rank's model (embeddings, norms, linears with their
+/// scales and biases, lm_head).
+int64_t model_weight_bytes(const LlamaModel& model);
+
+/// Start-up memory figures, summed over tensor-parallel ranks (the budget is too).
+struct MemoryFigures {
+  int64_t weights_bytes = 0;
+  int64_t activation_bytes = 0;     // the runner's activations (max_num_batched_tokens rows)
+  int64_t kv_bytes_per_token = 0;   // all layers, K and V
+  int64_t device_memory_bytes = 0;  // what --gpu-memory-utilization took a fraction of; 0 = unused
+  std::string budget_source;        // how the KV budget was chosen (for the log line)
+  int64_t max_num_seqs_fit = 0;     // sequences of max_model_len tokens the KV budget holds
+  /// "memory: weights 9.45 GiB, activations 408.2 MiB, KV 64.0 KiB per token (fp8_e4m3), KV
+  /// budget 1.00 GiB (default 1 GiB on the CPU), 2 sequences of 4096 tokens fit in it".
+  std::string line;
+};
+
 struct KVCacheSetup {
   std::vector<KVLayerSpec> layers;  // [num_hidden_layers]
   int64_t block_size = 0;           // tokens
@@ -32,7 +54,8 @@ struct KVCacheSetup {
   int64_t max_model_len = 0;        // tokens
   uint64_t cache_salt = 0;          // folds every layer's dtype and scales (prefix-cache key)
   std::vector<std::string> warnings;
-  std::string report;               // the start-up table (budget + one row per layer)
+  MemoryFigures memory;
+  std::string report;               // the start-up table (memory line, budget, one row per layer)
 };
 
 /// kv_cache_dtype spelling -> dtype: auto/bf16 -> BF16, fp16, fp8/fp8_e4m3 -> FP8_E4M3,
@@ -46,7 +69,17 @@ DType parse_kv_cache_dtype(const std::string& name);
 /// context, a budget smaller than one max_model_len sequence or larger than the memory
 /// available (MemAvailable, a cgroup v2 memory.max), --num-kv-blocks overflowing byte counts,
 /// or a non-finite / non-positive scale; ModelFileError for a bad scales file or checkpoint scale tensors.
+/// The budget, first that applies: kv_cache_memory_bytes; num_kv_blocks; gpu_memory_utilization
+/// F (vLLM's meaning) = F x the device's memory - weights - activations, the device's memory
+/// being, on the CPU, LoadedModel::host_memory_available_bytes (throws std::invalid_argument
+/// when nothing is left, or on a backend whose memory octet cannot query yet); else
+/// CacheConfig::kDefaultMemoryBytes (1 GiB). Activations are sized for max_model_len's
+/// default scheduler (2048 tokens per step, 256 sequences).
 KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
+                            const LoadedModel& model);
+/// The same with the scheduler's limits: max_model_len (0 = the model's context), and
+/// max_num_batched_tokens / max_num_seqs that size the activations.
+KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& scheduler,
                             const LoadedModel& model);
 
 }  // namespace octet

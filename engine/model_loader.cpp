@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/kv_cache_setup.h"
 #include "engine/request_error.h"
+#include "models/dummy_weights.h"
 
 namespace octet {
 
@@ -23,9 +25,8 @@ void check_model_path(const std::string& path) {
 // The chat template a front end renders messages with: GGUF tokenizer.chat_template, or
 // tokenizer_config.json's chat_template (a string, or a list of {name, template} whose
 // "default" entry is used).
-std::string find_chat_template(const LoadedModel& m) {
-  if (m.gguf) return m.gguf->get_string("tokenizer.chat_template", "");
-  std::ifstream in(m.path + "/tokenizer_config.json");
+std::string hf_chat_template(const std::string& dir) {
+  std::ifstream in(dir + "/tokenizer_config.json");
   if (!in) return "";
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return "";
@@ -40,7 +41,96 @@ std::string find_chat_template(const LoadedModel& m) {
   return "";
 }
 
+std::string find_chat_template(const LoadedModel& m) {
+  if (m.gguf) return m.gguf->get_string("tokenizer.chat_template", "");
+  return hf_chat_template(m.path);
+}
+
+// A tokenizer and its chat template from a GGUF file or HF directory (--tokenizer).
+struct TokenizerFiles {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::string chat_template;
+};
+
+TokenizerFiles open_tokenizer(const std::string& path) {
+  TokenizerFiles t;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path + "/tokenizer.json", ec)) {
+    t.tokenizer = Tokenizer::from_hf_dir(path);
+    t.chat_template = hf_chat_template(path);
+  } else {
+    check_model_path(path);
+    const GGUFFile f = GGUFFile::open(path);
+    t.tokenizer = Tokenizer::from_gguf(f);
+    t.chat_template = f.get_string("tokenizer.chat_template", "");
+  }
+  return t;
+}
+
+// The tokenizer of `tokenizer` with the vocabulary stretched to `vocab` (pad_tokenizer_vocab).
+class PaddedVocabTokenizer final : public Tokenizer {
+ public:
+  PaddedVocabTokenizer(std::unique_ptr<Tokenizer> inner, int32_t vocab)
+      : inner_(std::move(inner)), own_(inner_->vocab_size()), vocab_(vocab) {}
+  std::vector<int32_t> encode(std::string_view text, bool add_special,
+                              bool parse_special) const override {
+    return inner_->encode(text, add_special, parse_special);
+  }
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special) const override {
+    std::vector<int32_t> known;
+    known.reserve(ids.size());
+    for (int32_t id : ids) {
+      check(id);
+      if (id < own_) known.push_back(id);
+    }
+    return inner_->decode(known, skip_special);
+  }
+  std::string token_bytes(int32_t id) const override {
+    check(id);
+    return id < own_ ? inner_->token_bytes(id) : std::string();
+  }
+  const std::string& token_text(int32_t id) const override {
+    static const std::string kNone;
+    check(id);
+    return id < own_ ? inner_->token_text(id) : kNone;
+  }
+  bool is_special(int32_t id) const override {
+    check(id);
+    return id < own_ && inner_->is_special(id);
+  }
+  int32_t token_to_id(std::string_view text) const override { return inner_->token_to_id(text); }
+  bool strips_leading_space() const override { return inner_->strips_leading_space(); }
+  int32_t vocab_size() const override { return vocab_; }
+  int32_t bos_id() const override { return inner_->bos_id(); }
+  int32_t eos_id() const override { return inner_->eos_id(); }
+  bool add_bos() const override { return inner_->add_bos(); }
+
+ private:
+  void check(int32_t id) const {
+    if (id < 0 || id >= vocab_)
+      throw std::out_of_range("token id " + std::to_string(id) + " outside the vocabulary [0, " +
+                              std::to_string(vocab_) + ")");
+  }
+  std::unique_ptr<Tokenizer> inner_;
+  int32_t own_, vocab_;
+};
+
 }  // namespace
+
+std::unique_ptr<Tokenizer> pad_tokenizer_vocab(std::unique_ptr<Tokenizer> tokenizer,
+                                               int32_t vocab) {
+  if (vocab <= tokenizer->vocab_size()) return tokenizer;
+  return std::make_unique<PaddedVocabTokenizer>(std::move(tokenizer), vocab);
+}
+
+ModelSource model_source(const EngineArgs& args) {
+  ModelSource s;
+  s.model = args.model;
+  s.load_format = args.load_format;
+  s.tokenizer = args.tokenizer;
+  s.seed = args.seed;
+  return s;
+}
 
 ModelTokenizer::ModelTokenizer(const Tokenizer& tokenizer, std::string chat_template)
     : tokenizer_(&tokenizer), chat_template_(std::move(chat_template)) {}
@@ -83,11 +173,11 @@ LoadOptions make_load_options(const std::string& quantization,
 
 namespace {
 
-// Every rank's shard, each loaded (read, cut, uploaded) on its own rank thread; world size 1
-// loads on the calling thread exactly as before.
-template <class File, class Config>
-void load_ranks(LoadedModel& m, const File& file, const Config& config,
-                const LoadOptions& options) {
+// Every rank's shard, each loaded (read or generated, cut, uploaded) on its own rank thread by
+// load(o), o = options with o.rank set; world size 1 loads on the calling thread.
+template <class Config, class Load>
+void load_ranks_with(LoadedModel& m, const Config& config, const LoadOptions& options,
+                     const Load& load) {
   const int world = options.world_size;
   if (world > 1) validate_tensor_parallel(config(), world);  // before any weight is read
   m.ranks = make_rank_group(options.device, world);
@@ -96,10 +186,65 @@ void load_ranks(LoadedModel& m, const File& file, const Config& config,
     LoadOptions o = options;
     o.rank = rank;
     if (world > 1) o.backend = nullptr;  // each rank its own backend
-    models[rank] = std::make_unique<LlamaModel>(LlamaModel::load(file, o));
+    models[rank] = std::make_unique<LlamaModel>(load(o));
   });
   m.model = std::move(models[0]);
   for (int r = 1; r < world; ++r) m.peers.push_back(std::move(models[r]));
+}
+
+template <class File, class Config>
+void load_ranks(LoadedModel& m, const File& file, const Config& config,
+                const LoadOptions& options) {
+  load_ranks_with(m, config, options,
+                  [&](const LoadOptions& o) { return LlamaModel::load(file, o); });
+}
+
+// The checks every loaded model passes: the tokenizer fits the vocabulary, and so do its
+// BOS/EOS and the EOS ids collected.
+void check_vocabulary(const LoadedModel& m) {
+  const std::string& path = m.path;
+  const int64_t vocab = m.model->config().vocab_size;
+  if (m.tokenizer->vocab_size() > vocab)
+    throw ModelFileError(path, "tokenizer has " + std::to_string(m.tokenizer->vocab_size()) +
+                                   " tokens but the model's vocab_size is " +
+                                   std::to_string(vocab));
+  for (auto [what, id] : {std::pair{"bos", m.tokenizer->bos_id()},
+                          std::pair{"eos", m.tokenizer->eos_id()}})
+    if (id >= vocab)
+      throw ModelFileError(path, std::string(what) + " token id " + std::to_string(id) +
+                                     " is outside the vocabulary of " + std::to_string(vocab));
+  for (int32_t id : m.eos_token_ids)
+    if (id < 0 || id >= vocab)
+      throw ModelFileError(path, "eos token id " + std::to_string(id) + " is outside the "
+                                 "vocabulary");
+}
+
+// --load-format dummy: the architecture from a preset or config.json, weights generated per
+// rank, the tokenizer from --tokenizer (or config.json's directory).
+std::unique_ptr<LoadedModel> load_dummy(const ModelSource& source, const LoadOptions& options) {
+  const DummyModelSpec spec = find_dummy_model(source.model);
+  std::string tok_path = source.tokenizer;
+  if (tok_path.empty() && !spec.dir.empty() &&
+      std::filesystem::is_regular_file(spec.dir + "/tokenizer.json"))
+    tok_path = spec.dir;
+  if (tok_path.empty())
+    throw std::invalid_argument("--load-format dummy --model " + source.model +
+                                " has no tokenizer: give --tokenizer PATH (a GGUF file or a "
+                                "Hugging Face directory; any small one, e.g. stories260K.gguf)");
+  TokenizerFiles tok = open_tokenizer(tok_path);
+  const ModelConfig config = dummy_model_config(spec, tok.tokenizer->vocab_size());
+  auto m = std::make_unique<LoadedModel>();
+  m->path = source.model;
+  m->load_format = "dummy";
+  load_ranks_with(*m, [&] { return config; }, options, [&](const LoadOptions& o) {
+    return load_dummy_model(config, source.seed, o);
+  });
+  if (tok.tokenizer->eos_id() >= 0) m->eos_token_ids.push_back(tok.tokenizer->eos_id());
+  m->tokenizer = pad_tokenizer_vocab(std::move(tok.tokenizer),
+                                     static_cast<int32_t>(config.vocab_size));
+  check_vocabulary(*m);
+  m->model_tokenizer = std::make_unique<ModelTokenizer>(*m->tokenizer, tok.chat_template);
+  return m;
 }
 
 }  // namespace
@@ -108,6 +253,7 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptio
   check_model_path(path);
   auto m = std::make_unique<LoadedModel>();
   m->path = path;
+  m->host_memory_available_bytes = available_host_memory_bytes();
   if (is_hf_checkpoint_dir(path)) {
     m->hf.emplace(HFCheckpoint::open(path));
     load_ranks(*m, *m->hf, [&] {
@@ -132,21 +278,32 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptio
     m->tokenizer = Tokenizer::from_gguf(*m->gguf);
   }
   if (m->tokenizer->eos_id() >= 0) m->eos_token_ids.push_back(m->tokenizer->eos_id());
-  const int64_t vocab = m->model->config().vocab_size;
-  if (m->tokenizer->vocab_size() > vocab)
-    throw ModelFileError(path, "tokenizer has " + std::to_string(m->tokenizer->vocab_size()) +
-                                   " tokens but the model's vocab_size is " +
-                                   std::to_string(vocab));
-  for (auto [what, id] : {std::pair{"bos", m->tokenizer->bos_id()},
-                          std::pair{"eos", m->tokenizer->eos_id()}})
-    if (id >= vocab)
-      throw ModelFileError(path, std::string(what) + " token id " + std::to_string(id) +
-                                     " is outside the vocabulary of " + std::to_string(vocab));
-  for (int32_t id : m->eos_token_ids)
-    if (id < 0 || id >= vocab)
-      throw ModelFileError(path, "eos token id " + std::to_string(id) + " is outside the "
-                                 "vocabulary");
+  check_vocabulary(*m);
   m->model_tokenizer = std::make_unique<ModelTokenizer>(*m->tokenizer, find_chat_template(*m));
+  return m;
+}
+
+std::unique_ptr<LoadedModel> load_model(const ModelSource& source, const LoadOptions& options) {
+  const int64_t available = available_host_memory_bytes();
+  std::unique_ptr<LoadedModel> m;
+  if (source.load_format == "dummy") {
+    m = load_dummy(source, options);
+  } else if (source.load_format == "auto") {
+    m = load_model(source.model, options);
+    if (!source.tokenizer.empty()) {
+      TokenizerFiles tok = open_tokenizer(source.tokenizer);
+      m->model_tokenizer.reset();
+      m->tokenizer = std::move(tok.tokenizer);
+      m->eos_token_ids.clear();
+      if (m->tokenizer->eos_id() >= 0) m->eos_token_ids.push_back(m->tokenizer->eos_id());
+      check_vocabulary(*m);
+      m->model_tokenizer = std::make_unique<ModelTokenizer>(*m->tokenizer, tok.chat_template);
+    }
+  } else {
+    throw std::invalid_argument("--load-format must be auto or dummy, got '" +
+                                source.load_format + "'");
+  }
+  m->host_memory_available_bytes = available;
   return m;
 }
 
@@ -154,6 +311,16 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   check_model_path(path);
   if (is_hf_checkpoint_dir(path)) return Tokenizer::from_hf_dir(path);
   return Tokenizer::from_gguf(GGUFFile::open(path));
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const ModelSource& source) {
+  if (!source.tokenizer.empty()) return open_tokenizer(source.tokenizer).tokenizer;
+  if (source.load_format != "dummy") return load_tokenizer(source.model);
+  const DummyModelSpec spec = find_dummy_model(source.model);
+  if (spec.dir.empty() || !std::filesystem::is_regular_file(spec.dir + "/tokenizer.json"))
+    throw std::invalid_argument("--load-format dummy --model " + source.model +
+                                " has no tokenizer: give --tokenizer PATH");
+  return Tokenizer::from_hf_dir(spec.dir);
 }
 
 }  // namespace octet

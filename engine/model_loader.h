@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "config/engine_args.h"
 #include "engine/model_tokenizer.h"
 #include "models/checkpoint.h"
 #include "models/gguf.h"
@@ -14,8 +15,28 @@
 
 namespace octet {
 
+/// Where a model comes from: --model, --load-format, --tokenizer and --seed.
+struct ModelSource {
+  /// auto: a GGUF file or HF checkpoint directory. dummy: a preset name
+  /// (models/model_presets.h), a directory holding config.json, or a config.json file.
+  std::string model;
+  std::string load_format = "auto";  // auto | dummy (random weights, models/dummy_weights.h)
+  /// A GGUF file or HF directory whose tokenizer (and chat template) replaces the model's;
+  /// "" = the model's own (dummy: config.json's directory when it holds tokenizer.json).
+  std::string tokenizer;
+  int64_t seed = -1;  // dummy weights' seed; -1 = kDefaultDummySeed
+};
+
+/// The ModelSource of an engine's arguments.
+ModelSource model_source(const EngineArgs& args);
+
 struct LoadedModel {
   std::string path;
+  std::string load_format = "auto";      // as loaded: auto | dummy
+  /// Host memory available when loading began (MemAvailable, lowered to a cgroup v2
+  /// memory.max's room; engine/kv_cache_setup.h): what --gpu-memory-utilization takes a
+  /// fraction of on the CPU.
+  int64_t host_memory_available_bytes = 0;
   std::optional<GGUFFile> gguf;          // set for a .gguf file
   std::optional<HFCheckpoint> hf;        // set for an HF directory
   std::unique_ptr<LlamaModel> model;     // rank 0's (world size 1: the whole model)
@@ -48,7 +69,25 @@ LoadOptions make_load_options(const std::string& quantization,
 /// tensor_parallel_size does not divide (the message names them).
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptions& options);
 
+/// load_model(path) for source.load_format auto (with source.tokenizer, when given, in place of
+/// the model's tokenizer, chat template and EOS); for dummy, a model of the architecture
+/// source.model names with seeded random weights, each rank generating and uploading its shard
+/// tensor by tensor (models/dummy_weights.h), and the tokenizer of source.tokenizer. A
+/// tokenizer smaller than the model's vocabulary is padded to it (pad_tokenizer_vocab) under
+/// dummy. Throws std::invalid_argument for an unknown load_format, a dummy --model that names
+/// no preset or config.json, a dummy model without a tokenizer, or as load_model(path) does.
+std::unique_ptr<LoadedModel> load_model(const ModelSource& source, const LoadOptions& options);
+
 /// Only the tokenizer of `path` (GGUF file or HF directory); cheap.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
+/// The tokenizer load_model(source) would use, unpadded; cheap.
+std::unique_ptr<Tokenizer> load_tokenizer(const ModelSource& source);
+
+/// `tokenizer` seen with vocab_size() == vocab (> its own): ids at or beyond its own vocabulary
+/// have no text (token_bytes and token_text ""; decode drops them, as Hugging Face tokenizers
+/// drop ids they do not know) and are not special; everything else is `tokenizer`'s. For
+/// models whose vocabulary outgrows their tokenizer (dummy weights with any small tokenizer).
+std::unique_ptr<Tokenizer> pad_tokenizer_vocab(std::unique_ptr<Tokenizer> tokenizer,
+                                               int32_t vocab);
 
 }  // namespace octet

@@ -18,6 +18,14 @@ LoadOptions load_options(const PerplexityOptions& o, const std::string& quantiza
   return lo;
 }
 
+ModelSource model_source(const PerplexityOptions& o) {
+  ModelSource s;
+  s.model = o.model;
+  s.load_format = o.load_format;
+  s.tokenizer = o.tokenizer;
+  return s;
+}
+
 // log-softmax of one row in double: logp[i] = x[i] - max - log(sum exp(x - max)).
 void log_softmax(const float* x, int64_t n, std::vector<double>& out) {
   out.resize(n);
@@ -58,7 +66,7 @@ PerplexityResult compute_perplexity_ids(const PerplexityOptions& o,
   std::vector<int32_t> ids(all_ids.begin(),
                            all_ids.begin() + std::min<int64_t>(o.max_tokens, all_ids.size()));
   if (ids.size() < 2) throw std::invalid_argument("the text has fewer than 2 tokens");
-  auto lm = load_model(o.model, load_options(o, o.quantization));
+  auto lm = load_model(model_source(o), load_options(o, o.quantization));
   const LlamaModel& model = *lm->model;
   const int64_t vocab = model.config().vocab_size;
   for (int32_t id : ids)
@@ -90,7 +98,7 @@ PerplexityResult compute_perplexity_ids(const PerplexityOptions& o,
   if (!o.compare) return r;
 
   lm.reset();  // free the quantized model before loading the reference
-  auto ref_lm = load_model(o.model, load_options(o, "none"));
+  auto ref_lm = load_model(model_source(o), load_options(o, "none"));
   double ref_nll = 0.0, kl = 0.0;
   int64_t agree = 0, idx = 0;
   std::vector<double> lq;
@@ -115,7 +123,7 @@ PerplexityResult compute_perplexity_ids(const PerplexityOptions& o,
 }
 
 PerplexityResult compute_perplexity(const PerplexityOptions& o, const std::string& text) {
-  const std::unique_ptr<Tokenizer> tok = load_tokenizer(o.model);
+  const std::unique_ptr<Tokenizer> tok = load_tokenizer(model_source(o));
   return compute_perplexity_ids(o, tok->encode(text, /*add_special=*/true,
                                                /*parse_special=*/false));
 }

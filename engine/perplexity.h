@@ -9,6 +9,8 @@ namespace octet {
 
 struct PerplexityOptions {
   std::string model;                  // GGUF file or HF directory
+  std::string load_format = "auto";   // auto | dummy (engine/model_loader.h ModelSource)
+  std::string tokenizer;              // "" = the model's
   std::string quantization = "auto";  // auto | fp8 | none
   std::string weight_strategy = "channel";  // channel | tensor (online quantization)
   std::string device = "auto";              // --device: cpu | cuda | cuda:N | auto

@@ -115,6 +115,10 @@ class LlamaModel {
   /// throws ModelFileError for a malformed quantization_config or quantized tensors
   /// (missing/ill-shaped/non-finite scales).
   static LlamaModel load(const HFCheckpoint& checkpoint, const LoadOptions& options = {});
+  /// Builds the model from any WeightSource with `config` and `quant` as given, by the same
+  /// path as the loaders above (dummy weights: models/dummy_weights.h, which defines it).
+  static LlamaModel load(const WeightSource& source, ModelConfig config, QuantConfig quant,
+                         const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const QuantConfig& quant_config() const { return quant_; }

@@ -24,9 +24,16 @@ int run_bench_latency(int argc, const char* const* argv) {
     try {
       EngineArgs args = latency_engine_args(cfg.model, cfg.quantization, cfg.weight_strategy,
                                             cfg.input_len, cfg.output_len);
+      args.load_format = cfg.load_format;
+      args.tokenizer = cfg.tokenizer;
+      args.seed = cfg.seed;
       args.device = cfg.device;
       args.tensor_parallel_size = cfg.tensor_parallel_size;
+      args.cache = cfg.cache;
+      args.cache.enable_prefix_caching = false;  // every run recomputes the prompt
+      if (cfg.max_model_len > 0) args.scheduler.max_model_len = cfg.max_model_len;
       engine = Engine::create(args);
+      std::cerr << engine->startup_report();
     } catch (const std::invalid_argument& e) {
       // The engine's max_model_len is input_len + output_len + 1 (the prefill's token, then
       // one per decode step); bench has no --max-model-len: name the flags the user gave.
@@ -92,6 +99,8 @@ int run_bench(int argc, const char* const* argv) {
   if (!help && !sub.empty()) std::cerr << "octet bench: unknown benchmark '" << sub << "'\n";
   (help ? std::cout : std::cerr) << "usage: octet bench latency --model PATH [--quantization auto|fp8|none] "
                "[--input-len N] [--output-len N]\n"
+               "       octet bench latency --load-format dummy --model llama-3.1-8b "
+               "--tokenizer PATH [--max-model-len N]\n"
                "       octet bench kernels\n"
                "       octet bench engine --model PATH [--concurrency 1,4,16,64] "
                "[--contexts 512,...,8192] [--kv-cache-dtypes bf16,fp8_e4m3]\n";

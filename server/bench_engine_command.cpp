@@ -152,6 +152,8 @@ int run_bench_engine(int argc, const char* const* argv) {
     os << std::fixed << std::setprecision(2);
     if (!concurrency.empty()) {
       EngineArgs a = model_engine_args(cfg);
+      a.cache.kv_cache_memory_bytes = cfg.kv_cache_memory_bytes;
+      a.cache.gpu_memory_utilization = cfg.gpu_memory_utilization;
       a.cache.kv_cache_dtype = cfg.throughput_kv_cache_dtype;
       a.cache.calculate_kv_scales = true;
       a.scheduler.max_model_len = cfg.input_len + cfg.output_len + 16;
@@ -174,6 +176,8 @@ int run_bench_engine(int argc, const char* const* argv) {
       std::map<std::string, double> slopes;
       for (const std::string& dtype : split(cfg.kv_cache_dtypes)) {
         EngineArgs a = model_engine_args(cfg);
+        a.cache.kv_cache_memory_bytes = cfg.kv_cache_memory_bytes;
+        a.cache.gpu_memory_utilization = cfg.gpu_memory_utilization;
         a.cache.kv_cache_dtype = dtype;
         a.cache.calculate_kv_scales = true;
         auto engine = Engine::create(a);  // max_model_len = the model's; 1 GiB of KV

@@ -60,6 +60,8 @@ int run_perplexity(int argc, const char* const* argv) {
     }
     PerplexityOptions o;
     o.model = cfg.model;
+    o.load_format = cfg.load_format;
+    o.tokenizer = cfg.tokenizer;
     o.quantization = cfg.quantization;
     o.device = cfg.device;
     o.tensor_parallel_size = cfg.tensor_parallel_size;

@@ -148,9 +148,10 @@ void serve(ServeConfig& cfg) {
   // Destroyed in reverse order: the HTTP server (its sessions abort their requests on a live
   // engine) before the engine.
   std::unique_ptr<Engine> engine;
-  // A missing model fails before the port opens (loading errors come later, from the engine).
+  // A missing model fails before the port opens (loading errors come later, from the engine;
+  // so do those of a dummy model's preset name or config.json).
   std::error_code ec;
-  if (!std::filesystem::exists(cfg.engine.model, ec))
+  if (cfg.engine.load_format != "dummy" && !std::filesystem::exists(cfg.engine.model, ec))
     throw std::runtime_error(cfg.engine.model + ": no such file or directory");
   auto http = std::make_unique<server::HttpServer>(ctx);
   http->start();

@@ -42,14 +42,15 @@ std::string slurp(const std::string& path) {
   return os.str();
 }
 
-/// `octet serve` on stories260K in a child process; its log goes to a file.
+/// `octet serve` on stories260K (or `model`) in a child process; its log goes to a file.
 class ServeProcess {
  public:
-  explicit ServeProcess(const std::vector<std::string>& extra, rlim_t nofile = 0) {
+  explicit ServeProcess(const std::vector<std::string>& extra, rlim_t nofile = 0,
+                        const std::string& model = kStories) {
     static int counter = 0;
     log_ = "/tmp/octet_http_test_" + std::to_string(getpid()) + "_" + std::to_string(counter++) +
            ".log";
-    std::vector<std::string> args = {octet_binary(), "serve", "--model", kStories, "--host",
+    std::vector<std::string> args = {octet_binary(), "serve", "--model", model, "--host",
                                      "127.0.0.1", "--port", "0"};
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = fork();
