@@ -93,9 +93,18 @@ int64_t activation_bytes(const LlamaModel& model, int64_t max_tokens, int64_t ma
 // this backend. CPU: the host memory available when loading began (the weights are in it).
 // Other backends need a memory query on Backend (free and total bytes), not there yet.
 int64_t device_memory_bytes(const LoadedModel& loaded, int64_t weights) {
-  if (loaded.model->backend().name().rfind("cpu", 0) != 0) return 0;
+  if (loaded.model->backend().name().rfind("cpu", 0) != 0)  // a device: its own memory, per rank
+    return loaded.model->backend().memory_capacity_bytes() * loaded.world_size();
   if (loaded.host_memory_available_bytes > 0) return loaded.host_memory_available_bytes;
   return available_host_memory_bytes() + weights;  // loaded without a record of it
+}
+
+// --gpu-memory-utilization, or vLLM's default 0.9 on a device that reports its memory; 0 on
+// the CPU by default (the fixed CacheConfig::kDefaultMemoryBytes budget).
+double kv_memory_fraction(const CacheConfig& cache, const LoadedModel& loaded) {
+  if (cache.gpu_memory_utilization > 0) return cache.gpu_memory_utilization;
+  const Backend& be = loaded.model->backend();
+  return be.name().rfind("cpu", 0) != 0 && be.memory_capacity_bytes() > 0 ? 0.9 : 0.0;
 }
 
 }  // namespace
@@ -269,22 +278,21 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
     mem.budget_source = "--kv-cache-memory-bytes";
   } else if (cache.num_kv_blocks > 0) {
     mem.budget_source = "--num-kv-blocks";
-  } else if (cache.gpu_memory_utilization > 0) {
+  } else if (const double fraction = kv_memory_fraction(cache, loaded); fraction > 0) {
     mem.device_memory_bytes = device_memory_bytes(loaded, mem.weights_bytes);
     if (mem.device_memory_bytes == 0)
       throw std::invalid_argument("--gpu-memory-utilization: octet cannot query the memory of "
                                   "device " + model.backend().name() +
                                   " yet; give the KV budget with --kv-cache-memory-bytes");
-    const double usable = cache.gpu_memory_utilization *
-                          static_cast<double>(mem.device_memory_bytes);
+    const double usable = fraction * static_cast<double>(mem.device_memory_bytes);
     const double left = usable - static_cast<double>(mem.weights_bytes + mem.activation_bytes);
     std::ostringstream src;
-    src << "--gpu-memory-utilization " << cache.gpu_memory_utilization << " x "
+    src << "--gpu-memory-utilization " << fraction << " x "
         << format_bytes(mem.device_memory_bytes) << " - weights - activations";
     mem.budget_source = src.str();
     if (left < static_cast<double>(out.bytes_per_block))
       throw std::invalid_argument(
-          "--gpu-memory-utilization " + std::to_string(cache.gpu_memory_utilization) + " of " +
+          "--gpu-memory-utilization " + std::to_string(fraction) + " of " +
           format_bytes(mem.device_memory_bytes) + " (" + format_bytes(int64_t(usable)) +
           ") leaves no room for the KV cache after the weights (" +
           format_bytes(mem.weights_bytes) + ") and activations (" +

@@ -26,17 +26,20 @@ int cuda_index(const std::string& device) {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const std::string& device) {
-  if (device == "cpu") return make_cpu_backend();
-  if (device == "auto") {
+std::string resolve_device(const std::string& device) {
+  if (device != "auto") return device;
 #if defined(OCTET_HAVE_CUDA)
-    // The first GPU of compute capability >= 8.0 (Ampere and newer), else the CPU.
-    const int count = cuda_device_count();
-    for (int i = 0; i < count; ++i)
-      if (cuda_device_capability(i) >= 80) return make_cuda_backend(i);
+  // The first GPU of compute capability >= 8.0 (Ampere and newer), else the CPU.
+  const int count = cuda_device_count();
+  for (int i = 0; i < count; ++i)
+    if (cuda_device_capability(i) >= 80) return "cuda:" + std::to_string(i);
 #endif
-    return make_cpu_backend();
-  }
+  return "cpu";
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& requested) {
+  const std::string device = resolve_device(requested);
+  if (device == "cpu") return make_cpu_backend();
   if (device == "cuda" || device.rfind("cuda:", 0) == 0) {
     const int index = cuda_index(device);
     if (index < 0)

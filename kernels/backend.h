@@ -49,6 +49,9 @@ class Backend {
   /// One line for the start-up log: the device and, where it has a choice, the GEMM path and
   /// the attention kernels it runs. Default: name().
   virtual std::string describe() const { return name(); }
+  /// Total memory of the device in bytes (what --gpu-memory-utilization is a fraction of), or 0
+  /// when the backend does not know it (the CPU: the engine reads MemAvailable itself).
+  virtual int64_t memory_capacity_bytes() const { return 0; }
 
   // --- Buffers -----------------------------------------------------------------------------
   /// `bytes` of zeroed memory (large ones on huge pages on the CPU).
@@ -150,5 +153,9 @@ class Backend {
 /// CUDA backend when built with it and a GPU is present, else the CPU). Throws
 /// std::invalid_argument naming the device for an unknown or unavailable one.
 std::unique_ptr<Backend> make_backend(const std::string& device);
+
+/// What make_backend(device) would run on, without creating it: "auto" becomes "cuda:N" (the
+/// first GPU of compute capability >= 8.0 when built with CUDA) or "cpu"; others unchanged.
+std::string resolve_device(const std::string& device);
 
 }  // namespace octet

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/thread_communicator.h"
 
 namespace octet {
@@ -42,9 +43,15 @@ std::unique_ptr<RankGroup> make_rank_group(const std::string& device, int world_
     throw std::invalid_argument("tensor_parallel_size must be >= 1, got " +
                                 std::to_string(world_size));
   // One rank runs on the caller whatever the device: no thread, OpenMP untouched.
-  if (world_size == 1 || device == "cpu" || device == "auto")
-    return std::make_unique<CpuRankGroup>(world_size);
-  throw std::invalid_argument("device '" + device + "' has no tensor-parallel rank group");
+  if (world_size == 1) return std::make_unique<CpuRankGroup>(world_size);
+  const std::string resolved = resolve_device(device);
+  if (resolved == "cpu") return std::make_unique<CpuRankGroup>(world_size);
+  // The NCCL communicator exists (kernels/cuda/nccl_communicator.h); its rank group, one
+  // thread per GPU, is not wired into the model runner yet.
+  throw std::invalid_argument("tensor_parallel_size " + std::to_string(world_size) +
+                              " on device '" + resolved +
+                              "' needs the NCCL rank group, which is not wired yet: use "
+                              "--device cpu or --tensor-parallel-size 1");
 }
 
 Communicator& single_rank_communicator() {

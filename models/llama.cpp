@@ -190,7 +190,7 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
                               : std::shared_ptr<Backend>(make_backend(options.device));
   Backend& be = *m.backend_;
   if (options.rank == 0)
-    spdlog::info("device: {} (--device {}), tensor_parallel_size {}", be.name(),
+    spdlog::info("device: {} (--device {}), tensor_parallel_size {}", be.describe(),
                  options.backend ? be.name() : options.device, options.world_size);
   m.config_ = std::move(config);
   m.quant_ = std::move(quant);

@@ -63,6 +63,10 @@ class CudaBackend final : public Backend {
            std::to_string(prop_.major) + std::to_string(prop_.minor) + ", " + gib_text + " GiB)";
   }
 
+  int64_t memory_capacity_bytes() const override {
+    return static_cast<int64_t>(prop_.totalGlobalMem);
+  }
+
   std::string describe() const override {
     return name() + "; GEMM: " + lt_->describe() +
            "; attention: paged_decode_split + paged_decode_merge (" +
