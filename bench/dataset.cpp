@@ -31,12 +31,26 @@ int64_t count_tokens(const Tokenizer& tok, const std::string& text) {
 
 namespace {
 
+// Word tokens (" word": a space, then ASCII letters) that encode back to themselves: text made
+// of them re-tokenizes to the same ids (the pre-tokenizers split at spaces), so lengths are
+// exact. Falls back to every ordinary token for a vocabulary without such words.
 std::vector<int32_t> ordinary_ids(const Tokenizer& tok) {
-  std::vector<int32_t> ids;
-  for (int32_t i = 0; i < tok.vocab_size(); ++i)
-    if (!tok.is_special(i)) ids.push_back(i);
-  if (ids.empty()) throw std::invalid_argument("the tokenizer has no ordinary tokens");
-  return ids;
+  std::vector<int32_t> words, all;
+  for (int32_t i = 0; i < tok.vocab_size(); ++i) {
+    if (tok.is_special(i)) continue;
+    all.push_back(i);
+    const std::string b = tok.token_bytes(i);
+    if (b.size() < 3 || b[0] != ' ') continue;
+    bool letters = true;
+    for (size_t k = 1; k < b.size(); ++k)
+      letters = letters && ((b[k] >= 'a' && b[k] <= 'z') || (b[k] >= 'A' && b[k] <= 'Z'));
+    if (!letters) continue;
+    const std::vector<int32_t> two = tok.encode(tok.decode({i, i}, false), false, false);
+    if (two.size() == 2 && two[0] == i && two[1] == i) words.push_back(i);
+  }
+  if (words.size() >= 32) return words;
+  if (all.empty()) throw std::invalid_argument("the tokenizer has no ordinary tokens");
+  return all;
 }
 
 // Text whose encoding is `target` tokens long, starting from `ids` (random draws append more).
@@ -45,7 +59,7 @@ std::pair<std::string, int64_t> text_of_length(const Tokenizer& tok, std::vector
                                                std::mt19937_64& rng) {
   std::string text;
   int64_t len = 0;
-  for (int attempt = 0; attempt < 16; ++attempt) {
+  for (int attempt = 0; attempt < 32; ++attempt) {
     text = tok.decode(ids, /*skip_special=*/false);
     std::vector<int32_t> enc = tok.encode(text, false, false);
     len = static_cast<int64_t>(enc.size());

@@ -33,7 +33,7 @@ struct RandomDatasetOptions {
 /// Random prompts: random non-special token ids decoded to text and re-tokenized, adjusted until
 /// the text encodes to exactly prefix_len + the request's input length (vLLM's random dataset).
 /// prompt_len is the encoded length of the final text (the exact length except in the rare case
-/// that no text of that length was found in 16 tries).
+/// that no text of that length was found in 32 tries).
 std::vector<RequestSpec> random_dataset(const Tokenizer& tok, const RandomDatasetOptions& o);
 
 /// ShareGPT JSON (a list of {"conversations": [{"from": "human", "value": ...},
