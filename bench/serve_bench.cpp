@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -107,6 +108,22 @@ ServeBenchResult run_serve_bench(const BenchServeConfig& cfg, std::ostream& log)
   const std::optional<int64_t> limit =
       cfg.max_concurrency > 0 ? std::optional<int64_t>(cfg.max_concurrency) : std::nullopt;
 
+  if (cfg.ready_check_timeout_sec > 0) {
+    // vLLM's ready check: the first prompt, retried until it succeeds (a server still loading
+    // answers 503).
+    log << "Starting initial single prompt test run...\n";
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(cfg.ready_check_timeout_sec);
+    for (;;) {
+      const RequestRecord r = run_requests(o, {requests.front()}, {0.0}, std::nullopt).front();
+      if (r.success) break;
+      if (std::chrono::steady_clock::now() > deadline)
+        throw std::runtime_error("initial test run failed after " +
+                                 std::to_string(cfg.ready_check_timeout_sec) + " s: " + r.error);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    log << "Initial test run completed.\n";
+  }
   if (cfg.num_warmups > 0) {
     log << "Warming up with " << cfg.num_warmups << " requests...\n";
     std::vector<RequestSpec> warm(static_cast<size_t>(cfg.num_warmups), requests.front());

@@ -121,6 +121,8 @@ void BenchServeConfig::validate() const {
   if (seed < 0) throw std::invalid_argument("--seed must be >= 0");
   if (max_concurrency < 0) throw std::invalid_argument("--max-concurrency must be >= 0");
   if (num_warmups < 0) throw std::invalid_argument("--num-warmups must be >= 0");
+  if (!(ready_check_timeout_sec >= 0))
+    throw std::invalid_argument("--ready-check-timeout-sec must be >= 0");
   if (!(request_timeout > 0)) throw std::invalid_argument("--request-timeout must be positive");
   (void)goodput_slos();
   (void)percentile_metric_list();

@@ -37,6 +37,7 @@ struct BenchServeConfig {
   std::string result_json;           // "" = none
   std::string api_key;               // "" = $OPENAI_API_KEY or none
   double request_timeout = 600;      // seconds per request
+  double ready_check_timeout_sec = 0;  // > 0: retry the first prompt until it succeeds
   bool disable_tqdm = false;
 
   template <class Visitor>
@@ -76,6 +77,8 @@ struct BenchServeConfig {
     v(c.result_json, "result_json", "write vLLM's result JSON to this file");
     v(c.api_key, "api_key", "bearer token sent to the server (default: $OPENAI_API_KEY)");
     v(c.request_timeout, "request_timeout", "seconds one request may take before it fails");
+    v(c.ready_check_timeout_sec, "ready_check_timeout_sec",
+      "seconds to retry the first prompt until the server answers it (0 = no ready check)");
     v(c.disable_tqdm, "disable_tqdm", "no progress bar on stderr");
   }
 
