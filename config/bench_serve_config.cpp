@@ -130,4 +130,16 @@ void BenchServeConfig::validate() const {
   (void)temperature_value();
 }
 
+void BenchSweepConfig::validate() const {
+  if (model.empty() == base_url.empty())
+    throw std::invalid_argument("give exactly one of --model (start `octet serve` per "
+                                "configuration) and --base-url (a running server)");
+  if (!base_url.empty() && (!kv_cache_dtype.empty() || !serve_grid.empty() || !serve_args.empty()))
+    throw std::invalid_argument("--kv-cache-dtype, --serve-grid and --serve-args need --model "
+                                "(the sweep starts the server)");
+  if (num_prompts < 0) throw std::invalid_argument("--num-prompts must be >= 0");
+  if (!(server_start_timeout > 0)) throw std::invalid_argument("--server-start-timeout must be positive");
+  if (output_dir.empty()) throw std::invalid_argument("--output-dir must not be empty");
+}
+
 }  // namespace octet

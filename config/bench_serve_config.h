@@ -99,4 +99,49 @@ struct BenchServeConfig {
   std::string effective_base_url() const;
 };
 
+/// Options of `octet bench sweep`: bench serve over a grid, `octet serve` started and stopped per
+/// server configuration when --model is given.
+struct BenchSweepConfig {
+  std::string model;               // start `octet serve --model` per configuration
+  std::string base_url;            // or benchmark a running server (no server grid then)
+  std::string max_concurrency = "1,4,16";
+  std::string random_input_len = "128";
+  std::string random_output_len = "64";
+  std::string kv_cache_dtype;      // comma list, e.g. bf16,fp8_e4m3 ("" = the server's default)
+  std::string serve_grid;          // "max-num-seqs=8,16;enable-prefix-caching=true"
+  std::string serve_args;          // extra `octet serve` flags, space-separated, every run
+  std::string tokenizer;           // "" = --model
+  std::string endpoint = "/v1/completions";
+  int64_t num_prompts = 0;         // 0 = max(8, 4 x concurrency) per point
+  bool ignore_eos = true;
+  int64_t seed = 0;
+  std::string output_dir = "sweep_results";
+  double server_start_timeout = 300;  // seconds for `octet serve` to get ready
+
+  template <class Visitor>
+  static void visit(BenchSweepConfig& c, Visitor&& v) {
+    v(c.model, "model", "model to start `octet serve` with for each server configuration");
+    v(c.base_url, "base_url", "benchmark this running server instead (no --kv-cache-dtype or "
+                              "--serve-grid then)");
+    v(c.max_concurrency, "max_concurrency", "comma-separated concurrencies");
+    v(c.random_input_len, "random_input_len", "comma-separated prompt lengths (tokens)");
+    v(c.random_output_len, "random_output_len", "comma-separated output lengths (tokens)");
+    v(c.kv_cache_dtype, "kv_cache_dtype", "comma-separated kv_cache_dtype values of the server");
+    v(c.serve_grid, "serve_grid",
+      "more server axes: FLAG=v1,v2;FLAG2=v3 (any `octet serve` flag, without --)");
+    v(c.serve_args, "serve_args", "extra `octet serve` flags for every configuration");
+    v(c.tokenizer, "tokenizer", "tokenizer of the prompts (default: --model)");
+    v(c.endpoint, "endpoint", "/v1/completions or /v1/chat/completions");
+    v(c.num_prompts, "num_prompts", "requests per point (0 = max(8, 4 x concurrency))");
+    v(c.ignore_eos, "ignore_eos", "every request makes its full output length");
+    v(c.seed, "seed", "seed of the prompts");
+    v(c.output_dir, "output_dir", "directory of results.csv, the plots and the server logs");
+    v(c.server_start_timeout, "server_start_timeout", "seconds `octet serve` may take to start");
+  }
+
+  /// Throws std::invalid_argument for neither or both of --model and --base-url, a server grid
+  /// without --model, or malformed lists.
+  void validate() const;
+};
+
 }  // namespace octet
