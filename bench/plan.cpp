@@ -173,6 +173,7 @@ std::vector<PlanRow> make_plan(const PlanInputs& in) {
                             static_cast<double>(r.weight_bytes_per_device);
       r.kv_budget_bytes_per_device = budget > 0 ? static_cast<int64_t>(std::floor(budget)) : 0;
       r.sequences_fit = r.kv_budget_bytes_per_device / per_seq_dev;
+      r.batch_fits = in.batch_size <= r.sequences_fit;
       r.bytes_per_decode_step = r.weight_bytes_per_device + in.batch_size * per_seq_dev;
       const double step_s = static_cast<double>(r.bytes_per_decode_step) / in.device.bandwidth_bytes_s;
       r.decode_step_floor_ms = step_s * 1000;
@@ -243,6 +244,7 @@ std::string plan_table(const PlanInputs& in, const std::vector<PlanRow>& rows) {
   line("weights per device (GiB)", [&](const PlanRow& r) { return num(r.weight_bytes_per_device / 1073741824.0, "%.3f"); });
   line("KV budget per device (GiB)", [&](const PlanRow& r) { return num(r.kv_budget_bytes_per_device / 1073741824.0, "%.3f"); });
   line("sequences that fit", [&](const PlanRow& r) { return std::to_string(r.sequences_fit); });
+  line("batch_size fits", [&](const PlanRow& r) { return std::string(r.batch_fits ? "yes" : "no"); });
   line("bytes read per decode step (GiB)", [&](const PlanRow& r) { return num(r.bytes_per_decode_step / 1073741824.0, "%.3f"); });
   line("decode step floor (ms)", [&](const PlanRow& r) { return num(r.decode_step_floor_ms, "%.3f"); });
   line("decode floor (tokens/s)", [&](const PlanRow& r) { return num(r.decode_tokens_per_s_floor, "%.1f"); });
@@ -275,7 +277,7 @@ nlohmann::json plan_json(const PlanInputs& in, const std::vector<PlanRow>& rows)
                      {"weight_bytes", r.weight_bytes},
                      {"weight_bytes_per_device", r.weight_bytes_per_device},
                      {"kv_budget_bytes_per_device", r.kv_budget_bytes_per_device},
-                     {"sequences_fit", r.sequences_fit},
+                     {"sequences_fit", r.sequences_fit}, {"batch_fits", r.batch_fits},
                      {"bytes_per_decode_step", r.bytes_per_decode_step},
                      {"decode_step_floor_ms", r.decode_step_floor_ms},
                      {"decode_tokens_per_s_floor", r.decode_tokens_per_s_floor},

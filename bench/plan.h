@@ -74,6 +74,7 @@ struct PlanRow {
   int64_t bytes_per_decode_step = 0;         // per device, batch_size sequences at max_model_len
   double decode_step_floor_ms = 0;
   double decode_tokens_per_s_floor = 0;      // batch_size / step floor, whole deployment
+  bool batch_fits = false;                   // batch_size <= sequences_fit
   bool selected = false;                     // the pair given by the flags
 };
 

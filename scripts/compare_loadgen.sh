@@ -14,7 +14,7 @@ hf_tok="${2:-$HOME/.cache/octet/hf/SmolLM2-135M-Instruct-bf16}"
 octet="${OCTET:-$here/build/octet}"
 n="${NUM_PROMPTS:-48}"; c="${CONCURRENCY:-4}"; isl="${INPUT_LEN:-128}"; osl="${OUTPUT_LEN:-64}"
 venv="${LOADGEN_VENV:-$HOME/.cache/octet/loadgen-venv}"
-# No HF_HUB_OFFLINE: aiperf then resolves every tokenizer name as a hub repo id, even a local
+# No HF_HUB_OFFLINE: with it, aiperf resolves every tokenizer name as a hub repo id, even a local
 # directory; a local path loads without any network access as it is.
 export OMP_WAIT_POLICY=passive
 if [ ! -x "$venv/bin/aiperf" ]; then

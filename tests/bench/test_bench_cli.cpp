@@ -178,6 +178,7 @@ TEST_CASE("plan: Llama-3.1-8B on an H100 at 128K context, by hand") {
   CHECK(bf["sequences_fit"] == 6);
   CHECK(fb["sequences_fit"] == 3);
   CHECK(ff["sequences_fit"] == 7);
+  CHECK(bb["batch_fits"] == true);  // batch 1 <= 3
   // One sequence at 128K reads weights + its KV per step, at 3.35 TB/s:
   //   bf16/bf16: 16060522496 + 17179869184 = 33240391680 B -> 9.9225 ms -> 100.78 tokens/s
   //   fp8/fp8:   9086705664 + 8589934592 = 17676640256 B -> 5.2766 ms -> 189.52 tokens/s
@@ -197,6 +198,10 @@ TEST_CASE("plan: batch, tensor parallelism, skip layers and the table") {
   nlohmann::json j = nlohmann::json::parse(r.out);
   CHECK(j["plans"][3]["bytes_per_decode_step"] == 34856509440LL);
   CHECK(j["plans"][3]["decode_tokens_per_s_floor"].get<double>() == Approx(288.32).epsilon(1e-4));
+  // Defaults: 81559 MiB x 0.9 - 1024 MiB = 72379.1 MiB; minus 15316.5 MiB of BF16 weights =
+  // 57062.6 MiB = 3.48 x 16 GiB: bf16/bf16 fits 3, so batch 3 fits.
+  CHECK(j["plans"][0]["sequences_fit"] == 3);
+  CHECK(j["plans"][0]["batch_fits"] == true);
   // TP 2: 4 KV heads per device, so 4 GiB of FP8 KV per 128K sequence per device; weights
   // 9086705664 / 2 = 4543352832 per device.
   r = run_octet("plan --model llama-3.1-8b --device h100-sxm-80gb --max-model-len 131072 "
