@@ -6,13 +6,13 @@
 # "inter_chunk_latency" is the gaps between chunks, vLLM's ITL.
 #   scripts/compare_loadgen.sh [MODEL_GGUF] [HF_TOKENIZER_DIR]
 # Environment: OCTET (default build/octet), NUM_PROMPTS (48), CONCURRENCY (4), INPUT_LEN (128),
-# OUTPUT_LEN (64), LOADGEN_VENV (~/.cache/octet/loadgen-venv; made here with pip if missing).
+# OUTPUT_LEN (64), ROUNDS (2; each tool once per round, alternating), LOADGEN_VENV (~/.cache/octet/loadgen-venv; made here with pip if missing).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 model="${1:-$HOME/.cache/octet/SmolLM2-135M-Instruct.Q4_1.gguf}"
 hf_tok="${2:-$HOME/.cache/octet/hf/SmolLM2-135M-Instruct-bf16}"
 octet="${OCTET:-$here/build/octet}"
-n="${NUM_PROMPTS:-48}"; c="${CONCURRENCY:-4}"; isl="${INPUT_LEN:-128}"; osl="${OUTPUT_LEN:-64}"
+rounds="${ROUNDS:-2}"; n="${NUM_PROMPTS:-48}"; c="${CONCURRENCY:-4}"; isl="${INPUT_LEN:-128}"; osl="${OUTPUT_LEN:-64}"
 venv="${LOADGEN_VENV:-$HOME/.cache/octet/loadgen-venv}"
 # No HF_HUB_OFFLINE: with it, aiperf resolves every tokenizer name as a hub repo id, even a local
 # directory; a local path loads without any network access as it is.
@@ -32,8 +32,9 @@ url="http://127.0.0.1:$port"
 pid=$!
 for _ in $(seq 300); do curl -sf "$url/health" >/dev/null 2>&1 && break; sleep 0.2; done
 
-# Each tool runs twice, alternating (the machine is shared: the spread shows the noise).
-for round in 1 2; do
+# The tools alternate, ROUNDS times each (the machine is shared: the spread shows the noise, and
+# the medians over rounds are compared).
+for round in $(seq "$rounds"); do
   "$octet" bench serve --base-url "$url" --model smollm2 --tokenizer "$hf_tok" \
     --random-input-len "$isl" --random-output-len "$osl" --ignore-eos --num-prompts "$n" \
     --max-concurrency "$c" --num-warmups "$c" --ready-check-timeout-sec 60 --seed "$round" \
@@ -46,11 +47,13 @@ for round in 1 2; do
     --output-artifact-dir "$work/aiperf_$round" > "$work/aiperf_$round.log" 2>&1 ||
     { tail -40 "$work/aiperf_$round.log"; exit 1; }
 done
-"$venv/bin/python" - "$work" <<'PY'
-import glob, json, os, sys
-work = sys.argv[1]
+"$venv/bin/python" - "$work" "$rounds" <<'PY'
+import json, os, statistics, sys
+work, rounds = sys.argv[1], int(sys.argv[2])
 def aiperf(path):
-    f = glob.glob(os.path.join(path, "**", "profile_export_aiperf.json"), recursive=True)[0]
+    f = os.path.join(path, "phases", "profiling", "profile_export_aiperf.json")
+    if not os.path.exists(f):
+        f = os.path.join(path, "profile_export_aiperf.json")
     j = json.load(open(f))
     m = j.get("records", j)
     def get(name, stat):
@@ -66,10 +69,18 @@ def ours(path):
             "median ITL ms": j["median_itl_ms"], "median TPOT ms": j["median_tpot_ms"]}
 print("| metric | round | octet bench serve | aiperf | ratio |")
 print("|---|---|---|---|---|")
-for r in (1, 2):
+med = {"octet": {}, "aiperf": {}}
+for r in range(1, rounds + 1):
     o, a = ours(f"{work}/octet_{r}.json"), aiperf(f"{work}/aiperf_{r}")
     for k in o:
-        av = a[k]
-        ratio = "" if not av else "%.3f" % (o[k] / av)
-        print("| %s | %d | %.2f | %s | %s |" % (k, r, o[k], "n/a" if av is None else "%.2f" % av, ratio))
+        med["octet"].setdefault(k, []).append(o[k])
+        med["aiperf"].setdefault(k, []).append(a[k])
+        ratio = "" if not a[k] else "%.3f" % (o[k] / a[k])
+        print("| %s | %d | %.2f | %s | %s |" % (k, r, o[k], "n/a" if a[k] is None else "%.2f" % a[k], ratio))
+for k in med["octet"]:
+    o = statistics.median(med["octet"][k])
+    vals = [v for v in med["aiperf"][k] if v is not None]
+    a = statistics.median(vals) if vals else None
+    print("| %s | median of %d | %.2f | %s | %s |" % (k, rounds, o, "n/a" if a is None else "%.2f" % a,
+                                                  "" if not a else "%.3f" % (o / a)))
 PY
