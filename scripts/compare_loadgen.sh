@@ -6,7 +6,10 @@
 # "inter_chunk_latency" is the gaps between chunks, vLLM's ITL.
 #   scripts/compare_loadgen.sh [MODEL_GGUF] [HF_TOKENIZER_DIR]
 # Environment: OCTET (default build/octet), NUM_PROMPTS (48), CONCURRENCY (4), INPUT_LEN (128),
-# OUTPUT_LEN (64), ROUNDS (2; each tool once per round, alternating), LOADGEN_VENV (~/.cache/octet/loadgen-venv; made here with pip if missing).
+# OUTPUT_LEN (64), ROUNDS (2; each tool once per round, alternating), LOADGEN_VENV
+# PARALLEL=1: two identical servers, both tools at the same time, one on each, swapping servers
+# every round: on a shared machine both then see the same load (sequential runs do not).
+# KEEP_DIR=DIR keeps both tools' raw results there. (~/.cache/octet/loadgen-venv; made here with pip if missing).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 model="${1:-$HOME/.cache/octet/SmolLM2-135M-Instruct.Q4_1.gguf}"
@@ -22,30 +25,50 @@ if [ ! -x "$venv/bin/aiperf" ]; then
   "$venv/bin/pip" install -q aiperf
 fi
 work=$(mktemp -d)
-pid=""
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
-port=18533
-url="http://127.0.0.1:$port"
-"$octet" serve --model "$model" --served-model-name smollm2 --host 127.0.0.1 --port $port \
-  --max-num-seqs "$c" > "$work/serve.log" 2>&1 &
-pid=$!
-for _ in $(seq 300); do curl -sf "$url/health" >/dev/null 2>&1 && break; sleep 0.2; done
+trap 'cleanup' EXIT
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  wait 2>/dev/null || true
+  [ -n "${KEEP_DIR:-}" ] && cp -r "$work/." "$KEEP_DIR/"
+  rm -rf "$work"
+}
+start_server() {  # PORT
+  "$octet" serve --model "$model" --served-model-name smollm2 --host 127.0.0.1 --port "$1" \
+    --max-num-seqs "$c" > "$work/serve_$1.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return; sleep 0.2; done
+}
+start_server 18533
+url_a="http://127.0.0.1:18533"; url_b="$url_a"
+if [ "${PARALLEL:-0}" = 1 ]; then start_server 18534; url_b="http://127.0.0.1:18534"; fi
 
 # The tools alternate, ROUNDS times each (the machine is shared: the spread shows the noise, and
 # the medians over rounds are compared).
 for round in $(seq "$rounds"); do
-  "$octet" bench serve --base-url "$url" --model smollm2 --tokenizer "$hf_tok" \
-    --random-input-len "$isl" --random-output-len "$osl" --ignore-eos --num-prompts "$n" \
-    --max-concurrency "$c" --num-warmups "$c" --ready-check-timeout-sec 60 --seed "$round" \
-    --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99 --disable-tqdm \
-    --result-json "$work/octet_$round.json" > "$work/octet_$round.txt"
-  "$venv/bin/aiperf" profile --model smollm2 --url "$url" --endpoint-type completions \
-    --streaming --tokenizer "$hf_tok" --isl "$isl" --isl-stddev 0 --osl "$osl" --osl-stddev 0 \
-    --use-legacy-max-tokens --extra-inputs ignore_eos:true --use-server-token-count \
-    --concurrency "$c" --request-count "$n" --warmup-request-count "$c" --random-seed "$round" \
-    --output-artifact-dir "$work/aiperf_$round" > "$work/aiperf_$round.log" 2>&1 ||
-    { tail -40 "$work/aiperf_$round.log"; exit 1; }
+  if [ $((round % 2)) = 1 ]; then ours="$url_a"; theirs="$url_b"; else ours="$url_b"; theirs="$url_a"; fi
+  run_ours() {
+    "$octet" bench serve --base-url "$ours" --model smollm2 --tokenizer "$hf_tok" \
+      --random-input-len "$isl" --random-output-len "$osl" --ignore-eos --num-prompts "$n" \
+      --max-concurrency "$c" --num-warmups "$c" --ready-check-timeout-sec 60 --seed "$round" \
+      --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99 --disable-tqdm \
+      --result-json "$work/octet_$round.json" > "$work/octet_$round.txt"
+  }
+  run_aiperf() {
+    "$venv/bin/aiperf" profile --model smollm2 --url "$theirs" --endpoint-type completions \
+      --streaming --tokenizer "$hf_tok" --isl "$isl" --isl-stddev 0 --osl "$osl" --osl-stddev 0 \
+      --use-legacy-max-tokens --extra-inputs ignore_eos:true --use-server-token-count \
+      --concurrency "$c" --request-count "$n" --warmup-request-count "$c" --random-seed "$round" \
+      --output-artifact-dir "$work/aiperf_$round" > "$work/aiperf_$round.log" 2>&1 ||
+      { tail -40 "$work/aiperf_$round.log"; return 1; }
+  }
+  if [ "${PARALLEL:-0}" = 1 ]; then
+    run_ours & a=$!
+    run_aiperf & b=$!
+    wait $a; wait $b
+  else
+    run_ours; run_aiperf
+  fi
 done
 "$venv/bin/python" - "$work" "$rounds" <<'PY'
 import json, os, statistics, sys
