@@ -235,6 +235,10 @@ void Session::fail(const std::string& what) {
 void Session::on_connect(beast::error_code ec) {
   if (ec) return fail("cannot connect to " + run_.options.base.host + ":" +
                       run_.options.base.port + ": " + ec.message());
+  // No Nagle: the header and the body go out as separate writes, and the body must not wait
+  // for the server's delayed ACK (40 ms on Linux) before it leaves.
+  beast::error_code ignored;
+  stream_.socket().set_option(tcp::no_delay(true), ignored);
   http::async_write(stream_, req_, [self = shared_from_this()](beast::error_code e, size_t) {
     self->on_write(e);
   });
