@@ -51,7 +51,7 @@ trap cleanup EXIT
 
 wait_ready() {  # URL LOG
   for _ in $(seq 600); do
-    curl -sf "$1/v1/models" >/dev/null 2>&1 && return 0
+    curl -sf "$1/health" >/dev/null 2>&1 && return 0
     kill -0 "$pid" 2>/dev/null || { cat "$2"; return 1; }
     sleep 0.2
   done
@@ -62,6 +62,7 @@ bench() {  # NAME URL
   "$octet" bench serve --base-url "$2" --tokenizer "$model" --dataset-name random \
     --random-input-len "$input_len" --random-output-len "$output_len" --ignore-eos \
     --num-prompts "$num_prompts" --max-concurrency "$concurrency" --num-warmups 2 \
+    --ready-check-timeout-sec 120 \
     --temperature 0 --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99 \
     --result-json "$work/$1.json" --disable-tqdm > "$work/$1.txt"
   cat "$work/$1.txt"
