@@ -87,6 +87,8 @@ int run_bench(int argc, const char* const* argv) {
   const std::string sub = argc > 1 ? argv[1] : "";
   if (sub == "latency") return run_bench_latency(argc - 1, argv + 1);
   if (sub == "engine") return run_bench_engine(argc - 1, argv + 1);
+  if (sub == "serve") return run_bench_serve(argc - 1, argv + 1);
+  if (sub == "sweep") return run_bench_sweep(argc - 1, argv + 1);
   if (sub == "kernels") {
     if (argc > 2) {
       std::cerr << "octet bench kernels: takes no arguments, got '" << argv[2] << "'\n";
@@ -103,7 +105,9 @@ int run_bench(int argc, const char* const* argv) {
                "--tokenizer PATH [--max-model-len N]\n"
                "       octet bench kernels\n"
                "       octet bench engine --model PATH [--concurrency 1,4,16,64] "
-               "[--contexts 512,...,8192] [--kv-cache-dtypes bf16,fp8_e4m3]\n";
+               "[--contexts 512,...,8192] [--kv-cache-dtypes bf16,fp8_e4m3]\n"
+               "       octet bench serve [--base-url URL] [--num-prompts N] ... (vLLM's flags)\n"
+               "       octet bench sweep --model PATH | --base-url URL [--max-concurrency 1,4,16]\n";
   return help ? 0 : 2;
 }
 

@@ -7,6 +7,9 @@ namespace octet {
 int run_generate(int argc, const char* const* argv);
 int run_bench(int argc, const char* const* argv);
 int run_bench_engine(int argc, const char* const* argv);  // `octet bench engine`
+int run_bench_serve(int argc, const char* const* argv);   // `octet bench serve`
+int run_bench_sweep(int argc, const char* const* argv);   // `octet bench sweep`
+int run_plan(int argc, const char* const* argv);          // `octet plan`
 int run_perplexity(int argc, const char* const* argv);
 int run_quantize(int argc, const char* const* argv);
 int run_serve(int argc, const char* const* argv);

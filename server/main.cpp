@@ -18,7 +18,8 @@ constexpr const char* kUsage =
     "  perplexity perplexity of a model on a text (--model PATH --text FILE [--compare])\n"
     "  quantize   write an FP8_DYNAMIC compressed-tensors checkpoint (--model DIR --output DIR)\n"
     "  bench      benchmarks: `octet bench latency --model PATH`, `octet bench kernels`,\n"
-    "             `octet bench engine --model PATH`\n"
+    "             `octet bench engine --model PATH`, `octet bench serve`, `octet bench sweep`\n"
+    "  plan       KV and weight memory, sequences that fit, decode floors (--model --device)\n"
     "run `octet <command> --help` for its options\n";
 
 }  // namespace
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   if (cmd == "bench") return octet::run_bench(argc - 1, argv + 1);
   if (cmd == "perplexity") return octet::run_perplexity(argc - 1, argv + 1);
   if (cmd == "quantize") return octet::run_quantize(argc - 1, argv + 1);
+  if (cmd == "plan") return octet::run_plan(argc - 1, argv + 1);
   std::cerr << "octet: unknown command '" << cmd << "'\n" << kUsage;
   return 2;
 }

@@ -1,0 +1,202 @@
+// `octet bench sweep`: bench serve over a grid of workloads (concurrency, input and output
+// lengths) and, given --model, of server configurations (kv_cache_dtype, any serve flag), each
+// served by an `octet serve` this command starts and stops. Writes results.csv and, when gnuplot
+// is installed, PNG plots (bench/sweep.h).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "bench/serve_bench.h"
+#include "bench/sweep.h"
+#include "config/bench_serve_config.h"
+#include "server/command.h"
+#include "server/commands.h"
+
+namespace octet {
+
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+/// `octet serve` in a child process on a free port, its log in a file; stopped with SIGTERM.
+class ServerProcess {
+ public:
+  ServerProcess(const std::vector<std::string>& args, const std::string& log, double timeout_s)
+      : log_(log) {
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("cannot fork `octet serve`");
+    if (pid_ == 0) {
+      const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+      std::vector<char*> argv;
+      std::vector<std::string> copy = args;
+      for (auto& a : copy) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv("/proc/self/exe", argv.data());
+      _exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    const std::regex ready("ready, serving .* on http://([^:]+):([0-9]+)");
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::smatch m;
+      const std::string text = slurp(log_);
+      if (std::regex_search(text, m, ready)) {
+        url_ = "http://127.0.0.1:" + std::string(m[2]);
+        return;
+      }
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        throw std::runtime_error("`octet serve` exited at start-up (log " + log_ + "):\n" + text);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    stop();
+    throw std::runtime_error("`octet serve` did not get ready in time (log " + log_ + ")");
+  }
+  ~ServerProcess() { stop(); }
+  const std::string& url() const { return url_; }
+  void stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 300; ++i) {
+      if (waitpid(pid_, nullptr, WNOHANG) == pid_) return (void)(pid_ = -1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  std::string log_, url_;
+  pid_t pid_ = -1;
+};
+
+std::vector<std::string> words(const std::string& s) {
+  std::istringstream in(s);
+  std::vector<std::string> out;
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+bool have_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
+
+}  // namespace
+
+int run_bench_sweep(int argc, const char* const* argv) {
+  return cli::run_command<BenchSweepConfig>("octet bench sweep", argc, argv, [](BenchSweepConfig& cfg) {
+    namespace fs = std::filesystem;
+    using namespace bench;
+    const std::vector<int64_t> concurrency = parse_positive_list(cfg.max_concurrency, "--max-concurrency");
+    const std::vector<Workload> points = workloads(
+        concurrency,
+        parse_positive_list(cfg.random_input_len, "--random-input-len"),
+        parse_positive_list(cfg.random_output_len, "--random-output-len"));
+    const std::vector<ServeVariant> variants = serve_variants(cfg.kv_cache_dtype, cfg.serve_grid);
+    fs::create_directories(cfg.output_dir);
+    const std::string csv_path = cfg.output_dir + "/results.csv";
+    std::ofstream csv(csv_path);
+    if (!csv) throw std::runtime_error("cannot write " + csv_path);
+    csv << csv_header();
+    std::map<std::string, std::vector<std::pair<double, double>>> context_itl;  // label -> (ctx, itl)
+    const int64_t lowest_c = *std::min_element(concurrency.begin(), concurrency.end());
+    std::ofstream quiet("/dev/null");
+    int vi = 0;
+    for (const ServeVariant& v : variants) {
+      std::unique_ptr<ServerProcess> server;
+      std::string url = cfg.base_url;
+      if (!cfg.model.empty()) {
+        std::vector<std::string> args = {"octet", "serve", "--model", cfg.model, "--host",
+                                         "127.0.0.1", "--port", "0"};
+        for (const std::string& a : v.serve_args()) args.push_back(a);
+        for (const std::string& a : words(cfg.serve_args)) args.push_back(a);
+        const std::string log = cfg.output_dir + "/serve_" + std::to_string(vi) + ".log";
+        std::cout << "starting octet serve (" << v.label() << ")\n" << std::flush;
+        server = std::make_unique<ServerProcess>(args, log, cfg.server_start_timeout);
+        url = server->url();
+      }
+      ++vi;
+      for (const Workload& w : points) {
+        BenchServeConfig b;
+        b.base_url = url;
+        b.endpoint = cfg.endpoint;
+        b.tokenizer = cfg.tokenizer.empty() ? cfg.model : cfg.tokenizer;
+        b.random_input_len = w.input_len;
+        b.random_output_len = w.output_len;
+        b.max_concurrency = w.max_concurrency;
+        b.num_prompts = cfg.num_prompts > 0 ? cfg.num_prompts : std::max<int64_t>(8, 4 * w.max_concurrency);
+        b.ignore_eos = cfg.ignore_eos;
+        b.seed = cfg.seed;
+        b.num_warmups = std::min<int64_t>(w.max_concurrency, 4);
+        b.ready_check_timeout_sec = 60;
+        b.percentile_metrics = "ttft,tpot,itl,e2el";
+        b.metric_percentiles = "50,99";
+        b.disable_tqdm = true;
+        const ServeBenchResult r = run_serve_bench(b, quiet);
+        csv << csv_row(v, w, r.metrics, r.run.duration_s) << std::flush;
+        std::printf("%-28s c=%-4lld in=%-6lld out=%-5lld  %9.1f tok/s  TTFT %8.2f ms  ITL %7.2f ms"
+                    "  failed %lld\n",
+                    v.label().c_str(), (long long)w.max_concurrency, (long long)w.input_len,
+                    (long long)w.output_len, r.metrics.output_throughput, r.metrics.ttft.median_ms,
+                    r.metrics.itl.median_ms, (long long)r.metrics.failed);
+        std::fflush(stdout);
+        if (w.max_concurrency == lowest_c)
+          context_itl[v.label()].emplace_back(decode_context(w), r.metrics.itl.median_ms);
+      }
+    }
+    csv.close();
+    // The ITL-against-context points (lowest concurrency) and their least-squares lines.
+    std::vector<std::string> labels;
+    std::vector<std::pair<std::string, LinearFit>> fits;
+    std::ofstream ctx(csv_path + ".context");
+    ctx << "variant,context,median_itl_ms\n";
+    for (const ServeVariant& v : variants) {
+      labels.push_back(v.label());
+      std::vector<double> xs, ys;
+      for (const auto& [x, y] : context_itl[v.label()]) {
+        xs.push_back(x);
+        ys.push_back(y);
+        ctx << v.label() << ',' << x << ',' << y << "\n";
+      }
+      const LinearFit f = least_squares(xs, ys);
+      fits.emplace_back(v.label(), f);
+      if (f.valid)
+        std::printf("decode ITL fit (%s): %.4f ms per 1K context tokens + %.3f ms\n",
+                    v.label().c_str(), f.slope * 1000, f.intercept);
+    }
+    ctx.close();
+    const std::string script = cfg.output_dir + "/plots.gnuplot";
+    std::ofstream(script) << gnuplot_script(csv_path, cfg.output_dir, labels, fits);
+    std::cout << "wrote " << csv_path << "\n";
+    if (!have_gnuplot()) {
+      std::cout << "gnuplot not found: no plots drawn (apt-get install gnuplot-nox, then "
+                   "`gnuplot " << script << "`)\n";
+      return;
+    }
+    if (std::system(("gnuplot " + script + " 2>" + cfg.output_dir + "/gnuplot.log").c_str()) != 0)
+      throw std::runtime_error("gnuplot failed: see " + cfg.output_dir + "/gnuplot.log");
+    std::cout << "wrote " << cfg.output_dir << "/throughput_vs_concurrency.png, "
+              << "itl_vs_concurrency.png, itl_vs_context.png\n";
+  });
+}
+
+}  // namespace octet
