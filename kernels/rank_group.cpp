@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "kernels/cpu/cpu_threads.h"
 #include "kernels/cpu/thread_communicator.h"
+#include "kernels/cpu/thread_team.h"
 
 namespace octet {
 
@@ -45,6 +47,16 @@ std::unique_ptr<RankGroup> make_rank_group(const std::string& device, int world_
   if (world_size == 1 || device == "cpu" || device == "auto")
     return std::make_unique<CpuRankGroup>(world_size);
   throw std::invalid_argument("device '" + device + "' has no tensor-parallel rank group");
+}
+
+std::string configure_cpu_threads(int threads) {
+  if (threads < 0)
+    throw std::invalid_argument("--threads must be >= 0 (0: from the CPU affinity and cgroup "
+                                "quota), got " + std::to_string(threads));
+  const cpu::CpuThreadCount detected = cpu::detect_cpu_threads();
+  const int n = threads > 0 ? threads : detected.threads;
+  cpu::set_process_threads(n);
+  return cpu::threads_log_line(n, threads, detected);
 }
 
 Communicator& single_rank_communicator() {
