@@ -15,6 +15,8 @@ struct BenchEngineConfig {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
   std::string concurrency = "1,4,16,64";        // concurrent sequences per throughput run
   int64_t input_len = 32;                       // prompt tokens per sequence (random ids)
   int64_t output_len = 64;                      // generated tokens per sequence
@@ -31,6 +33,8 @@ struct BenchEngineConfig {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
+    v(c.threads, "threads", kThreadsHelp);
+    v(c.lm_head_dtype, "lm_head_dtype", kLmHeadDtypeHelp);
     v(c.concurrency, "concurrency", "comma-separated numbers of concurrent sequences ('' skips)");
     v(c.input_len, "input_len", "prompt tokens per sequence in the throughput runs");
     v(c.output_len, "output_len", "generated tokens per sequence in the throughput runs");
@@ -47,6 +51,8 @@ struct BenchEngineConfig {
     validate_quantization_flags(quantization, weight_strategy);
     validate_device(device);
     validate_tensor_parallel_size(tensor_parallel_size);
+    validate_threads(threads);
+    validate_lm_head_dtype(lm_head_dtype);
     if (input_len <= 0 || output_len < 2 || itl_tokens < 2)
       throw std::invalid_argument("--input-len must be positive, --output-len and "
                                   "--itl-tokens at least 2");

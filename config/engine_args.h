@@ -16,6 +16,8 @@ struct EngineArgs {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
   CacheConfig cache;
   SchedulerConfig scheduler;
 
@@ -26,6 +28,8 @@ struct EngineArgs {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
+    v(c.threads, "threads", kThreadsHelp);
+    v(c.lm_head_dtype, "lm_head_dtype", kLmHeadDtypeHelp);
     CacheConfig::visit(c.cache, v);
     SchedulerConfig::visit(c.scheduler, v);
   }
@@ -36,13 +40,16 @@ struct EngineArgs {
     validate_quantization_flags(quantization, weight_strategy);
     validate_device(device);
     validate_tensor_parallel_size(tensor_parallel_size);
+    validate_threads(threads);
+    validate_lm_head_dtype(lm_head_dtype);
     cache.validate();
     scheduler.validate();
   }
 };
 
 /// EngineArgs holding the model-loading options of a command's config (model, quantization,
-/// weight_strategy, device, tensor_parallel_size); cache and scheduler keep their defaults.
+/// weight_strategy, device, tensor_parallel_size, threads, lm_head_dtype); cache and scheduler
+/// keep their defaults.
 template <class Config>
 EngineArgs model_engine_args(const Config& c) {
   EngineArgs a;
@@ -51,6 +58,8 @@ EngineArgs model_engine_args(const Config& c) {
   a.weight_strategy = c.weight_strategy;
   a.device = c.device;
   a.tensor_parallel_size = c.tensor_parallel_size;
+  a.threads = c.threads;
+  a.lm_head_dtype = c.lm_head_dtype;
   return a;
 }
 

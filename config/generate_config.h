@@ -28,6 +28,22 @@ inline constexpr const char* kTensorParallelSizeHelp =
 /// (whether the model's head counts divide by it is checked when the model loads).
 void validate_tensor_parallel_size(int64_t tensor_parallel_size);
 
+inline constexpr const char* kThreadsHelp =
+    "CPU worker threads for the kernels (0: the CPUs of the affinity mask, capped by the "
+    "cgroup CPU quota; the start-up log names the count and why); tensor-parallel ranks share "
+    "them out";
+
+inline constexpr const char* kLmHeadDtypeHelp =
+    "lm_head weight format on the FP8 path: bf16 (16-bit weights), or fp8 (per-channel E4M3 "
+    "with per-token dynamic activations, like the other linears: fewer bytes read per decoded "
+    "token, at a perplexity cost measured in docs/benchmarks.md)";
+
+/// Throws std::invalid_argument naming --threads for a value outside [0, 1024].
+void validate_threads(int64_t threads);
+
+/// Throws std::invalid_argument naming --lm-head-dtype for a value other than bf16 or fp8.
+void validate_lm_head_dtype(const std::string& lm_head_dtype);
+
 /// Throws std::invalid_argument naming the value for a --device other than cpu, cuda, cuda:N
 /// (N a non-negative integer) or auto. Whether the device is present is checked at start-up.
 void validate_device(const std::string& device);
@@ -43,6 +59,8 @@ struct GenerateConfig {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
   std::string prompt;
   std::string prompt_ids;
   std::string prompts_file;
@@ -63,6 +81,8 @@ struct GenerateConfig {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
+    v(c.threads, "threads", kThreadsHelp);
+    v(c.lm_head_dtype, "lm_head_dtype", kLmHeadDtypeHelp);
     v(c.prompt, "prompt", "prompt text (special tokens such as <|im_start|> are recognised)");
     v(c.prompt_ids, "prompt_ids", "prompt as comma-separated token ids, e.g. 1,2,3");
     v(c.prompts_file, "prompts_file",
@@ -92,6 +112,8 @@ struct BenchLatencyConfig {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
   int64_t input_len = 128;
   int64_t output_len = 64;
   int64_t num_iters = 3;
@@ -104,6 +126,8 @@ struct BenchLatencyConfig {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
+    v(c.threads, "threads", kThreadsHelp);
+    v(c.lm_head_dtype, "lm_head_dtype", kLmHeadDtypeHelp);
     v(c.input_len, "input_len", "prompt tokens per prefill (random ids)");
     v(c.output_len, "output_len", "greedy decode steps after the prefill");
     v(c.num_iters, "num_iters", "repetitions; the best run is reported");
@@ -121,6 +145,8 @@ struct PerplexityConfig {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
   int64_t max_tokens = 2048;
   bool compare = false;
   bool json = false;
@@ -138,6 +164,8 @@ struct PerplexityConfig {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
+    v(c.threads, "threads", kThreadsHelp);
+    v(c.lm_head_dtype, "lm_head_dtype", kLmHeadDtypeHelp);
     v(c.max_tokens, "max_tokens", "tokens scored from the start of the text");
     v(c.compare, "compare", "also run the unquantized model on the same tokens and print the "
                             "KL divergence and top-1 agreement of the next-token distributions");

@@ -26,6 +26,8 @@ int run_bench_latency(int argc, const char* const* argv) {
                                             cfg.input_len, cfg.output_len);
       args.device = cfg.device;
       args.tensor_parallel_size = cfg.tensor_parallel_size;
+      args.threads = cfg.threads;
+      args.lm_head_dtype = cfg.lm_head_dtype;
       engine = Engine::create(args);
     } catch (const std::invalid_argument& e) {
       // The engine's max_model_len is input_len + output_len + 1 (the prefill's token, then

@@ -96,7 +96,7 @@ struct ThreadTeam::State {
   }
 
   void worker_loop() {
-    uint32_t seen = gen.load(std::memory_order_acquire);
+    uint32_t seen = 0;  // the generation at construction: a late start still sees stop
     for (;;) {
       if (!spin_until([&] { return gen.load(std::memory_order_acquire) != seen; })) {
         sleepers.fetch_add(1, std::memory_order_seq_cst);
