@@ -15,8 +15,6 @@ struct BenchEngineConfig {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
-  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
-  std::string lm_head_dtype = "bf16";
   std::string concurrency = "1,4,16,64";        // concurrent sequences per throughput run
   int64_t input_len = 32;                       // prompt tokens per sequence (random ids)
   int64_t output_len = 64;                      // generated tokens per sequence
@@ -25,6 +23,10 @@ struct BenchEngineConfig {
   std::string kv_cache_dtypes = "bf16,fp8_e4m3";     // dtypes of the ITL sweep
   int64_t itl_tokens = 32;                      // decode steps timed per context length
   bool json = false;
+
+  // Added last, so that positional aggregate initialisation keeps its meaning.
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
 
   template <class Visitor>
   static void visit(BenchEngineConfig& c, Visitor&& v) {

@@ -16,10 +16,12 @@ struct EngineArgs {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
-  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
-  std::string lm_head_dtype = "bf16";
   CacheConfig cache;
   SchedulerConfig scheduler;
+
+  // Added last, so that positional aggregate initialisation keeps its meaning.
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
 
   template <class Visitor>
   static void visit(EngineArgs& c, Visitor&& v) {

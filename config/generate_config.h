@@ -59,8 +59,6 @@ struct GenerateConfig {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
-  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
-  std::string lm_head_dtype = "bf16";
   std::string prompt;
   std::string prompt_ids;
   std::string prompts_file;
@@ -74,6 +72,10 @@ struct GenerateConfig {
   SchedulerConfig scheduler;
 
   /// Calls v(field, "snake_case_name", "help") for every option, in flag order.
+  // Added last, so that positional aggregate initialisation keeps its meaning.
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
+
   template <class Visitor>
   static void visit(GenerateConfig& c, Visitor&& v) {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
@@ -112,12 +114,14 @@ struct BenchLatencyConfig {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
-  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
-  std::string lm_head_dtype = "bf16";
   int64_t input_len = 128;
   int64_t output_len = 64;
   int64_t num_iters = 3;
   bool json = false;
+
+  // Added last, so that positional aggregate initialisation keeps its meaning.
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
 
   template <class Visitor>
   static void visit(BenchLatencyConfig& c, Visitor&& v) {
@@ -145,8 +149,6 @@ struct PerplexityConfig {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
-  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
-  std::string lm_head_dtype = "bf16";
   int64_t max_tokens = 2048;
   bool compare = false;
   bool json = false;
@@ -155,6 +157,10 @@ struct PerplexityConfig {
   std::string kv_cache_dtype_skip_layers;
   std::string kv_scales_path;
   bool calculate_kv_scales = false;
+
+  // Added last, so that positional aggregate initialisation keeps its meaning.
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
 
   template <class Visitor>
   static void visit(PerplexityConfig& c, Visitor&& v) {
