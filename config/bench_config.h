@@ -29,6 +29,10 @@ struct BenchEngineConfig {
   int64_t itl_tokens = 32;                      // decode steps timed per context length
   bool json = false;
 
+  // Added last, so that positional aggregate initialisation keeps its meaning.
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
+
   template <class Visitor>
   static void visit(BenchEngineConfig& c, Visitor&& v) {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
@@ -44,6 +48,8 @@ struct BenchEngineConfig {
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
     MultiNodeConfig::visit(c.multinode, v);
+    v(c.threads, "threads", kThreadsHelp);
+    v(c.lm_head_dtype, "lm_head_dtype", kLmHeadDtypeHelp);
     v(c.concurrency, "concurrency", "comma-separated numbers of concurrent sequences ('' skips)");
     v(c.input_len, "input_len", "prompt tokens per sequence in the throughput runs");
     v(c.output_len, "output_len", "generated tokens per sequence in the throughput runs");
@@ -66,6 +72,8 @@ struct BenchEngineConfig {
     validate_device(device);
     validate_tensor_parallel_size(tensor_parallel_size);
     multinode.validate(device, tensor_parallel_size);
+    validate_threads(threads);
+    validate_lm_head_dtype(lm_head_dtype);
     if (input_len <= 0 || output_len < 2 || itl_tokens < 2)
       throw std::invalid_argument("--input-len must be positive, --output-len and "
                                   "--itl-tokens at least 2");

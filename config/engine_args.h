@@ -23,6 +23,10 @@ struct EngineArgs {
   CacheConfig cache;
   SchedulerConfig scheduler;
 
+  // Added last, so that positional aggregate initialisation keeps its meaning.
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
+
   template <class Visitor>
   static void visit(EngineArgs& c, Visitor&& v) {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
@@ -34,6 +38,8 @@ struct EngineArgs {
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
     MultiNodeConfig::visit(c.multinode, v);
+    v(c.threads, "threads", kThreadsHelp);
+    v(c.lm_head_dtype, "lm_head_dtype", kLmHeadDtypeHelp);
     CacheConfig::visit(c.cache, v);
     SchedulerConfig::visit(c.scheduler, v);
   }
@@ -47,6 +53,8 @@ struct EngineArgs {
     validate_device(device);
     validate_tensor_parallel_size(tensor_parallel_size);
     multinode.validate(device, tensor_parallel_size);
+    validate_threads(threads);
+    validate_lm_head_dtype(lm_head_dtype);
     cache.validate();
     scheduler.validate();
   }
@@ -54,7 +62,8 @@ struct EngineArgs {
 
 /// EngineArgs holding the model-loading options of a command's config (model, load_format,
 /// tokenizer, seed where the config has one, quantization, weight_strategy, device,
-/// tensor_parallel_size); cache and scheduler keep their defaults.
+/// tensor_parallel_size, multinode, threads, lm_head_dtype); cache and scheduler keep their
+/// defaults.
 template <class Config>
 EngineArgs model_engine_args(const Config& c) {
   EngineArgs a;
@@ -67,6 +76,8 @@ EngineArgs model_engine_args(const Config& c) {
   a.device = c.device;
   a.tensor_parallel_size = c.tensor_parallel_size;
   a.multinode = c.multinode;
+  a.threads = c.threads;
+  a.lm_head_dtype = c.lm_head_dtype;
   return a;
 }
 

@@ -34,6 +34,18 @@ void validate_tensor_parallel_size(int64_t tensor_parallel_size) {
                                 std::to_string(tensor_parallel_size));
 }
 
+void validate_threads(int64_t threads) {
+  if (threads < 0 || threads > 1024)
+    throw std::invalid_argument("--threads must be in [0, 1024] (0: automatic), got " +
+                                std::to_string(threads));
+}
+
+void validate_lm_head_dtype(const std::string& lm_head_dtype) {
+  if (lm_head_dtype != "bf16" && lm_head_dtype != "fp8")
+    throw std::invalid_argument("--lm-head-dtype must be bf16 or fp8, got '" + lm_head_dtype +
+                                "'");
+}
+
 void GenerateConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
   validate_load_format(load_format);
@@ -41,6 +53,8 @@ void GenerateConfig::validate() const {
   validate_device(device);
   validate_tensor_parallel_size(tensor_parallel_size);
   multinode.validate(device, tensor_parallel_size);
+  validate_threads(threads);
+  validate_lm_head_dtype(lm_head_dtype);
   if (int(!prompt.empty()) + int(!prompt_ids.empty()) + int(!prompts_file.empty()) != 1)
     throw std::invalid_argument("give exactly one of --prompt TEXT, --prompt-ids 1,2,3 and "
                                 "--prompts-file FILE (an empty value counts as not given)");
@@ -62,6 +76,8 @@ void BenchLatencyConfig::validate() const {
   validate_device(device);
   validate_tensor_parallel_size(tensor_parallel_size);
   multinode.validate(device, tensor_parallel_size);
+  validate_threads(threads);
+  validate_lm_head_dtype(lm_head_dtype);
   if (input_len <= 0 || output_len <= 0 || num_iters <= 0)
     throw std::invalid_argument("--input-len, --output-len and --num-iters must be positive");
   if (input_len > SchedulerConfig::kMaxTokens || output_len > SchedulerConfig::kMaxTokens -
@@ -87,6 +103,8 @@ void PerplexityConfig::validate() const {
   validate_device(device);
   validate_tensor_parallel_size(tensor_parallel_size);
   multinode.validate(device, tensor_parallel_size);
+  validate_threads(threads);
+  validate_lm_head_dtype(lm_head_dtype);
   if (max_tokens < 2 || max_tokens > SchedulerConfig::kMaxTokens)
     throw std::invalid_argument("--max-tokens must be in [2, " +
                                 std::to_string(SchedulerConfig::kMaxTokens) + "]");

@@ -41,6 +41,22 @@ void validate_load_format(const std::string& load_format);
 /// (whether the model's head counts divide by it is checked when the model loads).
 void validate_tensor_parallel_size(int64_t tensor_parallel_size);
 
+inline constexpr const char* kThreadsHelp =
+    "CPU worker threads for the kernels (0: the CPUs of the affinity mask, capped by the "
+    "cgroup CPU quota; the start-up log names the count and why); tensor-parallel ranks share "
+    "them out";
+
+inline constexpr const char* kLmHeadDtypeHelp =
+    "lm_head weight format on the FP8 path: bf16 (16-bit weights), or fp8 (per-channel E4M3 "
+    "with per-token dynamic activations, like the other linears: fewer bytes read per decoded "
+    "token, at a perplexity cost measured in docs/benchmarks.md)";
+
+/// Throws std::invalid_argument naming --threads for a value outside [0, 1024].
+void validate_threads(int64_t threads);
+
+/// Throws std::invalid_argument naming --lm-head-dtype for a value other than bf16 or fp8.
+void validate_lm_head_dtype(const std::string& lm_head_dtype);
+
 /// Throws std::invalid_argument naming the value for a --device other than cpu, cuda, cuda:N
 /// (N a non-negative integer) or auto. Whether the device is present is checked at start-up.
 void validate_device(const std::string& device);
@@ -72,6 +88,10 @@ struct GenerateConfig {
   SchedulerConfig scheduler;
 
   /// Calls v(field, "snake_case_name", "help") for every option, in flag order.
+  // Added last, so that positional aggregate initialisation keeps its meaning.
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
+
   template <class Visitor>
   static void visit(GenerateConfig& c, Visitor&& v) {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
@@ -82,6 +102,8 @@ struct GenerateConfig {
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
     MultiNodeConfig::visit(c.multinode, v);
+    v(c.threads, "threads", kThreadsHelp);
+    v(c.lm_head_dtype, "lm_head_dtype", kLmHeadDtypeHelp);
     v(c.prompt, "prompt", "prompt text (special tokens such as <|im_start|> are recognised)");
     v(c.prompt_ids, "prompt_ids", "prompt as comma-separated token ids, e.g. 1,2,3");
     v(c.prompts_file, "prompts_file",
@@ -123,6 +145,10 @@ struct BenchLatencyConfig {
   bool json = false;
   CacheConfig cache;  // enable_prefix_caching is forced off (every run recomputes the prompt)
 
+  // Added last, so that positional aggregate initialisation keeps its meaning.
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
+
   template <class Visitor>
   static void visit(BenchLatencyConfig& c, Visitor&& v) {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
@@ -134,6 +160,8 @@ struct BenchLatencyConfig {
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
     MultiNodeConfig::visit(c.multinode, v);
+    v(c.threads, "threads", kThreadsHelp);
+    v(c.lm_head_dtype, "lm_head_dtype", kLmHeadDtypeHelp);
     v(c.input_len, "input_len", "prompt tokens per prefill (random ids)");
     v(c.output_len, "output_len", "greedy decode steps after the prefill");
     v(c.num_iters, "num_iters", "repetitions; the best run is reported");
@@ -167,6 +195,10 @@ struct PerplexityConfig {
   std::string kv_scales_path;
   bool calculate_kv_scales = false;
 
+  // Added last, so that positional aggregate initialisation keeps its meaning.
+  int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
+  std::string lm_head_dtype = "bf16";
+
   template <class Visitor>
   static void visit(PerplexityConfig& c, Visitor&& v) {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
@@ -178,6 +210,8 @@ struct PerplexityConfig {
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
     MultiNodeConfig::visit(c.multinode, v);
+    v(c.threads, "threads", kThreadsHelp);
+    v(c.lm_head_dtype, "lm_head_dtype", kLmHeadDtypeHelp);
     v(c.max_tokens, "max_tokens", "tokens scored from the start of the text");
     v(c.compare, "compare", "also run the unquantized model on the same tokens and print the "
                             "KL divergence and top-1 agreement of the next-token distributions");

@@ -18,6 +18,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "kernels/rank_group.h"
 
 namespace octet {
 
@@ -105,6 +106,8 @@ void Engine::Impl::start() {
   LoadOptions load_options = make_load_options(args.quantization, args.weight_strategy);
   load_options.device = args.device;
   load_options.world_size = static_cast<int>(args.tensor_parallel_size);
+  load_options.lm_head_dtype = args.lm_head_dtype;
+  const std::string threads = configure_cpu_threads(static_cast<int>(args.threads));
   loaded = load_model(model_source(args), load_options);
   const ModelConfig& c = m.loaded->model->config();
   m.setup = setup_kv_cache(args.cache, args.scheduler, *m.loaded);
@@ -128,7 +131,7 @@ void Engine::Impl::start() {
     info.sliding_window = s.sliding_window;
     m.layer_info.push_back(std::move(info));
   }
-  m.report = "model " + args.model + ": " + std::to_string(c.num_hidden_layers) + " layers, " +
+  m.report = threads + "\n" + "model " + args.model + ": " + std::to_string(c.num_hidden_layers) + " layers, " +
              m.loaded->model->linear_format() + " linears, max_model_len " +
              std::to_string(m.setup.max_model_len) + "\n" + m.setup.report;
   m.stats.num_kv_blocks = m.setup.num_usable_blocks;

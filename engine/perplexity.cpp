@@ -4,8 +4,11 @@
 #include <cmath>
 #include <stdexcept>
 
+#include <spdlog/spdlog.h>
+
 #include "engine/model_loader.h"
 #include "engine/sequence_forward.h"
+#include "kernels/rank_group.h"
 
 namespace octet {
 
@@ -15,6 +18,8 @@ LoadOptions load_options(const PerplexityOptions& o, const std::string& quantiza
   LoadOptions lo = make_load_options(quantization, o.weight_strategy);
   lo.device = o.device;
   lo.world_size = static_cast<int>(o.tensor_parallel_size);
+  lo.lm_head_dtype = o.lm_head_dtype;
+  spdlog::info("{}", configure_cpu_threads(static_cast<int>(o.threads)));
   return lo;
 }
 

@@ -15,6 +15,8 @@ struct PerplexityOptions {
   std::string weight_strategy = "channel";  // channel | tensor (online quantization)
   std::string device = "auto";              // --device: cpu | cuda | cuda:N | auto
   int64_t tensor_parallel_size = 1;         // --tensor-parallel-size
+  int64_t threads = 0;                      // --threads (0: automatic)
+  std::string lm_head_dtype = "bf16";       // --lm-head-dtype
   int64_t max_tokens = 2048;          // tokens of the text scored (from its start)
   bool compare = false;               // also run quantization "none" on the same tokens
 };

@@ -5,7 +5,9 @@
 #include <stdexcept>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_threads.h"
 #include "kernels/cpu/thread_communicator.h"
+#include "kernels/cpu/thread_team.h"
 
 namespace octet {
 
@@ -52,6 +54,16 @@ std::unique_ptr<RankGroup> make_rank_group(const std::string& device, int world_
                               " on device '" + resolved +
                               "' needs the NCCL rank group, which is not wired yet: use "
                               "--device cpu or --tensor-parallel-size 1");
+}
+
+std::string configure_cpu_threads(int threads) {
+  if (threads < 0)
+    throw std::invalid_argument("--threads must be >= 0 (0: from the CPU affinity and cgroup "
+                                "quota), got " + std::to_string(threads));
+  const cpu::CpuThreadCount detected = cpu::detect_cpu_threads();
+  const int n = threads > 0 ? threads : detected.threads;
+  cpu::set_process_threads(n);
+  return cpu::threads_log_line(n, threads, detected);
 }
 
 Communicator& single_rank_communicator() {

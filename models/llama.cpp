@@ -222,8 +222,16 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
     keep.quantization = "none";  // lm_head stays 16-bit unless the checkpoint quantizes it
     lm_head = load_linear(src, q, q.weights_fp8 ? options : keep, "lm_head", c.vocab_size, h);
   }
-  // lm_head "stays 16-bit" on the FP8 path; FP32 on the reference path.
-  if (options.quantization != "none" && lm_head.format == DType::F32) to_bf16(lm_head);
+  // lm_head "stays 16-bit" on the FP8 path (or E4M3 per channel with --lm-head-dtype fp8);
+  // FP32 on the reference path.
+  if (options.quantization != "none" && lm_head.format == DType::F32) {
+    if (options.lm_head_dtype == "fp8")
+      quantize_linear_fp8(lm_head, options.weight_granularity,
+                          src.arithmetic(c.tie_word_embeddings ? "model.embed_tokens.weight"
+                                                               : "lm_head.weight"));
+    else
+      to_bf16(lm_head);
+  }
   w.lm_head = upload(std::move(lm_head), ShardKind::LmHead);
 
   const std::string last = "model.layers." + std::to_string(c.num_hidden_layers - 1) +

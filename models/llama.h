@@ -46,6 +46,9 @@ struct LoadOptions {
   /// the head counts or intermediate size do not divide (validate_tensor_parallel).
   int rank = 0;
   int world_size = 1;
+  /// lm_head format on the FP8 path when the checkpoint leaves it unquantized: "bf16", or "fp8"
+  /// (per-channel E4M3, dynamic per-token activations, like the other linears).
+  std::string lm_head_dtype = "bf16";
 };
 
 struct LlamaLayerWeights {

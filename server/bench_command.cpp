@@ -32,6 +32,8 @@ int run_bench_latency(int argc, const char* const* argv) {
       args.cache = cfg.cache;
       args.cache.enable_prefix_caching = false;  // every run recomputes the prompt
       if (cfg.max_model_len > 0) args.scheduler.max_model_len = cfg.max_model_len;
+      args.threads = cfg.threads;
+      args.lm_head_dtype = cfg.lm_head_dtype;
       engine = Engine::create(args);
       std::cerr << engine->startup_report();
     } catch (const std::invalid_argument& e) {

@@ -65,6 +65,8 @@ int run_perplexity(int argc, const char* const* argv) {
     o.quantization = cfg.quantization;
     o.device = cfg.device;
     o.tensor_parallel_size = cfg.tensor_parallel_size;
+    o.threads = cfg.threads;
+    o.lm_head_dtype = cfg.lm_head_dtype;
     o.weight_strategy = cfg.weight_strategy;
     o.max_tokens = cfg.max_tokens;
     o.compare = cfg.compare;

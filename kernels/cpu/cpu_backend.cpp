@@ -13,6 +13,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/w8a8.h"
+#include "kernels/cpu/thread_team.h"
 
 namespace octet {
 
@@ -85,18 +86,18 @@ class CpuBackend final : public Backend {
   }
 
   void silu_mul(const float* gate, const float* up, float* out, int64_t m, int64_t n) override {
-#pragma omp parallel for schedule(static) if (m * n >= 32768)
-    for (int64_t i = 0; i < m; ++i)  // per row: the vector/tail split never depends on m
+    cpu::parallel_for_each(0, m, [&](int64_t i) {
+      // per row: the vector/tail split never depends on m
       cpu::silu_mul(gate + i * n, up + i * n, out + i * n, n);
+    }, m * n >= 32768);
   }
 
   void row_amax(const float* x, int64_t m, int64_t k, float* amax) override {
-#pragma omp parallel for schedule(static) if (m * k >= 65536)
-    for (int64_t i = 0; i < m; ++i) {
+    cpu::parallel_for_each(0, m, [&](int64_t i) {
       float a = 0.0f;  // fmaxf: a NaN element is ignored, as the per-token rule
       for (int64_t j = 0; j < k; ++j) a = std::fmax(a, std::fabs(x[i * k + j]));
       amax[i] = a;
-    }
+    }, m * k >= 65536);
   }
 
   void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* amax, uint8_t* q,

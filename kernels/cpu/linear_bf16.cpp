@@ -1,5 +1,6 @@
 #include "kernels/common/check.h"
 #include "kernels/cpu/linear_bf16.h"
+#include "kernels/cpu/thread_team.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -100,8 +101,7 @@ __attribute__((target("avx2,fma"))) void linear_bf16_avx2_impl(const float* x,
   constexpr int64_t kBlock = 48;
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const bool wide = m > 4;
-#pragma omp parallel for schedule(static) if (n * k * m > 65536)
-  for (int64_t b = 0; b < blocks; ++b) {
+  cpu::parallel_for_each(0, blocks, [&](int64_t b) {
     const int64_t j0 = b * kBlock, j1 = n < j0 + kBlock ? n : j0 + kBlock;
     for (int64_t i0 = 0; i0 < m; i0 += 4) {
       const float* xi = x + i0 * k;
@@ -113,7 +113,7 @@ __attribute__((target("avx2,fma"))) void linear_bf16_avx2_impl(const float* x,
         default: rows_tile<1>(wide, xi, w, k, yi, n, j0, j1); break;
       }
     }
-  }
+  }, n * k * m > 65536);
 }
 #endif
 
@@ -130,8 +130,7 @@ bool linear_bf16_avx2_available() {
 
 void linear_bf16_scalar(const float* x, const uint16_t* w, float* y, int64_t m, int64_t n,
                         int64_t k) {
-#pragma omp parallel for schedule(static) if (n * k > 65536)
-  for (int64_t j = 0; j < n; ++j) {
+  cpu::parallel_for_each(0, n, [&](int64_t j) {
     const uint16_t* wr = w + j * k;
     for (int64_t i = 0; i < m; ++i) {
       const float* xr = x + i * k;
@@ -139,7 +138,7 @@ void linear_bf16_scalar(const float* x, const uint16_t* w, float* y, int64_t m, 
       for (int64_t t = 0; t < k; ++t) acc += xr[t] * widen(wr[t]);
       y[i * n + j] = acc;
     }
-  }
+  }, n * k > 65536);
 }
 
 void linear_bf16_avx2(const float* x, const uint16_t* w, float* y, int64_t m, int64_t n,

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/fp8.h"
+#include "kernels/cpu/thread_team.h"
 
 namespace octet::cpu {
 
@@ -18,8 +19,9 @@ void rms_norm(const float* x, const float* weight, float* y, int64_t n, float ep
 
 void rms_norm_rows(const float* x, const float* weight, float* y, int64_t m, int64_t n,
                    float eps) {
-#pragma omp parallel for schedule(static) if (m * n >= 32768)
-  for (int64_t i = 0; i < m; ++i) rms_norm(x + i * n, weight, y + i * n, n, eps);
+  cpu::parallel_for_each(0, m, [&](int64_t i) {
+    rms_norm(x + i * n, weight, y + i * n, n, eps);
+  }, m * n >= 32768);
 }
 
 namespace scalar {
@@ -31,8 +33,7 @@ void linear(const float* x, const float* w, const float* bias, float* y, int64_t
             int64_t k) {
   if (m <= 0 || n <= 0) return;
   const int64_t k8 = k / 8 * 8;
-#pragma omp parallel for schedule(static) if (m * n * k > 65536)
-  for (int64_t j = 0; j < n; ++j) {
+  cpu::parallel_for_each(0, n, [&](int64_t j) {
     const float* wr = w + j * k;
     for (int64_t i = 0; i < m; ++i) {
       const float* xr = x + i * k;
@@ -44,7 +45,7 @@ void linear(const float* x, const float* w, const float* bias, float* y, int64_t
       for (float v : lane) acc += v;
       y[i * n + j] = acc + (bias ? bias[j] : 0.0f);
     }
-  }
+  }, m * n * k > 65536);
 }
 
 }  // namespace scalar
@@ -70,9 +71,9 @@ void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t rot_dim, int64_
 void rope_rows(float* x, int64_t num_tokens, int64_t row_stride, int64_t num_heads,
                int64_t head_dim, int64_t rot_dim, const int64_t* positions,
                const float* inv_freq, RopeLayout layout) {
-#pragma omp parallel for schedule(static) if (num_tokens * num_heads * head_dim >= 32768)
-  for (int64_t t = 0; t < num_tokens; ++t)
+  cpu::parallel_for_each(0, num_tokens, [&](int64_t t) {
     cpu::rope(x + t * row_stride, num_heads, head_dim, rot_dim, positions[t], inv_freq, layout);
+  }, num_tokens * num_heads * head_dim >= 32768);
 }
 
 void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
@@ -82,11 +83,10 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   }
   constexpr int64_t kChunk = 8192;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (chunks > 4)
-  for (int64_t c = 0; c < chunks; ++c) {
+  cpu::parallel_for_each(0, chunks, [&](int64_t c) {
     const int64_t i0 = c * kChunk, len = n - i0 < kChunk ? n - i0 : kChunk;
     avx2::silu_mul(gate + i0, up + i0, out + i0, len);
-  }
+  }, chunks > 4);
 }
 
 }  // namespace octet::cpu

@@ -8,12 +8,12 @@
 #include <cstdlib>
 #include <vector>
 
-#include <omp.h>
 
 #include "kernels/common/check.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/ops_gemm_avx2.h"
+#include "kernels/cpu/thread_team.h"
 
 namespace octet::cpu::avx2 {
 
@@ -155,28 +155,26 @@ OCTET_AVX2 void linear_impl(const float* x, const float* w, const float* bias, f
   if (m == 1) {
     constexpr int64_t kRowsPerBlock = 16;
     const int64_t blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
-#pragma omp parallel for schedule(static) if (n * k >= 65536)
-    for (int64_t b = 0; b < blocks; ++b) {
+    cpu::parallel_for_each(0, blocks, [&](int64_t b) {
       const int64_t j0 = b * kRowsPerBlock, j1 = std::min(n, j0 + kRowsPerBlock);
       gemm_avx2::dot_block(x, k, 1, w + j0 * k, k, j1 - j0, k, y + j0, n);
       if (bias)
         for (int64_t j = j0; j < j1; ++j) y[j] += bias[j];
-    }
+    }, n * k >= 65536);
     return;
   }
   // Blocks of weight rows (nb x k FP32, <= ~128 KiB) stay in L2 while all m rows stream past.
-  const int threads = omp_get_max_threads();
+  const int threads = cpu::parallel_width();
   int64_t nb = std::max<int64_t>(4, (32768 / std::max<int64_t>(k, 1)) / 4 * 4);
   nb = std::min(nb, std::max<int64_t>(4, (n / (2 * threads) + 3) / 4 * 4));
   const int64_t blocks = (n + nb - 1) / nb;
-#pragma omp parallel for schedule(dynamic) if (m * n * k >= 262144)
-  for (int64_t b = 0; b < blocks; ++b) {
+  cpu::parallel_for_each(0, blocks, [&](int64_t b) {
     const int64_t j0 = b * nb, rows = std::min(nb, n - j0);
     gemm_avx2::dot_block(x, k, m, w + j0 * k, k, rows, k, y + j0, n);
     if (bias)
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = j0; j < j0 + rows; ++j) y[i * n + j] += bias[j];
-  }
+  }, m * n * k >= 262144);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 #include "kernels/cpu/ops_ref.h"
+#include "kernels/cpu/thread_team.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,9 +17,9 @@ void rms_norm(const float* x, const float* weight, float* y, int64_t n, float ep
 
 void linear(const float* x, const float* w, const float* bias, float* y, int64_t m, int64_t n,
             int64_t k) {
-#pragma omp parallel for collapse(2) schedule(static) if (m * n * k > 65536)
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
+  cpu::parallel_for(0, m * n, [&](int64_t lo, int64_t hi) {  // (i, j) pairs, row-major
+    for (int64_t ij = lo; ij < hi; ++ij) {
+      const int64_t i = ij / n, j = ij % n;
       const float* xr = x + i * k;
       const float* wr = w + j * k;
       float acc = 0.0f;
@@ -26,7 +27,7 @@ void linear(const float* x, const float* w, const float* bias, float* y, int64_t
       for (int64_t t = 0; t < k; ++t) acc += xr[t] * wr[t];
       y[i * n + j] = acc + (bias ? bias[j] : 0.0f);
     }
-  }
+  }, m * n * k > 65536);
 }
 
 void rope(float* x, int64_t num_heads, int64_t head_dim, int64_t rot_dim, int64_t pos,

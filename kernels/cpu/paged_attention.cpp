@@ -18,12 +18,12 @@
 #include <cstring>
 #include <vector>
 
-#include <omp.h>
 
 #include "kernels/cpu/fp8.h"
 #include "kernels/common/half.h"
 #include "kernels/cpu/ops_ref.h"
 #include "kernels/cpu/paged_attention_kernel.h"
+#include "kernels/cpu/thread_team.h"
 
 namespace octet {
 
@@ -205,7 +205,7 @@ void run(const Context& x) {
   const int64_t nkv = x.c.num_kv_heads, group = x.group, hdp = x.hdp;
   const int64_t num_rows = static_cast<int64_t>(x.rows.size());
   if (num_rows == 0) return;
-  const int64_t threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  const int64_t threads = cpu::parallel_width();
 
   // Split a row when it holds more than 1/(8 threads) of all partitions, so that a few long
   // decodes (or one long one beside many short queries) spread over the threads. Results do not
@@ -233,11 +233,9 @@ void run(const Context& x) {
   std::vector<float> pm(slots * per_slot), pl(slots * per_slot), pacc(slots * per_slot * hdp);
   const int64_t num_items = static_cast<int64_t>(items.size());
 
-#pragma omp parallel if (threads > 1)
-  {
+  cpu::parallel_for(0, num_items, [&](int64_t lo, int64_t hi) {
     Scratch s(nkv, group, hdp);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < num_items; ++i) {
+    for (int64_t i = lo; i < hi; ++i) {
       const Item& it = items[i];
       const Row& row = x.rows[it.row];
       for (int64_t kvh = 0; kvh < nkv; ++kvh) x.prepare_q(it.row, kvh, s.q(kvh));
@@ -266,10 +264,12 @@ void run(const Context& x) {
       }
       for (int64_t kvh = 0; kvh < nkv; ++kvh) x.finish(it.row, kvh, s.Lh(kvh), s.Ah(kvh));
     }
-    // Split rows: fold the kept partials of each (row, KV head) in partition order.
-    const int64_t split_units = static_cast<int64_t>(split_rows.size()) * nkv;
-#pragma omp for schedule(static)
-    for (int64_t u = 0; u < split_units; ++u) {
+  }, threads > 1);
+  // Split rows: fold the kept partials of each (row, KV head) in partition order.
+  const int64_t split_units = static_cast<int64_t>(split_rows.size()) * nkv;
+  cpu::parallel_for(0, split_units, [&](int64_t lo, int64_t hi) {
+    Scratch s(nkv, group, hdp);
+    for (int64_t u = lo; u < hi; ++u) {
       const int64_t k = u / nkv, kvh = u % nkv, r = split_rows[k];
       auto at = [&](int64_t slot) { return slot * per_slot + kvh * group; };
       const int64_t o0 = at(first_slot[k]);
@@ -281,7 +281,7 @@ void run(const Context& x) {
              group, hdp);
       x.finish(r, kvh, s.Lh(0), s.Ah(0));
     }
-  }
+  }, threads > 1);
 }
 
 }  // namespace
@@ -299,11 +299,9 @@ void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
   for (int64_t i = 0; i < n; ++i) check(slot_mapping[i] < num_slots, kFn, "slot out of range");
   const DType format =
       cache.dtype == DType::FP8_E5M2 ? DType::FP8_E5M2 : DType::FP8_E4M3;
-#pragma omp parallel if (n * row >= (1 << 15) && !omp_in_parallel())
-  {
+  cpu::parallel_for(0, n, [&](int64_t i_lo, int64_t i_hi) {
     std::vector<float> scaled(static_cast<size_t>(hd));
-#pragma omp for schedule(static)
-    for (int64_t i = 0; i < n; ++i) {
+    for (int64_t i = i_lo; i < i_hi; ++i) {
       const int64_t slot = slot_mapping[i];
       if (slot < 0) continue;  // padding token: nothing to store
       for (int which = 0; which < 2; ++which) {
@@ -336,7 +334,7 @@ void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
         }
       }
     }
-  }
+  }, n * row >= (1 << 15));
 }
 
 namespace paged_detail {

@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include "kernels/common/check.h"
+#include "kernels/cpu/thread_team.h"
 
 namespace octet::cpu {
 
@@ -286,16 +287,20 @@ struct RankThreads::Pool {
 };
 
 int default_threads_per_rank(int world_size) {
-  return std::max(1, omp_get_max_threads() / std::max(1, world_size));
+  return std::max(1, parallel_width() / std::max(1, world_size));
 }
 
 RankThreads::RankThreads(int world_size, int threads_per_rank)
     : comms_(make_thread_communicators(world_size)),
       pool_(std::make_unique<Pool>()),
       threads_per_rank_(threads_per_rank) {
+  const int team_size = threads_per_rank > 0 ? threads_per_rank : default_threads_per_rank(world_size);
+  if (world_size > 1) rank0_team_ = std::make_unique<ThreadTeam>(team_size);
   for (int r = 1; r < world_size; ++r) {
-    pool_->threads.emplace_back([this, r] {
+    pool_->threads.emplace_back([this, r, team_size] {
       if (threads_per_rank_ > 0) omp_set_num_threads(threads_per_rank_);
+      ThreadTeam team(team_size);  // this rank's kernels' workers
+      set_thread_team(&team);
       Pool& p = *pool_;
       uint64_t seen = 0;
       for (;;) {
@@ -343,7 +348,10 @@ void RankThreads::run(const std::function<void(int rank, Communicator& comm)>& f
   p.job_ready.notify_all();
   const int caller_threads = omp_get_max_threads();
   if (threads_per_rank_ > 0) omp_set_num_threads(threads_per_rank_);
+  ThreadTeam* const caller_team = thread_team();
+  set_thread_team(rank0_team_.get());
   run_rank(fn, *comms_[0], errors);
+  set_thread_team(caller_team);
   if (threads_per_rank_ > 0) omp_set_num_threads(caller_threads);
   {
     std::unique_lock lock(p.mu);

@@ -80,9 +80,13 @@ void run_on_ranks(int world_size, const std::function<void(int rank, Communicato
 /// every rank at once and returns when all have finished. Rank 0 runs on the calling thread, so
 /// world_size 1 starts no thread at all. Exceptions: as run_on_ranks; the group is reset after a
 /// failed run, so the next run() works. Not thread-safe: one run() at a time.
-/// threads_per_rank > 0: each worker rank thread sets its OpenMP team size to it once at start,
-/// and rank 0 (the caller) uses it for the duration of each run() (restored after); 0 leaves
-/// OpenMP's defaults. World size 1 never touches OpenMP settings.
+/// World size > 1: every rank runs its kernels' parallel loops on a ThreadTeam of its own
+/// (kernels/cpu/thread_team.h) of threads_per_rank threads (0: default_threads_per_rank), the
+/// rank's thread included: rank 0's team is the calling thread's for the duration of each
+/// run(). threads_per_rank > 0 also sets each rank's OpenMP team size (what paged attention
+/// still uses) likewise. World size 1 never touches thread settings.
+class ThreadTeam;
+
 class RankThreads {
  public:
   explicit RankThreads(int world_size, int threads_per_rank = 0);
@@ -99,9 +103,10 @@ class RankThreads {
   std::vector<std::unique_ptr<ThreadCommunicator>> comms_;
   std::unique_ptr<Pool> pool_;
   int threads_per_rank_ = 0;
+  std::unique_ptr<ThreadTeam> rank0_team_;  // world size > 1 only
 };
 
-/// max(1, OpenMP threads / world_size): each of world_size ranks' share of the cores.
+/// max(1, parallel_width() / world_size): each of world_size ranks' share of the cores.
 int default_threads_per_rank(int world_size);
 
 }  // namespace octet::cpu

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstdint>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/linear_bf16.h"
 #include "kernels/cpu/ops.h"
+#include "kernels/cpu/thread_team.h"
 #include "kernels/cpu/w8a8.h"
 
 namespace octet {
@@ -64,6 +67,17 @@ std::string fmt(const char* f, double a, double b = 0, double c = 0, double d = 
 
 // Read bandwidth in GB/s: a 256 MiB buffer summed as 64-bit integers (an integer sum vectorises
 // and has no add-latency chain, so the loads are the limit) by 2 threads, best of 10.
+// The first "cpu MHz" of /proc/cpuinfo in GHz (the clock the kernel reports; 0 if none).
+double cpu_clock_ghz() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("cpu MHz", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return std::atof(line.c_str() + colon + 1) / 1000.0;
+    }
+  return 0.0;
+}
+
 double measure_read_bandwidth_gbs() {
   const size_t n = (256ull << 20) / sizeof(uint64_t);
   std::vector<uint64_t> buf(n);
@@ -102,11 +116,19 @@ std::string run_kernel_benchmark(int64_t m_max) {
   constexpr int kLayers = 30;
   const bool avx512 = w8a8_avx512_available(), avx2 = fp8_avx2_available();
   std::string out;
-  out += "octet kernel benchmark: " + std::to_string(omp_get_max_threads()) + " threads, " +
+  const int threads = cpu::parallel_width();
+  const double ghz = cpu_clock_ghz();
+  // VDPBF16PS on 512 bits: 16 FP32 lanes, each adds 2 BF16 products = 32 multiply-adds
+  // (64 FLOP as GF/s = 2 m n k / time counts them), taken as 1 instruction per cycle per core.
+  const double peak_gfs = threads * ghz * 64.0;
+  out += "octet kernel benchmark: " + std::to_string(threads) + " threads, " +
          (avx2 ? "AVX2+FMA+F16C" : "scalar (no AVX2)") +
          (avx512 ? "; FP8 W8A8: AVX-512 VBMI+BF16 (AVX2 column: the AVX2 path)" : "") + "\n";
   const double bw = measure_read_bandwidth_gbs();
-  out += fmt("memory read bandwidth (256 MiB, 2 threads): %.1f GB/s\n\n", bw);
+  out += fmt("memory read bandwidth (256 MiB, 2 threads): %.1f GB/s\n", bw);
+  out += fmt("AVX-512 BF16 peak (stated): %d cores x %.2f GHz (/proc/cpuinfo) x 32 multiply-adds"
+             " (one 512-bit VDPBF16PS) per cycle = %.0f GF/s at 2 FLOP per multiply-add\n\n",
+             threads, ghz, peak_gfs);
   out += "shape                  m   FP32 us   BF16 us    FP8 us  FP8/FP32  FP8 AVX2 us  "
          "FP8 tok/s  FP8 x(m=1)  FP8 GB/s | GF/s\n";
   const size_t nm = ms.size();
@@ -181,7 +203,9 @@ std::string run_kernel_benchmark(int64_t m_max) {
       if (m < m_max) {  // weight bytes from DRAM per call
         line += fmt("  %6.1f GB/s\n", static_cast<double>(n * k) / t8[q] / 1e9);
       } else {
-        line += fmt("  %6.1f GF/s\n", 2.0 * static_cast<double>(m * n * k) / t8[q] / 1e9);
+        const double gfs = 2.0 * static_cast<double>(m * n * k) / t8[q] / 1e9;
+        line += fmt("  %6.1f GF/s (%.0f%% of peak)\n", gfs,
+                    peak_gfs > 0 ? 100 * gfs / peak_gfs : 0.0);
       }
       out += line;
       const double times = s.per_layer ? s.per_layer * kLayers : 1;

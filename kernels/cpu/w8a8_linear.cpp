@@ -10,6 +10,7 @@
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/w8a8.h"
 #include "kernels/cpu/w8a8_internal.h"
+#include "kernels/cpu/thread_team.h"
 
 namespace octet {
 
@@ -94,12 +95,10 @@ void run_scalar(const uint8_t* qa, const Fp8WeightView& w, const Sink& sink, int
   const auto& lut = e4m3_table();
   std::vector<float> a(static_cast<size_t>(m * k));  // activations decoded once
   for (int64_t i = 0; i < m * k; ++i) a[i] = lut[qa[i]];
-#pragma omp parallel if (n * k * std::max<int64_t>(m, 1) > 65536)
-  {
+  cpu::parallel_for(0, n, [&](int64_t j_lo, int64_t j_hi) {
     std::vector<float> wr(static_cast<size_t>(k));
     std::vector<float> parts(static_cast<size_t>(groups));
-#pragma omp for schedule(static)
-    for (int64_t j = 0; j < n; ++j) {
+    for (int64_t j = j_lo; j < j_hi; ++j) {
       for (int64_t t = 0; t < k; ++t) wr[t] = lut[w.data[j * k + t]];  // each row decoded once
       for (int64_t i = 0; i < m; ++i) {
         const float* ar = a.data() + i * k;
@@ -111,7 +110,7 @@ void run_scalar(const uint8_t* qa, const Fp8WeightView& w, const Sink& sink, int
         sink.emit(w, i, j, j + 1, parts.data(), 1);
       }
     }
-  }
+  }, n * k * std::max<int64_t>(m, 1) > 65536);
 }
 
 }  // namespace w8a8_detail

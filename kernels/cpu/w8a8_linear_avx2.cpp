@@ -21,13 +21,13 @@
 #include <cstring>
 #include <vector>
 
-#include <omp.h>
 
 #include "kernels/common/check.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/ops_gemm_avx2.h"
 #include "kernels/cpu/w8a8.h"
 #include "kernels/cpu/w8a8_internal.h"
+#include "kernels/cpu/thread_team.h"
 
 namespace octet {
 
@@ -105,11 +105,9 @@ OCTET_AVX2 void gemv(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detai
   // Blocks of 16 rows (4 x 4-row steps): enough blocks to balance threads on small layers.
   constexpr int64_t kRowsPerBlock = 16;
   const int64_t blocks = (n + kRowsPerBlock - 1) / kRowsPerBlock;
-#pragma omp parallel if (n * k >= 131072)
-  {
+  cpu::parallel_for(0, blocks, [&](int64_t b_lo, int64_t b_hi) {
     std::vector<float> parts(static_cast<size_t>(groups * kRowsPerBlock));
-#pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t b = b_lo; b < b_hi; ++b) {
       const int64_t j0 = b * kRowsPerBlock, j1 = std::min(n, j0 + kRowsPerBlock);
       for (int64_t g = 0; g < groups; ++g) {
         const uint8_t* wg = w.data + g * kg;
@@ -121,7 +119,7 @@ OCTET_AVX2 void gemv(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detai
       }
       sink.emit(w, 0, j0, j1, parts.data(), kRowsPerBlock);
     }
-  }
+  }, n * k >= 131072);
 }
 
 // 16 codes -> dst[0..16): FP32 of value * 2^-8 (the values gemv_step multiplies by).
@@ -155,22 +153,20 @@ OCTET_AVX2 void gemm(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detai
   const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
   const int64_t kg16 = (kg + 15) / 16 * 16;
   std::vector<float> a(static_cast<size_t>(m * k));
-#pragma omp parallel for schedule(static) if (m * k >= 65536)
-  for (int64_t i = 0; i < m; ++i)
+  cpu::parallel_for_each(0, m, [&](int64_t i) {
     fp8_decode_avx2(DType::FP8_E4M3, qa + i * k, a.data() + i * k, static_cast<size_t>(k));
+  }, m * k >= 65536);
   // Weight rows per block: the decoded tile (nb x kg FP32) stays in L2 (<= ~128 KiB) while all
   // m activation rows stream past it; at least 2 blocks per thread for balance. (The block size
   // only decides which thread computes an output, never how.)
-  const int threads = omp_get_max_threads();
+  const int threads = cpu::parallel_width();
   int64_t nb = std::max<int64_t>(4, (32768 / std::max<int64_t>(kg16, 1)) / 4 * 4);
   nb = std::min(nb, std::max<int64_t>(4, (n / (2 * threads) + 3) / 4 * 4));
   const int64_t blocks = (n + nb - 1) / nb;
-#pragma omp parallel if (m * n * k >= 262144)
-  {
+  cpu::parallel_for(0, blocks, [&](int64_t b_lo, int64_t b_hi) {
     std::vector<float> tile(static_cast<size_t>(nb * kg16));
     std::vector<float> parts(static_cast<size_t>(groups * m * nb));  // [groups][m][nb]
-#pragma omp for schedule(dynamic)
-    for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t b = b_lo; b < b_hi; ++b) {
       const int64_t j0 = b * nb, rows = std::min(nb, n - j0);
       for (int64_t g = 0; g < groups; ++g) {
         float* acc = parts.data() + g * m * nb;
@@ -182,7 +178,7 @@ OCTET_AVX2 void gemm(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detai
       for (int64_t i = 0; i < m; ++i)
         sink.emit(w, i, j0, j0 + rows, parts.data() + i * nb, m * nb);
     }
-  }
+  }, m * n * k >= 262144);
 }
 
 // Per-token quantization of rows [0, m): amax (NaN ignored: MAXPS returns its second operand,

@@ -27,6 +27,7 @@
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/w8a8.h"
 #include "kernels/cpu/w8a8_internal.h"
+#include "kernels/cpu/thread_team.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define OCTET_AVX512_BUILT 1
@@ -261,14 +262,12 @@ OCTET_AVX512 void linear_impl(const uint8_t* qa, const Fp8WeightView& w,
       activation_words(qa + i * k + g * kg, kg, p.kg64, xw.data() + i * p.kp + g * p.kg64);
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const bool predecode = m >= kPredecodeRows;
-#pragma omp parallel if (n * k * m >= 131072)
-  {
+  cpu::parallel_for(0, blocks, [&](int64_t blk_lo, int64_t blk_hi) {
     std::vector<uint16_t> wt(predecode ? static_cast<size_t>(kBlock * p.kp) : 0);
     // [groups][kTileRows][kBlock]: each part's lane sums, then emitted per row
     std::vector<float> parts(static_cast<size_t>(groups * kTileRows * kBlock));
     std::vector<BlockAcc> acc(static_cast<size_t>(groups));
-#pragma omp for schedule(static)
-    for (int64_t blk = 0; blk < blocks; ++blk) {
+    for (int64_t blk = blk_lo; blk < blk_hi; ++blk) {
       const int64_t j0 = blk * kBlock, j1 = std::min(n, j0 + kBlock);
       if (predecode)
         for (int64_t g = 0; g < groups; ++g)
@@ -291,7 +290,7 @@ OCTET_AVX512 void linear_impl(const uint8_t* qa, const Fp8WeightView& w,
           sink.emit(w, i0 + i, j0, j1, parts.data() + i * kBlock, kTileRows * kBlock);
       }
     }
-  }
+  }, n * k * m >= 131072);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include "kernels/cpu/fp8.h"
 #include "kernels/common/half.h"
 #include "kernels/cpu/w8a8.h"
+#include "kernels/cpu/thread_team.h"
 
 namespace octet {
 
@@ -73,15 +74,14 @@ void quantize_weight_e4m3_as(const float* w, int64_t n, int64_t k, ScaleGranular
   if (granularity == ScaleGranularity::PerTensor) {
     // Whole-tensor amax: per-row partial maxima, NaN propagating, then one scale.
     std::vector<float> row_amax(static_cast<size_t>(n));
-#pragma omp parallel for schedule(static) if (n * k > 65536)
-    for (int64_t r = 0; r < n; ++r) row_amax[r] = absmax_nan_propagating(w + r * k, k);
+    cpu::parallel_for_each(0, n, [&](int64_t r) {
+      row_amax[r] = absmax_nan_propagating(w + r * k, k);
+    }, n * k > 65536);
     scale[0] = weight_scale_from_amax(absmax_nan_propagating(row_amax.data(), n), arithmetic);
   }
-#pragma omp parallel if (n * k > 65536)
-  {
+  cpu::parallel_for(0, n, [&](int64_t r_lo, int64_t r_hi) {
     std::vector<float> tmp;
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < n; ++r) {
+    for (int64_t r = r_lo; r < r_hi; ++r) {
       float s;
       if (granularity == ScaleGranularity::PerRow) {
         s = weight_scale_from_amax(absmax_nan_propagating(w + r * k, k), arithmetic);
@@ -91,7 +91,7 @@ void quantize_weight_e4m3_as(const float* w, int64_t n, int64_t k, ScaleGranular
       }
       quantize_row(w + r * k, k, s, arithmetic, q + r * k, tmp);
     }
-  }
+  }, n * k > 65536);
 }
 
 void quantize_weight_e4m3(const float* w, int64_t n, int64_t k, ScaleGranularity granularity,
@@ -122,8 +122,7 @@ void quantize_per_token_e4m3(const float* x, int64_t m, int64_t k, const float* 
   // Rows are independent; split them across threads when there is enough work.
   const int64_t rows_per_chunk = std::max<int64_t>(1, 16384 / std::max<int64_t>(k, 1));
   const int64_t chunks = (m + rows_per_chunk - 1) / rows_per_chunk;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t c = 0; c < chunks; ++c) {
+  cpu::parallel_for_each(0, chunks, [&](int64_t c) {
     const int64_t r0 = c * rows_per_chunk, rows = std::min(rows_per_chunk, m - r0);
     if (avx2) {
       quantize_per_token_e4m3_avx2(x + r0 * k, rows, k, amax ? amax + r0 : nullptr, q + r0 * k,
@@ -132,7 +131,7 @@ void quantize_per_token_e4m3(const float* x, int64_t m, int64_t k, const float* 
       quantize_per_token_e4m3_scalar(x + r0 * k, rows, k, amax ? amax + r0 : nullptr,
                                      q + r0 * k, scale + r0);
     }
-  }
+  }, chunks > 1);
 }
 
 void quantize_static_e4m3(const float* x, int64_t m, int64_t k, float scale, uint8_t* q) {
@@ -141,13 +140,12 @@ void quantize_static_e4m3(const float* x, int64_t m, int64_t k, float scale, uin
   const int64_t total = m * k;
   constexpr int64_t kChunk = 4096;
   const int64_t chunks = (total + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static) if (chunks > 4)
-  for (int64_t c = 0; c < chunks; ++c) {
+  cpu::parallel_for_each(0, chunks, [&](int64_t c) {
     float tmp[kChunk];
     const int64_t i0 = c * kChunk, len = std::min(kChunk, total - i0);
     for (int64_t i = 0; i < len; ++i) tmp[i] = x[i0 + i] * inv;
     fp8_encode(DType::FP8_E4M3, tmp, q + i0, static_cast<size_t>(len));
-  }
+  }, chunks > 4);
 }
 
 }  // namespace octet
