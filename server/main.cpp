@@ -17,6 +17,7 @@ constexpr const char* kUsage =
     "  generate   generate text (--model PATH --prompt TEXT | --prompt-ids 1,2 | --prompts-file F)\n"
     "  perplexity perplexity of a model on a text (--model PATH --text FILE [--compare])\n"
     "  quantize   write an FP8_DYNAMIC compressed-tensors checkpoint (--model DIR --output DIR)\n"
+    "  calibrate  FP8 KV cache scales from calibration text (--model PATH --output F.json|DIR)\n"
     "  bench      benchmarks: `octet bench latency --model PATH`, `octet bench kernels`,\n"
     "             `octet bench engine --model PATH`\n"
     "run `octet <command> --help` for its options\n";
@@ -41,6 +42,7 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return octet::run_generate(argc - 1, argv + 1);
   if (cmd == "bench") return octet::run_bench(argc - 1, argv + 1);
   if (cmd == "perplexity") return octet::run_perplexity(argc - 1, argv + 1);
+  if (cmd == "calibrate") return octet::run_calibrate(argc - 1, argv + 1);
   if (cmd == "quantize") return octet::run_quantize(argc - 1, argv + 1);
   std::cerr << "octet: unknown command '" << cmd << "'\n" << kUsage;
   return 2;
