@@ -183,6 +183,13 @@ TEST_CASE("calibrate: scales file and checkpoint load back with identical values
       CHECK(from_ckpt.layers[l].v_scale == expand(cal.v_scale[l], 2));
     }
     CHECK(from_ckpt.report.find(" checkpoint\n") != std::string::npos);
+    // fp8_per_token_head ignores them and says so in the table.
+    cc.kv_cache_dtype = "fp8_per_token_head";
+    const KVCacheSetup dyn = setup_kv_cache(cc, 256, *loaded);
+    CHECK(dyn.layers[0].per_token_head);
+    CHECK(dyn.layers[0].scale_source == "per-token-head (checkpoint scales not used)");
+    CHECK(dyn.report.find("checkpoint scales not used") != std::string::npos);
+    cc.kv_cache_dtype = "fp8_e4m3";
   }
 }
 
