@@ -18,4 +18,14 @@ void CalibrateConfig::validate() const {
   validate_tensor_parallel_size(tensor_parallel_size);
 }
 
+void KVReportConfig::validate() const {
+  if (model.empty()) throw std::invalid_argument("--model is required");
+  if (text.empty()) throw std::invalid_argument("--text is required (a text file to measure on)");
+  if (max_tokens < 2) throw std::invalid_argument("--max-tokens must be >= 2");
+  if (query_stride < 1) throw std::invalid_argument("--query-stride must be >= 1");
+  if (!std::isfinite(target_kl) || target_kl < 0)
+    throw std::invalid_argument("--target-kl must be a finite number >= 0");
+  validate_quantization_flags(quantization, "channel");
+}
+
 }  // namespace octet

@@ -53,4 +53,39 @@ struct CalibrateConfig {
   void validate() const;
 };
 
+struct KVReportConfig {
+  std::string model;
+  std::string text;
+  std::string quantization = "auto";
+  int64_t max_tokens = 512;
+  std::string formats = "fp8_e4m3,fp8_e5m2";
+  std::string sources = "unit,tensor,attn_head,per_token_head";
+  int64_t query_stride = 4;
+  double target_kl = 0.0;
+  std::string recommend_for = "fp8_e4m3/tensor";
+  bool json = false;
+  std::string heatmap;
+
+  template <class Visitor>
+  static void visit(KVReportConfig& c, Visitor&& v) {
+    v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
+    v(c.text, "text",
+      "text file measured on (required; e.g. /usr/share/common-licenses/GPL-3; not the "
+      "calibration text, or calibrated scales look better than they are)");
+    v(c.quantization, "quantization", kQuantizationHelp);
+    v(c.max_tokens, "max_tokens", "tokens of the text measured (from its start)");
+    v(c.formats, "formats", "comma-separated FP8 formats: fp8_e4m3, fp8_e5m2");
+    v(c.sources, "sources", "comma-separated scale sources: unit, tensor, attn_head, per_token_head");
+    v(c.query_stride, "query_stride", "attention errors on every N-th query position");
+    v(c.target_kl, "target_kl",
+      "recommend the layers to keep in bf16 so that the KL of --recommend-for is <= this "
+      "(nats; 0 = no recommendation)");
+    v(c.recommend_for, "recommend_for", "variant the recommendation is for, format/source");
+    v(c.json, "json", "print one JSON object instead of the table");
+    v(c.heatmap, "heatmap", "PNG file: layer x KV head heatmap of the attention-output error "
+                            "(needs gnuplot)");
+  }
+  void validate() const;
+};
+
 }  // namespace octet

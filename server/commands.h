@@ -7,6 +7,7 @@ namespace octet {
 int run_generate(int argc, const char* const* argv);
 int run_bench(int argc, const char* const* argv);
 int run_calibrate(int argc, const char* const* argv);
+int run_kv_report(int argc, const char* const* argv);
 int run_bench_engine(int argc, const char* const* argv);  // `octet bench engine`
 int run_perplexity(int argc, const char* const* argv);
 int run_quantize(int argc, const char* const* argv);
