@@ -147,6 +147,11 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
     throw std::invalid_argument(
         "--kv-scales-path cannot be used with --kv-cache-dtype fp8_per_token_head: its scales "
         "are computed per token and KV head when K/V are written (drop one of the two)");
+  // Only the CPU kernels read per-token-head scales (kernels/cpu/paged_attention.cpp).
+  if (per_token_head && model.backend().name().rfind("cpu", 0) != 0)
+    throw std::invalid_argument("--kv-cache-dtype fp8_per_token_head runs on the CPU backend "
+                                "only for now (this model is on " + model.backend().name() +
+                                "); use --device cpu, or fp8_e4m3 with calibrated scales");
   if (per_token_head && cache.calculate_kv_scales)
     out.warnings.push_back("--calculate-kv-scales has no effect with --kv-cache-dtype "
                            "fp8_per_token_head (scales are computed per token and KV head)");

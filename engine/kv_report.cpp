@@ -99,7 +99,8 @@ DType format_of(const std::string& f) {
 
 struct Variant {
   DType format;
-  std::string source;
+  std::string source;   // without the "+hadamard" suffix
+  bool rotate = false;  // Hadamard-rotate each head row before quantizing
   // [layer][head] fixed scales (unit, tensor, attn_head); empty for per_token_head.
   std::vector<std::vector<float>> k_scale, v_scale;
 };
@@ -127,6 +128,19 @@ void fake_quant(DType f, const float* x, int64_t hd, float s, float* out, Counts
   }
 }
 
+// In-place normalized fast Walsh-Hadamard transform of n (a power of two) values: H / sqrt(n)
+// is orthogonal and symmetric, so applying it twice gives the input back.
+void hadamard(float* x, int64_t n) {
+  for (int64_t len = 1; len < n; len <<= 1)
+    for (int64_t i = 0; i < n; i += 2 * len)
+      for (int64_t j = i; j < i + len; ++j) {
+        const float a = x[j], b = x[j + len];
+        x[j] = a + b, x[j + len] = a - b;
+      }
+  const float f = 1.0f / std::sqrt(static_cast<float>(n));
+  for (int64_t i = 0; i < n; ++i) x[i] *= f;
+}
+
 float row_scale(const Variant& v, bool is_k, int64_t l, int64_t h, const float* x, int64_t hd) {
   if (v.source != "per_token_head")
     return (is_k ? v.k_scale : v.v_scale)[static_cast<size_t>(l)][static_cast<size_t>(h)];
@@ -140,13 +154,23 @@ float row_scale(const Variant& v, bool is_k, int64_t l, int64_t h, const float* 
 std::vector<float> quantize_rows(const Variant& v, bool is_k, int64_t l, const float* x,
                                  int64_t n, int64_t nkv, int64_t hd, std::vector<Counts>* c,
                                  std::vector<float>* max_scale) {
-  std::vector<float> out(static_cast<size_t>(n * nkv * hd));
+  // With rotation the cache holds fp8(H k / s) and attention reads H q against it:
+  // (H q).(H k_hat') = q.(H k_hat') since H is orthogonal, so the dequantized row seen in the
+  // original basis is H (dequantized rotated row). V likewise (H undone after the weighted sum).
+  std::vector<float> out(static_cast<size_t>(n * nkv * hd)), rot(static_cast<size_t>(hd));
   for (int64_t t = 0; t < n; ++t)
     for (int64_t h = 0; h < nkv; ++h) {
       const float* row = x + (t * nkv + h) * hd;
+      if (v.rotate) {
+        std::copy_n(row, hd, rot.data());
+        hadamard(rot.data(), hd);
+        row = rot.data();
+      }
       const float s = row_scale(v, is_k, l, h, row, hd);
       if (max_scale) (*max_scale)[h] = std::max((*max_scale)[h], s);
-      fake_quant(v.format, row, hd, s, out.data() + (t * nkv + h) * hd, c ? &(*c)[h] : nullptr);
+      float* o = out.data() + (t * nkv + h) * hd;
+      fake_quant(v.format, row, hd, s, o, c ? &(*c)[h] : nullptr);
+      if (v.rotate) hadamard(o, hd);
     }
   return out;
 }
@@ -170,9 +194,12 @@ std::vector<float> log_softmax_rows(const std::vector<float>& logits, int64_t ro
 KVReport run_kv_report(const KVReportOptions& o) {
   for (const std::string& f : o.formats) (void)format_of(f);
   for (const std::string& s : o.sources)
-    if (s != "unit" && s != "tensor" && s != "attn_head" && s != "per_token_head")
+    if (s != "unit" && s != "tensor" && s != "attn_head" && s != "per_token_head" &&
+        s != "unit+hadamard" && s != "per_token_head+hadamard")
       throw std::invalid_argument("kv-report: scale source " + s +
-                                  " (expected unit, tensor, attn_head or per_token_head)");
+                                  " (expected unit, tensor, attn_head, per_token_head, "
+                                  "unit+hadamard or per_token_head+hadamard; calibrated scales "
+                                  "are of unrotated K/V and do not apply to rotated ones)");
   if (o.query_stride < 1) throw std::invalid_argument("kv-report: --query-stride must be >= 1");
   auto hook = std::make_shared<HookBackend>(std::shared_ptr<Backend>(make_backend("cpu")));
   LoadOptions lo = make_load_options(o.quantization, "channel");
@@ -183,6 +210,10 @@ KVReport run_kv_report(const KVReportOptions& o) {
   const int64_t L = c.num_hidden_layers, nkv = c.num_key_value_heads, hd = c.head_dim;
   const int64_t nh = c.num_attention_heads, vocab = c.vocab_size, group = nh / nkv;
   hook->num_layers = L;
+  for (const std::string& s : o.sources)
+    if (s.find("+hadamard") != std::string::npos && (hd & (hd - 1)) != 0)
+      throw std::invalid_argument("kv-report: " + s + " needs a power-of-two head_dim (this "
+                                  "model's is " + std::to_string(hd) + ")");
 
   std::vector<int32_t> ids = model->tokenizer->encode(o.text, true, true);
   if (static_cast<int64_t>(ids.size()) > std::min(o.max_tokens, c.max_position_embeddings))
@@ -224,8 +255,10 @@ KVReport run_kv_report(const KVReportOptions& o) {
   rep.num_kv_heads = nkv;
   std::vector<Variant> variants;
   for (const std::string& f : o.formats)
-    for (const std::string& s : o.sources) {
-      Variant v{format_of(f), s, {}, {}};
+    for (const std::string& name : o.sources) {
+      const bool rotate = name.find("+hadamard") != std::string::npos;
+      const std::string s = rotate ? name.substr(0, name.find('+')) : name;
+      Variant v{format_of(f), s, rotate, {}, {}};
       if (s != "per_token_head") {
         const float range = fp8_max_value(v.format) / cal.headroom;
         for (int64_t l = 0; l < L; ++l) {
@@ -252,7 +285,7 @@ KVReport run_kv_report(const KVReportOptions& o) {
   for (const Variant& var : variants) {
     KVVariantReport vr;
     vr.format = var.format == DType::FP8_E4M3 ? "fp8_e4m3" : "fp8_e5m2";
-    vr.source = var.source;
+    vr.source = var.source + (var.rotate ? "+hadamard" : "");
     vr.heads.assign(static_cast<size_t>(L), std::vector<KVHeadReport>(static_cast<size_t>(nkv)));
     for (int64_t l = 0; l < L; ++l) {
       std::vector<Counts> kc(nkv), vc(nkv);

@@ -12,7 +12,11 @@
 // measured KL is <= target_kl.
 // Scale sources: unit (1.0), tensor / attn_head (octet calibrate's scales on the built-in
 // calibration set, headroom 2), per_token_head (amax / fp8_max of each token's head row, as
-// --kv-cache-dtype fp8_per_token_head computes it; reported for E4M3 and E5M2 alike).
+// --kv-cache-dtype fp8_per_token_head computes it; reported for E4M3 and E5M2 alike), and, as a
+// measurement of --kv-cache-rotation hadamard (issue 13 item 4; not a cache mode yet),
+// unit+hadamard / per_token_head+hadamard: each K and V head row multiplied by the normalized
+// Hadamard matrix H / sqrt(head_dim) before quantization and back after (q.k and the attention
+// output are unchanged by the rotation itself; head_dim must be a power of two).
 #include <cstdint>
 #include <string>
 #include <vector>

@@ -48,7 +48,7 @@ std::string kv_report_table(const KVReport& r) {
   std::ostringstream os;
   os << "kv-report: " << r.tokens << " tokens, " << r.num_layers << " layers, " << r.num_kv_heads
      << " KV heads; KL = mean KL(exact KV || quantized KV) over positions, full vocabulary\n";
-  os << "format    source          KL          greedy   clipping layers   worst layers (attn out rel err)\n";
+  os << "format    source                    KL          greedy   clipping layers   worst layers (attn out rel err)\n";
   for (const KVVariantReport& v : r.variants) {
     std::vector<std::pair<double, int64_t>> worst;
     for (size_t l = 0; l < v.heads.size(); ++l) {
@@ -64,7 +64,7 @@ std::string kv_report_table(const KVReport& r) {
       s << std::setprecision(2) << worst[i].second << " (" << worst[i].first << ")";
       w += (w.empty() ? "" : ", ") + s.str();
     }
-    os << std::left << std::setw(10) << v.format << std::setw(16) << v.source << std::setw(12)
+    os << std::left << std::setw(10) << v.format << std::setw(26) << v.source << std::setw(12)
        << std::setprecision(4) << v.kl << std::setw(9) << std::fixed << std::setprecision(4)
        << v.greedy_agreement << std::defaultfloat << std::setw(18) << (clip.empty() ? "-" : clip)
        << w << "\n";
