@@ -75,15 +75,17 @@ struct KVReportConfig {
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.max_tokens, "max_tokens", "tokens of the text measured (from its start)");
     v(c.formats, "formats", "comma-separated FP8 formats: fp8_e4m3, fp8_e5m2");
-    v(c.sources, "sources", "comma-separated scale sources: unit, tensor, attn_head, per_token_head");
+    v(c.sources, "sources",
+      "comma-separated scale sources: unit, tensor, attn_head, per_token_head");
     v(c.query_stride, "query_stride", "attention errors on every N-th query position");
     v(c.target_kl, "target_kl",
       "recommend the layers to keep in bf16 so that the KL of --recommend-for is <= this "
       "(nats; 0 = no recommendation)");
     v(c.recommend_for, "recommend_for", "variant the recommendation is for, format/source");
     v(c.json, "json", "print one JSON object instead of the table");
-    v(c.heatmap, "heatmap", "PNG file: layer x KV head heatmap of the attention-output error "
-                            "(needs gnuplot)");
+    v(c.heatmap, "heatmap",
+      "PNG file: layer x KV head heatmap of the attention-output error "
+      "(needs gnuplot)");
   }
   void validate() const;
 };

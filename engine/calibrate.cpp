@@ -5,10 +5,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
-
-#include <nlohmann/json.hpp>
 
 #include "engine/kv_cache_setup.h"
 #include "engine/model_loader.h"
@@ -61,8 +60,9 @@ CalibrationSample record_sample(const json& r, const std::string& where, const s
     if (!r["text"].is_string()) bad_file(path, where + ": \"text\" must be a string");
     s.text = r["text"].get<std::string>();
   } else {
-    bad_file(path, where + ": a record needs \"text\", \"messages\" (OpenAI) or "
-                           "\"conversations\" (ShareGPT)");
+    bad_file(path, where +
+                       ": a record needs \"text\", \"messages\" (OpenAI) or "
+                       "\"conversations\" (ShareGPT)");
   }
   return s;
 }
@@ -133,18 +133,21 @@ std::vector<CalibrationSample> default_calibration_samples() {
   out.push_back({"",
                  {{"system", "You are a helpful assistant. Answer briefly and accurately."},
                   {"user", "What is the capital of France, and how many people live there?"},
-                  {"assistant", "Paris. About 2.1 million people live in the city itself and "
-                                "roughly 12 million in the metropolitan area (2023)."},
+                  {"assistant",
+                   "Paris. About 2.1 million people live in the city itself and "
+                   "roughly 12 million in the metropolitan area (2023)."},
                   {"user", "Write a Python function that returns the n-th Fibonacci number."},
-                  {"assistant", "```python\ndef fib(n: int) -> int:\n    a, b = 0, 1\n    for _ "
-                                "in range(n):\n        a, b = b, a + b\n    return a\n```\n"
-                                "fib(10) == 55 and fib(20) == 6765."}},
+                  {"assistant",
+                   "```python\ndef fib(n: int) -> int:\n    a, b = 0, 1\n    for _ "
+                   "in range(n):\n        a, b = b, a + b\n    return a\n```\n"
+                   "fib(10) == 55 and fib(20) == 6765."}},
                  false});
   out.push_back({"",
                  {{"user", "Convert 72 F to Celsius and show the steps."},
                   {"assistant", "C = (F - 32) * 5 / 9 = (72 - 32) * 5 / 9 = 40 * 5 / 9 = 22.2 C."},
-                  {"user", "Summarize the README of a C++ project in one sentence: it builds "
-                           "with cmake -S . -B build -G Ninja and tests run with ctest."},
+                  {"user",
+                   "Summarize the README of a C++ project in one sentence: it builds "
+                   "with cmake -S . -B build -G Ninja and tests run with ctest."},
                   {"assistant", "Configure with CMake and Ninja, build, then run ctest."}},
                  false});
   return out;
@@ -200,9 +203,9 @@ std::vector<std::vector<int32_t>> calibration_token_ids(
             " tokens, a sample is --max-seq-len " + std::to_string(len) +
             " tokens; give more text or lower --max-seq-len");
       for (size_t b = 0; b < ids.size(); b += static_cast<size_t>(len))
-        push(std::vector<int32_t>(ids.begin() + static_cast<std::ptrdiff_t>(b),
-                                  ids.begin() + static_cast<std::ptrdiff_t>(
-                                                    std::min(ids.size(), b + len))));
+        push(std::vector<int32_t>(
+            ids.begin() + static_cast<std::ptrdiff_t>(b),
+            ids.begin() + static_cast<std::ptrdiff_t>(std::min(ids.size(), b + len))));
     }
   }
   if (out.empty()) throw std::invalid_argument("empty dataset: no sample has any token");
@@ -237,7 +240,8 @@ KVCalibration calibrate_kv_cache(const LoadedModel& model,
     const DenseKVCache kv = download_sequence_kv(model, seq);
     const int64_t row = nkv * hd, layer_stride = kv.max_tokens * row;
     for (int64_t l = 0; l < L; ++l)
-      for (auto [x, amax] : {std::pair{kv.k.data(), &cal.k_amax}, std::pair{kv.v.data(), &cal.v_amax}})
+      for (auto [x, amax] :
+           {std::pair{kv.k.data(), &cal.k_amax}, std::pair{kv.v.data(), &cal.v_amax}})
         for (int64_t t = 0; t < n; ++t)
           for (int64_t h = 0; h < nkv; ++h) {
             const float* p = x + l * layer_stride + t * row + h * hd;
@@ -263,8 +267,8 @@ KVCalibration calibrate_kv_cache(const LoadedModel& model,
   cal.k_scale.resize(static_cast<size_t>(L));
   cal.v_scale.resize(static_cast<size_t>(L));
   for (size_t l = 0; l < cal.k_scale.size(); ++l)
-    for (auto [amax, out] : {std::pair{&cal.k_amax[l], &cal.k_scale[l]},
-                             std::pair{&cal.v_amax[l], &cal.v_scale[l]}}) {
+    for (auto [amax, out] :
+         {std::pair{&cal.k_amax[l], &cal.k_scale[l]}, std::pair{&cal.v_amax[l], &cal.v_scale[l]}}) {
       if (o.strategy == "attn_head") {
         for (float a : *amax) out->push_back(to_scale(a));
       } else {
@@ -278,8 +282,8 @@ void write_kv_scales_json(const std::string& path, const KVCalibration& cal) {
   json layers = json::object();
   for (size_t l = 0; l < cal.k_scale.size(); ++l) {
     json e;
-    for (auto [key, s] : {std::pair{"k_scale", &cal.k_scale[l]},
-                          std::pair{"v_scale", &cal.v_scale[l]}}) {
+    for (auto [key, s] :
+         {std::pair{"k_scale", &cal.k_scale[l]}, std::pair{"v_scale", &cal.v_scale[l]}}) {
       // A float widened to double prints as the shortest decimal that reads back as that
       // double, which rounds back to the same float.
       if (s->size() == 1) {
@@ -325,7 +329,10 @@ void check_calibrate_output(const std::string& model, const std::string& output)
   if (ends_with_json(output)) {
     if (fs::is_directory(out, ec)) bad_file(output, "is a directory, expected a .json file");
     const bool existed = fs::exists(out, ec);
-    { std::ofstream f(output, std::ios::binary | std::ios::app); if (!f) bad_file(output, "cannot write the output file (permission denied or read-only)"); }
+    {
+      std::ofstream f(output, std::ios::binary | std::ios::app);
+      if (!f) bad_file(output, "cannot write the output file (permission denied or read-only)");
+    }
     if (!existed) fs::remove(out, ec);
     return;
   }
@@ -341,7 +348,13 @@ void check_calibrate_output(const std::string& model, const std::string& output)
   const bool existed = fs::exists(out, ec);
   fs::create_directories(out, ec);
   const fs::path probe = out / ".octet-write-test";
-  { std::ofstream f(probe); if (!f) { if (!existed) fs::remove(out, ec); bad_file(output, "cannot write into the output directory (permission denied or read-only)"); } }
+  {
+    std::ofstream f(probe);
+    if (!f) {
+      if (!existed) fs::remove(out, ec);
+      bad_file(output, "cannot write into the output directory (permission denied or read-only)");
+    }
+  }
   fs::remove(probe, ec);
   if (!existed) fs::remove(out, ec);
 }
@@ -364,8 +377,7 @@ KVCalibration run_calibrate(const CalibrateRun& run,
     throw std::invalid_argument("--chat: " + run.model + " has no chat template");
   CalibrateOptions o = run.options;
   o.require_full_window = !run.dataset.empty();
-  const std::vector<std::vector<int32_t>> ids =
-      calibration_token_ids(*model, samples, o, render);
+  const std::vector<std::vector<int32_t>> ids = calibration_token_ids(*model, samples, o, render);
   KVCalibration cal = calibrate_kv_cache(*model, ids, o, progress);
   if (ends_with_json(run.output)) {
     write_kv_scales_json(run.output, cal);

@@ -5,14 +5,13 @@
 //   scale = amax * headroom / fp8_max   (fp8_max = 448 for E4M3, 57344 for E5M2),
 // per tensor (strategy "tensor": the max over heads) or per KV head ("attn_head"), the two
 // kv_cache_scheme strategies of compressed-tensors / llm-compressor. The default headroom is
-// 2 (as --calculate-kv-scales, kCalculatedKVScaleHeadroom: K/V up to twice the calibration amax still fit; headroom 1
-// is llm-compressor's minmax observer, amax maps exactly to fp8_max).
+// 2 (as --calculate-kv-scales, kCalculatedKVScaleHeadroom: K/V up to twice the calibration amax
+// still fit; headroom 1 is llm-compressor's minmax observer, amax maps exactly to fp8_max).
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
 #include <vector>
-
 
 namespace octet {
 
@@ -51,9 +50,9 @@ using ChatRenderer =
     std::function<std::string(const std::vector<std::pair<std::string, std::string>>&)>;
 
 struct CalibrateOptions {
-  int64_t num_samples = 64;     // at most this many samples (windows of plain text) are run
-  int64_t max_seq_len = 2048;   // tokens per sample (longer ones are cut; <= model context)
-  std::string strategy = "tensor";          // tensor | attn_head
+  int64_t num_samples = 64;         // at most this many samples (windows of plain text) are run
+  int64_t max_seq_len = 2048;       // tokens per sample (longer ones are cut; <= model context)
+  std::string strategy = "tensor";  // tensor | attn_head
   std::string kv_cache_dtype = "fp8_e4m3";  // fp8_e4m3 (= fp8) | fp8_e5m2
   float headroom = 2.0f;  // >= 1; = kCalculatedKVScaleHeadroom (models/kv_scales.h)
   /// Plain-text samples: true = one window must be full (a text shorter than max_seq_len
@@ -124,7 +123,7 @@ struct CalibrateRun {
   std::string dataset;  // "" = default_calibration_samples()
   bool chat = false;    // render dataset conversations through the chat template
   CalibrateOptions options;
-  std::string output;   // *.json: write_kv_scales_json; else write_kv_calibrated_checkpoint
+  std::string output;  // *.json: write_kv_scales_json; else write_kv_calibrated_checkpoint
 };
 
 /// Checks that `output` can be written before any model runs: a *.json file whose directory

@@ -2,9 +2,8 @@
 // (see write_kv_calibrated_checkpoint in calibrate.h).
 #include <filesystem>
 #include <fstream>
-#include <stdexcept>
-
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "engine/calibrate.h"
 #include "engine/quantize.h"
@@ -20,14 +19,16 @@ void write_kv_calibrated_checkpoint(const std::string& model_dir, const std::str
                                     const KVCalibration& cal) {
   std::error_code ec;
   if (!is_hf_checkpoint_dir(model_dir))
-    throw std::invalid_argument(model_dir + ": a checkpoint output (--output DIR) needs a "
+    throw std::invalid_argument(model_dir +
+                                ": a checkpoint output (--output DIR) needs a "
                                 "Hugging Face checkpoint directory as --model; for a GGUF "
                                 "model write a scales file instead (--output FILE.json, then "
                                 "--kv-scales-path FILE.json)");
   if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec))
     throw std::invalid_argument(out_dir + ": exists and is not a directory");
   if (fs::exists(fs::path(out_dir) / "config.json", ec))
-    throw std::invalid_argument(out_dir + ": already holds a checkpoint (config.json); choose "
+    throw std::invalid_argument(out_dir +
+                                ": already holds a checkpoint (config.json); choose "
                                 "a new output directory");
   fs::create_directories(out_dir, ec);
   if (ec || !fs::is_directory(out_dir))
@@ -55,8 +56,8 @@ void write_kv_calibrated_checkpoint(const std::string& model_dir, const std::str
       w.produce = [t] { return std::vector<uint8_t>(t->data, t->data + t->nbytes); };
       tensors.push_back(std::move(w));
     }
-    const int64_t nkv = src.config().value("num_key_value_heads",
-                                           src.config().value("num_attention_heads", 1));
+    const int64_t nkv =
+        src.config().value("num_key_value_heads", src.config().value("num_attention_heads", 1));
     std::vector<LayerKVScales> scales(cal.k_scale.size());
     for (size_t l = 0; l < scales.size(); ++l) scales[l] = {cal.k_scale[l], cal.v_scale[l]};
     for (WriterTensor& t : kv_scale_tensors(scales, cal.strategy, nkv))

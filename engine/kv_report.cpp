@@ -32,8 +32,12 @@ class HookBackend final : public Backend {
 
   std::string name() const override { return in_->name(); }
   Buffer allocate(int64_t b) override { return in_->allocate(b); }
-  void upload(const Buffer& d, int64_t o, const void* s, int64_t b) override { in_->upload(d, o, s, b); }
-  void download(const Buffer& s, int64_t o, void* d, int64_t b) override { in_->download(s, o, d, b); }
+  void upload(const Buffer& d, int64_t o, const void* s, int64_t b) override {
+    in_->upload(d, o, s, b);
+  }
+  void download(const Buffer& s, int64_t o, void* d, int64_t b) override {
+    in_->download(s, o, d, b);
+  }
   void synchronize() override { in_->synchronize(); }
   void embedding(const TensorRef& t, const int32_t* ids, int64_t n, float* out) override {
     in_->embedding(t, ids, n, out);
@@ -49,7 +53,9 @@ class HookBackend final : public Backend {
   void silu_mul(const float* g, const float* u, float* out, int64_t m, int64_t n) override {
     in_->silu_mul(g, u, out, m, n);
   }
-  void row_amax(const float* x, int64_t m, int64_t k, float* a) override { in_->row_amax(x, m, k, a); }
+  void row_amax(const float* x, int64_t m, int64_t k, float* a) override {
+    in_->row_amax(x, m, k, a);
+  }
   void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* a, uint8_t* q,
                             float* s) override {
     in_->quantize_fp8_dynamic(x, m, k, a, q, s);
@@ -57,7 +63,9 @@ class HookBackend final : public Backend {
   void quantize_fp8_static(const float* x, int64_t m, int64_t k, float s, uint8_t* q) override {
     in_->quantize_fp8_static(x, m, k, s, q);
   }
-  void linear(const float* x, int64_t m, const WeightRef& w, float* y) override { in_->linear(x, m, w, y); }
+  void linear(const float* x, int64_t m, const WeightRef& w, float* y) override {
+    in_->linear(x, m, w, y);
+  }
   void linear_w8a8(const uint8_t* qa, const float* as, ScaleGranularity g, int64_t m,
                    const WeightRef& w, float* y) override {
     in_->linear_w8a8(qa, as, g, m, w, y);
@@ -151,8 +159,8 @@ float row_scale(const Variant& v, bool is_k, int64_t l, int64_t h, const float* 
 }
 
 // Quantizes n rows of [nkv, hd] of layer l.
-std::vector<float> quantize_rows(const Variant& v, bool is_k, int64_t l, const float* x,
-                                 int64_t n, int64_t nkv, int64_t hd, std::vector<Counts>* c,
+std::vector<float> quantize_rows(const Variant& v, bool is_k, int64_t l, const float* x, int64_t n,
+                                 int64_t nkv, int64_t hd, std::vector<Counts>* c,
                                  std::vector<float>* max_scale) {
   // With rotation the cache holds fp8(H k / s) and attention reads H q against it:
   // (H q).(H k_hat') = q.(H k_hat') since H is orthogonal, so the dequantized row seen in the
@@ -175,8 +183,7 @@ std::vector<float> quantize_rows(const Variant& v, bool is_k, int64_t l, const f
   return out;
 }
 
-std::vector<float> log_softmax_rows(const std::vector<float>& logits, int64_t rows,
-                                    int64_t vocab) {
+std::vector<float> log_softmax_rows(const std::vector<float>& logits, int64_t rows, int64_t vocab) {
   std::vector<float> out(logits.size());
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = logits.data() + r * vocab;
@@ -212,8 +219,10 @@ KVReport run_kv_report(const KVReportOptions& o) {
   hook->num_layers = L;
   for (const std::string& s : o.sources)
     if (s.find("+hadamard") != std::string::npos && (hd & (hd - 1)) != 0)
-      throw std::invalid_argument("kv-report: " + s + " needs a power-of-two head_dim (this "
-                                  "model's is " + std::to_string(hd) + ")");
+      throw std::invalid_argument("kv-report: " + s +
+                                  " needs a power-of-two head_dim (this "
+                                  "model's is " +
+                                  std::to_string(hd) + ")");
 
   std::vector<int32_t> ids = model->tokenizer->encode(o.text, true, true);
   if (static_cast<int64_t>(ids.size()) > std::min(o.max_tokens, c.max_position_embeddings))
@@ -290,8 +299,10 @@ KVReport run_kv_report(const KVReportOptions& o) {
     for (int64_t l = 0; l < L; ++l) {
       std::vector<Counts> kc(nkv), vc(nkv);
       std::vector<float> kmax(nkv, 0.0f), vmax(nkv, 0.0f);
-      const std::vector<float> kq = quantize_rows(var, true, l, K[l].data(), n, nkv, hd, &kc, &kmax);
-      const std::vector<float> vq = quantize_rows(var, false, l, V[l].data(), n, nkv, hd, &vc, &vmax);
+      const std::vector<float> kq =
+          quantize_rows(var, true, l, K[l].data(), n, nkv, hd, &kc, &kmax);
+      const std::vector<float> vq =
+          quantize_rows(var, false, l, V[l].data(), n, nkv, hd, &vc, &vmax);
       bool clips = false;
       for (int64_t h = 0; h < nkv; ++h) {
         KVHeadReport& r = vr.heads[l][h];

@@ -2,10 +2,10 @@
 // `octet kv-report`: what each FP8 KV format and scale source costs this model, measured on real
 // text through the model (not random data). One unquantized-KV pass over the text records, per
 // layer and KV head, K/V amax and for every variant (format x scale source) the scale, the
-// fraction of values that clip (|x| / scale beyond what rounds to fp8_max), flush to zero or land in subnormals,
-// the largest attention-score error and the attention-output relative error against the exact
-// cache (every query_stride-th query position, every query head). Then the model runs once per
-// variant with its K/V quantized and dequantized on write (bit-exact FP8 values, FP32
+// fraction of values that clip (|x| / scale beyond what rounds to fp8_max), flush to zero or
+// land in subnormals, the largest attention-score error and the attention-output relative error
+// against the exact cache (every query_stride-th query position, every query head). Then the model
+// runs once per variant with its K/V quantized and dequantized on write (bit-exact FP8 values, FP32
 // attention) for the end-to-end full-vocabulary KL divergence and greedy (argmax) agreement
 // against the exact-KV logits. With target_kl > 0 it recommends the layers to keep in bf16 for
 // one variant: layers are added in order of their own KL (that layer alone quantized) until the
@@ -36,20 +36,20 @@ struct KVReportOptions {
 };
 
 struct KVHeadReport {
-  float k_amax = 0, v_amax = 0;  // over the text's tokens, FP32
-  float k_scale = 0, v_scale = 0;  // per_token_head: the largest token scale
-  double k_clip = 0, v_clip = 0;  // fraction with |x| / scale >= fp8_max + ulp/2 (saturated)
-  double k_flush = 0, v_flush = 0;      // fraction of non-zero values that quantize to 0
+  float k_amax = 0, v_amax = 0;     // over the text's tokens, FP32
+  float k_scale = 0, v_scale = 0;   // per_token_head: the largest token scale
+  double k_clip = 0, v_clip = 0;    // fraction with |x| / scale >= fp8_max + ulp/2 (saturated)
+  double k_flush = 0, v_flush = 0;  // fraction of non-zero values that quantize to 0
   double k_subnormal = 0, v_subnormal = 0;  // fraction landing in (0, min normal)
   double max_score_error = 0;   // max |q.k - q.k_hat| * softmax_scale (logits of the softmax)
   double output_rel_error = 0;  // sqrt(sum |o - o_hat|^2 / sum |o|^2) over sampled queries
 };
 
 struct KVVariantReport {
-  std::string format, source;  // "fp8_e4m3", "tensor"
+  std::string format, source;                    // "fp8_e4m3", "tensor"
   std::vector<std::vector<KVHeadReport>> heads;  // [num_layers][num_kv_heads]
-  double kl = 0;                // mean over positions of KL(exact || quantized), nats
-  double greedy_agreement = 0;  // fraction of positions with the same argmax
+  double kl = 0;                         // mean over positions of KL(exact || quantized), nats
+  double greedy_agreement = 0;           // fraction of positions with the same argmax
   std::vector<int64_t> clipping_layers;  // layers with any clipped K or V value
 };
 
@@ -58,11 +58,11 @@ struct KVReport {
   std::vector<KVVariantReport> variants;
   // With target_kl > 0:
   std::string recommend_for;
-  std::vector<double> layer_kl;       // [num_layers]: KL with only that layer quantized
-  std::vector<int64_t> skip_layers;   // ascending
-  double kl_with_skip = 0;            // measured with skip_layers in bf16
+  std::vector<double> layer_kl;      // [num_layers]: KL with only that layer quantized
+  std::vector<int64_t> skip_layers;  // ascending
+  double kl_with_skip = 0;           // measured with skip_layers in bf16
   bool target_met = false;
-  std::string skip_layers_flag;       // "--kv-cache-dtype-skip-layers 3,7" ("" if none needed)
+  std::string skip_layers_flag;  // "--kv-cache-dtype-skip-layers 3,7" ("" if none needed)
 };
 
 /// Runs the report (see the top of this file). Throws std::invalid_argument for an unknown

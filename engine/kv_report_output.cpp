@@ -5,9 +5,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/kv_report.h"
 
@@ -20,17 +19,25 @@ std::string kv_report_json(const KVReport& r) {
   j["num_kv_heads"] = r.num_kv_heads;
   j["variants"] = nlohmann::json::array();
   for (const KVVariantReport& v : r.variants) {
-    nlohmann::json jv = {{"format", v.format}, {"source", v.source}, {"kl", v.kl},
+    nlohmann::json jv = {{"format", v.format},
+                         {"source", v.source},
+                         {"kl", v.kl},
                          {"greedy_agreement", v.greedy_agreement},
                          {"clipping_layers", v.clipping_layers}};
     jv["layers"] = nlohmann::json::array();
     for (const auto& layer : v.heads) {
       nlohmann::json jl = nlohmann::json::array();
       for (const KVHeadReport& h : layer)
-        jl.push_back({{"k_amax", h.k_amax}, {"v_amax", h.v_amax}, {"k_scale", h.k_scale},
-                      {"v_scale", h.v_scale}, {"k_clip", h.k_clip}, {"v_clip", h.v_clip},
-                      {"k_flush", h.k_flush}, {"v_flush", h.v_flush},
-                      {"k_subnormal", h.k_subnormal}, {"v_subnormal", h.v_subnormal},
+        jl.push_back({{"k_amax", h.k_amax},
+                      {"v_amax", h.v_amax},
+                      {"k_scale", h.k_scale},
+                      {"v_scale", h.v_scale},
+                      {"k_clip", h.k_clip},
+                      {"v_clip", h.v_clip},
+                      {"k_flush", h.k_flush},
+                      {"v_flush", h.v_flush},
+                      {"k_subnormal", h.k_subnormal},
+                      {"v_subnormal", h.v_subnormal},
                       {"max_score_error", h.max_score_error},
                       {"output_rel_error", h.output_rel_error}});
       jv["layers"].push_back(jl);
@@ -38,9 +45,9 @@ std::string kv_report_json(const KVReport& r) {
     j["variants"].push_back(jv);
   }
   if (!r.recommend_for.empty())
-    j["recommendation"] = {{"for", r.recommend_for}, {"layer_kl", r.layer_kl},
+    j["recommendation"] = {{"for", r.recommend_for},       {"layer_kl", r.layer_kl},
                            {"skip_layers", r.skip_layers}, {"kl_with_skip", r.kl_with_skip},
-                           {"target_met", r.target_met}, {"flag", r.skip_layers_flag}};
+                           {"target_met", r.target_met},   {"flag", r.skip_layers_flag}};
   return j.dump();
 }
 
@@ -48,7 +55,8 @@ std::string kv_report_table(const KVReport& r) {
   std::ostringstream os;
   os << "kv-report: " << r.tokens << " tokens, " << r.num_layers << " layers, " << r.num_kv_heads
      << " KV heads; KL = mean KL(exact KV || quantized KV) over positions, full vocabulary\n";
-  os << "format    source                    KL          greedy   clipping layers   worst layers (attn out rel err)\n";
+  os << "format    source                    KL          greedy   clipping layers   worst layers "
+        "(attn out rel err)\n";
   for (const KVVariantReport& v : r.variants) {
     std::vector<std::pair<double, int64_t>> worst;
     for (size_t l = 0; l < v.heads.size(); ++l) {
@@ -70,17 +78,18 @@ std::string kv_report_table(const KVReport& r) {
        << w << "\n";
   }
   for (const KVVariantReport& v : r.variants) {
-    os << "\n" << v.format << " / " << v.source
+    os << "\n"
+       << v.format << " / " << v.source
        << ": layer head  k_amax    v_amax    k_scale     v_scale     k_clip    v_clip    "
           "k_flush   v_flush   score_err  out_rel_err\n";
     for (size_t l = 0; l < v.heads.size(); ++l)
       for (size_t h = 0; h < v.heads[l].size(); ++h) {
         const KVHeadReport& x = v.heads[l][h];
         os << std::setprecision(3) << "  " << std::setw(6) << l << std::setw(5) << h
-           << std::setw(10) << x.k_amax << std::setw(10) << x.v_amax << std::setw(12)
-           << x.k_scale << std::setw(12) << x.v_scale << std::setw(10) << x.k_clip
-           << std::setw(10) << x.v_clip << std::setw(10) << x.k_flush << std::setw(10)
-           << x.v_flush << std::setw(11) << x.max_score_error << x.output_rel_error << "\n";
+           << std::setw(10) << x.k_amax << std::setw(10) << x.v_amax << std::setw(12) << x.k_scale
+           << std::setw(12) << x.v_scale << std::setw(10) << x.k_clip << std::setw(10) << x.v_clip
+           << std::setw(10) << x.k_flush << std::setw(10) << x.v_flush << std::setw(11)
+           << x.max_score_error << x.output_rel_error << "\n";
       }
   }
   if (!r.recommend_for.empty()) {
@@ -111,11 +120,11 @@ std::string write_kv_report_heatmap(const KVReport& r, const std::string& png_pa
   std::ofstream gp(base);
   const size_t nv = r.variants.size(), cols = std::min<size_t>(nv, 4);
   gp << "set terminal pngcairo size " << 300 * cols << "," << 420 * ((nv + cols - 1) / cols)
-     << "\nset output '" << png_path << "'\nset multiplot layout " << (nv + cols - 1) / cols
-     << "," << cols << "\nset xlabel 'KV head'\nset ylabel 'layer'\nset cblabel 'attn out rel err'\n";
+     << "\nset output '" << png_path << "'\nset multiplot layout " << (nv + cols - 1) / cols << ","
+     << cols << "\nset xlabel 'KV head'\nset ylabel 'layer'\nset cblabel 'attn out rel err'\n";
   for (size_t i = 0; i < nv; ++i)
-    gp << "set title '" << r.variants[i].format << " / " << r.variants[i].source
-       << "'\nplot '" << base << ".dat' index " << i << " using 1:2:3 with image notitle\n";
+    gp << "set title '" << r.variants[i].format << " / " << r.variants[i].source << "'\nplot '"
+       << base << ".dat' index " << i << " using 1:2:3 with image notitle\n";
   gp << "unset multiplot\n";
   gp.close();
   if (!dat || !gp) return "cannot write " + base;

@@ -5,9 +5,8 @@
 #include <algorithm>
 #include <iomanip>
 #include <iostream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "config/calibrate_config.h"
 #include "engine/calibrate.h"
@@ -40,8 +39,7 @@ std::string range_str(const std::vector<float>& v) {
 }  // namespace
 
 int run_calibrate(int argc, const char* const* argv) {
-  return cli::run_command<CalibrateConfig>("octet calibrate", argc, argv,
-                                           [](CalibrateConfig& cfg) {
+  return cli::run_command<CalibrateConfig>("octet calibrate", argc, argv, [](CalibrateConfig& cfg) {
     CalibrateRun run;
     run.model = cfg.model;
     run.quantization = cfg.quantization;
@@ -68,9 +66,9 @@ int run_calibrate(int argc, const char* const* argv) {
     std::function<void(int64_t, int64_t)> progress;
     if (isatty(STDERR_FILENO)) progress = draw_progress;
     const KVCalibration cal = run_calibrate(run, make_renderer, progress);
-    std::cout << "calibrated " << cal.num_samples << " samples, " << cal.num_tokens
-              << " tokens; " << cal.strategy << " scales for " << cfg.kv_cache_dtype
-              << " (headroom " << cal.headroom << "x) -> " << cfg.output << "\n";
+    std::cout << "calibrated " << cal.num_samples << " samples, " << cal.num_tokens << " tokens; "
+              << cal.strategy << " scales for " << cfg.kv_cache_dtype << " (headroom "
+              << cal.headroom << "x) -> " << cfg.output << "\n";
     std::cout << "layer  k_amax (heads)       v_amax (heads)       k_scale              v_scale\n";
     for (size_t l = 0; l < cal.k_scale.size(); ++l)
       std::cout << std::left << std::setw(7) << l << std::setw(21) << range_str(cal.k_amax[l])

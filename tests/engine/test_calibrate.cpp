@@ -2,7 +2,6 @@
 // heads, head_dim 8), the round trip of both outputs through the loaders and the start-up
 // table, and the errors for bad input.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -37,8 +36,8 @@ std::string long_text() {
 std::string scaled_tiny_llama(const testing::TempDir& dir, float c) {
   const std::string src = testing::tiny_model_dir("tiny_llama"), dst = dir.file("scaled");
   fs::create_directories(dst);
-  for (const char* f : {"config.json", "generation_config.json", "tokenizer.json",
-                        "tokenizer_config.json"})
+  for (const char* f :
+       {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
     fs::copy_file(src + "/" + f, dst + "/" + f);
   std::ifstream in(src + "/model.safetensors", std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -91,8 +90,7 @@ std::vector<float> expand(const std::vector<float>& s, size_t n) {
 
 }  // namespace
 
-TEST_CASE("calibrate: scales are amax * headroom / 448, per head and per tensor",
-          "[calibrate]") {
+TEST_CASE("calibrate: scales are amax * headroom / 448, per head and per tensor", "[calibrate]") {
   testing::TempDir dir;
   const std::string model = testing::tiny_model_dir("tiny_llama");
   const std::string text = write_text(dir, "t.txt", long_text());
@@ -132,8 +130,7 @@ TEST_CASE("calibrate: K/V c times larger give amax c times larger", "[calibrate]
     }
 }
 
-TEST_CASE("calibrate: scales file and checkpoint load back with identical values",
-          "[calibrate]") {
+TEST_CASE("calibrate: scales file and checkpoint load back with identical values", "[calibrate]") {
   testing::TempDir dir;
   const std::string model = testing::tiny_model_dir("tiny_llama");
   const std::string text = write_text(dir, "t.txt", long_text());
@@ -171,8 +168,8 @@ TEST_CASE("calibrate: scales file and checkpoint load back with identical values
     CHECK(q.at("kv_cache_scheme").at("strategy") == strategy);
     CHECK(q.at("kv_cache_scheme").at("dynamic") == false);
     const TensorView& k0 = h.tensor("model.layers.0.self_attn.k_scale");
-    CHECK(k0.shape == (strategy == "tensor" ? std::vector<int64_t>{1}
-                                            : std::vector<int64_t>{2, 1, 1}));
+    CHECK(k0.shape ==
+          (strategy == "tensor" ? std::vector<int64_t>{1} : std::vector<int64_t>{2, 1, 1}));
     CHECK(h.find("model.layers.0.self_attn.k_proj.weight")->dtype == TensorDType::F8_E4M3);
     const auto loaded = load_model(ckpt, make_load_options("auto", "channel"));
     cc.kv_scales_path.clear();
@@ -206,14 +203,14 @@ TEST_CASE("calibrate: datasets (JSONL, ShareGPT, chat) and the default set", "[c
   CHECK(s[0].text == "hello there, this is a sample");
   REQUIRE(s[1].messages.size() == 2);
   CHECK(s[1].messages[1] == std::pair<std::string, std::string>{"assistant", "hello"});
-  const std::string sharegpt = write_text(
-      dir, "d.json",
-      "[{\"id\": \"a\", \"conversations\": [{\"from\": \"human\", \"value\": \"2+2?\"}, "
-      "{\"from\": \"gpt\", \"value\": \"4\"}]}]");
+  const std::string sharegpt =
+      write_text(dir, "d.json",
+                 "[{\"id\": \"a\", \"conversations\": [{\"from\": \"human\", \"value\": \"2+2?\"}, "
+                 "{\"from\": \"gpt\", \"value\": \"4\"}]}]");
   const auto g = read_calibration_dataset(sharegpt);
   REQUIRE(g.size() == 1);
-  CHECK(g[0].messages == std::vector<std::pair<std::string, std::string>>{{"user", "2+2?"},
-                                                                         {"assistant", "4"}});
+  CHECK(g[0].messages ==
+        std::vector<std::pair<std::string, std::string>>{{"user", "2+2?"}, {"assistant", "4"}});
   // --chat renders through the renderer given; the run then has one sample per record.
   CalibrateRun r = run_for(model, sharegpt, dir.file("c.json"), "tensor");
   r.chat = true;
@@ -261,8 +258,8 @@ TEST_CASE("calibrate: bad input gives clear errors", "[calibrate]") {
   fails(run_for(model, text, dir.file("o.json"), "channel"), "--strategy channel");
   fails(run_for(model, text, text + "/o.json", "tensor"), "cannot write the output");
   fails(run_for(model, text, dir.file("missing/o.json"), "tensor"), "does not exist");
-  fails(run_for(std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf", text,
-                dir.file("ckpt"), "tensor"),
+  fails(run_for(std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf", text, dir.file("ckpt"),
+                "tensor"),
         "needs a Hugging Face checkpoint");
   CalibrateRun e5 = run_for(model, text, dir.file("o.json"), "tensor");
   e5.options.kv_cache_dtype = "bf16";

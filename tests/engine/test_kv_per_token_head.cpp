@@ -2,7 +2,6 @@
 // layers, 4 KV heads, head_dim 8): batch invariance (a request alone equals its output in a
 // batch of 16), the page size counting the scales, the start-up table, and the errors.
 #include <catch2/catch.hpp>
-
 #include <random>
 #include <string>
 
@@ -75,8 +74,8 @@ TEST_CASE("per-token-head KV: a request is bit-identical alone and in a batch of
   const auto prompts = make_prompts(16, 5);
   std::vector<Result> solo;
   for (int target : {2, 5, 9})
-    solo.push_back(collect(*engine->add_request("solo" + std::to_string(target),
-                                                prompts[target], params_for(target))));
+    solo.push_back(collect(*engine->add_request("solo" + std::to_string(target), prompts[target],
+                                                params_for(target))));
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (int i = 0; i < 16; ++i)
     streams.push_back(engine->add_request("b" + std::to_string(i), prompts[i], params_for(i)));

@@ -3,7 +3,6 @@
 // flags every layer as clipping at unit scale, and with calibrated or per-token-head scales the
 // KL is the original model's (the scales move by exactly c, so the FP8 codes are the same).
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -19,8 +18,8 @@ namespace fs = std::filesystem;
 std::string scaled_tiny_llama(const testing::TempDir& dir, float c) {
   const std::string src = testing::tiny_model_dir("tiny_llama"), dst = dir.file("scaled");
   fs::create_directories(dst);
-  for (const char* f : {"config.json", "generation_config.json", "tokenizer.json",
-                        "tokenizer_config.json"})
+  for (const char* f :
+       {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"})
     fs::copy_file(src + "/" + f, dst + "/" + f);
   std::ifstream in(src + "/model.safetensors", std::ios::binary);
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -71,9 +70,10 @@ const KVVariantReport& find(const KVReport& r, const std::string& f, const std::
 
 }  // namespace
 
-TEST_CASE("kv-report: K/V beyond FP8's range clip at unit scale; calibrated and per-token-head "
-          "scales give the original's KL",
-          "[kv_report]") {
+TEST_CASE(
+    "kv-report: K/V beyond FP8's range clip at unit scale; calibrated and per-token-head "
+    "scales give the original's KL",
+    "[kv_report]") {
   testing::TempDir dir;
   const KVReport orig = run_kv_report(options(testing::tiny_model_dir("tiny_llama")));
   const KVReport big = run_kv_report(options(scaled_tiny_llama(dir, 65536.0f)));

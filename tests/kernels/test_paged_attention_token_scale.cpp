@@ -5,11 +5,10 @@
 // and for batch / thread invariance (bitwise).
 // Tolerance: both sides use the same dequantized values in FP32 and differ only in summation
 // order, so outputs agree to 1e-5 x max|V| + 1e-6.
-#include <catch2/catch.hpp>
-
 #include <omp.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -28,8 +27,10 @@ struct TokenCache {
   std::vector<float> ks, vs, unit;  // token scales [slots, nkv]; placeholders [nkv]
   KVCacheView view;
   TokenCache(int64_t num_blocks, int64_t block_size, int64_t nkv, int64_t hd)
-      : k(static_cast<size_t>(num_blocks * block_size * nkv * hd), 0xAB), v(k.size(), 0xCD),
-        ks(static_cast<size_t>(num_blocks * block_size * nkv), -1.0f), vs(ks.size(), -1.0f),
+      : k(static_cast<size_t>(num_blocks * block_size * nkv * hd), 0xAB),
+        v(k.size(), 0xCD),
+        ks(static_cast<size_t>(num_blocks * block_size * nkv), -1.0f),
+        vs(ks.size(), -1.0f),
         unit(static_cast<size_t>(nkv), 1.0f) {
     view.k = k.data();
     view.v = v.data();
@@ -102,9 +103,8 @@ TEST_CASE("per-token-head: paged_attention matches attention over the dequantize
           "[paged_attention][token_scale]") {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
-  for (const auto& [nkv, group, hd, block_size] :
-       std::vector<std::array<int64_t, 4>>{{1, 1, 8, 4}, {2, 3, 16, 16}, {4, 2, 64, 8},
-                                           {3, 1, 80, 16}}) {
+  for (const auto& [nkv, group, hd, block_size] : std::vector<std::array<int64_t, 4>>{
+           {1, 1, 8, 4}, {2, 3, 16, 16}, {4, 2, 64, 8}, {3, 1, 80, 16}}) {
     INFO("nkv " << nkv << " group " << group << " hd " << hd << " block " << block_size);
     const int64_t nh = nkv * group;
     const std::vector<int64_t> lens = {1, 37, 300};  // one partition, several, > 256
@@ -199,12 +199,12 @@ TEST_CASE("per-token-head: a sequence's output is bitwise the same alone and in 
     for (float& x : k) x = nd(rng) * 3;
     for (float& x : v) x = nd(rng);
     std::vector<int64_t> slots(lens[s]);
-    for (int64_t p = 0; p < lens[s]; ++p)
-      slots[p] = tables[s * maxb + p / bs] * bs + p % bs;
+    for (int64_t p = 0; p < lens[s]; ++p) slots[p] = tables[s * maxb + p / bs] * bs + p % bs;
     write_kv_cache(c.view, k.data(), v.data(), slots.data(), lens[s]);
   }
   std::vector<int64_t> qsl(nseq + 1);
-  for (int64_t s = 0; s < nseq; ++s) qsl[s + 1] = qsl[s] + (s % 3 == 0 ? std::min<int64_t>(lens[s], 5) : 1);
+  for (int64_t s = 0; s < nseq; ++s)
+    qsl[s + 1] = qsl[s] + (s % 3 == 0 ? std::min<int64_t>(lens[s], 5) : 1);
   std::vector<float> q(qsl[nseq] * nh * hd);
   for (float& x : q) x = nd(rng) * 0.2f;
   PagedAttentionBatch b{nseq, qsl.data(), lens.data(), tables.data(), maxb};

@@ -1,15 +1,13 @@
 // `octet calibrate` and `octet kv-report` end to end: the real binary, its outputs and the exit
 // codes of bad input (2 = usage error, with a one-line message).
-#include <catch2/catch.hpp>
-
 #include <sys/wait.h>
 
 #include <array>
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "gguf_writer.h"
 
@@ -40,7 +38,8 @@ const std::string kStories = std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.
 TEST_CASE("calibrate CLI: writes a scales file that serve-side loading accepts", "[cli]") {
   octet::testing::TempDir dir;
   const std::string out = dir.file("scales.json");
-  const RunResult r = run("calibrate --model " + kStories + " --strategy attn_head --output " + out);
+  const RunResult r =
+      run("calibrate --model " + kStories + " --strategy attn_head --output " + out);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   std::ifstream in(out);
@@ -49,9 +48,9 @@ TEST_CASE("calibrate CLI: writes a scales file that serve-side loading accepts",
   REQUIRE(j["layers"].size() == 5);
   CHECK(j["layers"]["0"]["k_scale"].size() == 4);  // stories260K: 4 KV heads
   // generate with --kv-scales-path: the start-up table is logged only by serve; here it must run.
-  const RunResult g = run("generate --model " + kStories +
-                          " --prompt Once --max-tokens 4 --kv-cache-dtype fp8 --kv-scales-path " +
-                          out);
+  const RunResult g =
+      run("generate --model " + kStories +
+          " --prompt Once --max-tokens 4 --kv-cache-dtype fp8 --kv-scales-path " + out);
   INFO(g.output);
   CHECK(g.exit_code == 0);
 }
@@ -65,8 +64,7 @@ TEST_CASE("calibrate CLI: bad input exits 2 with a clear message", "[cli]") {
   const struct {
     std::string args, message;
   } cases[] = {
-      {"--dataset " + dir.file("empty.jsonl") + " --output " + dir.file("o.json"),
-       "empty dataset"},
+      {"--dataset " + dir.file("empty.jsonl") + " --output " + dir.file("o.json"), "empty dataset"},
       {"--dataset " + dir.file("short.txt") + " --output " + dir.file("o.json"),
        "shorter than one sample"},
       {"--strategy group --output " + dir.file("o.json"), "--strategy group"},
