@@ -93,6 +93,12 @@ std::string kv_report_table(const KVReport& r) {
       }
   }
   if (!r.recommend_for.empty()) {
+    std::vector<std::pair<double, size_t>> by_kl;
+    for (size_t l = 0; l < r.layer_kl.size(); ++l) by_kl.push_back({r.layer_kl[l], l});
+    std::sort(by_kl.rbegin(), by_kl.rend());
+    os << "\nKL with one layer quantized (worst first):";
+    for (size_t i = 0; i < std::min<size_t>(8, by_kl.size()); ++i)
+      os << " " << by_kl[i].second << " (" << std::setprecision(3) << by_kl[i].first << ")";
     os << "\nrecommendation for " << r.recommend_for << ": ";
     if (r.skip_layers.empty()) {
       os << "no layer needs bf16 (KL " << r.kl_with_skip << ")\n";
