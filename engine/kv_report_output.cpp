@@ -127,7 +127,9 @@ std::string write_kv_report_heatmap(const KVReport& r, const std::string& png_pa
   const size_t nv = r.variants.size(), cols = std::min<size_t>(nv, 4);
   gp << "set terminal pngcairo size " << 300 * cols << "," << 420 * ((nv + cols - 1) / cols)
      << "\nset output '" << png_path << "'\nset multiplot layout " << (nv + cols - 1) / cols << ","
-     << cols << "\nset xlabel 'KV head'\nset ylabel 'layer'\nset cblabel 'attn out rel err'\n";
+     << cols << "\nset termoption noenhanced\nset xlabel 'KV head'\nset ylabel 'layer'\n"
+     << "set cblabel 'attn out rel err'\nset xtics 1\nset xrange [-0.5:" << r.num_kv_heads - 0.5
+     << "]\nset yrange [-0.5:" << r.num_layers - 0.5 << "]\n";
   for (size_t i = 0; i < nv; ++i)
     gp << "set title '" << r.variants[i].format << " / " << r.variants[i].source << "'\nplot '"
        << base << ".dat' index " << i << " using 1:2:3 with image notitle\n";
