@@ -65,6 +65,7 @@ struct KVReportConfig {
   std::string recommend_for = "fp8_e4m3/tensor";
   bool json = false;
   std::string heatmap;
+  std::string long_context;
 
   template <class Visitor>
   static void visit(KVReportConfig& c, Visitor&& v) {
@@ -83,6 +84,9 @@ struct KVReportConfig {
       "(nats; 0 = no recommendation)");
     v(c.recommend_for, "recommend_for", "variant the recommendation is for, format/source");
     v(c.json, "json", "print one JSON object instead of the table");
+    v(c.long_context, "long_context",
+      "comma-separated context lengths for the long-context probe (a copy task: len/2 random "
+      "tokens repeated), e.g. 512,1024,2048,4096,8192; accuracy for exact KV and every variant");
     v(c.heatmap, "heatmap",
       "PNG file: layer x KV head heatmap of the attention-output error "
       "(needs gnuplot)");

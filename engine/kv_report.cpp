@@ -229,11 +229,13 @@ KVReport run_kv_report(const KVReportOptions& o) {
     ids.resize(static_cast<size_t>(std::min(o.max_tokens, c.max_position_embeddings)));
   if (ids.size() < 2) throw std::invalid_argument("kv-report: the text has fewer than 2 tokens");
   const auto n = static_cast<int64_t>(ids.size());
-  auto run = [&]() {
+  auto run_ids = [&](const std::vector<int32_t>& x) {
     hook->reset();
-    std::vector<SequenceKVCache> seq = new_sequence_caches(*model, n);
-    return forward_sequence(*model, seq, ids.data(), n, 0, /*all_logits=*/true);
+    const auto m = static_cast<int64_t>(x.size());
+    std::vector<SequenceKVCache> seq = new_sequence_caches(*model, m);
+    return forward_sequence(*model, seq, x.data(), m, 0, /*all_logits=*/true);
   };
+  auto run = [&]() { return run_ids(ids); };
 
   // Calibrated amax (per KV head) on the built-in set, the model's own forward.
   CalibrateOptions co;
@@ -416,6 +418,44 @@ KVReport run_kv_report(const KVReportOptions& o) {
     std::string list;
     for (int64_t l : rep.skip_layers) list += (list.empty() ? "" : ",") + std::to_string(l);
     rep.skip_layers_flag = list.empty() ? "" : "--kv-cache-dtype-skip-layers " + list;
+  }
+  // Long-context probe: a copy task (random tokens, then the same tokens again); accuracy is the
+  // fraction of the second half's next tokens that greedy decoding gets right.
+  for (const int64_t len : o.long_context_lengths) {
+    if (len < 4 || len > c.max_position_embeddings)
+      throw std::invalid_argument("kv-report: --long-context length " + std::to_string(len) +
+                                  " not in [4, " + std::to_string(c.max_position_embeddings) +
+                                  "] (the model's context)");
+    uint64_t state = 0x9E3779B97F4A7C15ull ^ static_cast<uint64_t>(len);
+    const int64_t lo = std::max<int64_t>(3, vocab / 10), span = std::max<int64_t>(1, vocab / 2 - lo);
+    std::vector<int32_t> x(static_cast<size_t>(len));
+    const int64_t half = len / 2;
+    for (int64_t i = 0; i < half; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      x[static_cast<size_t>(i)] = static_cast<int32_t>(lo + static_cast<int64_t>((state >> 33) % span));
+    }
+    for (int64_t i = half; i < len; ++i) x[static_cast<size_t>(i)] = x[static_cast<size_t>(i - half)];
+    auto accuracy = [&](const std::vector<float>& logits) {
+      int64_t right = 0, total = 0;
+      for (int64_t p = half; p + 1 < len; ++p, ++total) {
+        const float* l = logits.data() + p * vocab;
+        right += std::max_element(l, l + vocab) - l == x[static_cast<size_t>(p + 1)];
+      }
+      return total ? static_cast<double>(right) / static_cast<double>(total) : 0.0;
+    };
+    KVReport::LongContextRow row;
+    row.length = len;
+    row.exact_accuracy = accuracy(run_ids(x));
+    for (const Variant& var : variants) {
+      hook->on_write = [&](int64_t l, const float* k, const float* v, int64_t m,
+                           std::vector<float>* k2, std::vector<float>* v2) {
+        *k2 = quantize_rows(var, true, l, k, m, nkv, hd, nullptr, nullptr);
+        *v2 = quantize_rows(var, false, l, v, m, nkv, hd, nullptr, nullptr);
+      };
+      row.accuracy.push_back(accuracy(run_ids(x)));
+      hook->on_write = nullptr;
+    }
+    rep.long_context.push_back(row);
   }
   return rep;
 }

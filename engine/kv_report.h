@@ -33,6 +33,10 @@ struct KVReportOptions {
   int64_t query_stride = 4;  // attention errors on every query_stride-th position
   double target_kl = 0.0;    // > 0: recommend skip layers for `recommend_for`
   std::string recommend_for = "fp8_e4m3/tensor";  // format/source
+  /// Long-context probe (empty = off): for each length, a copy task (len / 2 random tokens
+  /// repeated once) run with exact KV and with every variant; accuracy = fraction of the second
+  /// half's next tokens greedy decoding predicts (the model must attend len / 2 tokens back).
+  std::vector<int64_t> long_context_lengths;
 };
 
 struct KVHeadReport {
@@ -63,6 +67,12 @@ struct KVReport {
   double kl_with_skip = 0;           // measured with skip_layers in bf16
   bool target_met = false;
   std::string skip_layers_flag;  // "--kv-cache-dtype-skip-layers 3,7" ("" if none needed)
+  struct LongContextRow {
+    int64_t length = 0;
+    double exact_accuracy = 0;     // with the exact (unquantized) KV
+    std::vector<double> accuracy;  // per variant, in `variants` order
+  };
+  std::vector<LongContextRow> long_context;
 };
 
 /// Runs the report (see the top of this file). Throws std::invalid_argument for an unknown

@@ -44,6 +44,10 @@ std::string kv_report_json(const KVReport& r) {
     }
     j["variants"].push_back(jv);
   }
+  for (const KVReport::LongContextRow& row : r.long_context)
+    j["long_context"].push_back({{"length", row.length},
+                                 {"exact_accuracy", row.exact_accuracy},
+                                 {"accuracy", row.accuracy}});
   if (!r.recommend_for.empty())
     j["recommendation"] = {{"for", r.recommend_for},       {"layer_kl", r.layer_kl},
                            {"skip_layers", r.skip_layers}, {"kl_with_skip", r.kl_with_skip},
@@ -91,6 +95,20 @@ std::string kv_report_table(const KVReport& r) {
            << std::setw(10) << x.k_flush << std::setw(10) << x.v_flush << std::setw(11)
            << x.max_score_error << x.output_rel_error << "\n";
       }
+  }
+  if (!r.long_context.empty()) {
+    os << "\nlong-context copy task: greedy accuracy on the repeated half\nlength   exact";
+    for (const KVVariantReport& v : r.variants) os << "  " << v.format << "/" << v.source;
+    os << "\n";
+    for (const KVReport::LongContextRow& row : r.long_context) {
+      os << std::left << std::setw(9) << row.length << std::fixed << std::setprecision(3)
+         << std::setw(7) << row.exact_accuracy;
+      for (size_t i = 0; i < row.accuracy.size(); ++i)
+        os << "  " << std::setw(static_cast<int>(r.variants[i].format.size() + 1 +
+                                                 r.variants[i].source.size()))
+           << row.accuracy[i];
+      os << std::defaultfloat << "\n";
+    }
   }
   if (!r.recommend_for.empty()) {
     std::vector<std::pair<double, size_t>> by_kl;

@@ -44,6 +44,18 @@ int run_kv_report(int argc, const char* const* argv) {
     o.query_stride = cfg.query_stride;
     o.target_kl = cfg.target_kl;
     o.recommend_for = cfg.recommend_for;
+    for (const std::string& s : split(cfg.long_context)) {
+      size_t used = 0;
+      int64_t len = 0;
+      try {
+        len = std::stoll(s, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used != s.size())
+        throw std::invalid_argument("--long-context: '" + s + "' is not a length");
+      o.long_context_lengths.push_back(len);
+    }
     const KVReport r = run_kv_report(o);
     std::cout << (cfg.json ? kv_report_json(r) + "\n" : kv_report_table(r));
     if (!cfg.heatmap.empty()) {

@@ -123,8 +123,36 @@ TEST_CASE("kv-report: --target-kl recommends skip layers that meet it", "[kv_rep
   CHECK(kv_report_json(r).find("\"skip_layers\":[0,1,2,3]") != std::string::npos);
   o.recommend_for = "fp8_e5m2/unit";
   REQUIRE_THROWS_AS(run_kv_report(o), std::invalid_argument);
+  o.recommend_for = "fp8_e4m3/unit";
+  o.target_kl = 0;
+  o.long_context_lengths = {1000};  // beyond the tiny model's 256
+  REQUIRE_THROWS_AS(run_kv_report(o), std::invalid_argument);
   o.sources = {"channel"};
   REQUIRE_THROWS_AS(run_kv_report(o), std::invalid_argument);
+}
+
+TEST_CASE("kv-report: the long-context copy probe", "[kv_report]") {
+  // The scaled copy computes the original's function: exact-KV and per-token-head accuracies
+  // are the original's (per-token-head scales move by exactly c), at every length.
+  testing::TempDir dir;
+  KVReportOptions a = options(testing::tiny_model_dir("tiny_llama"));
+  a.formats = {"fp8_e4m3"};
+  a.sources = {"unit", "per_token_head"};
+  a.long_context_lengths = {32, 128, 256};
+  KVReportOptions b = a;
+  b.model = scaled_tiny_llama(dir, 65536.0f);
+  const KVReport ra = run_kv_report(a), rb = run_kv_report(b);
+  REQUIRE(ra.long_context.size() == 3);
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("length " << ra.long_context[i].length);
+    CHECK(ra.long_context[i].length == a.long_context_lengths[i]);
+    REQUIRE(rb.long_context[i].accuracy.size() == 2);
+    CHECK(rb.long_context[i].exact_accuracy == Approx(ra.long_context[i].exact_accuracy));
+    CHECK(rb.long_context[i].accuracy[1] == Approx(ra.long_context[i].accuracy[1]));
+    for (double x : rb.long_context[i].accuracy) CHECK((x >= 0.0 && x <= 1.0));
+  }
+  CHECK(kv_report_table(rb).find("long-context copy task") != std::string::npos);
+  CHECK(kv_report_json(rb).find("\"long_context\":[{") != std::string::npos);
 }
 
 }  // namespace octet
