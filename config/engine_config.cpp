@@ -57,10 +57,15 @@ KVSkipLayers KVSkipLayers::parse(const std::string& spec) {
 void CacheConfig::validate() const {
   // vLLM's spellings too: bfloat16 (its CacheDType), float16 / half (torch names).
   static const char* const kDtypes[] = {"auto", "bf16", "bfloat16", "fp16", "float16", "half",
-                                        "fp8", "fp8_e4m3", "fp8_e5m2"};
+                                        "fp8", "fp8_e4m3", "fp8_e5m2",
+                                        "fp8_per_token_head"};
   if (std::find(std::begin(kDtypes), std::end(kDtypes), kv_cache_dtype) == std::end(kDtypes))
-    throw std::invalid_argument("--kv-cache-dtype must be auto, bf16, fp16, fp8, fp8_e4m3 or "
-                                "fp8_e5m2, got '" + kv_cache_dtype + "'");
+    throw std::invalid_argument("--kv-cache-dtype must be auto, bf16, fp16, fp8, fp8_e4m3, "
+                                "fp8_e5m2 or fp8_per_token_head, got '" + kv_cache_dtype + "'");
+  if (kv_cache_dtype == "fp8_per_token_head" && !kv_scales_path.empty())
+    throw std::invalid_argument(
+        "--kv-scales-path cannot be used with --kv-cache-dtype fp8_per_token_head: its scales "
+        "are computed per token and KV head when K/V are written (drop one of the two)");
   if (block_size < 1 || block_size > 1024 || (block_size & (block_size - 1)) != 0)
     throw std::invalid_argument("--block-size must be a power of two in [1, 1024], got " +
                                 std::to_string(block_size));

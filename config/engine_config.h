@@ -34,7 +34,8 @@ struct CacheConfig {
   static void visit(CacheConfig& c, Visitor&& v) {
     v(c.kv_cache_dtype, "kv_cache_dtype",
       "KV cache dtype: auto (bf16), bf16 (= bfloat16), fp16 (= float16, half), fp8 (= fp8_e4m3), "
-      "fp8_e4m3, fp8_e5m2");
+      "fp8_e4m3, fp8_e5m2, fp8_per_token_head (E4M3 with one scale per token and KV head, "
+      "computed on write: no calibration)");
     v(c.block_size, "block_size", "tokens per KV cache block (a power of two)");
     v(c.kv_cache_memory_bytes, "kv_cache_memory_bytes",
       "KV cache budget in bytes (vLLM's flag; overrides --num-kv-blocks and "

@@ -155,8 +155,10 @@ DType parse_kv_cache_dtype(const std::string& name) {
   if (name == "fp16" || name == "float16" || name == "half") return DType::F16;
   if (name == "fp8" || name == "fp8_e4m3") return DType::FP8_E4M3;
   if (name == "fp8_e5m2") return DType::FP8_E5M2;
+  if (name == kPerTokenHeadDtype) return DType::FP8_E4M3;  // + per-(token, head) scales
   throw std::invalid_argument("--kv-cache-dtype: unknown dtype '" + name +
-                              "' (expected auto, bf16, fp16, fp8, fp8_e4m3 or fp8_e5m2)");
+                              "' (expected auto, bf16, fp16, fp8, fp8_e4m3, fp8_e5m2 or " +
+                              kPerTokenHeadDtype + ")");
 }
 
 KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
@@ -207,6 +209,21 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
                              "sliding-window layers; nothing skipped");
   }
 
+  // fp8_per_token_head: scales computed per token and KV head on write; no other source.
+  const bool per_token_head = cache.kv_cache_dtype == kPerTokenHeadDtype;
+  if (per_token_head && !cache.kv_scales_path.empty())
+    throw std::invalid_argument(
+        "--kv-scales-path cannot be used with --kv-cache-dtype fp8_per_token_head: its scales "
+        "are computed per token and KV head when K/V are written (drop one of the two)");
+  // Only the CPU kernels read per-token-head scales (kernels/cpu/paged_attention.cpp).
+  if (per_token_head && model.backend().name().rfind("cpu", 0) != 0)
+    throw std::invalid_argument("--kv-cache-dtype fp8_per_token_head runs on the CPU backend "
+                                "only for now (this model is on " + model.backend().name() +
+                                "); use --device cpu, or fp8_e4m3 with calibrated scales");
+  if (per_token_head && cache.calculate_kv_scales)
+    out.warnings.push_back("--calculate-kv-scales has no effect with --kv-cache-dtype "
+                           "fp8_per_token_head (scales are computed per token and KV head)");
+
   // Scales for FP8 layers, first source that has them.
   std::vector<LayerKVScales> from_file;
   if (!cache.kv_scales_path.empty())
@@ -218,6 +235,13 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   for (int64_t l = 0; l < L; ++l) {
     KVLayerSpec& s = out.layers[l];
     if (!dtype_is_fp8(s.dtype)) continue;
+    if (per_token_head) {
+      s.per_token_head = true;
+      s.k_scale = s.v_scale = std::vector<float>(static_cast<size_t>(nkv), 1.0f);  // unused
+      s.scale_source = from_ckpt[l] ? "per-token-head (checkpoint scales not used)"
+                                    : "per-token-head";
+      continue;
+    }
     if (!from_file.empty()) {
       s.k_scale = from_file[l].k_scale, s.v_scale = from_file[l].v_scale;
       s.scale_source = "file";
@@ -339,6 +363,7 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   salt = fnv1a(salt, &out.block_size, sizeof(out.block_size));
   for (const KVLayerSpec& s : out.layers) {
     salt = fnv1a(salt, &s.dtype, sizeof(s.dtype));
+    salt = fnv1a(salt, &s.per_token_head, sizeof(s.per_token_head));
     salt = fnv1a(salt, s.k_scale.data(), s.k_scale.size() * sizeof(float));
     salt = fnv1a(salt, s.v_scale.data(), s.v_scale.size() * sizeof(float));
   }
@@ -369,9 +394,11 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   os << "layer  dtype     window  k_scale (min..max)   v_scale (min..max)   source\n";
   for (int64_t l = 0; l < L; ++l) {
     const KVLayerSpec& s = out.layers[l];
+    const bool dyn = s.per_token_head;  // per (token, head): no fixed scale to show
     os << std::left << std::setw(7) << l << std::setw(10) << kv_cache_dtype_name(s.dtype)
-       << std::setw(8) << s.sliding_window << std::setw(20) << format_scales(s.k_scale) << " "
-       << std::setw(20) << format_scales(s.v_scale) << " " << s.scale_source << "\n";
+       << std::setw(8) << s.sliding_window << std::setw(20)
+       << (dyn ? "dynamic" : format_scales(s.k_scale)) << " " << std::setw(20)
+       << (dyn ? "dynamic" : format_scales(s.v_scale)) << " " << s.scale_source << "\n";
   }
   out.report = os.str();
   return out;

@@ -58,8 +58,15 @@ struct KVCacheSetup {
   std::string report;               // the start-up table (memory line, budget, one row per layer)
 };
 
+/// --kv-cache-dtype of the dynamic per-(token, KV head) FP8 E4M3 cache (vLLM's name): one FP32
+/// scale per token and KV head for K and for V, amax / 448 of that row, computed when K/V are
+/// written and stored beside the block (KVLayerSpec::per_token_head). No calibration, no
+/// scale shared between requests; --kv-scales-path is refused, checkpoint scales ignored.
+inline constexpr const char* kPerTokenHeadDtype = "fp8_per_token_head";
+
 /// kv_cache_dtype spelling -> dtype: auto/bf16 -> BF16, fp16, fp8/fp8_e4m3 -> FP8_E4M3,
-/// fp8_e5m2. Throws std::invalid_argument naming --kv-cache-dtype otherwise.
+/// fp8_e5m2, fp8_per_token_head -> FP8_E4M3 (with per-token-head scales). Throws
+/// std::invalid_argument naming --kv-cache-dtype otherwise.
 DType parse_kv_cache_dtype(const std::string& name);
 
 /// Resolves dtypes, scales (in order: --kv-scales-path file, checkpoint tensors,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -252,6 +253,56 @@ void write_compressed_tensors_fp8_dynamic(const std::string& out_dir,
     fs::copy_file(f, dst, fs::copy_options::overwrite_existing, ec);
     if (ec) io_fail(dst.string(), "cannot copy " + f + ": " + ec.message());
   }
+}
+
+json kv_cache_scheme_config(const std::string& strategy) {
+  if (strategy != "tensor" && strategy != "attn_head")
+    throw std::invalid_argument("kv_cache_scheme strategy " + strategy +
+                                ": expected tensor or attn_head");
+  return {{"actorder", nullptr},   {"block_structure", nullptr}, {"dynamic", false},
+          {"group_size", nullptr}, {"num_bits", 8},              {"observer", "minmax"},
+          {"observer_kwargs", json::object()}, {"scale_dtype", nullptr},
+          {"strategy", strategy},  {"symmetric", true},          {"type", "float"},
+          {"zp_dtype", nullptr}};
+}
+
+bool is_kv_scale_tensor_name(const std::string& name) {
+  static const std::string kPrefix = "model.layers.";
+  if (name.compare(0, kPrefix.size(), kPrefix) != 0) return false;
+  const size_t mid = name.find(".self_attn.");
+  if (mid == std::string::npos) return false;
+  const std::string suffix = name.substr(mid + 11);
+  for (const char* s : {"k_scale", "v_scale", "k_proj.k_scale", "v_proj.v_scale",
+                        "k_proj.output_scale", "v_proj.output_scale", "attn.k_scale",
+                        "attn.v_scale", "kv_scale"})
+    if (suffix == s) return true;
+  return false;
+}
+
+std::vector<WriterTensor> kv_scale_tensors(const std::vector<LayerKVScales>& scales,
+                                           const std::string& strategy, int64_t num_kv_heads) {
+  (void)kv_cache_scheme_config(strategy);  // validates the strategy
+  const bool per_head = strategy == "attn_head";
+  std::vector<WriterTensor> out;
+  for (size_t l = 0; l < scales.size(); ++l)
+    for (auto [name, s] : {std::pair{"k_scale", &scales[l].k_scale},
+                           std::pair{"v_scale", &scales[l].v_scale}}) {
+      std::vector<float> v = *s;
+      if (per_head && v.size() == 1) v.assign(static_cast<size_t>(num_kv_heads), v[0]);
+      const size_t want = per_head ? static_cast<size_t>(num_kv_heads) : 1;
+      if (v.size() != want)
+        throw std::invalid_argument("kv_scale_tensors: layer " + std::to_string(l) + " " + name +
+                                    " has " + std::to_string(s->size()) + " values, strategy " +
+                                    strategy + " needs " + std::to_string(want));
+      WriterTensor t;
+      t.name = "model.layers." + std::to_string(l) + ".self_attn." + name;
+      t.dtype = TensorDType::F32;
+      t.shape = per_head ? std::vector<int64_t>{num_kv_heads, 1, 1} : std::vector<int64_t>{1};
+      t.bytes.resize(v.size() * sizeof(float));
+      std::memcpy(t.bytes.data(), v.data(), t.bytes.size());
+      out.push_back(std::move(t));
+    }
+  return out;
 }
 
 }  // namespace octet

@@ -17,6 +17,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "models/checkpoint.h"
+#include "models/kv_scales.h"
 
 namespace octet {
 
@@ -88,5 +89,22 @@ struct Fp8DynamicCheckpoint {
 /// std::runtime_error("<path>: <problem>") on an I/O failure.
 void write_compressed_tensors_fp8_dynamic(const std::string& out_dir,
                                           const Fp8DynamicCheckpoint& ckpt);
+
+/// quantization_config.kv_cache_scheme as llm-compressor writes it for a static FP8 KV cache
+/// (QuantizationModifier kv_cache_scheme {num_bits 8, type float, strategy, dynamic false,
+/// symmetric true}, compressed-tensors 0.19 QuantizationArgs key set). strategy: tensor |
+/// attn_head; throws std::invalid_argument otherwise.
+nlohmann::json kv_cache_scheme_config(const std::string& strategy);
+
+/// Whether `name` is a KV cache scale tensor of some layer (every name load_checkpoint_kv_scales
+/// reads: self_attn.k_scale, .v_scale, .k_proj.k_scale, ..., .kv_scale).
+bool is_kv_scale_tensor_name(const std::string& name);
+
+/// model.layers.N.self_attn.k_scale and .v_scale for every layer, F32 (exact; llm-compressor
+/// writes the model's dtype, which loaders convert): shape [1] for strategy "tensor" (each layer's
+/// scales must then hold 1 value), [num_kv_heads, 1, 1] for "attn_head" (num_kv_heads values, or
+/// 1 value repeated). Throws std::invalid_argument for another strategy or a wrong count.
+std::vector<WriterTensor> kv_scale_tensors(const std::vector<LayerKVScales>& scales,
+                                           const std::string& strategy, int64_t num_kv_heads);
 
 }  // namespace octet

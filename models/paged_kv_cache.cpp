@@ -20,6 +20,8 @@ PagedKVCache::PagedKVCache(Backend& backend, int64_t num_blocks, int64_t block_s
   v_.resize(layers_.size());
   k_scale_.resize(layers_.size());
   v_scale_.resize(layers_.size());
+  k_token_scale_.resize(layers_.size());
+  v_token_scale_.resize(layers_.size());
   for (size_t l = 0; l < layers_.size(); ++l) {
     KVLayerSpec& s = layers_[l];
     if (dtype_is_fp8(s.dtype) &&
@@ -30,6 +32,14 @@ PagedKVCache::PagedKVCache(Backend& backend, int64_t num_blocks, int64_t block_s
     const int64_t bytes = num_blocks * block_size * num_kv_heads * head_dim * dtype_bytes(s.dtype);
     k_[l] = backend.allocate(bytes);
     v_[l] = backend.allocate(bytes);
+    if (s.per_token_head) {
+      if (s.dtype != DType::FP8_E4M3)
+        throw std::invalid_argument("PagedKVCache: layer " + std::to_string(l) +
+                                    ": per-token-head scales need dtype fp8_e4m3");
+      const int64_t n = num_blocks * block_size * num_kv_heads * 4;
+      k_token_scale_[l] = backend.allocate(n);
+      v_token_scale_[l] = backend.allocate(n);
+    }
     for (auto [host, dev] : {std::pair{&s.k_scale, &k_scale_[l]}, {&s.v_scale, &v_scale_[l]}}) {
       const int64_t n = static_cast<int64_t>(host->size() * sizeof(float));
       *dev = backend.allocate(n);
@@ -60,7 +70,8 @@ int64_t PagedKVCache::bytes_per_block(int64_t block_size, int64_t num_kv_heads, 
                                       const std::vector<KVLayerSpec>& layers) {
   int64_t bytes = 0;
   for (const KVLayerSpec& s : layers)
-    bytes += 2 * block_size * num_kv_heads * head_dim * dtype_bytes(s.dtype);
+    bytes += 2 * block_size * num_kv_heads * (head_dim * dtype_bytes(s.dtype) +
+                                              (s.per_token_head ? 4 : 0));
   return bytes;
 }
 
@@ -76,6 +87,10 @@ KVCacheView PagedKVCache::layer(int64_t l) const {
   view.head_dim = head_dim_;
   view.k_scale = k_scale_[l].as<const float>();
   view.v_scale = v_scale_[l].as<const float>();
+  if (s.per_token_head) {
+    view.k_token_scale = k_token_scale_[l].as<float>();
+    view.v_token_scale = v_token_scale_[l].as<float>();
+  }
   return view;
 }
 

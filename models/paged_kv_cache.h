@@ -20,6 +20,10 @@ struct KVLayerSpec {
   std::vector<float> v_scale;
   std::string scale_source = "-";
   int64_t sliding_window = 0;  // 0 = full attention
+  /// fp8_per_token_head: dtype FP8_E4M3 with one FP32 scale per (token, KV head) for K and for
+  /// V, stored beside the blocks (KVCacheView::k_token_scale); k_scale / v_scale are then
+  /// placeholders (1.0) that no kernel reads.
+  bool per_token_head = false;
 };
 
 /// The specs of a cache holding KV heads [kv_head_begin, kv_head_begin + num_kv_heads) of
@@ -38,7 +42,8 @@ class PagedKVCache {
                std::vector<KVLayerSpec> layers);
 
   /// Bytes of one block summed over all layers, K and V: block_size * num_kv_heads * head_dim
-  /// * sum_l 2 * bytes(dtype_l).
+  /// * sum_l 2 * bytes(dtype_l), plus block_size * num_kv_heads * 2 * 4 per per_token_head layer
+  /// (its FP32 token scales).
   static int64_t bytes_per_block(int64_t block_size, int64_t num_kv_heads, int64_t head_dim,
                                  const std::vector<KVLayerSpec>& layers);
 
@@ -62,6 +67,7 @@ class PagedKVCache {
   int64_t num_blocks_, block_size_, num_kv_heads_, head_dim_;
   std::vector<KVLayerSpec> layers_;
   std::vector<Buffer> k_, v_, k_scale_, v_scale_;  // per layer
+  std::vector<Buffer> k_token_scale_, v_token_scale_;  // per layer; empty unless per_token_head
 };
 
 }  // namespace octet

@@ -6,6 +6,8 @@ namespace octet {
 
 int run_generate(int argc, const char* const* argv);
 int run_bench(int argc, const char* const* argv);
+int run_calibrate(int argc, const char* const* argv);
+int run_kv_report(int argc, const char* const* argv);
 int run_bench_engine(int argc, const char* const* argv);  // `octet bench engine`
 int run_bench_serve(int argc, const char* const* argv);   // `octet bench serve`
 int run_bench_sweep(int argc, const char* const* argv);   // `octet bench sweep`

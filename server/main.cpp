@@ -17,6 +17,8 @@ constexpr const char* kUsage =
     "  generate   generate text (--model PATH --prompt TEXT | --prompt-ids 1,2 | --prompts-file F)\n"
     "  perplexity perplexity of a model on a text (--model PATH --text FILE [--compare])\n"
     "  quantize   write an FP8_DYNAMIC compressed-tensors checkpoint (--model DIR --output DIR)\n"
+    "  calibrate  FP8 KV cache scales from calibration text (--model PATH --output F.json|DIR)\n"
+    "  kv-report  per-layer FP8 KV accuracy report (--model PATH --text FILE [--target-kl X])\n"
     "  bench      benchmarks: `octet bench latency --model PATH`, `octet bench kernels`,\n"
     "             `octet bench engine --model PATH`, `octet bench serve`, `octet bench sweep`\n"
     "  plan       KV and weight memory, sequences that fit, decode floors (--model --device)\n"
@@ -42,6 +44,8 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return octet::run_generate(argc - 1, argv + 1);
   if (cmd == "bench") return octet::run_bench(argc - 1, argv + 1);
   if (cmd == "perplexity") return octet::run_perplexity(argc - 1, argv + 1);
+  if (cmd == "calibrate") return octet::run_calibrate(argc - 1, argv + 1);
+  if (cmd == "kv-report") return octet::run_kv_report(argc - 1, argv + 1);
   if (cmd == "quantize") return octet::run_quantize(argc - 1, argv + 1);
   if (cmd == "plan") return octet::run_plan(argc - 1, argv + 1);
   std::cerr << "octet: unknown command '" << cmd << "'\n" << kUsage;

@@ -61,6 +61,13 @@ struct KVCacheView {
   int64_t head_dim = 0;
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
+  /// Dynamic per-(token, KV head) FP8 scales (--kv-cache-dtype fp8_per_token_head), null
+  /// otherwise. When set, dtype is FP8_E4M3 and k_scale / v_scale are not read: slot s, KV head h
+  /// holds its own scale k_token_scale[s * num_kv_heads + h] ([num_blocks, block_size,
+  /// num_kv_heads] FP32, beside the blocks' values), written by write_kv_cache as
+  /// amax(|row|) / 448 of that token's K (likewise V) head row (1.0 for an all-zero row).
+  float* k_token_scale = nullptr;
+  float* v_token_scale = nullptr;
 };
 
 /// The query tokens of a batch of sequences (a struct of arrays, ForwardBatch's layout).

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +43,12 @@ void check_cache(const KVCacheView& c, const char* function) {
   check(c.num_blocks > 0 && c.block_size > 0 && c.num_kv_heads > 0 && c.head_dim > 0, function,
         "cache dimensions must be positive");
   if (!dtype_is_fp8(c.dtype)) return;
+  check((c.k_token_scale == nullptr) == (c.v_token_scale == nullptr), function,
+        "per-token-head cache with only one of k_token_scale / v_token_scale");
+  if (c.k_token_scale) {
+    check(c.dtype == DType::FP8_E4M3, function, "per-token-head scales need dtype fp8_e4m3");
+    return;
+  }
   check(c.k_scale != nullptr && c.v_scale != nullptr, function, "FP8 cache without scales");
   for (int64_t h = 0; h < c.num_kv_heads; ++h)
     check(std::isfinite(c.k_scale[h]) && c.k_scale[h] > 0 && std::isfinite(c.v_scale[h]) &&
@@ -284,6 +291,75 @@ void run(const Context& x) {
   }, threads > 1);
 }
 
+// E4M3 code -> float (scale 1), for the per-token-head path.
+const float* e4m3_table() {
+  static const std::array<float, 256> t = [] {
+    std::array<float, 256> a{};
+    for (int i = 0; i < 256; ++i) a[i] = fp8_e4m3_to_float(static_cast<uint8_t>(i));
+    return a;
+  }();
+  return t.data();
+}
+
+// Attention over a per-token-head FP8 cache (KVCacheView::k_token_scale): each (query row, KV
+// head) is one work item that runs its visible positions in order, two passes (scores, max;
+// then exp, sum and the weighted sum of V), so its result depends on that query and its cached
+// K/V alone, never on the batch or the threads. score_t = softmax_scale * k_scale_t *
+// sum_d q_d code(k_t,d); out = sum_t p_t v_scale_t code(v_t) / sum_t p_t, all FP32.
+void per_token_head_attention(const KVCacheView& c, const float* q, const PagedAttentionBatch& b,
+                              const std::vector<Row>& rows, int64_t num_heads,
+                              float softmax_scale, float* out) {
+  const int64_t nkv = c.num_kv_heads, hd = c.head_dim, group = num_heads / nkv;
+  const int64_t num_units = static_cast<int64_t>(rows.size()) * nkv;
+  const float* lut = e4m3_table();
+  const auto* kc = static_cast<const uint8_t*>(c.k);
+  const auto* vc = static_cast<const uint8_t*>(c.v);
+#pragma omp parallel if (num_units > 1 && !omp_in_parallel())
+  {
+    std::vector<float> scores, acc(static_cast<size_t>(hd)), krow(static_cast<size_t>(hd));
+    std::vector<int64_t> slots;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t u = 0; u < num_units; ++u) {
+      const int64_t r = u / nkv, kvh = u % nkv;
+      const Row& row = rows[r];
+      const int32_t* table = b.block_tables + row.seq * b.max_blocks_per_seq;
+      const int64_t n = row.hi - row.lo;
+      slots.resize(static_cast<size_t>(n));
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t pos = row.lo + t;
+        slots[t] = static_cast<int64_t>(table[pos / c.block_size]) * c.block_size +
+                   pos % c.block_size;
+      }
+      scores.resize(static_cast<size_t>(n));
+      for (int64_t g = 0; g < group; ++g) {
+        const int64_t head = kvh * group + g;
+        const float* qh = q + (r * num_heads + head) * hd;
+        float mx = -INFINITY;
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t sh = slots[t] * nkv + kvh;
+          const uint8_t* k = kc + sh * hd;
+          float dot = 0.0f;
+          for (int64_t d = 0; d < hd; ++d) dot += qh[d] * lut[k[d]];
+          scores[t] = dot * (softmax_scale * c.k_token_scale[sh]);
+          mx = std::max(mx, scores[t]);
+        }
+        float sum = 0.0f;
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t t = 0; t < n; ++t) {
+          const int64_t sh = slots[t] * nkv + kvh;
+          const float p = std::exp(scores[t] - mx);
+          sum += p;
+          const float w = p * c.v_token_scale[sh];
+          const uint8_t* v = vc + sh * hd;
+          for (int64_t d = 0; d < hd; ++d) acc[d] += w * lut[v[d]];
+        }
+        float* oh = out + (r * num_heads + head) * hd;
+        for (int64_t d = 0; d < hd; ++d) oh[d] = acc[d] / sum;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
@@ -308,7 +384,20 @@ void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
         const float* src = (which == 0 ? k : v) + i * row;
         uint8_t* dst = static_cast<uint8_t*>(which == 0 ? cache.k : cache.v) + slot * row * bytes;
         const float* scale = which == 0 ? cache.k_scale : cache.v_scale;
+        float* token_scale = which == 0 ? cache.k_token_scale : cache.v_token_scale;
         for (int64_t h = 0; h < nkv; ++h) {
+          if (token_scale) {  // per-token-head: this row's own scale, amax / 448
+            const float* x = src + h * hd;
+            float amax = 0.0f;
+            for (int64_t d = 0; d < hd; ++d) amax = std::fmax(amax, std::fabs(x[d]));
+            float s = amax / 448.0f;
+            if (!(s >= FLT_MIN) || !std::isfinite(s)) s = 1.0f;  // all zero (or NaN/inf row)
+            token_scale[slot * nkv + h] = s;
+            for (int64_t d = 0; d < hd; ++d) scaled[d] = x[d] / s;  // true division
+            fp8_encode(DType::FP8_E4M3, scaled.data(), dst + h * hd * bytes,
+                       static_cast<size_t>(hd));
+            continue;
+          }
           const float* x = src + h * hd;
           uint8_t* y = dst + h * hd * bytes;
           switch (cache.dtype) {
@@ -349,6 +438,10 @@ void paged_attention_with(const Kernel& kernel, const KVCacheView& cache, const 
   check(q && out, kFn, "null q or out");
   check(num_heads > 0 && num_heads % cache.num_kv_heads == 0, kFn,
         "num_heads must be a positive multiple of num_kv_heads");
+  if (cache.k_token_scale) {
+    per_token_head_attention(cache, q, batch, rows, num_heads, softmax_scale, out);
+    return;
+  }
   check(cache.head_dim <= kernel.max_head_dim, kFn, "head_dim too large for this kernel");
   const Context x{cache,
                   q,
@@ -383,8 +476,10 @@ void paged_attention(const KVCacheView& cache, const float* q, const PagedAttent
   const int64_t nkv = cache.num_kv_heads, hd = cache.head_dim, row = nkv * hd;
   const int64_t bytes = dtype_bytes(cache.dtype);
   // The dequantized value of element i of slot `slot` of cache `base`, scale per KV head.
-  auto value = [&](const void* base, const float* scale, int64_t slot, int64_t i) -> float {
+  auto value = [&](const void* base, const float* scale, const float* token_scale, int64_t slot,
+                   int64_t i) -> float {
     const uint8_t* p = static_cast<const uint8_t*>(base) + (slot * row + i) * bytes;
+    if (token_scale) return fp8_e4m3_to_float(*p) * token_scale[slot * nkv + i / hd];
     uint16_t h;
     switch (cache.dtype) {
       case DType::F32: { float f; std::memcpy(&f, p, 4); return f; }
@@ -405,8 +500,8 @@ void paged_attention(const KVCacheView& cache, const float* q, const PagedAttent
     for (int64_t pos = 0; pos < len; ++pos) {
       const int64_t slot = table[pos / cache.block_size] * cache.block_size + pos % cache.block_size;
       for (int64_t i = 0; i < row; ++i) {
-        k[pos * row + i] = value(cache.k, cache.k_scale, slot, i);
-        v[pos * row + i] = value(cache.v, cache.v_scale, slot, i);
+        k[pos * row + i] = value(cache.k, cache.k_scale, cache.k_token_scale, slot, i);
+        v[pos * row + i] = value(cache.v, cache.v_scale, cache.v_token_scale, slot, i);
       }
     }
     for (int64_t r = batch.query_start_loc[s]; r < batch.query_start_loc[s + 1]; ++r) {
