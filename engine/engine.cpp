@@ -105,6 +105,9 @@ void Engine::Impl::start() {
   LoadOptions load_options = make_load_options(args.quantization, args.weight_strategy);
   load_options.device = args.device;
   load_options.world_size = static_cast<int>(args.tensor_parallel_size);
+  load_options.placement.nnodes = static_cast<int>(args.multinode.nnodes);
+  load_options.placement.node_rank = static_cast<int>(args.multinode.node_rank);
+  load_options.placement.exchange_id = args.multinode.exchange_id;
   loaded = load_model(model_source(args), load_options);
   const ModelConfig& c = m.loaded->model->config();
   m.setup = setup_kv_cache(args.cache, args.scheduler, *m.loaded);

@@ -46,6 +46,8 @@ struct LoadOptions {
   /// the head counts or intermediate size do not divide (validate_tensor_parallel).
   int rank = 0;
   int world_size = 1;
+  /// Multi-node start (--nnodes > 1): this node and the NCCL id exchange (rank_group.h).
+  RankPlacement placement;
 };
 
 struct LlamaLayerWeights {

@@ -85,11 +85,13 @@ void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
 
 PagedAttention::~PagedAttention() {
   // Destructors must not abort: errors (a lost device at exit) are ignored here.
-  if (copied_ != nullptr) {
-    cudaEventSynchronize(copied_);
-    cudaEventDestroy(copied_);
+  for (PlanSlot& slot : slots_) {
+    if (slot.copied != nullptr) {
+      cudaEventSynchronize(slot.copied);
+      cudaEventDestroy(slot.copied);
+    }
+    cudaFreeHost(slot.pinned);
   }
-  cudaFreeHost(pinned_);
   cudaFree(work_);
   cudaFree(partials_);
 }
@@ -171,20 +173,29 @@ void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAt
   if (total_ints == 0) return;
   const size_t bytes = total_ints * sizeof(int32_t);
   reserve_device(bytes, static_cast<size_t>(slots * num_heads * (hd + 2)), stream);
-  if (copied_ == nullptr) OCTET_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
-  OCTET_CUDA_CHECK(cudaEventSynchronize(copied_));  // the previous plan has left pinned_
-  if (bytes > pinned_bytes_) {
-    OCTET_CUDA_CHECK(cudaFreeHost(pinned_));
-    pinned_ = nullptr;
-    pinned_bytes_ = std::max(bytes, 2 * pinned_bytes_);
-    OCTET_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_), pinned_bytes_));
+  PlanSlot& slot = slots_[next_slot_];
+  next_slot_ = (next_slot_ + 1) % kPlanSlots;
+  if (slot.copied == nullptr) {
+    OCTET_CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
+  } else {
+    OCTET_CUDA_CHECK(cudaEventSynchronize(slot.copied));  // its last plan has left it
   }
-  std::memcpy(pinned_, decode.data(), decode.size() * sizeof(int32_t));
-  std::memcpy(pinned_ + decode.size(), merge.data(), merge.size() * sizeof(int32_t));
-  std::memcpy(pinned_ + decode.size() + merge.size(), prefill.data(),
+  if (bytes > slot.bytes) {
+    const size_t want = std::max(bytes, 2 * slot.bytes);
+    OCTET_CUDA_CHECK(cudaFreeHost(slot.pinned));
+    slot.pinned = nullptr;
+    slot.bytes = 0;
+    OCTET_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&slot.pinned), want));
+    slot.bytes = want;
+  }
+  int32_t* pinned = slot.pinned;
+  std::memcpy(pinned, decode.data(), decode.size() * sizeof(int32_t));
+  std::memcpy(pinned + decode.size(), merge.data(), merge.size() * sizeof(int32_t));
+  std::memcpy(pinned + decode.size() + merge.size(), prefill.data(),
               prefill.size() * sizeof(int32_t));
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(work_, pinned_, bytes, cudaMemcpyHostToDevice, stream));
-  OCTET_CUDA_CHECK(cudaEventRecord(copied_, stream));
+  // Stream order: this upload into work_ runs after the previous call's kernels read it.
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(work_, pinned, bytes, cudaMemcpyHostToDevice, stream));
+  OCTET_CUDA_CHECK(cudaEventRecord(slot.copied, stream));
 
   const int32_t* w = static_cast<const int32_t*>(work_);
   Launch a{KvArgs{static_cast<const uint8_t*>(cache.k), static_cast<const uint8_t*>(cache.v),

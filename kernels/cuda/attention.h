@@ -9,9 +9,10 @@
 //  - prefill ("paged_prefill_tiled"): one block per (tile of kTileRows queries of a sequence,
 //    head), K/V staged through shared memory kKvTile positions at a time, online softmax per
 //    query (flash-attention style).
-// head_dim <= kMaxHeadDim. The host plans the work from the batch's query_start_loc and seq_lens,
-// which it reads back once per call (one small device-to-host copy, which waits for the queued
-// work: a later interface that passes these host-side would remove that synchronisation).
+// head_dim <= kMaxHeadDim. The host plans the work from the batch's query_start_loc and seq_lens
+// (host copies given by the caller, or read back by CudaBackend with one small device-to-host
+// copy that waits for the queued work) and uploads the plan through a ring of kPlanSlots pinned
+// buffers: a call waits only for the upload kPlanSlots calls back, not for the queued kernels.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -28,6 +29,7 @@ inline constexpr int64_t kPartitionTokens = 512;
 inline constexpr int64_t kPrefillMinQueries = 8;
 inline constexpr int64_t kTileRows = 16;
 inline constexpr int64_t kKvTile = 32;
+inline constexpr int kPlanSlots = 8;
 
 /// Queues write_kv_cache (backend.h). FP8 caches need k_scale / v_scale.
 void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
@@ -51,10 +53,15 @@ class PagedAttention {
  private:
   void reserve_device(size_t work_bytes, size_t partial_floats, cudaStream_t stream);
 
-  std::vector<int32_t> plan_;     // host plan, copied into pinned_ then to work_
-  int32_t* pinned_ = nullptr;     // pinned host staging of the plan
-  size_t pinned_bytes_ = 0;
-  cudaEvent_t copied_ = nullptr;  // recorded after the plan's upload: pinned_ reusable after it
+  // Pinned host staging of the plans, used in turn; each slot's event is recorded after its
+  // upload, so the slot is reusable once that event has completed.
+  struct PlanSlot {
+    int32_t* pinned = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t copied = nullptr;
+  };
+  PlanSlot slots_[kPlanSlots];
+  int next_slot_ = 0;
   void* work_ = nullptr;          // device copy of the plan
   size_t work_bytes_ = 0;
   float* partials_ = nullptr;     // [slots, heads, head_dim + 2]: acc, then m and l

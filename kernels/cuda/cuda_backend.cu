@@ -55,6 +55,9 @@ class CudaBackend final : public Backend {
     cudaStreamDestroy(stream_);
   }
 
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+
   std::string name() const override {
     const double gib = static_cast<double>(prop_.totalGlobalMem) / double(int64_t{1} << 30);
     char gib_text[32];
@@ -89,9 +92,14 @@ class CudaBackend final : public Backend {
     OCTET_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), stream_));
     const int device = device_;
     // cudaFree waits for the work that may still use the memory (it synchronises the device).
+    // The caller's current device is restored: a rank thread freeing a peer's buffer keeps
+    // its own GPU.
     return Buffer(std::shared_ptr<void>(p, [device](void* q) {
+                    int current = device;
+                    const bool known = cudaGetDevice(&current) == cudaSuccess;
                     cudaSetDevice(device);
                     cudaFree(q);
+                    if (known) cudaSetDevice(current);
                   }),
                   bytes);
   }
@@ -245,6 +253,12 @@ class CudaBackend final : public Backend {
                        float* out) override {
     OCTET_CHECK(batch.num_seqs >= 0, "paged_attention: num_seqs ", batch.num_seqs);
     if (batch.num_seqs == 0) return;
+    if (batch.host_query_start_loc != nullptr && batch.host_seq_lens != nullptr) {
+      // The caller's host copies: no read-back, nothing waits for the device.
+      attention_->run(cache, q, batch, batch.host_query_start_loc, batch.host_seq_lens,
+                      num_heads, sliding_window, softmax_scale, out, stream_);
+      return;
+    }
     // The plan needs the query counts and lengths on the host: one small read-back.
     const size_t n = static_cast<size_t>(batch.num_seqs);
     host_batch_.resize(2 * n + 1);
@@ -375,6 +389,18 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+void* cuda_backend_stream(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  OCTET_CHECK(cuda != nullptr, "cuda_backend_stream: ", backend.name(), " is not a CUDA backend");
+  return static_cast<void*>(cuda->stream());
+}
+
+int cuda_backend_device(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  OCTET_CHECK(cuda != nullptr, "cuda_backend_device: ", backend.name(), " is not a CUDA backend");
+  return cuda->device();
+}
 
 int cuda_device_count() {
   int count = 0;
