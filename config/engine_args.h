@@ -19,6 +19,7 @@ struct EngineArgs {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  bool enforce_eager = false;
   MultiNodeConfig multinode;
   CacheConfig cache;
   SchedulerConfig scheduler;
@@ -33,6 +34,9 @@ struct EngineArgs {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
+    v(c.enforce_eager, "enforce_eager",
+      "run every step eagerly: no CUDA graphs for decode steps (vLLM's flag; graphs are "
+      "captured per batch size 1, 2, 4, 8, 16, 24, ... up to max_num_seqs)");
     MultiNodeConfig::visit(c.multinode, v);
     CacheConfig::visit(c.cache, v);
     SchedulerConfig::visit(c.scheduler, v);
@@ -66,6 +70,7 @@ EngineArgs model_engine_args(const Config& c) {
   a.weight_strategy = c.weight_strategy;
   a.device = c.device;
   a.tensor_parallel_size = c.tensor_parallel_size;
+  if constexpr (requires { c.enforce_eager; }) a.enforce_eager = c.enforce_eager;
   a.multinode = c.multinode;
   return a;
 }

@@ -121,7 +121,9 @@ void Engine::Impl::start() {
   // Every rank's cache: the same blocks (counted once by the KV manager), its KV heads.
   m.runner = std::make_unique<ModelRunner>(*m.loaded, m.setup.num_usable_blocks + 1,
                                            m.setup.block_size, m.setup.layers,
-                                           sched.max_num_batched_tokens, sched.max_num_seqs);
+                                           sched.max_num_batched_tokens, sched.max_num_seqs,
+                                           DecodeGraphOptions{!args.enforce_eager,
+                                                              m.setup.max_model_len});
   m.outputs = std::make_unique<OutputProcessor>(m.loaded->eos_token_ids, m.setup.max_model_len);
   for (const KVLayerSpec& s : m.setup.layers) {
     KVLayerInfo info;
