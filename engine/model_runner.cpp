@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "engine/kv_cache_manager.h"
 #include "engine/model_loader.h"
@@ -125,6 +126,9 @@ ModelRunner::ModelRunner(const LoadedModel& loaded, int64_t num_blocks, int64_t 
       loaded.model->backend().supports_graphs()) {
     graph_sizes_ = decode_graph_sizes(max_num_seqs);
     graph_width_ = (graphs.max_model_len + block_size - 1) / block_size;
+    // Runners may share a backend (tests): each keys its graphs apart (sizes are <= 512).
+    static std::atomic<int64_t> next_runner{0};
+    graph_key_base_ = (next_runner++) * 1024;
   }
   const int64_t graph_max = graph_sizes_.empty() ? 0 : graph_sizes_.back();
   const auto setup = [&](int r) {
@@ -150,7 +154,11 @@ ModelRunner::ModelRunner(const LoadedModel& loaded, int64_t num_blocks, int64_t 
   }
 }
 
-ModelRunner::~ModelRunner() = default;
+ModelRunner::~ModelRunner() {
+  // The graphs read this runner's buffers: drop them with it.
+  for (Rank& k : ranks_)
+    for (int64_t key : graph_keys_) k.model->backend().drop_graph(key);
+}
 
 StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager& kv) {
   StepLogits rows;
@@ -192,11 +200,12 @@ void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogit
     Rank& k = ranks_[r];
     Backend& be = k.model->backend();
     k.graph_batch.upload(be, g);  // reserved for the largest graph: the same addresses
-    if (!be.has_graph(p)) {
+    const int64_t key = graph_key_base_ + p;
+    if (!be.has_graph(key)) {
       // First step of this size: eager (its logits are this step's, and it sizes the
       // backend's scratch for the capture), then recorded (nothing runs).
       k.model->forward(g, k.graph_batch, *k.cache, k.graph_act, comm);
-      be.begin_capture(p);
+      be.begin_capture(key);
       k.model->forward(g, k.graph_batch, *k.cache, k.graph_act, comm);
       be.end_capture();
     } else {
@@ -205,7 +214,7 @@ void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogit
       host.max_blocks_per_seq = graph_width_;
       host.host_query_start_loc = g.query_start_loc.data();
       host.host_seq_lens = g.seq_lens.data();
-      be.replay(p, host);
+      be.replay(key, host);
     }
     if (r != 0) return;
     if (!gathered) {
@@ -221,6 +230,9 @@ void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogit
   } else {
     group_->run(run_rank);
   }
+  const int64_t key = graph_key_base_ + p;
+  if (std::find(graph_keys_.begin(), graph_keys_.end(), key) == graph_keys_.end())
+    graph_keys_.push_back(key);
   ++graph_steps_;
 }
 

@@ -104,6 +104,8 @@ class ModelRunner {
   std::vector<Rank> ranks_;
   std::shared_ptr<RankGroup> group_;  // null for an unsharded model
   std::vector<int64_t> graph_sizes_;  // ascending; empty: no graphs
+  int64_t graph_key_base_ = 0;        // this runner's graph keys: base + size (unique per runner)
+  std::vector<int64_t> graph_keys_;   // captured on every rank's backend
   int64_t graph_width_ = 0;           // blocks per sequence in graph batches
   int64_t graph_steps_ = 0;
 };

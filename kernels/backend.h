@@ -162,6 +162,8 @@ class Backend {
     OCTET_CHECK(false, name(), ": no graph capture (graph ", key, ")");
   }
   virtual void end_capture() { OCTET_CHECK(false, name(), ": no graph capture"); }
+  /// Frees graph `key` (after its queued replays); no-op when there is none.
+  virtual void drop_graph(int64_t key) { (void)key; }
   /// Whether graph `key` was captured.
   virtual bool has_graph(int64_t key) const {
     (void)key;

@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -28,6 +31,9 @@ namespace octet {
 #if OCTET_HAVE_NCCL
 
 namespace {
+
+// How long a failing rank waits for its peers to fail the same way before aborting NCCL.
+constexpr std::chrono::milliseconds kFailureGrace{1000};
 
 void set_device_or_throw(int device) {
   const cudaError_t err = cudaSetDevice(device);
@@ -101,14 +107,25 @@ class NcclRankGroup final : public RankGroup {
     if (aborted_)
       throw std::runtime_error("NCCL rank group: aborted after a rank failed in an earlier "
                                "step; restart the engine");
+    // A failure every rank meets (a bad batch, checked before any collective) leaves the
+    // group usable. A rank failing alone may leave peers waiting on the device for a
+    // collective it never joins: after kFailureGrace without all ranks failing, every
+    // communicator is aborted (ncclCommAbort, from this thread), so the peers' collectives
+    // fail (an OCTET_CHECK naming them) instead of hanging, and the group refuses later runs.
+    std::mutex mu;
+    std::condition_variable cv;
+    int failed = 0;
     threads_.run([&](int r, Communicator&) {
       try {
         set_device_or_throw(r);
         fn(r, *comms_[r]);
       } catch (...) {
-        // Peers may be queued in a collective this rank will never join: end every
-        // communicator now (ncclCommAbort is safe from any thread), so they fail, not hang.
-        if (!aborted_.exchange(true))
+        std::unique_lock<std::mutex> lock(mu);
+        ++failed;
+        cv.notify_all();
+        const bool all = cv.wait_for(lock, kFailureGrace, [&] { return failed == local_; });
+        lock.unlock();
+        if (!all && !aborted_.exchange(true))
           for (auto& c : comms_) c->abort();
         throw;
       }

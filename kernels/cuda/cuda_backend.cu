@@ -332,6 +332,18 @@ class CudaBackend final : public Backend {
 
   bool has_graph(int64_t key) const override { return graphs_.count(key) != 0; }
 
+  void drop_graph(int64_t key) override {
+    const auto it = graphs_.find(key);
+    if (it == graphs_.end()) return;
+    int current = device_;
+    const bool known = cudaGetDevice(&current) == cudaSuccess;
+    OCTET_CUDA_CHECK(cudaSetDevice(device_));
+    OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));  // its last replay has finished
+    OCTET_CUDA_CHECK(cudaGraphExecDestroy(it->second.exec));
+    graphs_.erase(it);
+    if (known) cudaSetDevice(current);
+  }
+
   void replay(int64_t key, const PagedAttentionBatch& batch) override {
     OCTET_CHECK(capture_key_ < 0, "replay during graph capture ", capture_key_);
     const auto it = graphs_.find(key);
