@@ -34,10 +34,10 @@ struct EngineArgs {
     v(c.weight_strategy, "weight_strategy", kWeightStrategyHelp);
     v(c.device, "device", kDeviceHelp);
     v(c.tensor_parallel_size, "tensor_parallel_size", kTensorParallelSizeHelp);
+    MultiNodeConfig::visit(c.multinode, v);
     v(c.enforce_eager, "enforce_eager",
       "run every step eagerly: no CUDA graphs for decode steps (vLLM's flag; graphs are "
       "captured per batch size 1, 2, 4, 8, 16, 24, ... up to max_num_seqs)");
-    MultiNodeConfig::visit(c.multinode, v);
     CacheConfig::visit(c.cache, v);
     SchedulerConfig::visit(c.scheduler, v);
   }
