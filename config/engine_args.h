@@ -19,6 +19,7 @@ struct EngineArgs {
   std::string weight_strategy = "channel";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  bool enforce_eager = false;
   MultiNodeConfig multinode;
   CacheConfig cache;
   SchedulerConfig scheduler;
@@ -40,6 +41,9 @@ struct EngineArgs {
     MultiNodeConfig::visit(c.multinode, v);
     v(c.threads, "threads", kThreadsHelp);
     v(c.lm_head_dtype, "lm_head_dtype", kLmHeadDtypeHelp);
+    v(c.enforce_eager, "enforce_eager",
+      "run every step eagerly: no CUDA graphs for decode steps (vLLM's flag; graphs are "
+      "captured per batch size 1, 2, 4, 8, 16, 24, ... up to max_num_seqs)");
     CacheConfig::visit(c.cache, v);
     SchedulerConfig::visit(c.scheduler, v);
   }
@@ -75,6 +79,7 @@ EngineArgs model_engine_args(const Config& c) {
   a.weight_strategy = c.weight_strategy;
   a.device = c.device;
   a.tensor_parallel_size = c.tensor_parallel_size;
+  if constexpr (requires { c.enforce_eager; }) a.enforce_eager = c.enforce_eager;
   a.multinode = c.multinode;
   a.threads = c.threads;
   a.lm_head_dtype = c.lm_head_dtype;

@@ -4,7 +4,9 @@
 // rendezvous that hands every node the NCCL unique id (server/rendezvous.h). Declared once;
 // the commands embed this struct and visit it after --tensor-parallel-size.
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace octet {
 
@@ -13,6 +15,10 @@ struct MultiNodeConfig {
   int64_t node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 29501;  // vLLM's default (torchrun's is 29500)
+  /// Not a flag: set by the serve / generate commands when nnodes > 1 (server/rendezvous.h's
+  /// exchange over master_addr:master_port). Called once at load with node 0's new NCCL id
+  /// (empty on the other nodes); returns node 0's id; throws on a timeout or refusal.
+  std::function<std::vector<uint8_t>(const std::vector<uint8_t>& own_id)> exchange_id;
 
   /// Calls v(field, "snake_case_name", "help") for every option, in flag order.
   template <class Visitor>

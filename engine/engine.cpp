@@ -108,6 +108,9 @@ void Engine::Impl::start() {
   load_options.world_size = static_cast<int>(args.tensor_parallel_size);
   load_options.lm_head_dtype = args.lm_head_dtype;
   const std::string threads = configure_cpu_threads(static_cast<int>(args.threads));
+  load_options.placement.nnodes = static_cast<int>(args.multinode.nnodes);
+  load_options.placement.node_rank = static_cast<int>(args.multinode.node_rank);
+  load_options.placement.exchange_id = args.multinode.exchange_id;
   loaded = load_model(model_source(args), load_options);
   const ModelConfig& c = m.loaded->model->config();
   m.setup = setup_kv_cache(args.cache, args.scheduler, *m.loaded);
@@ -121,7 +124,9 @@ void Engine::Impl::start() {
   // Every rank's cache: the same blocks (counted once by the KV manager), its KV heads.
   m.runner = std::make_unique<ModelRunner>(*m.loaded, m.setup.num_usable_blocks + 1,
                                            m.setup.block_size, m.setup.layers,
-                                           sched.max_num_batched_tokens, sched.max_num_seqs);
+                                           sched.max_num_batched_tokens, sched.max_num_seqs,
+                                           DecodeGraphOptions{!args.enforce_eager,
+                                                              m.setup.max_model_len});
   m.outputs = std::make_unique<OutputProcessor>(m.loaded->eos_token_ids, m.setup.max_model_len);
   for (const KVLayerSpec& s : m.setup.layers) {
     KVLayerInfo info;

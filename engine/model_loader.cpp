@@ -180,16 +180,20 @@ void load_ranks_with(LoadedModel& m, const Config& config, const LoadOptions& op
                      const Load& load) {
   const int world = options.world_size;
   if (world > 1) validate_tensor_parallel(config(), world);  // before any weight is read
-  m.ranks = make_rank_group(options.device, world);
-  std::vector<std::unique_ptr<LlamaModel>> models(static_cast<size_t>(world));
-  m.ranks->run([&](int rank, Communicator&) {
+  m.ranks = make_rank_group(options.device, world, options.placement);
+  // This process's ranks (all of them on one node); comm.rank() is the global rank.
+  const int local = m.ranks->world_size();
+  std::vector<std::unique_ptr<LlamaModel>> models(static_cast<size_t>(local));
+  m.ranks->run([&](int rank, Communicator& comm) {
     LoadOptions o = options;
-    o.rank = rank;
-    if (world > 1) o.backend = nullptr;  // each rank its own backend
+    o.rank = comm.rank();
+    // Each rank its own backend: the group's (CUDA: cuda:<rank>, the stream its NCCL
+    // communicator uses), or one made from o.device (the CPU).
+    if (world > 1) o.backend = m.ranks->rank_backend(rank);
     models[rank] = std::make_unique<LlamaModel>(load(o));
   });
   m.model = std::move(models[0]);
-  for (int r = 1; r < world; ++r) m.peers.push_back(std::move(models[r]));
+  for (int r = 1; r < local; ++r) m.peers.push_back(std::move(models[r]));
 }
 
 template <class File, class Config>

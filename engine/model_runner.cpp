@@ -1,12 +1,58 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "engine/kv_cache_manager.h"
 #include "engine/model_loader.h"
 #include "engine/request.h"
 
 namespace octet {
+
+std::vector<int64_t> decode_graph_sizes(int64_t max_num_seqs) {
+  std::vector<int64_t> sizes;
+  const int64_t top = std::min<int64_t>(max_num_seqs, 512);
+  for (int64_t s : {1, 2, 4})
+    if (s <= top) sizes.push_back(s);
+  for (int64_t s = 8; s <= top; s += 8) sizes.push_back(s);
+  return sizes;
+}
+
+int64_t ModelRunner::graph_size(const ForwardBatch& batch) const {
+  if (graph_sizes_.empty()) return 0;
+  const int64_t n = batch.num_tokens();
+  if (n == 0 || n != batch.num_seqs() || batch.max_blocks_per_seq > graph_width_ ||
+      static_cast<int64_t>(batch.logits_indices.size()) != n)
+    return 0;
+  for (int64_t i = 0; i < n; ++i)
+    if (batch.query_start_loc[i] != i || batch.logits_indices[i] != i) return 0;
+  const auto it = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), n);
+  return it == graph_sizes_.end() ? 0 : *it;
+}
+
+ForwardBatch ModelRunner::pad_for_graph(const ForwardBatch& batch, int64_t p) const {
+  const int64_t n = batch.num_tokens(), w = graph_width_, bw = batch.max_blocks_per_seq;
+  ForwardBatch g;
+  g.token_ids = batch.token_ids;
+  g.positions = batch.positions;
+  g.slot_mapping = batch.slot_mapping;
+  g.seq_lens = batch.seq_lens;
+  g.max_blocks_per_seq = w;
+  g.block_tables.assign(static_cast<size_t>(p * w), 0);
+  for (int64_t i = 0; i < n; ++i)
+    std::copy_n(batch.block_tables.begin() + i * bw, bw, g.block_tables.begin() + i * w);
+  // Padding: one-token sequences at position 0 of block 0 (never allocated to a request)
+  // that write no KV (slot -1); their rows are computed and dropped.
+  for (int64_t i = n; i < p; ++i) {
+    g.token_ids.push_back(0);
+    g.positions.push_back(0);
+    g.slot_mapping.push_back(-1);
+    g.seq_lens.push_back(1);
+  }
+  for (int64_t i = 0; i <= p; ++i) g.query_start_loc.push_back(i);
+  for (int64_t i = 0; i < p; ++i) g.logits_indices.push_back(i);
+  return g;
+}
 
 ForwardBatch ModelRunner::build_batch(const SchedulerOutput& out, const KVCacheManager& kv,
                                       StepLogits& rows) const {
@@ -69,30 +115,50 @@ ModelRunner::ModelRunner(const LlamaModel& model, PagedKVCache& cache,
 
 ModelRunner::ModelRunner(const LoadedModel& loaded, int64_t num_blocks, int64_t block_size,
                          const std::vector<KVLayerSpec>& layers, int64_t max_num_batched_tokens,
-                         int64_t max_num_seqs) {
+                         int64_t max_num_seqs, DecodeGraphOptions graphs) {
+  // world: this process's ranks; the model's shards may span more (several nodes), and then
+  // the rank group's communicators join them even with one local rank.
   const int world = loaded.world_size();
+  const bool sharded = loaded.model->shard().world_size > 1;
   ranks_.resize(static_cast<size_t>(world));
-  if (world > 1) group_ = loaded.ranks;
+  if (sharded) group_ = loaded.ranks;
+  if (graphs.enabled && graphs.max_model_len > 0 && max_num_seqs > 0 && block_size > 0 &&
+      loaded.model->backend().supports_graphs()) {
+    graph_sizes_ = decode_graph_sizes(max_num_seqs);
+    graph_width_ = (graphs.max_model_len + block_size - 1) / block_size;
+    // Runners may share a backend (tests): each keys its graphs apart (sizes are <= 512).
+    static std::atomic<int64_t> next_runner{0};
+    graph_key_base_ = (next_runner++) * 1024;
+  }
+  const int64_t graph_max = graph_sizes_.empty() ? 0 : graph_sizes_.back();
   const auto setup = [&](int r) {
     Rank& k = ranks_[r];
     k.model = &loaded.rank_model(r);
     const TensorParallelShard& s = k.model->shard();
     k.owned_cache = std::make_unique<PagedKVCache>(
         k.model->backend(), num_blocks, block_size, s.num_kv_heads, k.model->config().head_dim,
-        world == 1 ? layers : shard_kv_layer_specs(layers, s.kv_head_begin, s.num_kv_heads));
+        !sharded ? layers : shard_kv_layer_specs(layers, s.kv_head_begin, s.num_kv_heads));
     k.cache = k.owned_cache.get();
     if (max_num_batched_tokens > 0)
       k.act = k.model->new_activations(max_num_batched_tokens,
                                        std::max<int64_t>(max_num_seqs, 1));
+    if (graph_max > 0) {
+      k.graph_batch.reserve(k.model->backend(), graph_max, graph_max, graph_width_);
+      k.graph_act = k.model->new_activations(graph_max, graph_max);
+    }
   };
-  if (world == 1) {
+  if (!group_) {
     setup(0);
   } else {
     group_->run([&](int r, Communicator&) { setup(r); });  // each rank allocates its own
   }
 }
 
-ModelRunner::~ModelRunner() = default;
+ModelRunner::~ModelRunner() {
+  // The graphs read this runner's buffers: drop them with it.
+  for (Rank& k : ranks_)
+    for (int64_t key : graph_keys_) k.model->backend().drop_graph(key);
+}
 
 StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager& kv) {
   StepLogits rows;
@@ -101,6 +167,10 @@ StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager
   const int64_t n = batch.num_tokens();
   const int64_t num_rows = static_cast<int64_t>(batch.logits_indices.size());
   rows.logits.resize(static_cast<size_t>(num_rows * rows.vocab));
+  if (const int64_t p = graph_size(batch); p > 0) {
+    run_graph_step(batch, p, rows);
+    return rows;
+  }
   // Every rank: the same host batch on its own backend, weights, cache and activations.
   const auto run_rank = [&](int r, Communicator& comm) {
     Rank& k = ranks_[r];
@@ -111,12 +181,59 @@ StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager
     k.model->forward(batch, k.device_batch, *k.cache, k.act, comm);
     if (r == 0) k.model->read_logits(k.act, num_rows, rows.logits.data());
   };
-  if (ranks_.size() == 1) {
+  if (!group_) {
     run_rank(0, single_rank_communicator());
   } else {
     group_->run(run_rank);
   }
   return rows;
+}
+
+void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogits& rows) {
+  const ForwardBatch g = pad_for_graph(batch, p);
+  const int64_t n = batch.num_tokens(), vocab = rows.vocab;
+  // Tensor parallelism gathers the logits of all p rows ([ranks, p, vocab shard]): read them
+  // all, keep the first n.
+  const bool gathered = ranks_[0].model->shard().world_size > 1;
+  std::vector<float> padded;
+  const auto run_rank = [&](int r, Communicator& comm) {
+    Rank& k = ranks_[r];
+    Backend& be = k.model->backend();
+    k.graph_batch.upload(be, g);  // reserved for the largest graph: the same addresses
+    const int64_t key = graph_key_base_ + p;
+    if (!be.has_graph(key)) {
+      // First step of this size: eager (its logits are this step's, and it sizes the
+      // backend's scratch for the capture), then recorded (nothing runs).
+      k.model->forward(g, k.graph_batch, *k.cache, k.graph_act, comm);
+      be.begin_capture(key);
+      k.model->forward(g, k.graph_batch, *k.cache, k.graph_act, comm);
+      be.end_capture();
+    } else {
+      PagedAttentionBatch host;
+      host.num_seqs = p;
+      host.max_blocks_per_seq = graph_width_;
+      host.host_query_start_loc = g.query_start_loc.data();
+      host.host_seq_lens = g.seq_lens.data();
+      be.replay(key, host);
+    }
+    if (r != 0) return;
+    if (!gathered) {
+      k.model->read_logits(k.graph_act, n, rows.logits.data());
+    } else {
+      padded.resize(static_cast<size_t>(p * vocab));
+      k.model->read_logits(k.graph_act, p, padded.data());
+      std::copy_n(padded.begin(), n * vocab, rows.logits.begin());
+    }
+  };
+  if (!group_) {
+    run_rank(0, single_rank_communicator());
+  } else {
+    group_->run(run_rank);
+  }
+  const int64_t key = graph_key_base_ + p;
+  if (std::find(graph_keys_.begin(), graph_keys_.end(), key) == graph_keys_.end())
+    graph_keys_.push_back(key);
+  ++graph_steps_;
 }
 
 }  // namespace octet

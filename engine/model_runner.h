@@ -32,6 +32,21 @@ struct StepLogits {
   const float* row(int64_t r) const { return logits.data() + r * vocab; }
 };
 
+/// CUDA graphs for decode steps (vLLM's CUDA graph capture; --enforce-eager turns them off):
+/// a step whose requests all decode one token, on a backend that supports graphs, runs as the
+/// graph of the next size of decode_graph_sizes() (captured the first time, padded with
+/// one-token dummy sequences that write no KV), and its logits equal the eager step's bit for
+/// bit (every op is batch invariant). Other steps, and larger batches, run eagerly.
+struct DecodeGraphOptions {
+  bool enabled = false;
+  /// The longest sequence: graph batches' block tables are ceil(max_model_len / block_size)
+  /// wide (fixed, as the graph reads them in place). 0: no graphs.
+  int64_t max_model_len = 0;
+};
+
+/// vLLM's capture sizes up to max_num_seqs (at most 512): 1, 2, 4, then multiples of 8.
+std::vector<int64_t> decode_graph_sizes(int64_t max_num_seqs);
+
 /// Owns the per-rank activations and persistent batch buffers (and, built from a LoadedModel,
 /// the per-rank KV caches); shares the model's backends and rank group. Each step uploads the
 /// ForwardBatch to every rank and downloads the logits rows from rank 0.
@@ -48,7 +63,7 @@ class ModelRunner {
   /// (shard_kv_layer_specs). Throws std::invalid_argument for bad cache sizes.
   ModelRunner(const LoadedModel& loaded, int64_t num_blocks, int64_t block_size,
               const std::vector<KVLayerSpec>& layers, int64_t max_num_batched_tokens,
-              int64_t max_num_seqs);
+              int64_t max_num_seqs, DecodeGraphOptions graphs = {});
 
   ~ModelRunner();
 
@@ -64,17 +79,35 @@ class ModelRunner {
   int world_size() const { return static_cast<int>(ranks_.size()); }
   /// Rank r's KV cache.
   const PagedKVCache& cache(int r) const { return *ranks_.at(r).cache; }
+  /// Steps run as a graph so far (captures included), for tests and logs.
+  int64_t graph_steps() const { return graph_steps_; }
 
  private:
+  // The graph size for `batch` (a decode step of n one-token sequences), or 0 (eager).
+  int64_t graph_size(const ForwardBatch& batch) const;
+  // `batch` padded to p sequences with block tables graph_width_ wide.
+  ForwardBatch pad_for_graph(const ForwardBatch& batch, int64_t p) const;
+  // Runs `batch` as graph p (capturing it first), the logits into rows.logits.
+  void run_graph_step(const ForwardBatch& batch, int64_t p, StepLogits& rows);
+
   struct Rank {
     const LlamaModel* model = nullptr;
     PagedKVCache* cache = nullptr;
     std::unique_ptr<PagedKVCache> owned_cache;
     LlamaActivations act;
     ForwardBatchBuffers device_batch;
+    // Graph steps' own batch arrays and activations, sized once for the largest graph: the
+    // graphs read them in place, so eager steps (which may regrow theirs) never touch them.
+    ForwardBatchBuffers graph_batch;
+    LlamaActivations graph_act;
   };
   std::vector<Rank> ranks_;
-  std::shared_ptr<RankGroup> group_;  // null for one rank
+  std::shared_ptr<RankGroup> group_;  // null for an unsharded model
+  std::vector<int64_t> graph_sizes_;  // ascending; empty: no graphs
+  int64_t graph_key_base_ = 0;        // this runner's graph keys: base + size (unique per runner)
+  std::vector<int64_t> graph_keys_;   // captured on every rank's backend
+  int64_t graph_width_ = 0;           // blocks per sequence in graph batches
+  int64_t graph_steps_ = 0;
 };
 
 }  // namespace octet

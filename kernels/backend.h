@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/common/check.h"
 #include "kernels/common/dtype.h"
 #include "kernels/common/views.h"
 
@@ -147,6 +148,33 @@ class Backend {
   /// x: [*, width]; rows: [num_rows]; out: [num_rows, width].
   virtual void gather_rows(const float* x, int64_t width, const int64_t* rows,
                            int64_t num_rows, float* out) = 0;
+
+  // --- Graphs: a decode step's ops recorded once, replayed each step (CUDA graphs) ----------
+  // The caller (engine/model_runner) keeps every buffer the recorded ops touch at the same
+  // address for the graph's life and uploads each step's batch into them before replay().
+
+  /// Whether begin_capture / end_capture / replay work on this backend. Default: no.
+  virtual bool supports_graphs() const { return false; }
+  /// From now until end_capture(), ops are recorded as graph `key` (replacing an older graph
+  /// of that key) and not run. Only the ops of this section's recipe in between (no upload,
+  /// download, synchronize or allocate); paged_attention must see one query per sequence.
+  virtual void begin_capture(int64_t key) {
+    OCTET_CHECK(false, name(), ": no graph capture (graph ", key, ")");
+  }
+  virtual void end_capture() { OCTET_CHECK(false, name(), ": no graph capture"); }
+  /// Frees graph `key` (after its queued replays); no-op when there is none.
+  virtual void drop_graph(int64_t key) { (void)key; }
+  /// Whether graph `key` was captured.
+  virtual bool has_graph(int64_t key) const {
+    (void)key;
+    return false;
+  }
+  /// Queues graph `key`, its paged_attention plans made from batch's host_query_start_loc and
+  /// host_seq_lens (required; num_seqs and max_blocks_per_seq as at capture).
+  virtual void replay(int64_t key, const PagedAttentionBatch& batch) {
+    (void)batch;
+    OCTET_CHECK(false, name(), ": no graph to replay (graph ", key, ")");
+  }
 };
 
 /// The backend for `device`: "cpu", or "cuda" / "cuda:N" when built with CUDA, or "auto" (the

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_threads.h"
@@ -40,20 +41,46 @@ class SingleRankCommunicator final : public Communicator {
 
 }  // namespace
 
-std::unique_ptr<RankGroup> make_rank_group(const std::string& device, int world_size) {
+#if OCTET_HAVE_CUDA
+// kernels/rank_group_cuda.cpp: the NCCL rank group (throws without NCCL).
+std::unique_ptr<RankGroup> make_cuda_rank_group(int world_size, const RankPlacement& placement);
+#endif
+
+std::unique_ptr<RankGroup> make_rank_group(const std::string& device, int world_size,
+                                           const RankPlacement& placement) {
   if (world_size < 1)
     throw std::invalid_argument("tensor_parallel_size must be >= 1, got " +
                                 std::to_string(world_size));
+  if (placement.nnodes < 1 || placement.node_rank < 0 ||
+      placement.node_rank >= placement.nnodes || world_size % placement.nnodes != 0)
+    throw std::invalid_argument("rank group: node " + std::to_string(placement.node_rank) +
+                                " of " + std::to_string(placement.nnodes) +
+                                " nodes with tensor_parallel_size " +
+                                std::to_string(world_size) + " (a multiple of the node count)");
+  const bool one_node = placement.nnodes == 1;
   // One rank runs on the caller whatever the device: no thread, OpenMP untouched.
-  if (world_size == 1) return std::make_unique<CpuRankGroup>(world_size);
+  if (world_size == 1 && one_node) return std::make_unique<CpuRankGroup>(world_size);
   const std::string resolved = resolve_device(device);
-  if (resolved == "cpu") return std::make_unique<CpuRankGroup>(world_size);
-  // The NCCL communicator exists (kernels/cuda/nccl_communicator.h); its rank group, one
-  // thread per GPU, is not wired into the model runner yet.
+  if (resolved == "cpu") {
+    if (!one_node)
+      throw std::invalid_argument("multi-node needs --device cuda: the CPU's ranks are threads "
+                                  "of one process");
+    return std::make_unique<CpuRankGroup>(world_size);
+  }
+  if (resolved != "cuda" && resolved.rfind("cuda:", 0) != 0)
+    throw std::invalid_argument("unknown device '" + device +
+                                "' (expected cpu, cuda, cuda:N or auto)");
+  // "cuda" (or auto with a GPU): local rank r takes cuda:r. A pinned "cuda:N" names one GPU.
+  if (device != "cuda" && device != "auto")
+    throw std::invalid_argument("tensor_parallel_size " + std::to_string(world_size) +
+                                " with --device " + device +
+                                ": rank r runs on GPU r, give --device cuda");
+#if OCTET_HAVE_CUDA
+  return make_cuda_rank_group(world_size, placement);
+#else
   throw std::invalid_argument("tensor_parallel_size " + std::to_string(world_size) +
-                              " on device '" + resolved +
-                              "' needs the NCCL rank group, which is not wired yet: use "
-                              "--device cpu or --tensor-parallel-size 1");
+                              " on device '" + resolved + "': this build has no CUDA");
+#endif
 }
 
 std::string configure_cpu_threads(int threads) {
@@ -65,6 +92,11 @@ std::string configure_cpu_threads(int threads) {
   cpu::set_process_threads(n);
   return cpu::threads_log_line(n, threads, detected);
 }
+#if !OCTET_HAVE_CUDA
+std::vector<uint8_t> make_nccl_unique_id() {
+  throw std::invalid_argument("multi-node start needs NCCL: this build has no CUDA");
+}
+#endif
 
 Communicator& single_rank_communicator() {
   static SingleRankCommunicator comm;

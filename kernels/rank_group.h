@@ -2,14 +2,22 @@
 // only this and kernels/communicator.h). run(fn) runs fn(rank, comm) on every rank at once,
 // rank 0 on the calling thread, and returns when all have finished. On the CPU the ranks are
 // persistent threads (kernels/cpu/thread_communicator.h's RankThreads), each with
-// max(1, threads / world_size) worker threads; NCCL ranks come with the CUDA backend.
+// max(1, threads / world_size) worker threads. On CUDA (tensor_parallel_size > 1) local rank r
+// is a persistent thread bound to GPU r (cudaSetDevice on every run), with its own CudaBackend
+// and an NcclCommunicator on that backend's stream (kernels/rank_group_cuda.cpp).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/communicator.h"
+
+namespace octet {
+class Backend;
+}
 
 namespace octet {
 
@@ -19,13 +27,44 @@ class RankGroup {
   virtual int world_size() const = 0;
   /// Runs fn on every rank; rethrows the first exception a rank threw once all have returned
   /// (a throwing rank aborts its peers' collectives). Not thread-safe: one run() at a time.
+  /// `rank` is the local index in [0, world_size()); comm.rank() / comm.world_size() are the
+  /// global ones (they differ only across nodes: global = node_rank * world_size() + local).
   virtual void run(const std::function<void(int rank, Communicator& comm)>& fn) = 0;
+  /// The backend local rank `rank` must run on (its communicator's collectives are ordered
+  /// with that backend's work), or null when the rank may make its own (the CPU).
+  virtual std::shared_ptr<Backend> rank_backend(int rank) const {
+    (void)rank;
+    return nullptr;
+  }
 };
 
-/// world_size (>= 1) ranks for `device` (--device spelling; the CPU's for cpu and auto).
-/// World size 1 starts no thread and leaves OpenMP as it is. Throws std::invalid_argument for
-/// a device without a rank group or world_size < 1.
-std::unique_ptr<RankGroup> make_rank_group(const std::string& device, int world_size);
+/// Where this process's ranks sit in a multi-node group (--nnodes, --node-rank). One node:
+/// the defaults (the NCCL id is made in-process). Several: make_rank_group makes the id on
+/// node 0 (make_nccl_unique_id) and calls exchange_id on every node with that id (node 0) or
+/// an empty one (the others); it returns node 0's 128 bytes (server/rendezvous.h's
+/// exchange_rendezvous_id behind a plain function, as Boost stays in server/) and throws, with
+/// a clear message, on a timeout.
+struct RankPlacement {
+  int nnodes = 1;
+  int node_rank = 0;
+  std::function<std::vector<uint8_t>(const std::vector<uint8_t>& own_id)> exchange_id;
+};
+
+/// A new NCCL unique id (128 bytes) for a multi-node start. Throws std::invalid_argument when
+/// this build has no NCCL, std::runtime_error when NCCL fails.
+std::vector<uint8_t> make_nccl_unique_id();
+
+/// world_size (>= 1, all nodes together) ranks for `device` (--device spelling), of which
+/// this process runs world_size / placement.nnodes. CPU (cpu, or auto without a GPU): rank
+/// threads, one node only. CUDA ("cuda" or auto with a GPU; world size 1 on one node runs on
+/// the caller as the CPU's does): local rank r on GPU r, NCCL between all ranks; the ranks'
+/// NCCL start-up blocks until every rank of every node has joined. World size 1 starts no
+/// thread and leaves OpenMP as it is. Throws std::invalid_argument for world_size < 1, a
+/// world_size nnodes does not divide, "cuda:N" with more than one rank (rank r takes GPU r:
+/// give "cuda"), fewer GPUs than local ranks, a build without NCCL, a multi-node placement on
+/// the CPU or without a 128-byte id; std::runtime_error when CUDA or NCCL fails at start-up.
+std::unique_ptr<RankGroup> make_rank_group(const std::string& device, int world_size,
+                                           const RankPlacement& placement = {});
 
 /// Sizes the CPU kernels' worker threads for this process (kernels/cpu/thread_team.h) and
 /// returns the start-up log line naming the count and why, e.g. "threads: 2 (affinity 2 CPUs,

@@ -49,6 +49,8 @@ struct LoadOptions {
   /// lm_head format on the FP8 path when the checkpoint leaves it unquantized: "bf16", or "fp8"
   /// (per-channel E4M3, dynamic per-token activations, like the other linears).
   std::string lm_head_dtype = "bf16";
+  /// Multi-node start (--nnodes > 1): this node and the NCCL id exchange (rank_group.h).
+  RankPlacement placement;
 };
 
 struct LlamaLayerWeights {

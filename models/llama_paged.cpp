@@ -63,6 +63,8 @@ void LlamaModel::forward(const ForwardBatch& batch, const ForwardBatchBuffers& d
   attn_batch.seq_lens = device.seq_lens.as<const int64_t>();
   attn_batch.block_tables = device.block_tables.as<const int32_t>();
   attn_batch.max_blocks_per_seq = batch.max_blocks_per_seq;
+  attn_batch.host_query_start_loc = batch.query_start_loc.data();  // the same values, host
+  attn_batch.host_seq_lens = batch.seq_lens.data();
   run_decoder(device, n, rows, attn_batch, cache, act, comm);
 }
 

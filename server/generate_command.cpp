@@ -12,6 +12,7 @@
 #include "engine/engine.h"
 #include "server/command.h"
 #include "server/commands.h"
+#include "server/rendezvous.h"
 
 namespace octet {
 
@@ -74,6 +75,7 @@ struct Completion {
 int run_generate(int argc, const char* const* argv) {
   return cli::run_command<GenerateConfig>("octet generate", argc, argv, [](GenerateConfig& cfg) {
     EngineArgs args = model_engine_args(cfg);
+    server::set_rendezvous_exchange(args.multinode);
     args.cache = cfg.cache;
     args.scheduler = cfg.scheduler;
     std::vector<std::vector<int32_t>> prompt_ids;

@@ -389,4 +389,23 @@ RendezvousId exchange_rendezvous_id(const std::string& addr, uint16_t port, int 
   return fetch_rendezvous_id(addr, port, world_size, rank, timeout);
 }
 
+void set_rendezvous_exchange(MultiNodeConfig& mn) {
+  if (mn.nnodes <= 1) return;
+  const std::string addr = mn.master_addr;
+  const auto port = static_cast<uint16_t>(mn.master_port);
+  const int nodes = static_cast<int>(mn.nnodes), node = static_cast<int>(mn.node_rank);
+  mn.exchange_id = [addr, port, nodes, node](const std::vector<uint8_t>& own) {
+    RendezvousId id{};
+    if (node == 0) {
+      if (own.size() != id.size())
+        throw RendezvousError("rendezvous: node 0 was given " + std::to_string(own.size()) +
+                              " id bytes, expected " + std::to_string(id.size()));
+      std::copy(own.begin(), own.end(), id.begin());
+    }
+    const RendezvousId got = exchange_rendezvous_id(addr, port, nodes, node, id,
+                                                    kRendezvousTimeout);
+    return std::vector<uint8_t>(got.begin(), got.end());
+  };
+}
+
 }  // namespace octet::server

@@ -23,11 +23,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "config/multinode_config.h"
+
 namespace octet::server {
 
 /// The bytes rank 0 hands every rank: NCCL_UNIQUE_ID_BYTES (128) of an ncclUniqueId.
 inline constexpr size_t kRendezvousIdBytes = 128;
 using RendezvousId = std::array<uint8_t, kRendezvousIdBytes>;
+
+/// How long a multi-node start waits for every node to join the rendezvous.
+inline constexpr std::chrono::milliseconds kRendezvousTimeout{300000};
 
 /// How long rank 0 gives a new connection to send its hello before closing it.
 inline constexpr std::chrono::milliseconds kHelloTimeout{10000};
@@ -81,5 +86,10 @@ RendezvousId fetch_rendezvous_id(const std::string& addr, uint16_t port, int wor
 RendezvousId exchange_rendezvous_id(const std::string& addr, uint16_t port, int world_size,
                                     int rank, const RendezvousId& id,
                                     std::chrono::milliseconds timeout);
+
+/// Sets mn.exchange_id when mn.nnodes > 1 (else leaves it empty): exchange_rendezvous_id over
+/// mn.master_addr:master_port with the nodes as the rendezvous ranks (one process per node),
+/// node 0 serving the id it is given, kRendezvousTimeout; throws RendezvousError as that does.
+void set_rendezvous_exchange(MultiNodeConfig& mn);
 
 }  // namespace octet::server

@@ -24,6 +24,7 @@
 #include "server/command.h"
 #include "server/commands.h"
 #include "server/http_server.h"
+#include "server/rendezvous.h"
 #include "server/request_log.h"
 #include "server/server_context.h"
 
@@ -157,6 +158,7 @@ void serve(ServeConfig& cfg) {
   http->start();
   spdlog::info("octet serve: listening on http://{}:{} (model loading)", cfg.host, http->port());
 
+  server::set_rendezvous_exchange(cfg.engine.multinode);  // --nnodes > 1: the NCCL id
   engine = Engine::create(cfg.engine);
   ctx.chat_template = template_override.empty() ? engine->tokenizer().chat_template() : template_override;
   if (!ctx.chat_template.empty())

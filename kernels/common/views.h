@@ -85,6 +85,12 @@ struct PagedAttentionBatch {
   const int64_t* seq_lens = nullptr;
   const int32_t* block_tables = nullptr;
   int64_t max_blocks_per_seq = 0;
+  /// Optional host memory holding the same values as query_start_loc and seq_lens (the batch
+  /// the caller built on the host). A backend that plans attention on the host (CUDA) reads
+  /// these instead of copying the device arrays back, so the call queues work without
+  /// waiting for the device (what a CUDA graph capture needs). Null: the device arrays only.
+  const int64_t* host_query_start_loc = nullptr;
+  const int64_t* host_seq_lens = nullptr;
 };
 
 }  // namespace octet

@@ -85,11 +85,13 @@ void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
 
 PagedAttention::~PagedAttention() {
   // Destructors must not abort: errors (a lost device at exit) are ignored here.
-  if (copied_ != nullptr) {
-    cudaEventSynchronize(copied_);
-    cudaEventDestroy(copied_);
+  for (PlanSlot& slot : slots_) {
+    if (slot.copied != nullptr) {
+      cudaEventSynchronize(slot.copied);
+      cudaEventDestroy(slot.copied);
+    }
+    cudaFreeHost(slot.pinned);
   }
-  cudaFreeHost(pinned_);
   cudaFree(work_);
   cudaFree(partials_);
 }
@@ -112,9 +114,16 @@ void PagedAttention::reserve_device(size_t work_bytes, size_t partial_floats,
   }
 }
 
-void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAttentionBatch& b,
-                         const int64_t* qsl, const int64_t* lens, int64_t num_heads,
-                         int64_t window, float softmax_scale, float* out, cudaStream_t stream) {
+namespace {
+
+// The work of one call, as int32 records: decode items, merge items, prefill items.
+struct HostPlan {
+  std::vector<int32_t> decode, merge, prefill;
+  int64_t slots = 0;  // partial softmax states the merges read
+};
+
+// The shape checks every call passes (eager or captured).
+void check_call(const KVCacheView& cache, int64_t num_heads, int64_t window) {
   const int64_t hd = cache.head_dim;
   OCTET_CHECK(cache.k != nullptr && cache.v != nullptr && cache.num_kv_heads > 0 && hd > 0 &&
                   cache.block_size > 0 && num_heads > 0 && num_heads % cache.num_kv_heads == 0,
@@ -125,12 +134,29 @@ void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAt
   OCTET_CHECK(window >= 0, "cuda paged_attention: sliding_window ", window);
   OCTET_CHECK(!dtype_is_fp8(cache.dtype) || (cache.k_scale != nullptr && cache.v_scale != nullptr),
               "cuda paged_attention: an FP8 cache needs k_scale and v_scale");
-  OCTET_CHECK(qsl[0] == 0, "cuda paged_attention: query_start_loc[0] = ", qsl[0]);
+}
 
-  // Plan: decode items, then merge items, then prefill items, as int32 records.
-  std::vector<int32_t> decode, merge, prefill;
-  int64_t slots = 0;
-  const int64_t cap = b.max_blocks_per_seq * cache.block_size;
+// Device memory freed (cudaFree) with its last owner.
+std::shared_ptr<void> device_alloc(size_t bytes) {
+  void* p = nullptr;
+  OCTET_CUDA_CHECK(cudaMalloc(&p, bytes));
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+// Ints of a graph plan's device layout (attention.h GraphAttention).
+size_t graph_plan_ints(int64_t max_decode, int64_t max_merge) {
+  return static_cast<size_t>(2 + max_decode * kDecodeItemInts + max_merge * kMergeItemInts);
+}
+
+// Plans the batch (the host copies qsl, lens) for `window` over a block-table capacity of
+// `cap` positions; a broken batch is an OCTET_CHECK abort.
+void build_plan(const PagedAttentionBatch& b, const int64_t* qsl, const int64_t* lens,
+                int64_t window, int64_t cap, HostPlan& plan) {
+  OCTET_CHECK(qsl[0] == 0, "cuda paged_attention: query_start_loc[0] = ", qsl[0]);
+  std::vector<int32_t>& decode = plan.decode;
+  std::vector<int32_t>& merge = plan.merge;
+  std::vector<int32_t>& prefill = plan.prefill;
+  int64_t& slots = plan.slots;
   for (int64_t s = 0; s < b.num_seqs; ++s) {
     const int64_t nq = qsl[s + 1] - qsl[s], len = lens[s];
     OCTET_CHECK(nq >= 0 && nq <= len && len <= cap && len < (int64_t{1} << 30),
@@ -167,24 +193,49 @@ void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAt
     OCTET_CHECK(qsl[s + 1] < (int64_t{1} << 31) && slots < (int64_t{1} << 31),
                 "cuda paged_attention: batch too large");
   }
+}
+
+}  // namespace
+
+void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAttentionBatch& b,
+                         const int64_t* qsl, const int64_t* lens, int64_t num_heads,
+                         int64_t window, float softmax_scale, float* out, cudaStream_t stream) {
+  const int64_t hd = cache.head_dim;
+  check_call(cache, num_heads, window);
+
+  HostPlan plan;
+  build_plan(b, qsl, lens, window, b.max_blocks_per_seq * cache.block_size, plan);
+  const std::vector<int32_t>& decode = plan.decode;
+  const std::vector<int32_t>& merge = plan.merge;
+  const std::vector<int32_t>& prefill = plan.prefill;
+  const int64_t slots = plan.slots;
   const size_t total_ints = decode.size() + merge.size() + prefill.size();
   if (total_ints == 0) return;
   const size_t bytes = total_ints * sizeof(int32_t);
   reserve_device(bytes, static_cast<size_t>(slots * num_heads * (hd + 2)), stream);
-  if (copied_ == nullptr) OCTET_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
-  OCTET_CUDA_CHECK(cudaEventSynchronize(copied_));  // the previous plan has left pinned_
-  if (bytes > pinned_bytes_) {
-    OCTET_CUDA_CHECK(cudaFreeHost(pinned_));
-    pinned_ = nullptr;
-    pinned_bytes_ = std::max(bytes, 2 * pinned_bytes_);
-    OCTET_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&pinned_), pinned_bytes_));
+  PlanSlot& slot = slots_[next_slot_];
+  next_slot_ = (next_slot_ + 1) % kPlanSlots;
+  if (slot.copied == nullptr) {
+    OCTET_CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
+  } else {
+    OCTET_CUDA_CHECK(cudaEventSynchronize(slot.copied));  // its last plan has left it
   }
-  std::memcpy(pinned_, decode.data(), decode.size() * sizeof(int32_t));
-  std::memcpy(pinned_ + decode.size(), merge.data(), merge.size() * sizeof(int32_t));
-  std::memcpy(pinned_ + decode.size() + merge.size(), prefill.data(),
+  if (bytes > slot.bytes) {
+    const size_t want = std::max(bytes, 2 * slot.bytes);
+    OCTET_CUDA_CHECK(cudaFreeHost(slot.pinned));
+    slot.pinned = nullptr;
+    slot.bytes = 0;
+    OCTET_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&slot.pinned), want));
+    slot.bytes = want;
+  }
+  int32_t* pinned = slot.pinned;
+  std::memcpy(pinned, decode.data(), decode.size() * sizeof(int32_t));
+  std::memcpy(pinned + decode.size(), merge.data(), merge.size() * sizeof(int32_t));
+  std::memcpy(pinned + decode.size() + merge.size(), prefill.data(),
               prefill.size() * sizeof(int32_t));
-  OCTET_CUDA_CHECK(cudaMemcpyAsync(work_, pinned_, bytes, cudaMemcpyHostToDevice, stream));
-  OCTET_CUDA_CHECK(cudaEventRecord(copied_, stream));
+  // Stream order: this upload into work_ runs after the previous call's kernels read it.
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(work_, pinned, bytes, cudaMemcpyHostToDevice, stream));
+  OCTET_CUDA_CHECK(cudaEventRecord(slot.copied, stream));
 
   const int32_t* w = static_cast<const int32_t*>(work_);
   Launch a{KvArgs{static_cast<const uint8_t*>(cache.k), static_cast<const uint8_t*>(cache.v),
@@ -196,6 +247,129 @@ void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAt
            w + decode.size() + merge.size(), static_cast<int64_t>(prefill.size() / kPrefillItemInts)};
   launch_decode(a, cache.dtype, stream);
   launch_prefill(a, cache.dtype, stream);
+}
+
+GraphAttention::~GraphAttention() {
+  // Destructors must not abort. The graph that read these plans is gone (CudaBackend frees it
+  // first, after a stream synchronisation).
+  if (copied != nullptr) {
+    cudaEventSynchronize(copied);
+    cudaEventDestroy(copied);
+  }
+  cudaFreeHost(pinned);
+  for (Plan& p : plans) cudaFree(p.device);
+}
+
+void PagedAttention::begin_capture() {
+  OCTET_CHECK(capturing_ == nullptr, "cuda paged_attention: nested graph capture");
+  capturing_ = std::make_shared<GraphAttention>();
+}
+
+std::shared_ptr<GraphAttention> PagedAttention::end_capture() {
+  OCTET_CHECK(capturing_ != nullptr, "cuda paged_attention: end_capture without begin_capture");
+  return std::move(capturing_);
+}
+
+void PagedAttention::capture(const KVCacheView& cache, const float* q,
+                             const PagedAttentionBatch& b, int64_t num_heads, int64_t window,
+                             float softmax_scale, float* out, cudaStream_t stream) {
+  OCTET_CHECK(capturing_ != nullptr, "cuda paged_attention: capture() outside a capture");
+  check_call(cache, num_heads, window);
+  const int64_t hd = cache.head_dim, cap = b.max_blocks_per_seq * cache.block_size;
+  OCTET_CHECK(b.num_seqs > 0 && cap > 0, "cuda paged_attention capture: ", b.num_seqs,
+              " sequences, block table capacity ", cap);
+  if (b.host_query_start_loc != nullptr && b.host_seq_lens != nullptr)
+    for (int64_t s = 0; s < b.num_seqs; ++s)
+      OCTET_CHECK(b.host_query_start_loc[s + 1] - b.host_query_start_loc[s] == 1,
+                  "cuda paged_attention capture: sequence ", s, " has ",
+                  b.host_query_start_loc[s + 1] - b.host_query_start_loc[s],
+                  " queries (a graph runs decode steps, one query per sequence)");
+  GraphAttention& g = *capturing_;
+  GraphAttention::Plan* plan = nullptr;
+  for (GraphAttention::Plan& p : g.plans)
+    if (p.window == window) plan = &p;
+  if (plan == nullptr) {
+    GraphAttention::Plan p;
+    p.window = window;
+    p.num_seqs = b.num_seqs;
+    p.max_blocks_per_seq = b.max_blocks_per_seq;
+    p.block_size = cache.block_size;
+    // A query at position pos < cap spans at most (cap - 1) / kPartitionTokens + 1 partitions.
+    p.max_decode = b.num_seqs * ((cap - 1) / kPartitionTokens + 1);
+    p.max_merge = b.num_seqs;
+    OCTET_CHECK(p.max_decode < (int64_t{1} << 31), "cuda paged_attention capture: ",
+                p.max_decode, " decode items");
+    const size_t ints = graph_plan_ints(p.max_decode, p.max_merge);
+    // Relaxed capture mode (CudaBackend::begin_capture) allows cudaMalloc here.
+    OCTET_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p.device), ints * sizeof(int32_t)));
+    p.pinned_offset = g.pinned_ints;
+    g.pinned_ints += ints;
+    g.plans.push_back(p);
+    plan = &g.plans.back();
+  }
+  OCTET_CHECK(plan->num_seqs == b.num_seqs && plan->max_blocks_per_seq == b.max_blocks_per_seq &&
+                  plan->block_size == cache.block_size,
+              "cuda paged_attention capture: calls of one graph differ in batch shape");
+  // Partial softmax states for every decode item at full capacity.
+  const size_t partial_floats = static_cast<size_t>(plan->max_decode * num_heads * (hd + 2));
+  if (partial_floats > graph_partial_floats_) {
+    graph_partials_ = device_alloc(partial_floats * sizeof(float));
+    graph_partial_floats_ = partial_floats;
+  }
+  g.partials.push_back(graph_partials_);
+
+  const int32_t* w = plan->device;
+  Launch a{KvArgs{static_cast<const uint8_t*>(cache.k), static_cast<const uint8_t*>(cache.v),
+                  cache.k_scale, cache.v_scale, b.block_tables, b.max_blocks_per_seq,
+                  cache.num_blocks, cache.block_size, cache.num_kv_heads, hd},
+           q, num_heads, window, softmax_scale, out, static_cast<float*>(graph_partials_.get()),
+           w + 2, plan->max_decode,
+           w + 2 + plan->max_decode * kDecodeItemInts, plan->max_merge,
+           nullptr, 0, w, w + 1};
+  launch_decode(a, cache.dtype, stream);
+}
+
+void PagedAttention::prepare_replay(GraphAttention& g, const PagedAttentionBatch& b,
+                                    cudaStream_t stream) {
+  OCTET_CHECK(b.host_query_start_loc != nullptr && b.host_seq_lens != nullptr,
+              "cuda graph replay: the batch needs its host query_start_loc and seq_lens");
+  if (g.plans.empty()) return;
+  if (g.copied == nullptr) {
+    OCTET_CUDA_CHECK(cudaEventCreateWithFlags(&g.copied, cudaEventDisableTiming));
+    OCTET_CUDA_CHECK(
+        cudaMallocHost(reinterpret_cast<void**>(&g.pinned), g.pinned_ints * sizeof(int32_t)));
+  } else {
+    OCTET_CUDA_CHECK(cudaEventSynchronize(g.copied));  // the last replay's uploads are done
+  }
+  HostPlan hp;
+  for (const GraphAttention::Plan& p : g.plans) {
+    OCTET_CHECK(b.num_seqs == p.num_seqs && b.max_blocks_per_seq == p.max_blocks_per_seq,
+                "cuda graph replay: batch of ", b.num_seqs, " sequences x ",
+                b.max_blocks_per_seq, " blocks, captured for ", p.num_seqs, " x ",
+                p.max_blocks_per_seq);
+    hp = HostPlan{};
+    build_plan(b, b.host_query_start_loc, b.host_seq_lens, p.window,
+               p.max_blocks_per_seq * p.block_size, hp);
+    const int64_t nd = static_cast<int64_t>(hp.decode.size()) / kDecodeItemInts;
+    const int64_t nm = static_cast<int64_t>(hp.merge.size()) / kMergeItemInts;
+    OCTET_CHECK(hp.prefill.empty() && nd <= p.max_decode && nm <= p.max_merge &&
+                    hp.slots <= p.max_decode,
+                "cuda graph replay: not a decode step (", hp.prefill.size() / kPrefillItemInts,
+                " prefill tiles, ", nd, " decode items of ", p.max_decode, ")");
+    int32_t* pin = g.pinned + p.pinned_offset;
+    pin[0] = static_cast<int32_t>(nd);
+    pin[1] = static_cast<int32_t>(nm);
+    std::memcpy(pin + 2, hp.decode.data(), hp.decode.size() * sizeof(int32_t));
+    const size_t merge_at = 2 + static_cast<size_t>(p.max_decode * kDecodeItemInts);
+    std::memcpy(pin + merge_at, hp.merge.data(), hp.merge.size() * sizeof(int32_t));
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(p.device, pin, (2 + hp.decode.size()) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream));
+    if (!hp.merge.empty())
+      OCTET_CUDA_CHECK(cudaMemcpyAsync(p.device + merge_at, pin + merge_at,
+                                       hp.merge.size() * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream));
+  }
+  OCTET_CUDA_CHECK(cudaEventRecord(g.copied, stream));
 }
 
 }  // namespace octet::cuda_kernels

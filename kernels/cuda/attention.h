@@ -9,14 +9,16 @@
 //  - prefill ("paged_prefill_tiled"): one block per (tile of kTileRows queries of a sequence,
 //    head), K/V staged through shared memory kKvTile positions at a time, online softmax per
 //    query (flash-attention style).
-// head_dim <= kMaxHeadDim. The host plans the work from the batch's query_start_loc and seq_lens,
-// which it reads back once per call (one small device-to-host copy, which waits for the queued
-// work: a later interface that passes these host-side would remove that synchronisation).
+// head_dim <= kMaxHeadDim. The host plans the work from the batch's query_start_loc and seq_lens
+// (host copies given by the caller, or read back by CudaBackend with one small device-to-host
+// copy that waits for the queued work) and uploads the plan through a ring of kPlanSlots pinned
+// buffers: a call waits only for the upload kPlanSlots calls back, not for the queued kernels.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/common/views.h"
@@ -28,10 +30,42 @@ inline constexpr int64_t kPartitionTokens = 512;
 inline constexpr int64_t kPrefillMinQueries = 8;
 inline constexpr int64_t kTileRows = 16;
 inline constexpr int64_t kKvTile = 32;
+inline constexpr int kPlanSlots = 8;
 
 /// Queues write_kv_cache (backend.h). FP8 caches need k_scale / v_scale.
 void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
                     const int64_t* slot_mapping, int64_t n, cudaStream_t stream);
+
+/// The attention plans of one captured CUDA graph (CudaBackend::begin_capture .. end_capture):
+/// one per distinct sliding window among its paged_attention calls (the plan depends only on
+/// the batch and the window), each in device memory at the address the graph's kernels read:
+///   [0] decode items this replay, [1] merge items, then max_decode decode items
+///   (kDecodeItemInts each), then max_merge merge items (kMergeItemInts each).
+/// The graph launches max_decode / max_merge blocks (a plan for every sequence at the block
+/// table's full capacity); prepare_replay rewrites the plans from the host batch before each
+/// launch, and the blocks past this replay's counts return at once. The items are those an
+/// eager call makes for the same batch, so replay output equals eager output bit for bit.
+struct GraphAttention {
+  struct Plan {
+    int64_t window = 0;
+    int64_t num_seqs = 0;
+    int64_t max_blocks_per_seq = 0;
+    int64_t block_size = 0;
+    int64_t max_decode = 0;
+    int64_t max_merge = 0;
+    int32_t* device = nullptr;  // cudaMalloc'd, layout above
+    size_t pinned_offset = 0;   // ints into `pinned`
+  };
+  std::vector<Plan> plans;
+  std::vector<std::shared_ptr<void>> partials;  // scratch the graph's kernels write
+  int32_t* pinned = nullptr;                    // host staging of every plan, made at 1st replay
+  size_t pinned_ints = 0;
+  cudaEvent_t copied = nullptr;                 // after the last replay's plan uploads
+  GraphAttention() = default;
+  GraphAttention(const GraphAttention&) = delete;
+  GraphAttention& operator=(const GraphAttention&) = delete;
+  ~GraphAttention();
+};
 
 /// Plans and queues paged attention; owns the device work lists and partial-softmax scratch
 /// and the pinned host copy of the plan. One per backend (one stream).
@@ -48,17 +82,45 @@ class PagedAttention {
            const int64_t* host_query_start_loc, const int64_t* host_seq_lens, int64_t num_heads,
            int64_t sliding_window, float softmax_scale, float* out, cudaStream_t stream);
 
+  /// Starts recording a graph's calls (capture() until end_capture()).
+  void begin_capture();
+  /// During a stream capture: queues the decode kernels of a call whose sequences have one
+  /// query each (a decode step), sized for every sequence at the block table's capacity and
+  /// reading the plan of this window that prepare_replay writes. b's host fields, when given,
+  /// are checked to be such a batch. No host synchronisation.
+  void capture(const KVCacheView& cache, const float* q, const PagedAttentionBatch& b,
+               int64_t num_heads, int64_t sliding_window, float softmax_scale, float* out,
+               cudaStream_t stream);
+  /// The plans recorded since begin_capture().
+  std::shared_ptr<GraphAttention> end_capture();
+  /// Queues on `stream` the upload of every plan of g for batch b (host_query_start_loc and
+  /// host_seq_lens required; num_seqs and max_blocks_per_seq as captured; one query per
+  /// sequence): call it right before launching g's graph on the same stream.
+  static void prepare_replay(GraphAttention& g, const PagedAttentionBatch& b,
+                             cudaStream_t stream);
+
  private:
   void reserve_device(size_t work_bytes, size_t partial_floats, cudaStream_t stream);
 
-  std::vector<int32_t> plan_;     // host plan, copied into pinned_ then to work_
-  int32_t* pinned_ = nullptr;     // pinned host staging of the plan
-  size_t pinned_bytes_ = 0;
-  cudaEvent_t copied_ = nullptr;  // recorded after the plan's upload: pinned_ reusable after it
+  // Pinned host staging of the plans, used in turn; each slot's event is recorded after its
+  // upload, so the slot is reusable once that event has completed.
+  struct PlanSlot {
+    int32_t* pinned = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t copied = nullptr;
+  };
+  PlanSlot slots_[kPlanSlots];
+  int next_slot_ = 0;
   void* work_ = nullptr;          // device copy of the plan
   size_t work_bytes_ = 0;
   float* partials_ = nullptr;     // [slots, heads, head_dim + 2]: acc, then m and l
   size_t partial_floats_ = 0;
+  // Graphs: the capture in progress, and the partials scratch the graphs share (they run one
+  // at a time on the stream); a capture needing more makes a larger one, older graphs keep
+  // theirs.
+  std::shared_ptr<GraphAttention> capturing_;
+  std::shared_ptr<void> graph_partials_;
+  size_t graph_partial_floats_ = 0;
 };
 
 }  // namespace octet::cuda_kernels

@@ -15,7 +15,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     paged_decode_split_kernel(KvArgs kv, const float* __restrict__ q,
                               const int32_t* __restrict__ items, int64_t num_heads,
                               float softmax_scale, float* __restrict__ out,
-                              float* __restrict__ partials) {
+                              float* __restrict__ partials,
+                              const int32_t* __restrict__ num_items) {
+  // A graph's launch is sized for its largest plan: blocks past this replay's items return
+  // (uniformly per block, before any barrier).
+  if (num_items != nullptr && static_cast<int64_t>(blockIdx.x) >= *num_items) return;
   __shared__ float q_s[kMaxHeadDim];
   __shared__ float w_acc[kWarps][kMaxHeadDim];
   __shared__ float w_m[kWarps], w_l[kWarps];
@@ -84,7 +88,8 @@ __global__ void __launch_bounds__(kThreads)
     paged_decode_merge_kernel(const int32_t* __restrict__ items,
                               const float* __restrict__ partials, int64_t num_heads,
                               int64_t num_kv_heads, int64_t hd, const float* __restrict__ v_scale,
-                              float* __restrict__ out) {
+                              float* __restrict__ out, const int32_t* __restrict__ num_items) {
+  if (num_items != nullptr && static_cast<int64_t>(blockIdx.x) >= *num_items) return;
   const int32_t* it = items + static_cast<int64_t>(blockIdx.x) * kMergeItemInts;
   const int64_t row = it[0], first = it[1], count = it[2];
   const int64_t head = blockIdx.y;
@@ -109,14 +114,15 @@ void launch_decode_as(const Launch& a, cudaStream_t stream) {
   if (a.num_decode > 0) {
     paged_decode_split_kernel<D><<<dim3(static_cast<unsigned>(a.num_decode), heads), kThreads, 0,
                                    stream>>>(a.kv, a.q, a.decode_items, a.num_heads, a.scale,
-                                             a.out, a.partials);
+                                             a.out, a.partials, a.decode_count);
     OCTET_CUDA_CHECK_LAUNCH();
   }
   if (a.num_merge > 0) {
     paged_decode_merge_kernel<<<dim3(static_cast<unsigned>(a.num_merge), heads), kThreads, 0,
                                 stream>>>(a.merge_items, a.partials, a.num_heads,
                                           a.kv.num_kv_heads, a.kv.head_dim,
-                                          is_fp8(D) ? a.kv.v_scale : nullptr, a.out);
+                                          is_fp8(D) ? a.kv.v_scale : nullptr, a.out,
+                                          a.merge_count);
     OCTET_CUDA_CHECK_LAUNCH();
   }
 }

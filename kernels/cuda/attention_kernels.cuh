@@ -85,6 +85,11 @@ struct Launch {
   int64_t num_merge;
   const int32_t* prefill_items;
   int64_t num_prefill;
+  // Graph replays (attention.h): num_decode / num_merge blocks are launched, the first
+  // *decode_count / *merge_count (device ints written before each replay) do the work, the
+  // rest return at once. Null: all launched blocks work (eager).
+  const int32_t* decode_count = nullptr;
+  const int32_t* merge_count = nullptr;
 };
 
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <new>
 #include <stdexcept>
 #include <vector>
@@ -48,12 +49,17 @@ class CudaBackend final : public Backend {
     // No aborts in a destructor: a failing call at exit is ignored.
     cudaSetDevice(device_);
     cudaStreamSynchronize(stream_);
+    for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g.exec);
+    graphs_.clear();
     lt_.reset();
     attention_.reset();
     cudaFree(scratch_);
     cudaFreeHost(staging_);
     cudaStreamDestroy(stream_);
   }
+
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
 
   std::string name() const override {
     const double gib = static_cast<double>(prop_.totalGlobalMem) / double(int64_t{1} << 30);
@@ -78,6 +84,7 @@ class CudaBackend final : public Backend {
   // --- Buffers -----------------------------------------------------------------------------
   Buffer allocate(int64_t bytes) override {
     OCTET_CHECK(bytes >= 0, "allocate: negative size ", bytes);
+    OCTET_CHECK(capture_key_ < 0, "allocate during graph capture ", capture_key_);
     if (bytes == 0) return {};
     void* p = nullptr;
     const cudaError_t err = cudaMalloc(&p, static_cast<size_t>(bytes));
@@ -89,9 +96,14 @@ class CudaBackend final : public Backend {
     OCTET_CUDA_CHECK(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), stream_));
     const int device = device_;
     // cudaFree waits for the work that may still use the memory (it synchronises the device).
+    // The caller's current device is restored: a rank thread freeing a peer's buffer keeps
+    // its own GPU.
     return Buffer(std::shared_ptr<void>(p, [device](void* q) {
+                    int current = device;
+                    const bool known = cudaGetDevice(&current) == cudaSuccess;
                     cudaSetDevice(device);
                     cudaFree(q);
+                    if (known) cudaSetDevice(current);
                   }),
                   bytes);
   }
@@ -99,6 +111,7 @@ class CudaBackend final : public Backend {
   void upload(const Buffer& dst, int64_t offset, const void* src, int64_t bytes) override {
     OCTET_CHECK(offset >= 0 && bytes >= 0 && offset + bytes <= dst.bytes(), "upload: ", bytes,
                 " bytes at ", offset, " overflow a buffer of ", dst.bytes());
+    OCTET_CHECK(capture_key_ < 0, "upload during graph capture ", capture_key_);
     if (bytes == 0) return;
     OCTET_CUDA_CHECK(cudaMemcpyAsync(static_cast<uint8_t*>(dst.data()) + offset, src,
                                      static_cast<size_t>(bytes), cudaMemcpyHostToDevice,
@@ -115,10 +128,14 @@ class CudaBackend final : public Backend {
   void download(const Buffer& src, int64_t offset, void* dst, int64_t bytes) override {
     OCTET_CHECK(offset >= 0 && bytes >= 0 && offset + bytes <= src.bytes(), "download: ",
                 bytes, " bytes at ", offset, " overflow a buffer of ", src.bytes());
+    OCTET_CHECK(capture_key_ < 0, "download during graph capture ", capture_key_);
     download_raw(static_cast<const uint8_t*>(src.data()) + offset, dst, bytes);
   }
 
-  void synchronize() override { OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override {
+    OCTET_CHECK(capture_key_ < 0, "synchronize during graph capture ", capture_key_);
+    OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
 
   // --- Ops ----------------------------------------------------------------------------------
   void embedding(const TensorRef& table, const int32_t* token_ids, int64_t n,
@@ -245,6 +262,17 @@ class CudaBackend final : public Backend {
                        float* out) override {
     OCTET_CHECK(batch.num_seqs >= 0, "paged_attention: num_seqs ", batch.num_seqs);
     if (batch.num_seqs == 0) return;
+    if (capture_key_ >= 0) {  // recorded with a plan prepare_replay writes each step
+      attention_->capture(cache, q, batch, num_heads, sliding_window, softmax_scale, out,
+                          stream_);
+      return;
+    }
+    if (batch.host_query_start_loc != nullptr && batch.host_seq_lens != nullptr) {
+      // The caller's host copies: no read-back, nothing waits for the device.
+      attention_->run(cache, q, batch, batch.host_query_start_loc, batch.host_seq_lens,
+                      num_heads, sliding_window, softmax_scale, out, stream_);
+      return;
+    }
     // The plan needs the query counts and lengths on the host: one small read-back.
     const size_t n = static_cast<size_t>(batch.num_seqs);
     host_batch_.resize(2 * n + 1);
@@ -264,6 +292,65 @@ class CudaBackend final : public Backend {
   void gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t num_rows,
                    float* out) override {
     ck::gather_rows(x, width, rows, num_rows, out, stream_);
+  }
+
+  // --- Graphs ---------------------------------------------------------------------------------
+  bool supports_graphs() const override { return true; }
+
+  void begin_capture(int64_t key) override {
+    OCTET_CHECK(key >= 0 && capture_key_ < 0, "begin_capture: graph ", key, " while capturing ",
+                capture_key_);
+    // The graph replaces any of this key: wait for its last replay before freeing it.
+    if (auto it = graphs_.find(key); it != graphs_.end()) {
+      OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      OCTET_CUDA_CHECK(cudaGraphExecDestroy(it->second.exec));
+      graphs_.erase(it);
+    }
+    attention_->begin_capture();
+    capture_scratch_.clear();
+    // Relaxed: the capture may cudaMalloc its plan and scratch buffers; nothing on this
+    // stream may synchronise (the ops above refuse to).
+    OCTET_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    capture_key_ = key;
+  }
+
+  void end_capture() override {
+    OCTET_CHECK(capture_key_ >= 0, "end_capture without begin_capture");
+    const int64_t key = capture_key_;
+    capture_key_ = -1;
+    cudaGraph_t graph = nullptr;
+    OCTET_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    Graph g;
+    const cudaError_t err = cudaGraphInstantiate(&g.exec, graph, 0);
+    cudaGraphDestroy(graph);
+    OCTET_CUDA_CHECK(err);
+    g.attention = attention_->end_capture();
+    g.scratch = std::move(capture_scratch_);
+    capture_scratch_.clear();
+    graphs_.emplace(key, std::move(g));
+  }
+
+  bool has_graph(int64_t key) const override { return graphs_.count(key) != 0; }
+
+  void drop_graph(int64_t key) override {
+    const auto it = graphs_.find(key);
+    if (it == graphs_.end()) return;
+    int current = device_;
+    const bool known = cudaGetDevice(&current) == cudaSuccess;
+    OCTET_CUDA_CHECK(cudaSetDevice(device_));
+    OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));  // its last replay has finished
+    OCTET_CUDA_CHECK(cudaGraphExecDestroy(it->second.exec));
+    graphs_.erase(it);
+    if (known) cudaSetDevice(current);
+  }
+
+  void replay(int64_t key, const PagedAttentionBatch& batch) override {
+    OCTET_CHECK(capture_key_ < 0, "replay during graph capture ", capture_key_);
+    const auto it = graphs_.find(key);
+    OCTET_CHECK(it != graphs_.end(), "replay: no graph ", key);
+    // The plans go up first on the same stream, then the graph reads them.
+    ck::PagedAttention::prepare_replay(*it->second.attention, batch, stream_);
+    OCTET_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream_));
   }
 
  private:
@@ -333,6 +420,17 @@ class CudaBackend final : public Backend {
   // Device scratch of at least `floats` floats, 256-byte aligned. Growing it waits for the
   // queued work (which may use the old one) and keeps nothing.
   float* scratch(size_t floats) {
+    if (capture_key_ >= 0) {
+      // A graph keeps its scratch for its life; eager growth never frees it (see below).
+      if (floats > graph_scratch_floats_) {
+        void* p = nullptr;
+        OCTET_CUDA_CHECK(cudaMalloc(&p, floats * sizeof(float)));
+        graph_scratch_ = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+        graph_scratch_floats_ = floats;
+      }
+      capture_scratch_.push_back(graph_scratch_);
+      return static_cast<float*>(graph_scratch_.get());
+    }
     if (floats > scratch_floats_) {
       OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
       OCTET_CUDA_CHECK(cudaFree(scratch_));
@@ -372,9 +470,33 @@ class CudaBackend final : public Backend {
   float* scratch_ = nullptr;
   size_t scratch_floats_ = 0;
   std::vector<int64_t> host_batch_;
+  // Graphs: each with the attention plans and scratch its kernels read (shared between the
+  // graphs, which run one at a time; a capture needing more scratch makes a larger one).
+  struct Graph {
+    cudaGraphExec_t exec = nullptr;
+    std::shared_ptr<ck::GraphAttention> attention;
+    std::vector<std::shared_ptr<void>> scratch;
+  };
+  std::map<int64_t, Graph> graphs_;
+  int64_t capture_key_ = -1;  // the graph being captured, or -1
+  std::shared_ptr<void> graph_scratch_;
+  size_t graph_scratch_floats_ = 0;
+  std::vector<std::shared_ptr<void>> capture_scratch_;
 };
 
 }  // namespace
+
+void* cuda_backend_stream(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  OCTET_CHECK(cuda != nullptr, "cuda_backend_stream: ", backend.name(), " is not a CUDA backend");
+  return static_cast<void*>(cuda->stream());
+}
+
+int cuda_backend_device(const Backend& backend) {
+  const auto* cuda = dynamic_cast<const CudaBackend*>(&backend);
+  OCTET_CHECK(cuda != nullptr, "cuda_backend_device: ", backend.name(), " is not a CUDA backend");
+  return cuda->device();
+}
 
 int cuda_device_count() {
   int count = 0;

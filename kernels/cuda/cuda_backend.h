@@ -25,4 +25,12 @@ int cuda_device_capability(int index);
 /// not exist, cannot be used, or its compute capability is below 8.0.
 std::unique_ptr<Backend> make_cuda_backend(int index);
 
+/// The cudaStream_t (as void*) every op of `backend`, a CudaBackend, is queued on: what an
+/// NcclCommunicator of that rank enqueues its collectives on. Aborts (OCTET_CHECK) for
+/// another backend.
+void* cuda_backend_stream(Backend& backend);
+
+/// The CUDA device index of `backend`, a CudaBackend (OCTET_CHECK otherwise).
+int cuda_backend_device(const Backend& backend);
+
 }  // namespace octet

@@ -81,8 +81,7 @@ NcclCommunicator::~NcclCommunicator() {
 }
 
 void NcclCommunicator::abort() {
-  if (comm_ == nullptr || aborted_) return;
-  aborted_ = true;
+  if (comm_ == nullptr || aborted_.exchange(true)) return;
   ncclCommAbort(as_comm(comm_));
 }
 

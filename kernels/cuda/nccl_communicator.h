@@ -19,6 +19,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -71,7 +72,8 @@ class NcclCommunicator final : public Communicator {
   void broadcast(void* buf, int64_t bytes, int root) override;
 
   /// ncclCommAbort: ends the communicator at once, so that peers blocked in a collective with
-  /// this rank fail instead of hanging (after a rank's error). No collective after this.
+  /// this rank fail instead of hanging (after a rank's error). No collective after this. Safe
+  /// from another thread than the rank's (once: later calls do nothing).
   void abort();
 
  private:
@@ -85,7 +87,7 @@ class NcclCommunicator final : public Communicator {
   int world_size_ = 1;
   int device_ = 0;
   void* stream_ = nullptr;  // cudaStream_t
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};  // abort() may come from a peer rank's thread
 };
 
 /// One communicator per GPU of this process, element r for rank r on devices[r] with
