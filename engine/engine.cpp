@@ -131,7 +131,8 @@ void Engine::Impl::start() {
   for (const KVLayerSpec& s : m.setup.layers) {
     KVLayerInfo info;
     info.dtype = kv_cache_dtype_name(s.dtype);
-    if (dtype_is_fp8(s.dtype)) info.k_scale = s.k_scale, info.v_scale = s.v_scale;
+    if (dtype_is_fp8(s.dtype) && !s.per_token_head)  // per-token-head: no fixed scale to show
+      info.k_scale = s.k_scale, info.v_scale = s.v_scale;
     info.scale_source = s.scale_source;
     info.sliding_window = s.sliding_window;
     m.layer_info.push_back(std::move(info));

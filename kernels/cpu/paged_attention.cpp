@@ -314,12 +314,10 @@ void per_token_head_attention(const KVCacheView& c, const float* q, const PagedA
   const float* lut = e4m3_table();
   const auto* kc = static_cast<const uint8_t*>(c.k);
   const auto* vc = static_cast<const uint8_t*>(c.v);
-#pragma omp parallel if (num_units > 1 && !omp_in_parallel())
-  {
+  cpu::parallel_for(0, num_units, [&](int64_t lo, int64_t hi) {
     std::vector<float> scores, acc(static_cast<size_t>(hd)), krow(static_cast<size_t>(hd));
     std::vector<int64_t> slots;
-#pragma omp for schedule(dynamic, 4)
-    for (int64_t u = 0; u < num_units; ++u) {
+    for (int64_t u = lo; u < hi; ++u) {
       const int64_t r = u / nkv, kvh = u % nkv;
       const Row& row = rows[r];
       const int32_t* table = b.block_tables + row.seq * b.max_blocks_per_seq;
@@ -357,7 +355,7 @@ void per_token_head_attention(const KVCacheView& c, const float* q, const PagedA
         for (int64_t d = 0; d < hd; ++d) oh[d] = acc[d] / sum;
       }
     }
-  }
+  }, num_units > 1);
 }
 
 }  // namespace

@@ -254,6 +254,9 @@ class CudaBackend final : public Backend {
 
   void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
                       const int64_t* slot_mapping, int64_t n) override {
+    OCTET_CHECK(cache.k_token_scale == nullptr && cache.v_token_scale == nullptr,
+                "octet: CUDA paged KV: --kv-cache-dtype fp8_per_token_head is not implemented "
+                "on CUDA");
     ck::write_kv_cache(cache, k, v, slot_mapping, n, stream_);
   }
 
@@ -261,6 +264,9 @@ class CudaBackend final : public Backend {
                        int64_t num_heads, int64_t sliding_window, float softmax_scale,
                        float* out) override {
     OCTET_CHECK(batch.num_seqs >= 0, "paged_attention: num_seqs ", batch.num_seqs);
+    OCTET_CHECK(cache.k_token_scale == nullptr && cache.v_token_scale == nullptr,
+                "octet: CUDA paged KV: --kv-cache-dtype fp8_per_token_head is not implemented "
+                "on CUDA");
     if (batch.num_seqs == 0) return;
     if (capture_key_ >= 0) {  // recorded with a plan prepare_replay writes each step
       attention_->capture(cache, q, batch, num_heads, sliding_window, softmax_scale, out,
