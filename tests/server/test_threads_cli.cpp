@@ -58,7 +58,7 @@ TEST_CASE("a 1-CPU cgroup quota logs threads: 1", "[cli][threads]") {
   CHECK(out.find(" CPUs, cgroup quota 1.0)") != std::string::npos);
 }
 
-TEST_CASE("--threads overrides and is named in the log", "[cli][threads]") {
+TEST_CASE("threads: --threads overrides and is named in the log", "[cli][threads]") {
   int rc = -1;
   const std::string out = run("", kGenerate + " --threads 3", &rc);
   INFO(out);
