@@ -467,6 +467,30 @@ BACKEND_TEST_CASE("linear F32 and BF16 weights with and without bias", linear_ca
 // A product of two E4M3 values is exact in FP32 (4-bit significands, exponents >= -18), so only
 // the FP32 sum's order and the three final roundings (a_scale * s_w, the scaling, + bias) differ:
 // |y - ref| <= (k + 4) eps (|a_scale s_w| sum |qa qw| + |b|).
+// The float64 reference of linear_w8a8 and its bound (above), per output: ref, tol: [m, n].
+void w8a8_reference(const std::vector<uint8_t>& qa, const std::vector<uint8_t>& qw,
+                    const std::vector<float>& a_scale, bool a_per_row,
+                    const std::vector<float>& w_scale, bool w_per_row,
+                    const std::vector<float>* bias, int64_t m, int64_t n, int64_t k,
+                    std::vector<double>& ref, std::vector<double>& tol) {
+  ref.assign(m * n, 0.0);
+  tol.assign(m * n, 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t o = 0; o < n; ++o) {
+      double acc = 0, mag = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const double t = double(ref_fp8_value(DType::FP8_E4M3, qa[i * k + j])) *
+                         ref_fp8_value(DType::FP8_E4M3, qw[o * k + j]);
+        acc += t;
+        mag += std::fabs(t);
+      }
+      const double sc = double(a_scale[a_per_row ? i : 0]) * w_scale[w_per_row ? o : 0];
+      const double b = bias ? (*bias)[o] : 0.0;
+      ref[i * n + o] = acc * sc + b;
+      tol[i * n + o] = double(k + 4) * kEps * (mag * std::fabs(sc) + std::fabs(b));
+    }
+}
+
 void linear_w8a8_case(Backend& be) {
   std::mt19937 rng(9);
   for (const LinearShape s : kLinearShapes) {
@@ -490,22 +514,9 @@ void linear_w8a8_case(Backend& be) {
           WeightRef w{d_qw.data(), DType::FP8_E4M3, s.n, s.k, d_ws.data(), w_gran,
                       with_bias ? d_bias.data() : nullptr};
           be.linear_w8a8(d_qa.data(), d_as.data(), a_gran, s.m, w, d_y.data());
-          std::vector<double> ref(s.m * s.n), tol(s.m * s.n);
-          for (int64_t i = 0; i < s.m; ++i)
-            for (int64_t o = 0; o < s.n; ++o) {
-              double acc = 0, mag = 0;
-              for (int64_t j = 0; j < s.k; ++j) {
-                const double t = double(ref_fp8_value(DType::FP8_E4M3, qa[i * s.k + j])) *
-                                 ref_fp8_value(DType::FP8_E4M3, qw[o * s.k + j]);
-                acc += t;
-                mag += std::fabs(t);
-              }
-              const double sc = double(a_scale[a_dynamic ? i : 0]) *
-                                w_scale[w_gran == ScaleGranularity::PerRow ? o : 0];
-              const double b = with_bias ? bias[o] : 0.0;
-              ref[i * s.n + o] = acc * sc + b;
-              tol[i * s.n + o] = double(s.k + 4) * kEps * (mag * std::fabs(sc) + std::fabs(b));
-            }
+          std::vector<double> ref, tol;
+          w8a8_reference(qa, qw, a_scale, a_dynamic, w_scale, w_gran == ScaleGranularity::PerRow,
+                         with_bias ? &bias : nullptr, s.m, s.n, s.k, ref, tol);
           check_close(to_host(be, d_y), ref, tol, "linear_w8a8");
         }
       }
@@ -545,20 +556,8 @@ void linear_w8a8_parts_case(Backend& be) {
     auto d_y = device_zeros<float>(be, s.m * s.n);
     be.linear_w8a8(d_qa.data(), d_as.data(), ScaleGranularity::PerRow, s.m, w, d_y.data());
     const std::vector<float> y = to_host(be, d_y);
-    std::vector<double> ref(s.m * s.n), tol(s.m * s.n);
-    for (int64_t i = 0; i < s.m; ++i)
-      for (int64_t o = 0; o < s.n; ++o) {
-        double acc = 0, mag = 0;
-        for (int64_t j = 0; j < s.k; ++j) {
-          const double t = double(ref_fp8_value(DType::FP8_E4M3, qa[i * s.k + j])) *
-                           ref_fp8_value(DType::FP8_E4M3, qw[o * s.k + j]);
-          acc += t;
-          mag += std::fabs(t);
-        }
-        const double sc = double(a_scale[i]) * w_scale[o];
-        ref[i * s.n + o] = acc * sc + bias[o];
-        tol[i * s.n + o] = double(s.k + 4) * kEps * (mag * std::fabs(sc) + std::fabs(bias[o]));
-      }
+    std::vector<double> ref, tol;
+    w8a8_reference(qa, qw, a_scale, true, w_scale, true, &bias, s.m, s.n, s.k, ref, tol);
     check_close(y, ref, tol, "linear_w8a8 k parts");
 
     auto d_parts = device_zeros<float>(be, s.groups * s.m * s.n);
