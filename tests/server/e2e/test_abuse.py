@@ -513,7 +513,10 @@ def test_health_answers_while_two_15mb_tokenizes_run(stories):
         t0 = time.time()
         status = health_status(stories.port, timeout=10 * SLOW)
         latencies.append(time.time() - t0)
-        assert status == 200 and latencies[-1] < 1.0 * SLOW, (
+        # The I/O threads never tokenize: done there, /health would wait for a whole tokenize
+        # (tens of seconds). 5 s leaves room for a loaded machine's scheduling (2 prepare
+        # threads on 2 cores beside other processes took 1.7 s once), not for that.
+        assert status == 200 and latencies[-1] < 5.0 * SLOW, (
             "/health took %.1f s (status %s) during two 15 MB /tokenize" % (latencies[-1], status))
         time.sleep(0.1)
     for t in threads:
