@@ -106,7 +106,7 @@ constexpr const char* kHeader =
     "\n"
     "Every option of every `octet` command, generated from the one place each is declared: its\n"
     "`visit()` line in `config/*.h` (name, default, help), the same list the flag parser, the\n"
-    "`--config` file reader, the environment variables and the start-up printout are made from.\n"
+    "`--config` file reader and the environment variables are made from.\n"
     "After changing an option, regenerate this file from the repository root and commit it:\n"
     "\n"
     "```text\n"
