@@ -17,8 +17,8 @@ inline constexpr const char* kWeightStrategyHelp =
     "scales of weights quantized at load: channel (one per output channel) or tensor";
 
 inline constexpr const char* kDeviceHelp =
-    "device the model runs on: cpu, cuda, cuda:N or auto (auto = cpu until the CUDA backend "
-    "exists)";
+    "device the model runs on: cpu, cuda, cuda:N or auto (auto = the first GPU of compute "
+    "capability >= 8.0 when octet is built with CUDA, else the CPU)";
 
 inline constexpr const char* kTensorParallelSizeHelp =
     "number of tensor-parallel ranks (vLLM's --tensor-parallel-size): heads, MLP rows and the "

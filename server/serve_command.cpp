@@ -18,6 +18,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "config/config_reference.h"
 #include "config/serve_config.h"
 #include "engine/engine.h"
 #include "server/chat_render.h"
@@ -208,6 +209,16 @@ void serve(ServeConfig& cfg) {
 }  // namespace
 
 int run_serve(int argc, const char* const* argv) {
+  // --help-config-markdown: the configuration reference (docs/config.md) from the option
+  // declarations, before the environment is read (the page depends on nothing else).
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) != "--help-config-markdown") continue;
+    std::cout << config_reference_markdown();
+    std::cout.flush();
+    if (std::cout) return 0;
+    std::cerr << "octet serve: cannot write the output (stdout)\n";
+    return 1;
+  }
   // OCTET_<KEY> environment variables become flags (ServeConfig::with_environment).
   std::vector<std::string> args;
   try {
