@@ -46,12 +46,16 @@ GraphMemoryReserve estimate_graph_memory(const GraphMemoryShape& s) {
   r.activations = s.activation_bytes;
   r.batch = 44 * p_max + 8 + 4 * p_max * width;
   const int64_t windows = std::max<int64_t>(s.num_windows, 1);
+  int64_t scratch = 0;  // CudaBackend's graph scratch: the largest so far
   for (const int64_t p : s.sizes) {
     const int64_t decode = p * partitions;
     r.attention += windows * 4 * (2 + kDecodeItemInts * decode + kMergeItemInts * p);
     r.attention += 4 * decode * s.num_heads * (s.head_dim + 2);
     for (const auto& [n, g] : s.fp8_linears)
-      r.gemm_scratch += 4 * std::max<int64_t>(g, 1) * round_up(p * n, 64);
+      if (const int64_t need = 4 * std::max<int64_t>(g, 1) * round_up(p * n, 64); need > scratch) {
+        r.gemm_scratch += need;
+        scratch = need;
+      }
   }
   r.graph_exec = static_cast<int64_t>(s.sizes.size()) * kGraphExecBytesEstimate;
   return r;
@@ -79,17 +83,15 @@ GraphMemoryShape graph_memory_shape(const LlamaModel& model, std::vector<int64_t
   const std::set<int64_t> windows(model.config().layer_sliding_window.begin(),
                                   model.config().layer_sliding_window.end());
   s.num_windows = std::max<int64_t>(static_cast<int64_t>(windows.size()), 1);
-  std::set<std::pair<int64_t, int64_t>> linears;
   const auto add = [&](const LinearWeight& w) {
-    if (w.format == DType::FP8_E4M3) linears.emplace(w.out_features, w.k_groups);
+    if (w.format == DType::FP8_E4M3) s.fp8_linears.emplace_back(w.out_features, w.k_groups);
   };
   const LlamaWeights& w = model.weights();
-  add(w.lm_head);
   for (const LlamaLayerWeights& l : w.layers)
     for (const LinearWeight* lw : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj,
                                    &l.up_proj, &l.down_proj})
       add(*lw);
-  s.fp8_linears.assign(linears.begin(), linears.end());
+  add(w.lm_head);
   if (!s.sizes.empty()) s.activation_bytes = activation_bytes(model, s.sizes.back(), s.sizes.back());
   return s;
 }

@@ -31,21 +31,24 @@ struct GraphMemoryShape {
   int64_t num_heads = 0;             // query heads on this rank
   int64_t head_dim = 0;
   int64_t num_windows = 1;           // distinct sliding windows of the layers (full = one)
-  /// Distinct (out_features, k_groups) of this rank's FP8 linears (LinearWeight::k_groups:
-  /// the k parts a row-parallel o_proj / down_proj sums, each with its own scratch).
+  /// (out_features, k_groups) of this rank's FP8 linears in forward order (every layer's
+  /// q, k, v, o, gate, up, down, then lm_head); k_groups: the k parts a row-parallel o_proj /
+  /// down_proj sums, each into its own slice of the scratch (LinearWeight::k_groups).
   std::vector<std::pair<int64_t, int64_t>> fp8_linears;
 };
 
-/// The estimate, in bytes, for one rank. Each capture that needs more scratch than the last
-/// one allocates a larger buffer and the older graphs keep theirs, so with sizes captured in
-/// ascending order (a load ramping up) every size holds its own; the per-size terms are
-/// therefore summed over `sizes`, not maximised. With P(p) = p * ceil(W / 512) decode
-/// partitions for p sequences, W = ceil(max_model_len / block_size) * block_size:
+/// The estimate, in bytes, for one rank. Graphs are captured at the first step of each size,
+/// and a capture that needs more scratch than the largest so far allocates a larger buffer
+/// while the older graphs keep theirs: with sizes captured in ascending order (a load ramping
+/// up, the worst case) every size holds its own attention partials and every new maximum of
+/// the GEMM scratch stays allocated. With P(p) = p * ceil(W / 512) decode partitions for p
+/// sequences, W = ceil(max_model_len / block_size) * block_size:
 ///   activations  = activation_bytes (one set, for the largest size)
 ///   batch        = 44 * p_max + 8 + 4 * p_max * W / block_size (the graph batch arrays)
 ///   attention    = sum_p [num_windows * 4 * (2 + 5 * P(p) + 3 * p)          (plans)
 ///                         + 4 * P(p) * num_heads * (head_dim + 2)]         (partials)
-///   gemm_scratch = sum_p sum_(n, g) 4 * g * round_up(p * n, 64)   ((n, g): fp8_linears)
+///   gemm_scratch = the sum of the running maxima of 4 * g * round_up(p * n, 64) over p
+///                  ascending, then (n, g) in fp8_linears' order (each new maximum allocated)
 ///   graph_exec   = sizes.size() * kGraphExecBytesEstimate
 /// The GEMM term is the FP8 (sm_89+) path; W8A16 on sm_80/86 needs more and is not counted.
 struct GraphMemoryReserve {

@@ -79,11 +79,12 @@ TEST_CASE("kv budget: the graph reserve, term by term, for a hand-made shape", "
   // Plans: 2 windows x 4 x (2 + 5 x 2p + 3p), summed over p = 1, 2, 4, 8 (sum 15): 1624.
   // Partials: 4 x 2p x 4 heads x (8 + 2), summed: 320 x 15 = 4800.
   CHECK(r.attention == 1624 + 4800);
-  // 4 x 2 groups x (round64(64p) + round64(100p)): p=1: 64+128, p=2: 128+256, p=4: 256+448,
-  // p=8: 512+832.
-  CHECK(r.gemm_scratch == 8 * (192 + 384 + 704 + 1344));  // 20992
+  // Needs 4 x 2 groups x round64(p x n) for n = 64 then 100; each new maximum is allocated:
+  // p=1: 512, 1024 (both); p=2: 1024 (not above 1024), 2048; p=4: 2048 (no), 3584;
+  // p=8: 4096, 6656.
+  CHECK(r.gemm_scratch == 512 + 1024 + 2048 + 3584 + 4096 + 6656);  // 17920
   CHECK(r.graph_exec == 4 * kGraphExecBytesEstimate);
-  CHECK(r.total() == 1000 + 2376 + 6424 + 20992 + 4 * (int64_t{4} << 20));
+  CHECK(r.total() == 1000 + 2376 + 6424 + 17920 + 4 * (int64_t{4} << 20));
 
   // No sizes (--enforce-eager): nothing at all.
   s.sizes.clear();
@@ -102,9 +103,13 @@ TEST_CASE("kv budget: the shape of tiny-llama's graphs, and its reserve by hand"
   CHECK(s.num_heads == 4);
   CHECK(s.head_dim == 16);
   CHECK(s.num_windows == 1);
-  // k/v: 32 rows; q: 64; o and down: 64 rows summed over G = 4 k parts; gate/up: 128.
+  // Per layer q 64, k 32, v 32, o 64 rows in G = 4 k parts, gate 128, up 128, down 64 in
+  // 4 parts; the lm_head is BF16 (no FP8 scratch).
   using Linears = std::vector<std::pair<int64_t, int64_t>>;
-  CHECK(s.fp8_linears == Linears{{32, 1}, {64, 1}, {64, 4}, {128, 1}});
+  const Linears layer = {{64, 1}, {32, 1}, {32, 1}, {64, 4}, {128, 1}, {128, 1}, {64, 4}};
+  Linears both = layer;
+  both.insert(both.end(), layer.begin(), layer.end());
+  CHECK(s.fp8_linears == both);
   // Activations for 8 tokens and 8 rows: FP32 x, xn, q, attn, proj (64 each), k, v (32),
   // gate, up (128) = 640 floats a token; qa 128 B a token; a_scale 4 B; last 64 floats and
   // logits 512 floats a row.
@@ -112,10 +117,10 @@ TEST_CASE("kv budget: the shape of tiny-llama's graphs, and its reserve by hand"
   const GraphMemoryReserve r = estimate_graph_memory(s);
   CHECK(r.batch == 44 * 8 + 8 + 4 * 8 * 64);                  // 64 blocks of 16
   CHECK(r.attention == 4 * (4 * 2 + 13 * 15) + 576 * 15);     // 2 partitions, 4 heads x 18
-  // 4 x (round64(32p) + round64(64p) + 4 x round64(64p) + round64(128p)): p=1: 64+64+256+128,
-  // p=2: 64+128+512+256, p=4: 128+256+1024+512, p=8: 256+512+2048+1024.
-  CHECK(r.gemm_scratch == 4 * (512 + 960 + 1920 + 3840));  // 28928
-  CHECK(r.total() == 39968 + 2408 + 9452 + 28928 + 4 * kGraphExecBytesEstimate);
+  // Needs 4 x g x round64(p x n): at p = 1 q needs 256 (allocated), o 4 x 4 x 64 = 1024
+  // (allocated), gate 512 (no); at p = 2, 4, 8 only o's 2048, 4096, 8192 exceed the maximum.
+  CHECK(r.gemm_scratch == 256 + 1024 + 2048 + 4096 + 8192);  // 15616
+  CHECK(r.total() == 39968 + 2408 + 9452 + 15616 + 4 * kGraphExecBytesEstimate);
   // --enforce-eager: no sizes, no reserve.
   CHECK(estimate_graph_memory(graph_memory_shape(*m->model, captured_graph_sizes(true, true, 8),
                                                  1024, 16))
