@@ -25,7 +25,8 @@ struct MultiNodeConfig {
   static void visit(MultiNodeConfig& c, Visitor&& v) {
     v(c.nnodes, "nnodes",
       "number of nodes (machines) the tensor-parallel ranks span; each runs "
-      "tensor_parallel_size / nnodes ranks; > 1 needs --device cuda");
+      "tensor_parallel_size / nnodes ranks; > 1 is refused for now (no cross-node step "
+      "broadcast yet: use one node)");
     v(c.node_rank, "node_rank", "this node's index in [0, nnodes); node 0 hosts the rendezvous");
     v(c.master_addr, "master_addr",
       "host name or IP address of node 0, where the others fetch the NCCL unique id");
@@ -34,9 +35,10 @@ struct MultiNodeConfig {
 
   /// Throws std::invalid_argument naming the flag for nnodes outside [1, 64], node_rank outside
   /// [0, nnodes), an empty master_addr or one with whitespace, master_port outside [1, 65535],
-  /// a tensor_parallel_size that is not a multiple of nnodes, or nnodes > 1 on a device other
-  /// than cuda / cuda:N ("multi-node needs --device cuda": the CPU's ranks are threads of one
-  /// process, and auto must be made explicit for a multi-node start).
+  /// a tensor_parallel_size that is not a multiple of nnodes; then, for any nnodes > 1 on any
+  /// device, multinode_unsupported_message(nnodes): the engine does not yet broadcast each
+  /// step's scheduled batch to the other nodes, so their ranks would wait forever in their
+  /// first collective. Commands call this before any rendezvous or model load.
   void validate(const std::string& device, int64_t tensor_parallel_size) const;
 
   /// Tensor-parallel ranks on each node: tensor_parallel_size / nnodes (after validate()).
@@ -44,5 +46,9 @@ struct MultiNodeConfig {
     return tensor_parallel_size / nnodes;
   }
 };
+
+/// The one-line start-up error for --nnodes > 1: what is missing (a per-step broadcast of the
+/// scheduled batch across nodes) and what works (single-node tensor parallelism over NCCL).
+std::string multinode_unsupported_message(int64_t nnodes);
 
 }  // namespace octet

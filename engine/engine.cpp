@@ -113,7 +113,8 @@ void Engine::Impl::start() {
   load_options.placement.exchange_id = args.multinode.exchange_id;
   loaded = load_model(model_source(args), load_options);
   const ModelConfig& c = m.loaded->model->config();
-  m.setup = setup_kv_cache(args.cache, args.scheduler, *m.loaded);
+  m.setup = setup_kv_cache(args.cache, args.scheduler, *m.loaded,
+                           /*cuda_graphs=*/!args.enforce_eager);  // the graphs' reserve
   for (const std::string& w : m.setup.warnings) spdlog::warn("{}", w);
   m.kv = std::make_unique<KVCacheManager>(m.setup.num_usable_blocks + 1, m.setup.block_size,
                                           args.cache.enable_prefix_caching, m.setup.cache_salt,

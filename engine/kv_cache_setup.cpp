@@ -12,6 +12,7 @@
 
 #include <algorithm>
 
+#include "engine/kv_budget.h"
 #include "engine/model_loader.h"
 #include "engine/sequence_forward.h"
 #include "models/kv_scales.h"
@@ -77,16 +78,6 @@ std::string format_bytes(int64_t bytes) {
 
 int64_t linear_bytes(const LinearWeight& w) {
   return w.weight.bytes() + w.scale.bytes() + w.bias.bytes() + w.input_scale_buffer.bytes();
-}
-
-// Bytes of one rank's activations for the runner's limits, measured by allocating them once.
-int64_t activation_bytes(const LlamaModel& model, int64_t max_tokens, int64_t max_rows) {
-  const LlamaActivations a = model.new_activations(max_tokens, std::max<int64_t>(max_rows, 1));
-  int64_t n = 0;
-  for (const Buffer* b : {&a.x, &a.xn, &a.q, &a.k, &a.v, &a.attn, &a.proj, &a.gate, &a.up, &a.qa,
-                          &a.a_scale, &a.amax, &a.last, &a.logits, &a.gathered})
-    n += b->bytes();
-  return n;
 }
 
 // The memory --gpu-memory-utilization takes a fraction of, or 0 when octet cannot know it for
@@ -169,7 +160,7 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
 }
 
 KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& scheduler,
-                            const LoadedModel& loaded) {
+                            const LoadedModel& loaded, bool cuda_graphs) {
   const int64_t max_model_len = scheduler.max_model_len;
   const LlamaModel& model = *loaded.model;
   const ModelConfig& c = model.config();
@@ -297,6 +288,17 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
                                           scheduler.max_num_seqs) *
                          loaded.world_size();  // every rank's shard is the same size
   mem.kv_bytes_per_token = out.bytes_per_block / out.block_size;
+  // CUDA graph pools: a conservative estimate per captured decode size (engine/kv_budget.h),
+  // on a backend that captures graphs, unless --enforce-eager. Every rank holds the same set.
+  mem.graphs_supported = model.backend().supports_graphs();
+  if (std::vector<int64_t> sizes =
+          captured_graph_sizes(!cuda_graphs, mem.graphs_supported, scheduler.max_num_seqs);
+      !sizes.empty()) {
+    mem.num_graph_sizes = static_cast<int64_t>(sizes.size());
+    const GraphMemoryShape shape =
+        graph_memory_shape(model, std::move(sizes), out.max_model_len, out.block_size);
+    mem.graph_reserve_bytes = estimate_graph_memory(shape).total() * loaded.world_size();
+  }
   int64_t budget = cache.kv_cache_memory_bytes;
   if (budget > 0) {
     mem.budget_source = "--kv-cache-memory-bytes";
@@ -308,21 +310,33 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
       throw std::invalid_argument("--gpu-memory-utilization: octet cannot query the memory of "
                                   "device " + model.backend().name() +
                                   " yet; give the KV budget with --kv-cache-memory-bytes");
-    const double usable = fraction * static_cast<double>(mem.device_memory_bytes);
-    const double left = usable - static_cast<double>(mem.weights_bytes + mem.activation_bytes);
+    KVBudgetInputs in;
+    in.device_memory_bytes = mem.device_memory_bytes;
+    in.gpu_memory_utilization = fraction;
+    in.weights_bytes = mem.weights_bytes;
+    in.activation_bytes = mem.activation_bytes;
+    in.graph_reserve_bytes = mem.graph_reserve_bytes;
+    const int64_t left = kv_budget_bytes(in);
+    const auto usable = static_cast<int64_t>(fraction * static_cast<double>(mem.device_memory_bytes));
     std::ostringstream src;
     src << "--gpu-memory-utilization " << fraction << " x "
-        << format_bytes(mem.device_memory_bytes) << " - weights - activations";
+        << format_bytes(mem.device_memory_bytes) << " - weights - activations"
+        << (mem.graph_reserve_bytes > 0 ? " - CUDA graphs" : "");
     mem.budget_source = src.str();
-    if (left < static_cast<double>(out.bytes_per_block))
+    if (left < out.bytes_per_block) {
+      const bool graphs = mem.graph_reserve_bytes > 0;
       throw std::invalid_argument(
           "--gpu-memory-utilization " + std::to_string(fraction) + " of " +
-          format_bytes(mem.device_memory_bytes) + " (" + format_bytes(int64_t(usable)) +
+          format_bytes(mem.device_memory_bytes) + " (" + format_bytes(usable) +
           ") leaves no room for the KV cache after the weights (" +
-          format_bytes(mem.weights_bytes) + ") and activations (" +
+          format_bytes(mem.weights_bytes) + (graphs ? "), activations (" : ") and activations (") +
           format_bytes(mem.activation_bytes) +
-          "); raise it, lower --max-num-batched-tokens, or give --kv-cache-memory-bytes");
-    budget = static_cast<int64_t>(left);
+          (graphs ? ") and CUDA graphs (" + format_bytes(mem.graph_reserve_bytes) : "") +
+          "); raise it, lower --max-num-batched-tokens" +
+          (graphs ? ", lower --max-num-seqs or pass --enforce-eager" : "") +
+          ", or give --kv-cache-memory-bytes");
+    }
+    budget = left;
   } else {
     budget = CacheConfig::kDefaultMemoryBytes;
     mem.budget_source = "default 1 GiB";
@@ -350,14 +364,25 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
         "); raise --kv-cache-memory-bytes / --num-kv-blocks / --gpu-memory-utilization or "
         "lower --max-model-len");
 
-  // The pool adds the null block; everything is allocated and zeroed at start-up.
-  const int64_t available = available_host_memory_bytes();
+  // The pool adds the null block; everything is allocated and zeroed at start-up. On the CPU
+  // it comes from the host's memory; on a device from the device's, after the weights,
+  // activations and graphs (the host's memory does not bound a device's pool).
+  const bool on_device = model.backend().name().rfind("cpu", 0) != 0 &&
+                         model.backend().memory_capacity_bytes() > 0;
+  const int64_t available =
+      on_device ? std::max<int64_t>(device_memory_bytes(loaded, mem.weights_bytes) -
+                                        mem.weights_bytes - mem.activation_bytes -
+                                        mem.graph_reserve_bytes,
+                                    0)
+                : available_host_memory_bytes();
   if (out.num_usable_blocks + 1 > available / out.bytes_per_block)  // no overflow
     throw std::invalid_argument(
         "the KV cache of " + std::to_string(out.num_usable_blocks) + " + 1 blocks of " +
         std::to_string(out.bytes_per_block) + " bytes needs more than the " +
-        std::to_string(available) +
-        " bytes of memory available; lower --kv-cache-memory-bytes / --num-kv-blocks");
+        std::to_string(available) + " bytes of " +
+        (on_device ? "device memory left after the weights, activations and CUDA graphs"
+                   : "memory available") +
+        "; lower --kv-cache-memory-bytes / --num-kv-blocks");
 
   uint64_t salt = 1469598103934665603ull;
   salt = fnv1a(salt, &out.block_size, sizeof(out.block_size));
@@ -377,8 +402,13 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
     line << ", activations " << format_bytes(mem.activation_bytes) << ", KV "
          << format_bytes(mem.kv_bytes_per_token) << " per token (" << cache.kv_cache_dtype
          << (cache.kv_cache_dtype == "auto" ? " = bf16" : "") << "), KV budget "
-         << format_bytes(out.budget_bytes) << " (" << mem.budget_source << "), "
-         << mem.max_num_seqs_fit << " sequences of " << out.max_model_len
+         << format_bytes(out.budget_bytes) << " (" << mem.budget_source << "), ";
+    if (mem.graph_reserve_bytes > 0)
+      line << "CUDA graphs " << format_bytes(mem.graph_reserve_bytes) << " reserved ("
+           << mem.num_graph_sizes << " decode sizes, estimate), ";
+    else if (mem.graphs_supported)
+      line << "CUDA graphs off (--enforce-eager), ";
+    line << mem.max_num_seqs_fit << " sequences of " << out.max_model_len
          << " tokens fit in the KV budget";
     mem.line = line.str();
   }

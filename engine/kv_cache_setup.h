@@ -38,10 +38,15 @@ struct MemoryFigures {
   int64_t activation_bytes = 0;     // the runner's activations (max_num_batched_tokens rows)
   int64_t kv_bytes_per_token = 0;   // all layers, K and V
   int64_t device_memory_bytes = 0;  // what --gpu-memory-utilization took a fraction of; 0 = unused
+  bool graphs_supported = false;    // the backend captures CUDA graphs
+  int64_t graph_reserve_bytes = 0;  // engine/kv_budget.h's estimate; 0: no graphs (eager, CPU)
+  int64_t num_graph_sizes = 0;      // decode batch sizes the estimate covers
   std::string budget_source;        // how the KV budget was chosen (for the log line)
   int64_t max_num_seqs_fit = 0;     // sequences of max_model_len tokens the KV budget holds
   /// "memory: weights 9.45 GiB, activations 408.2 MiB, KV 64.0 KiB per token (fp8_e4m3), KV
-  /// budget 1.00 GiB (default 1 GiB on the CPU), 2 sequences of 4096 tokens fit in it".
+  /// budget 1.00 GiB (default 1 GiB on the CPU), 2 sequences of 4096 tokens fit in it"; on a
+  /// backend with graphs, after the budget, "CUDA graphs 1.20 GiB reserved (35 decode sizes,
+  /// estimate)" or "CUDA graphs off (--enforce-eager)".
   std::string line;
 };
 
@@ -81,12 +86,17 @@ DType parse_kv_cache_dtype(const std::string& name);
 /// being, on the CPU, LoadedModel::host_memory_available_bytes (throws std::invalid_argument
 /// when nothing is left, or on a backend whose memory octet cannot query yet); else
 /// CacheConfig::kDefaultMemoryBytes (1 GiB). Activations are sized for max_model_len's
-/// default scheduler (2048 tokens per step, 256 sequences).
+/// default scheduler (2048 tokens per step, 256 sequences). No CUDA graph reserve.
 KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
                             const LoadedModel& model);
 /// The same with the scheduler's limits: max_model_len (0 = the model's context), and
-/// max_num_batched_tokens / max_num_seqs that size the activations.
+/// max_num_batched_tokens / max_num_seqs that size the activations. cuda_graphs (the engine's
+/// !--enforce-eager): on a backend that supports graphs, the gpu_memory_utilization budget
+/// also leaves room for the decode graphs of decode_graph_sizes(max_num_seqs)
+/// (engine/kv_budget.h's estimate, MemoryFigures::graph_reserve_bytes). On a device the pool
+/// must fit the device's memory left after weights, activations and graphs (else
+/// std::invalid_argument), not the host's.
 KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& scheduler,
-                            const LoadedModel& model);
+                            const LoadedModel& model, bool cuda_graphs = false);
 
 }  // namespace octet

@@ -1,6 +1,7 @@
 // --nnodes, --node-rank, --master-addr, --master-port (config/multinode_config.h): declared once,
 // visited by serve (EngineArgs), generate, perplexity and both benches right after
-// --tensor-parallel-size, validated with one clear error per flag.
+// --tensor-parallel-size, validated with one clear error per flag; a well-formed --nnodes > 1
+// is refused (no cross-node step broadcast yet).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -80,18 +81,31 @@ TEST_CASE("multi-node flags: defaults are one node, node 0, 127.0.0.1:29501", "[
   CHECK(error_of(m, "auto", 3) == "(accepted)");  // one node: CPU thread ranks as before
 }
 
-TEST_CASE("multi-node flags: valid multi-node settings on CUDA", "[config]") {
+// The refusal of every well-formed --nnodes > 1 (config/multinode_config.h), written out.
+const char* const kRefusal2 =
+    "--nnodes 2: multi-node is not supported yet (the engine has no per-step broadcast of the "
+    "scheduled batch to the ranks on other nodes, which would wait forever); single-node "
+    "tensor parallelism over NCCL works: --nnodes 1 --device cuda --tensor-parallel-size N";
+
+TEST_CASE("multi-node flags: a well-formed multi-node start is refused on every device",
+          "[config]") {
   MultiNodeConfig m;
   m.nnodes = 2;
   m.node_rank = 1;
   m.master_addr = "node0.cluster";
   m.master_port = 65535;
-  CHECK(error_of(m, "cuda", 8) == "(accepted)");
-  CHECK(error_of(m, "cuda:3", 2) == "(accepted)");
+  CHECK(error_of(m, "cuda", 8) == kRefusal2);
+  CHECK(error_of(m, "cuda:3", 2) == kRefusal2);
+  CHECK(error_of(m, "cpu", 2) == kRefusal2);
+  CHECK(error_of(m, "auto", 2) == kRefusal2);
   CHECK(m.ranks_per_node(8) == 4);
-  m.master_port = 1;
-  m.master_addr = "10.0.0.7";
-  CHECK(error_of(m, "cuda", 2) == "(accepted)");
+  m.nnodes = 3;
+  m.node_rank = 0;
+  CHECK_THAT(error_of(m, "cuda", 3), Catch::StartsWith("--nnodes 3: multi-node is not supported"));
+  // One node stays accepted, with tensor parallelism on any device.
+  m = MultiNodeConfig{};
+  CHECK(error_of(m, "cuda", 8) == "(accepted)");
+  CHECK(error_of(m, "cpu", 4) == "(accepted)");
 }
 
 TEST_CASE("multi-node flags: each bad value is one error naming its flag", "[config]") {
@@ -131,23 +145,16 @@ TEST_CASE("multi-node flags: each bad value is one error naming its flag", "[con
         "number of ranks)");
 }
 
-TEST_CASE("multi-node flags: nnodes > 1 on the CPU (or auto) is a clear start-up error",
-          "[config]") {
-  MultiNodeConfig m;
-  m.nnodes = 2;
-  CHECK(error_of(m, "cpu", 2) == "multi-node needs --device cuda: --nnodes 2 with --device 'cpu'");
-  CHECK(error_of(m, "auto", 2) ==
-        "multi-node needs --device cuda: --nnodes 2 with --device 'auto'");
-
-  // Every command's validate() runs the check.
+TEST_CASE("multi-node flags: every command's validate() refuses nnodes > 1", "[config]") {
   EngineArgs serve;
   serve.model = "m.gguf";
   serve.tensor_parallel_size = 2;
   serve.multinode.nnodes = 2;
   serve.device = "cpu";
-  CHECK_THROWS_WITH(serve.validate(),
-                    "multi-node needs --device cuda: --nnodes 2 with --device 'cpu'");
+  CHECK_THROWS_WITH(serve.validate(), kRefusal2);
   serve.device = "cuda";
+  CHECK_THROWS_WITH(serve.validate(), kRefusal2);
+  serve.multinode.nnodes = 1;
   CHECK_NOTHROW(serve.validate());
 
   GenerateConfig g;
@@ -155,13 +162,18 @@ TEST_CASE("multi-node flags: nnodes > 1 on the CPU (or auto) is a clear start-up
   g.prompt = "hi";
   g.multinode.master_port = 0;
   CHECK_THROWS_WITH(g.validate(), "--master-port must be in [1, 65535], got 0");
+  g.multinode.master_port = 29501;
+  g.multinode.nnodes = 2;
+  g.tensor_parallel_size = 2;
+  g.device = "cuda";
+  CHECK_THROWS_WITH(g.validate(), kRefusal2);
 
   PerplexityConfig p;
   p.model = "m.gguf";
   p.text = "t.txt";
   p.multinode.nnodes = 2;
   p.tensor_parallel_size = 2;
-  CHECK_THROWS_WITH(p.validate(), "multi-node needs --device cuda: --nnodes 2 with --device 'auto'");
+  CHECK_THROWS_WITH(p.validate(), kRefusal2);
 
   BenchLatencyConfig bl;
   bl.model = "m.gguf";
@@ -175,6 +187,10 @@ TEST_CASE("multi-node flags: nnodes > 1 on the CPU (or auto) is a clear start-up
   be.device = "cuda:0";
   CHECK_THROWS_WITH(be.validate(), "--tensor-parallel-size 2 must be a multiple of --nnodes 4 "
                                    "(every node runs the same number of ranks)");
+  be.tensor_parallel_size = 4;
+  be.device = "cuda";
+  be.multinode.nnodes = 2;
+  CHECK_THROWS_WITH(be.validate(), kRefusal2);
 }
 
 TEST_CASE("multi-node flags: model_engine_args carries them to the engine", "[config]") {

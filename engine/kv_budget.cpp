@@ -1,0 +1,106 @@
+#include "engine/kv_budget.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "engine/model_runner.h"
+#include "models/llama.h"
+
+namespace octet {
+
+namespace {
+
+// Restated from the CUDA headers, which host-only code cannot include; keep them in step:
+// positions of one attention partition (kernels/cuda/attention.h kPartitionTokens) and ints of
+// one decode / merge work item of a graph's plan (kernels/cuda/attention_kernels.cuh).
+constexpr int64_t kPartitionTokens = 512;
+constexpr int64_t kDecodeItemInts = 5, kMergeItemInts = 3;
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+}  // namespace
+
+std::vector<int64_t> captured_graph_sizes(bool enforce_eager, bool backend_supports_graphs,
+                                          int64_t max_num_seqs) {
+  if (enforce_eager || !backend_supports_graphs || max_num_seqs <= 0) return {};
+  return decode_graph_sizes(max_num_seqs);
+}
+
+GraphMemoryReserve estimate_graph_memory(const GraphMemoryShape& s) {
+  GraphMemoryReserve r;
+  if (s.sizes.empty()) return r;
+  for (const auto& [v, name] : {std::pair{s.max_model_len, "max_model_len"},
+                                std::pair{s.block_size, "block_size"},
+                                std::pair{s.num_heads, "num_heads"},
+                                std::pair{s.head_dim, "head_dim"}})
+    if (v <= 0)
+      throw std::invalid_argument(std::string("estimate_graph_memory: ") + name +
+                                  " must be positive, got " + std::to_string(v));
+  const int64_t width = (s.max_model_len + s.block_size - 1) / s.block_size;  // blocks
+  const int64_t cap = width * s.block_size;
+  const int64_t partitions = (cap - 1) / kPartitionTokens + 1;  // per sequence
+  const int64_t p_max = s.sizes.back();
+  r.activations = s.activation_bytes;
+  r.batch = 44 * p_max + 8 + 4 * p_max * width;
+  const int64_t windows = std::max<int64_t>(s.num_windows, 1);
+  int64_t scratch = 0;  // CudaBackend's graph scratch: the largest so far
+  for (const int64_t p : s.sizes) {
+    const int64_t decode = p * partitions;
+    r.attention += windows * 4 * (2 + kDecodeItemInts * decode + kMergeItemInts * p);
+    r.attention += 4 * decode * s.num_heads * (s.head_dim + 2);
+    for (const auto& [n, g] : s.fp8_linears)
+      if (const int64_t need = 4 * std::max<int64_t>(g, 1) * round_up(p * n, 64); need > scratch) {
+        r.gemm_scratch += need;
+        scratch = need;
+      }
+  }
+  r.graph_exec = static_cast<int64_t>(s.sizes.size()) * kGraphExecBytesEstimate;
+  return r;
+}
+
+int64_t activation_bytes(const LlamaModel& model, int64_t max_tokens, int64_t max_rows) {
+  const LlamaActivations a = model.new_activations(max_tokens, std::max<int64_t>(max_rows, 1));
+  int64_t n = 0;
+  for (const Buffer* b : {&a.x, &a.xn, &a.q, &a.k, &a.v, &a.attn, &a.proj, &a.gate, &a.up, &a.qa,
+                          &a.a_scale, &a.amax, &a.partials, &a.gathered_partials, &a.last,
+                          &a.logits, &a.gathered})
+    n += b->bytes();
+  return n;
+}
+
+GraphMemoryShape graph_memory_shape(const LlamaModel& model, std::vector<int64_t> sizes,
+                                    int64_t max_model_len, int64_t block_size) {
+  GraphMemoryShape s;
+  s.sizes = std::move(sizes);
+  std::sort(s.sizes.begin(), s.sizes.end());
+  s.max_model_len = max_model_len;
+  s.block_size = block_size;
+  s.num_heads = model.shard().num_heads;
+  s.head_dim = model.config().head_dim;
+  const std::set<int64_t> windows(model.config().layer_sliding_window.begin(),
+                                  model.config().layer_sliding_window.end());
+  s.num_windows = std::max<int64_t>(static_cast<int64_t>(windows.size()), 1);
+  const auto add = [&](const LinearWeight& w) {
+    if (w.format == DType::FP8_E4M3) s.fp8_linears.emplace_back(w.out_features, w.k_groups);
+  };
+  const LlamaWeights& w = model.weights();
+  for (const LlamaLayerWeights& l : w.layers)
+    for (const LinearWeight* lw : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj,
+                                   &l.up_proj, &l.down_proj})
+      add(*lw);
+  add(w.lm_head);
+  if (!s.sizes.empty()) s.activation_bytes = activation_bytes(model, s.sizes.back(), s.sizes.back());
+  return s;
+}
+
+int64_t kv_budget_bytes(const KVBudgetInputs& in) {
+  const double usable =
+      std::floor(in.gpu_memory_utilization * static_cast<double>(in.device_memory_bytes));
+  return static_cast<int64_t>(usable) - in.weights_bytes - in.activation_bytes -
+         in.graph_reserve_bytes;
+}
+
+}  // namespace octet
