@@ -14,7 +14,9 @@
 //     tests/engine/test_calibrate.cpp ("scales file and checkpoint load back ...").
 //  3. (local, skipped when the checkpoints are absent under OCTET_LLMC_DIR) the real
 //     llm-compressor directories load through Engine::create with the golden's values, and
-//     those equal the bytes of model.safetensors read here by hand.
+//     those equal the bytes of model.safetensors read here by hand; octet's calibrate writer
+//     (write_kv_calibrated_checkpoint) given the same float32 source and those scales writes
+//     the same model.safetensors byte for byte, which loads back with the same values.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -29,6 +31,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/calibrate.h"
 #include "engine/engine.h"
 #include "kernels/common/weight_quant.h"
 #include "models/checkpoint_writer.h"
@@ -349,7 +352,26 @@ TEST_CASE("llm-compressor's real SmolLM2 FP8 KV checkpoints load bit for bit (lo
       const std::string raw = st.substr(8 + n + b, e - b);
       CHECK(std::vector<uint8_t>(raw.begin(), raw.end()) == from_hex(t["hex"]));
     }
-    const auto engine = Engine::create(fp8_kv_args(dir));
-    require_engine_scales(*engine, golden_layers(ck), strategy);
+    const std::vector<GoldenLayer> want = golden_layers(ck);
+    require_engine_scales(*Engine::create(fp8_kv_args(dir)), want, strategy);
+
+    // octet's `octet calibrate --output DIR` writer, given llm-compressor's scales and the same
+    // float32 source: model.safetensors byte for byte, config.json but for the observer.
+    const std::string f32_dir = root + "/SmolLM2-135M-Instruct-F32";
+    if (!fs::exists(f32_dir + "/config.json")) continue;  // the weight checks above still ran
+    KVCalibration cal;
+    cal.strategy = strategy;
+    cal.kv_cache_dtype = "fp8_e4m3";
+    for (const GoldenLayer& l : want) cal.k_scale.push_back(l.k), cal.v_scale.push_back(l.v);
+    testing::TempDir tmp;
+    const std::string out = tmp.file("octet-kv");
+    write_kv_calibrated_checkpoint(f32_dir, out, cal);
+    json mine = json::parse(read_text(out + "/config.json")), theirs = config;
+    for (json* c : {&mine, &theirs}) (*c)["quantization_config"]["kv_cache_scheme"].erase("observer");
+    CHECK(mine == theirs);
+    const std::string octet_st = read_text(out + "/model.safetensors");
+    CHECK(octet_st.size() == st.size());
+    CHECK((octet_st == st));  // not the strings themselves in a failure message: 160 MB
+    require_engine_scales(*Engine::create(fp8_kv_args(out)), want, strategy);
   }
 }
