@@ -8,8 +8,9 @@ kv_cache_scheme strategy S in (tensor, attn_head):
       QuantizationModifier(targets="Linear", scheme="FP8_DYNAMIC", ignore=["lm_head"],
                            kv_cache_scheme={num_bits: 8, type: float, strategy: S,
                                             dynamic: false, symmetric: true})
-      calibrated by oneshot() on CALIB_SAMPLES rows x CALIB_SEQ_LEN tokens of GPL-3 (in memory),
-      saved with save_pretrained(save_compressed=True) plus the tokenizer.
+      calibrated by oneshot() on CALIB_SAMPLES rows x CALIB_SEQ_LEN tokens of GPL-3 (in memory,
+      shuffle_calibration_samples=False so that a rerun writes the same scales), saved with
+      save_pretrained(save_compressed=True) plus the tokenizer.
 The source is OUT_ROOT/SmolLM2-135M-Instruct-F32, the GGUF dequantized to float32 by
 transformers (made by scripts/make_llmcompressor_checkpoints.py's save_f32_source when absent):
 float32, so llm-compressor writes the scales as F32 (it stores them in the model's dtype).
@@ -17,8 +18,9 @@ float32, so llm-compressor writes the scales as F32 (it stores them in the model
 Then writes tests/models/golden/llmcompressor_smollm2_kv.json (small, committed):
   - generator: package versions, recipe, calibration set (with the sha256 of its token ids);
   - per checkpoint: config.json's quantization_config exactly (kv_cache_scheme included),
-    kv_cache_scheme again on its own, the full config.json, recipe.yaml's text, the files, the tensors of layer 0
-    and those outside the layers as [name, dtype, shape], the number of tensors;
+    kv_cache_scheme again on its own, the full config.json, recipe.yaml's text, the files,
+    the tensors of layer 0 and those outside the layers as [name, dtype, shape], the number
+    of tensors;
   - every KV scale tensor (every name octet's load_checkpoint_kv_scales reads; llm-compressor
     writes model.layers.N.self_attn.k_scale / v_scale): name, dtype, shape, its raw bytes as
     hex (little-endian, exact) and its values as Python floats (repr: exact for F32/BF16/F16).
@@ -85,8 +87,11 @@ def make(strategy):
     ds = Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * len(r) for r in rows]})
     recipe = QuantizationModifier(targets="Linear", scheme="FP8_DYNAMIC", ignore=["lm_head"],
                                   kv_cache_scheme=kv_scheme(strategy))
+    # Not shuffled: oneshot's default RandomSampler is unseeded, and the static observer
+    # ("minmax", a moving average of each batch's min/max, averaging constant 0.01) weights the
+    # first batch by 0.99^(n-1): shuffled, each run wrote different scales (up to 60% apart).
     oneshot(model=model, recipe=recipe, dataset=ds, num_calibration_samples=CALIB_SAMPLES,
-            max_seq_length=CALIB_SEQ_LEN)
+            max_seq_length=CALIB_SEQ_LEN, shuffle_calibration_samples=False)
     out_dir = os.path.join(OUT_ROOT, directory(strategy))
     os.makedirs(out_dir, exist_ok=True)
     model.save_pretrained(out_dir, save_compressed=True)
@@ -149,6 +154,11 @@ def main():
                 CALIB_SAMPLES, CALIB_SEQ_LEN, CORPUS),
             "calibration_ids_sha256": hashlib.sha256(ids_bytes).hexdigest(),
             "calibration_ids_first_row_head": rows[0][:16],
+            # Unshuffled, oneshot's LengthAwareSampler runs the rows in this order (argsort of
+            # their lengths, descending; all equal here).
+            "calibration_order": torch.argsort(
+                torch.tensor([len(r) for r in rows]), descending=True).tolist(),
+            "batch_size": 1,
         },
         "checkpoints": {},
     }
