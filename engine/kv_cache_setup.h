@@ -26,13 +26,14 @@ std::vector<int32_t> kv_calibration_ids(const Tokenizer& tok, int64_t vocab);
 
 /// Tokens of the start-up clipping check (kv_check_ids): the first kKVCheckTextTokens of the
 /// built-in calibration text, then the first kKVCheckSpecialTokens special tokens of the
-/// vocabulary (by id), each followed by a short line of text.
-inline constexpr int64_t kKVCheckTextTokens = 128;
-inline constexpr int64_t kKVCheckSpecialTokens = 16;
+/// vocabulary (by id: BOS/EOS and the chat markers of SmolLM2's <|im_start|> / <|im_end|> and
+/// Llama 3's ids 128000..128009, <|eot_id|> included), each followed by a short line of text.
+inline constexpr int64_t kKVCheckTextTokens = 64;
+inline constexpr int64_t kKVCheckSpecialTokens = 10;
 
 /// The token ids of the start-up clipping check that setup_kv_cache runs when FP8 layers have
 /// loaded (file, checkpoint) or unit scales and no --calculate-kv-scales pass ran: a short
-/// kv_calibration_ids (about 128 + 16 x 8 tokens), so start-up stays cheap.
+/// kv_calibration_ids (64 + 10 x 8 = 144 tokens for SmolLM2), one short prefill's cost.
 std::vector<int32_t> kv_check_ids(const Tokenizer& tok, int64_t vocab);
 
 /// Bytes this process can still allocate and touch on the host: /proc/meminfo's MemAvailable

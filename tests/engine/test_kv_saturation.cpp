@@ -225,19 +225,19 @@ TEST_CASE("kv saturation: the engine counts sampled K/V of its FP8 layers", "[kv
   CHECK(st.kv_saturation[1].k_saturated == 0);
 }
 
-TEST_CASE("kv saturation: start-up check ids are 128 text tokens, then the special tokens",
+TEST_CASE("kv saturation: start-up check ids are 64 text tokens, then the special tokens",
           "[kv][saturation]") {
   const Tokenizer& tok = *stories_model().tokenizer;
   const std::vector<int32_t> text = tok.encode(kv_calibration_text(), true, false);
-  REQUIRE(text.size() > 128);
+  REQUIRE(text.size() > 64);
   const std::vector<int32_t> ids = kv_check_ids(tok, 512);
   const std::vector<int32_t> filler = tok.encode("\nThe answer is below.\n", false, false);
   // stories260K's special tokens: <unk> 0, <s> 1, </s> 2.
-  REQUIRE(ids.size() == 128 + 3 * (1 + filler.size()));
-  CHECK(std::equal(text.begin(), text.begin() + 128, ids.begin()));
-  CHECK(ids[128] == 0);
-  CHECK(ids[128 + 1 + filler.size()] == 1);
-  CHECK(ids[128 + 2 * (1 + filler.size())] == 2);
+  REQUIRE(ids.size() == 64 + 3 * (1 + filler.size()));
+  CHECK(std::equal(text.begin(), text.begin() + 64, ids.begin()));
+  CHECK(ids[64] == 0);
+  CHECK(ids[64 + 1 + filler.size()] == 1);
+  CHECK(ids[64 + 2 * (1 + filler.size())] == 2);
 }
 
 TEST_CASE("kv saturation: a loaded scale that clips start-up K/V is one warning per layer",
