@@ -225,6 +225,49 @@ TEST_CASE("kv saturation: the engine counts sampled K/V of its FP8 layers", "[kv
   CHECK(st.kv_saturation[1].k_saturated == 0);
 }
 
+TEST_CASE("kv saturation: tensor parallel ranks' heads add up to the one-rank counts",
+          "[kv][saturation][tp]") {
+  // TP 2 and 4 hold 2 and 1 of the 4 KV heads per rank; their K/V are TP 1's bit for bit
+  // (test_tensor_parallel_engine), so the counts over every rank's heads must be TP 1's.
+  testing::TempDir dir;
+  const std::string path = dir.file("scales.json");
+  std::ofstream(path) << scales_json(1, 0.002f);  // layer 1's K clips in part
+  std::vector<std::vector<KVLayerSaturation>> counts;
+  for (int64_t tp : {1, 2, 4}) {
+    EngineArgs a;
+    a.model = testing::stories();
+    a.tensor_parallel_size = tp;
+    a.cache.kv_cache_dtype = "fp8";
+    a.cache.kv_scales_path = path;
+    a.cache.kv_cache_memory_bytes = 8 << 20;
+    a.scheduler.max_model_len = 256;
+    auto engine = Engine::create(a);
+    SamplingParams p;
+    p.max_tokens = 18;
+    p.temperature = 0.0f;
+    p.ignore_eos = true;
+    auto s = engine->add_request("a", {1, 403, 407, 261, 378, 113, 260, 280, 300, 301}, p);
+    while (auto o = s->next()) REQUIRE(o->error.empty());
+    counts.push_back(engine->stats().kv_saturation);
+  }
+  REQUIRE(counts[0].size() == 5);
+  CHECK(counts[0][1].k_sampled == 5 * 32);  // steps 0 (4 of 10 prompt tokens) and 16 (1)
+  CHECK(counts[0][1].k_saturated > 0);
+  CHECK(counts[0][1].k_saturated < 5 * 32);
+  for (size_t t = 1; t < 3; ++t)
+    for (size_t l = 0; l < 5; ++l) {
+      INFO("tp index " << t << ", layer " << l);
+      const KVLayerSaturation &x = counts[0][l], &y = counts[t][l];
+      CHECK(y.layer == x.layer);
+      CHECK(y.k_sampled == x.k_sampled);
+      CHECK(y.k_saturated == x.k_saturated);
+      CHECK(y.k_underflow == x.k_underflow);
+      CHECK(y.v_sampled == x.v_sampled);
+      CHECK(y.v_saturated == x.v_saturated);
+      CHECK(y.v_underflow == x.v_underflow);
+    }
+}
+
 TEST_CASE("kv saturation: start-up check ids are 64 text tokens, then the special tokens",
           "[kv][saturation]") {
   const Tokenizer& tok = *stories_model().tokenizer;
