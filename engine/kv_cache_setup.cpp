@@ -310,7 +310,9 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
 
   // The start-up clipping check (engine/kv_saturation.h): every static FP8 scale against the
   // K/V of a start-up pass, the calculation's when it ran, else a short one (kv_check_ids).
-  if (std::any_of(out.layers.begin(), out.layers.end(), [](const KVLayerSpec& s) {
+  // Not for dummy (random) weights: their K/V say nothing about a real model's.
+  if (loaded.load_format != "dummy" &&
+      std::any_of(out.layers.begin(), out.layers.end(), [](const KVLayerSpec& s) {
         return dtype_is_fp8(s.dtype) && !s.per_token_head;
       })) {
     std::string what = "the --calculate-kv-scales pass (" +

@@ -83,7 +83,8 @@ DType parse_kv_cache_dtype(const std::string& name);
 
 /// Resolves dtypes, scales (in order: --kv-scales-path file, checkpoint tensors,
 /// --calculate-kv-scales on the built-in calibration text, else 1.0 with a warning naming the
-/// layers) and the block budget. When any layer is FP8 with static scales, checks them against
+/// layers) and the block budget. When any layer is FP8 with static scales (and the weights
+/// are not --load-format dummy), checks them against
 /// the K/V of a start-up pass (the --calculate-kv-scales pass, else kv_check_ids through the
 /// model) and adds one warning per layer whose scales clip any of those values
 /// (kv_clip_warnings, engine/kv_saturation.h). max_model_len: 0 = the model's context. Throws
