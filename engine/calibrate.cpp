@@ -12,11 +12,111 @@
 #include "engine/kv_cache_setup.h"
 #include "engine/model_loader.h"
 #include "engine/sequence_forward.h"
+#include "kernels/backend.h"
 #include "models/kv_scales.h"
 
 namespace octet {
 
 namespace {
+
+// Delegates every op to `inner`; paged_attention also records, per query head, the amax of the
+// Q it is given (after RoPE) into amax[layer][head], layers counted by call order (run_decoder
+// calls it once per layer, in order). Device-neutral: the amax of each (token, head) row is
+// computed by the inner backend's row_amax into a scratch buffer and downloaded.
+class QueryAmaxBackend final : public Backend {
+ public:
+  explicit QueryAmaxBackend(std::shared_ptr<Backend> inner) : in_(std::move(inner)) {}
+  // [num_layers][num_heads], max |q| so far; empty: not recording.
+  std::vector<std::vector<float>> amax;
+  void start(int64_t num_layers, int64_t num_heads) {
+    amax.assign(static_cast<size_t>(num_layers),
+                std::vector<float>(static_cast<size_t>(num_heads), 0.0f));
+    calls_ = 0;
+  }
+
+  std::string name() const override { return in_->name(); }
+  std::string describe() const override { return in_->describe(); }
+  int64_t memory_capacity_bytes() const override { return in_->memory_capacity_bytes(); }
+  Buffer allocate(int64_t b) override { return in_->allocate(b); }
+  void upload(const Buffer& d, int64_t o, const void* s, int64_t b) override {
+    in_->upload(d, o, s, b);
+  }
+  void download(const Buffer& s, int64_t o, void* d, int64_t b) override {
+    in_->download(s, o, d, b);
+  }
+  void synchronize() override { in_->synchronize(); }
+  void embedding(const TensorRef& t, const int32_t* ids, int64_t n, float* out) override {
+    in_->embedding(t, ids, n, out);
+  }
+  void rms_norm(float* r, const float* d, const float* w, float* out, int64_t m, int64_t n,
+                float eps) override {
+    in_->rms_norm(r, d, w, out, m, n, eps);
+  }
+  void rope(float* q, float* k, int64_t n, int64_t nh, int64_t nkv, int64_t hd, int64_t rd,
+            const int64_t* pos, const float* f, RopeLayout l) override {
+    in_->rope(q, k, n, nh, nkv, hd, rd, pos, f, l);
+  }
+  void silu_mul(const float* g, const float* u, float* out, int64_t m, int64_t n) override {
+    in_->silu_mul(g, u, out, m, n);
+  }
+  void row_amax(const float* x, int64_t m, int64_t k, float* a) override {
+    in_->row_amax(x, m, k, a);
+  }
+  void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* a, uint8_t* q,
+                            float* sc) override {
+    in_->quantize_fp8_dynamic(x, m, k, a, q, sc);
+  }
+  void quantize_fp8_static(const float* x, int64_t m, int64_t k, float sc, uint8_t* q) override {
+    in_->quantize_fp8_static(x, m, k, sc, q);
+  }
+  void linear(const float* x, int64_t m, const WeightRef& w, float* y) override {
+    in_->linear(x, m, w, y);
+  }
+  void linear_w8a8(const uint8_t* qa, const float* as, ScaleGranularity g, int64_t m,
+                   const WeightRef& w, float* y) override {
+    in_->linear_w8a8(qa, as, g, m, w, y);
+  }
+  void linear_w8a8_partials(const uint8_t* qa, int64_t m, const WeightRef& w,
+                            float* acc) override {
+    in_->linear_w8a8_partials(qa, m, w, acc);
+  }
+  void linear_w8a8_combine(const float* acc, int64_t groups, const float* as, ScaleGranularity g,
+                           int64_t m, const WeightRef& w, float* y) override {
+    in_->linear_w8a8_combine(acc, groups, as, g, m, w, y);
+  }
+  void write_kv_cache(const KVCacheView& c, const float* k, const float* v, const int64_t* slots,
+                      int64_t n) override {
+    in_->write_kv_cache(c, k, v, slots, n);
+  }
+  void paged_attention(const KVCacheView& c, const float* q, const PagedAttentionBatch& b,
+                       int64_t nh, int64_t window, float sm, float* out) override {
+    if (!amax.empty() && b.host_query_start_loc) {
+      const int64_t layer = calls_++ % static_cast<int64_t>(amax.size());
+      const int64_t m = b.host_query_start_loc[b.num_seqs];  // query tokens
+      const int64_t rows = m * nh;
+      if (scratch_.bytes() < rows * 4) scratch_ = in_->allocate(rows * 4);
+      in_->row_amax(q, rows, c.head_dim, scratch_.as<float>());
+      host_.resize(static_cast<size_t>(rows));
+      in_->download(scratch_, 0, host_.data(), rows * 4);
+      std::vector<float>& a = amax[static_cast<size_t>(layer)];
+      for (int64_t r = 0; r < rows; ++r) {
+        float& h = a[static_cast<size_t>(r % nh)];
+        h = std::max(h, host_[static_cast<size_t>(r)]);
+      }
+    }
+    in_->paged_attention(c, q, b, nh, window, sm, out);
+  }
+  void gather_rows(const float* x, int64_t w, const int64_t* rows, int64_t n,
+                   float* out) override {
+    in_->gather_rows(x, w, rows, n, out);
+  }
+
+ private:
+  std::shared_ptr<Backend> in_;
+  int64_t calls_ = 0;
+  Buffer scratch_;
+  std::vector<float> host_;
+};
 
 using nlohmann::json;
 
@@ -227,6 +327,10 @@ KVCalibration calibrate_kv_cache(const LoadedModel& model,
   cal.headroom = o.headroom;
   cal.k_amax.assign(static_cast<size_t>(L), std::vector<float>(static_cast<size_t>(nkv), 0.0f));
   cal.v_amax = cal.k_amax;
+  // Q amax when the model was loaded on the recording backend (run_calibrate, world size 1).
+  auto* query = model.world_size() == 1 ? dynamic_cast<QueryAmaxBackend*>(&model.model->backend())
+                                        : nullptr;
+  if (query) query->start(L, c.num_attention_heads);
   const int64_t total = static_cast<int64_t>(samples.size());
   for (int64_t i = 0; i < total; ++i) {
     const std::vector<int32_t>& ids = samples[static_cast<size_t>(i)];
@@ -258,6 +362,15 @@ KVCalibration calibrate_kv_cache(const LoadedModel& model,
     cal.num_tokens += n;
     ++cal.num_samples;
     if (progress) progress(i + 1, total);
+  }
+  if (query) {
+    cal.q_amax = std::move(query->amax);
+    query->amax.clear();
+    for (size_t l = 0; l < cal.q_amax.size(); ++l)
+      for (size_t h = 0; h < cal.q_amax[l].size(); ++h)
+        if (!std::isfinite(cal.q_amax[l][h]))
+          throw std::runtime_error("calibrate: layer " + std::to_string(l) + ", query head " +
+                                   std::to_string(h) + ": Q is not finite (the model is broken)");
   }
   const float range = fp8_range(dtype) / o.headroom;
   auto to_scale = [range](float amax) {
@@ -369,6 +482,10 @@ KVCalibration run_calibrate(const CalibrateRun& run,
   LoadOptions lo = make_load_options(run.quantization, "channel");
   lo.device = run.device;
   lo.world_size = static_cast<int>(run.tensor_parallel_size);
+  // One rank: its backend records Q amax (KVCalibration::q_amax). Tensor parallel ranks run on
+  // the rank group's backends, so Q amax is not recorded there.
+  if (lo.world_size == 1)
+    lo.backend = std::make_shared<QueryAmaxBackend>(std::shared_ptr<Backend>(make_backend(run.device)));
   const std::unique_ptr<LoadedModel> model = load_model(run.model, lo);
   ChatRenderer render;
   if ((run.dataset.empty() || run.chat) && make_renderer)

@@ -1,7 +1,8 @@
 #pragma once
 // `octet calibrate`: FP8 KV cache scales measured on calibration text. The model runs
 // unquantized over each sample as one sequence into an FP32 cache; per layer and KV head the
-// amax of K (as stored: after RoPE) and V over every position of every sample gives
+// amax of K (as stored: after RoPE) and V over every position of every sample (and, for the
+// record, per layer and query head the amax of Q after RoPE) gives
 //   scale = amax * headroom / fp8_max   (fp8_max = 448 for E4M3, 57344 for E5M2),
 // per tensor (strategy "tensor": the max over heads) or per KV head ("attn_head"), the two
 // kv_cache_scheme strategies of compressed-tensors / llm-compressor. The default headroom is
@@ -69,6 +70,10 @@ struct KVCalibration {
   int64_t num_tokens = 0;   // tokens run, all samples
   /// [num_layers][num_kv_heads]: max |K| (after RoPE) and max |V| over every token.
   std::vector<std::vector<float>> k_amax, v_amax;
+  /// [num_layers][num_attention_heads]: max |Q| (after RoPE, as attention reads it) over every
+  /// token; informational (the scales are K's and V's). Recorded when the model runs on
+  /// run_calibrate's recording backend (world size 1); empty otherwise.
+  std::vector<std::vector<float>> q_amax;
   /// [num_layers][1 or num_kv_heads]: the scales, 1 value per tensor (strategy tensor) or one
   /// per KV head (attn_head).
   std::vector<std::vector<float>> k_scale, v_scale;
@@ -88,7 +93,8 @@ std::vector<std::vector<int32_t>> calibration_token_ids(
     const CalibrateOptions& options, const ChatRenderer& render);
 
 /// Runs each sample through `model` (world size 1 or tensor parallel) and returns the amax and
-/// scales (see the top of this file; an amax of 0 gives scale 1). progress(done, total) is
+/// scales (see the top of this file; an amax of 0 gives scale 1), and Q amax when `model` was
+/// loaded by run_calibrate (KVCalibration::q_amax). progress(done, total) is
 /// called after each sample when set. Throws std::invalid_argument for bad options or no
 /// samples, std::runtime_error naming layer/head for a NaN or infinite K/V.
 KVCalibration calibrate_kv_cache(const LoadedModel& model,
@@ -132,7 +138,9 @@ struct CalibrateRun {
 /// an HF --model. Throws std::invalid_argument("<output>: <problem>").
 void check_calibrate_output(const std::string& model, const std::string& output);
 
-/// Loads the model, reads the dataset, runs the calibration and writes the output.
+/// Loads the model (world size 1: on a pass-through backend that records Q amax per layer and
+/// query head), reads the dataset, runs the calibration and writes the output (the scales;
+/// Q amax is in the returned record only: the scales file's format has no place for it).
 /// make_renderer(tokenizer) returns the chat renderer (called for the default set's chat
 /// samples and with run.chat; an empty renderer when the model has no chat template: turns are
 /// joined as "role: content" lines). Throws as the functions above and load_model.

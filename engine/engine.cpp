@@ -12,6 +12,7 @@
 #include "engine/detokenizer.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/kv_cache_setup.h"
+#include "engine/kv_saturation.h"
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
 #include "engine/output_processor.h"
@@ -32,6 +33,7 @@ struct Engine::Impl {
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<OutputProcessor> outputs;  // sampling, stops, text; the request records
+  std::unique_ptr<KVSaturationSampler> saturation;  // sampled FP8 clipping counts (/metrics)
   std::vector<KVLayerInfo> layer_info;
   std::string report;
 
@@ -143,6 +145,8 @@ void Engine::Impl::start() {
              std::to_string(m.setup.max_model_len) + "\n" + m.setup.report;
   m.stats.num_kv_blocks = m.setup.num_usable_blocks;
   m.stats.num_free_kv_blocks = m.setup.num_usable_blocks;
+  m.saturation = std::make_unique<KVSaturationSampler>(m.setup.layers);
+  m.stats.kv_saturation = m.saturation->counts();
 }
 
 Engine::~Engine() {
@@ -387,6 +391,8 @@ void Engine::Impl::step() {
   }
   outputs->on_scheduled(out, Clock::now());  // queue time ends here, not after the step
   const StepLogits logits = runner->execute(out, *kv);
+  saturation->after_step(out, *kv, *runner,
+                         loaded->model->shard().world_size > 1 ? loaded->ranks.get() : nullptr);
   const Clock::time_point now = Clock::now();
   outputs->sample(out, logits);
   scheduler->update(out);
@@ -461,6 +467,7 @@ void Engine::Impl::refresh_stats(int64_t new_prompt_tokens, int64_t new_generate
   stats.prompt_tokens += new_prompt_tokens;
   stats.generation_tokens += new_generated;
   ++stats.num_steps;
+  if (saturation && saturation->take_changed()) stats.kv_saturation = saturation->counts();
 }
 
 }  // namespace octet

@@ -24,6 +24,15 @@
 
 namespace octet {
 
+/// Sampled FP8 clipping counts of one KV cache layer stored in FP8 with static scales
+/// (engine/kv_saturation.h): K/V values read back, those stored at +-fp8_max, those stored as
+/// zero or subnormal. Totals since start-up.
+struct KVLayerSaturation {
+  int64_t layer = 0;
+  int64_t k_sampled = 0, k_saturated = 0, k_underflow = 0;
+  int64_t v_sampled = 0, v_saturated = 0, v_underflow = 0;
+};
+
 /// Counters for /metrics and the CLI, a consistent snapshot.
 struct EngineStats {
   int64_t num_requests_running = 0;
@@ -38,6 +47,7 @@ struct EngineStats {
   int64_t generation_tokens = 0;      // total generated tokens
   int64_t num_steps = 0;
   bool alive = true;                  // false once the engine thread has died
+  std::vector<KVLayerSaturation> kv_saturation;  // FP8 static-scale layers, ascending
 };
 
 /// One layer of the KV cache as configured at start-up (the startup table, /metrics gauges).

@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "engine/kv_budget.h"
+#include "engine/kv_saturation.h"
 #include "engine/model_loader.h"
 #include "engine/sequence_forward.h"
 #include "models/kv_scales.h"
@@ -129,6 +130,22 @@ int64_t model_weight_bytes(const LlamaModel& model) {
   return n;
 }
 
+std::vector<int32_t> kv_check_ids(const Tokenizer& tok, int64_t vocab) {
+  std::vector<int32_t> ids = tok.encode(kv_calibration_text(), /*add_special=*/true, false);
+  if (static_cast<int64_t>(ids.size()) > kKVCheckTextTokens)
+    ids.resize(static_cast<size_t>(kKVCheckTextTokens));
+  const std::vector<int32_t> filler = tok.encode("\nThe answer is below.\n", false, false);
+  const int32_t n = std::min<int32_t>(tok.vocab_size(), static_cast<int32_t>(vocab));
+  int64_t specials = 0;
+  for (int32_t id = 0; id < n && specials < kKVCheckSpecialTokens; ++id) {
+    if (!tok.is_special(id)) continue;
+    ids.push_back(id);
+    ids.insert(ids.end(), filler.begin(), filler.end());
+    ++specials;
+  }
+  return ids;
+}
+
 std::vector<int32_t> kv_calibration_ids(const Tokenizer& tok, int64_t vocab) {
   std::vector<int32_t> ids = tok.encode(kv_calibration_text(), /*add_special=*/true, false);
   const std::vector<int32_t> filler = tok.encode("\nThe answer is below.\n", false, false);
@@ -222,6 +239,8 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   std::vector<std::optional<LayerKVScales>> from_ckpt(static_cast<size_t>(L));
   if (loaded.hf) from_ckpt = load_checkpoint_kv_scales(*loaded.hf, model.quant_config(), L, nkv);
   std::vector<LayerKVScales> calculated;
+  DenseKVCache calibration_kv;  // the calculation's K/V (the clipping check reuses them)
+  int64_t calibration_tokens = 0;
   std::vector<int64_t> unit_layers;
   for (int64_t l = 0; l < L; ++l) {
     KVLayerSpec& s = out.layers[l];
@@ -252,9 +271,10 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
         const int64_t n_ids = static_cast<int64_t>(ids.size());
         std::vector<SequenceKVCache> seq = new_sequence_caches(loaded, n_ids);
         (void)forward_sequence(loaded, seq, ids.data(), n_ids, 0, false);
-        calculated = calculate_kv_scales(download_sequence_kv(loaded, seq), n_ids, L,
-                                         nkv, hd,
-                                         dtype, /*per_head=*/true);
+        calibration_kv = download_sequence_kv(loaded, seq);
+        calibration_tokens = n_ids;
+        calculated = calculate_kv_scales(calibration_kv, n_ids, L, nkv, hd, dtype,
+                                         /*per_head=*/true);
       }
       s.k_scale = calculated[l].k_scale, s.v_scale = calculated[l].v_scale;
       s.scale_source = "calculated";
@@ -277,6 +297,32 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
         "k_scale = v_scale = 1.0. K/V beyond +-" +
         std::string(dtype == DType::FP8_E5M2 ? "57344" : "448") +
         " saturate and small values lose precision; pass --calculate-kv-scales");
+  }
+
+  // The start-up clipping check (engine/kv_saturation.h): every static FP8 scale against the
+  // K/V of a start-up pass, the calculation's when it ran, else a short one (kv_check_ids).
+  // Not for dummy (random) weights: their K/V say nothing about a real model's.
+  if (loaded.load_format != "dummy" &&
+      std::any_of(out.layers.begin(), out.layers.end(), [](const KVLayerSpec& s) {
+        return dtype_is_fp8(s.dtype) && !s.per_token_head;
+      })) {
+    std::string what = "the --calculate-kv-scales pass (" +
+                       std::to_string(calibration_tokens) + " tokens)";
+    if (calibration_tokens == 0) {
+      std::vector<int32_t> ids = kv_check_ids(*loaded.tokenizer, c.vocab_size);
+      if (static_cast<int64_t>(ids.size()) > c.max_position_embeddings)
+        ids.resize(static_cast<size_t>(c.max_position_embeddings));
+      calibration_tokens = static_cast<int64_t>(ids.size());
+      std::vector<SequenceKVCache> seq = new_sequence_caches(loaded, calibration_tokens);
+      (void)forward_sequence(loaded, seq, ids.data(), calibration_tokens, 0, false);
+      calibration_kv = download_sequence_kv(loaded, seq);
+      what = "the start-up clipping check (" + std::to_string(calibration_tokens) +
+             " tokens of built-in text and special tokens)";
+    }
+    const std::vector<KVScaleClip> clips =
+        find_clipping_kv_scales(calibration_kv, calibration_tokens, out.layers, nkv, hd);
+    for (std::string& w : kv_clip_warnings(clips, out.layers, what))
+      out.warnings.push_back(std::move(w));
   }
 
   // Budget -> blocks. The null block is allocated on top of the budget.

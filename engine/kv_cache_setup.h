@@ -24,6 +24,18 @@ class Tokenizer;
 /// vocab_size (ids at or above it are skipped).
 std::vector<int32_t> kv_calibration_ids(const Tokenizer& tok, int64_t vocab);
 
+/// Tokens of the start-up clipping check (kv_check_ids): the first kKVCheckTextTokens of the
+/// built-in calibration text, then the first kKVCheckSpecialTokens special tokens of the
+/// vocabulary (by id: BOS/EOS and the chat markers of SmolLM2's <|im_start|> / <|im_end|> and
+/// Llama 3's ids 128000..128009, <|eot_id|> included), each followed by a short line of text.
+inline constexpr int64_t kKVCheckTextTokens = 64;
+inline constexpr int64_t kKVCheckSpecialTokens = 10;
+
+/// The token ids of the start-up clipping check that setup_kv_cache runs when FP8 layers have
+/// loaded (file, checkpoint) or unit scales and no --calculate-kv-scales pass ran: a short
+/// kv_calibration_ids (64 + 10 x 8 = 144 tokens for SmolLM2), one short prefill's cost.
+std::vector<int32_t> kv_check_ids(const Tokenizer& tok, int64_t vocab);
+
 /// Bytes this process can still allocate and touch on the host: /proc/meminfo's MemAvailable
 /// (else the physical memory), lowered to the room left under a cgroup v2 memory.max.
 int64_t available_host_memory_bytes();
@@ -76,7 +88,11 @@ DType parse_kv_cache_dtype(const std::string& name);
 
 /// Resolves dtypes, scales (in order: --kv-scales-path file, checkpoint tensors,
 /// --calculate-kv-scales on the built-in calibration text, else 1.0 with a warning naming the
-/// layers) and the block budget. max_model_len: 0 = the model's context. Throws
+/// layers) and the block budget. When any layer is FP8 with static scales (and the weights
+/// are not --load-format dummy), checks them against
+/// the K/V of a start-up pass (the --calculate-kv-scales pass, else kv_check_ids through the
+/// model) and adds one warning per layer whose scales clip any of those values
+/// (kv_clip_warnings, engine/kv_saturation.h). max_model_len: 0 = the model's context. Throws
 /// std::invalid_argument for a skip-layer index out of range, max_model_len beyond the model's
 /// context, a budget smaller than one max_model_len sequence or larger than the memory
 /// available (MemAvailable, a cgroup v2 memory.max), --num-kv-blocks overflowing byte counts,

@@ -69,11 +69,17 @@ int run_calibrate(int argc, const char* const* argv) {
     std::cout << "calibrated " << cal.num_samples << " samples, " << cal.num_tokens << " tokens; "
               << cal.strategy << " scales for " << cfg.kv_cache_dtype << " (headroom "
               << cal.headroom << "x) -> " << cfg.output << "\n";
-    std::cout << "layer  k_amax (heads)       v_amax (heads)       k_scale              v_scale\n";
-    for (size_t l = 0; l < cal.k_scale.size(); ++l)
+    // q_amax (query heads, after RoPE) is informational: the scales are K's and V's.
+    const bool q = !cal.q_amax.empty();
+    std::cout << "layer  k_amax (heads)       v_amax (heads)       "
+              << (q ? "q_amax (heads)       " : "") << "k_scale              v_scale\n";
+    for (size_t l = 0; l < cal.k_scale.size(); ++l) {
       std::cout << std::left << std::setw(7) << l << std::setw(21) << range_str(cal.k_amax[l])
-                << std::setw(21) << range_str(cal.v_amax[l]) << std::setw(21)
-                << range_str(cal.k_scale[l]) << range_str(cal.v_scale[l]) << "\n";
+                << std::setw(21) << range_str(cal.v_amax[l]);
+      if (q) std::cout << std::setw(21) << range_str(cal.q_amax[l]);
+      std::cout << std::setw(21) << range_str(cal.k_scale[l]) << range_str(cal.v_scale[l])
+                << "\n";
+    }
   });
 }
 

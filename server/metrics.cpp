@@ -204,6 +204,34 @@ std::string render_metrics(const std::string& model_name, const EngineStats& st,
       }
     }
   }
+
+  // Sampled FP8 clipping (engine/kv_saturation.h): one series per counted layer and tensor.
+  if (!st.kv_saturation.empty()) {
+    const struct {
+      const char* name;
+      const char* help;
+      int64_t KVLayerSaturation::*k;
+      int64_t KVLayerSaturation::*v;
+    } families[] = {
+        {"kv_cache_sampled_values_total",
+         "K/V values of FP8 static-scale layers read back from the cache by the sampled "
+         "clipping check (a few tokens of every N-th engine step).",
+         &KVLayerSaturation::k_sampled, &KVLayerSaturation::v_sampled},
+        {"kv_cache_saturated_values_total",
+         "Sampled K/V values stored at the FP8 format's largest magnitude (448 x scale for "
+         "E4M3): clipped, or within half a step of clipping.",
+         &KVLayerSaturation::k_saturated, &KVLayerSaturation::v_saturated},
+        {"kv_cache_underflow_values_total",
+         "Sampled K/V values stored as FP8 zero or subnormal (below 2^-6 x scale for E4M3).",
+         &KVLayerSaturation::k_underflow, &KVLayerSaturation::v_underflow}};
+    for (const auto& f : families) {
+      p.header(f.name, "counter", f.help);
+      for (const KVLayerSaturation& l : st.kv_saturation)
+        for (const auto& [tensor, field] : {std::pair{"k", f.k}, std::pair{"v", f.v}})
+          p.sample(f.name, static_cast<double>(l.*field),
+                   "layer=\"" + std::to_string(l.layer) + "\",tensor=\"" + tensor + "\"");
+    }
+  }
   return p.str();
 }
 

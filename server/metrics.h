@@ -2,8 +2,10 @@
 // /metrics: Prometheus text exposition format 0.0.4
 // (https://prometheus.io/docs/instrumenting/exposition_formats/) with vLLM's metric names
 // (vllm/v1/metrics/loggers.py) under an `octet:` prefix: engine gauges and counters from
-// Engine::stats(), request histograms recorded by the server, and per-layer KV cache dtype and
-// scale gauges from Engine::kv_layers().
+// Engine::stats(), request histograms recorded by the server, per-layer KV cache dtype and
+// scale gauges from Engine::kv_layers(), and per-layer sampled FP8 clipping counters
+// (EngineStats::kv_saturation: kv_cache_{sampled,saturated,underflow}_values_total with
+// labels layer and tensor = k | v).
 #include <cstdint>
 #include <map>
 #include <mutex>

@@ -268,3 +268,47 @@ TEST_CASE("calibrate: bad input gives clear errors", "[calibrate]") {
 }
 
 }  // namespace octet
+
+namespace octet {
+
+TEST_CASE("calibrate: Q amax per layer and query head, after RoPE", "[calibrate]") {
+  testing::TempDir dir;
+  const std::string model = testing::tiny_model_dir("tiny_llama");
+  const std::string text = write_text(dir, "t.txt", long_text());
+  CalibrateRun one = run_for(model, text, dir.file("a.json"), "attn_head");
+  one.options.num_samples = 1;
+  const KVCalibration a = run_calibrate(one, {});
+  REQUIRE(a.q_amax.size() == 4);
+  for (const auto& l : a.q_amax) {
+    REQUIRE(l.size() == 4);  // num_attention_heads
+    for (float x : l) CHECK(x > 0.0f);
+  }
+  // Independent reference for the last layer: the one-sequence forward leaves the last
+  // layer's Q (after RoPE) in its activations; amax per head over the sample's 64 tokens.
+  const auto loaded = load_model(model, make_load_options("none", "channel"));
+  std::vector<int32_t> ids = loaded->tokenizer->encode(long_text(), true, true);
+  REQUIRE(ids.size() >= 64);
+  ids.resize(64);
+  SequenceKVCache seq = loaded->model->new_cache(64);
+  (void)loaded->model->forward(ids.data(), 64, 0, seq, false);
+  std::vector<float> q(64 * 4 * 8);
+  loaded->model->backend().download(seq.act.q, 0, q.data(), static_cast<int64_t>(q.size() * 4));
+  for (int h = 0; h < 4; ++h) {
+    float m = 0.0f;
+    for (int t = 0; t < 64; ++t)
+      for (int d = 0; d < 8; ++d) m = std::max(m, std::fabs(q[t * 32 + h * 8 + d]));
+    INFO("head " << h);
+    CHECK(a.q_amax[3][h] == m);
+  }
+  // q_proj * 1/256 (exact in FP32, RoPE is linear): every Q 256 times smaller, every layer.
+  CalibrateRun scaled = run_for(scaled_tiny_llama(dir, 256.0f), text, dir.file("b.json"),
+                                "attn_head");
+  scaled.options.num_samples = 1;
+  const KVCalibration b = run_calibrate(scaled, {});
+  for (size_t l = 0; l < 4; ++l)
+    for (size_t h = 0; h < 4; ++h) CHECK(b.q_amax[l][h] == Approx(a.q_amax[l][h] / 256.0f).epsilon(1e-5));
+  // The scales file holds K/V scales only (its loader accepts no other key).
+  CHECK(load_kv_scales_file(dir.file("a.json"), 4, 2).layers.size() == 4);
+}
+
+}  // namespace octet

@@ -127,3 +127,52 @@ TEST_CASE("per-layer KV dtype and scale gauges", "[server][metrics]") {
   }
   CHECK(text.find("layer=\"1\",kv_head") == std::string::npos);  // bf16 layer: no scales
 }
+
+TEST_CASE("per-layer sampled FP8 clipping counters", "[server][metrics]") {
+  octet::EngineStats st;
+  st.kv_saturation.resize(2);
+  st.kv_saturation[0] = {0, 640, 3, 17, 640, 0, 2};
+  st.kv_saturation[1] = {3, 320, 0, 0, 320, 5, 1};
+  const std::string text = render_metrics("m", st, {}, ServerMetrics{});
+  INFO(text);
+  for (const char* line : {
+           "# TYPE octet:kv_cache_sampled_values_total counter",
+           "octet:kv_cache_sampled_values_total{model_name=\"m\",layer=\"0\",tensor=\"k\"} 640",
+           "octet:kv_cache_sampled_values_total{model_name=\"m\",layer=\"3\",tensor=\"v\"} 320",
+           "# TYPE octet:kv_cache_saturated_values_total counter",
+           "octet:kv_cache_saturated_values_total{model_name=\"m\",layer=\"0\",tensor=\"k\"} 3",
+           "octet:kv_cache_saturated_values_total{model_name=\"m\",layer=\"0\",tensor=\"v\"} 0",
+           "octet:kv_cache_saturated_values_total{model_name=\"m\",layer=\"3\",tensor=\"v\"} 5",
+           "# TYPE octet:kv_cache_underflow_values_total counter",
+           "octet:kv_cache_underflow_values_total{model_name=\"m\",layer=\"0\",tensor=\"k\"} 17",
+           "octet:kv_cache_underflow_values_total{model_name=\"m\",layer=\"0\",tensor=\"v\"} 2",
+           "octet:kv_cache_underflow_values_total{model_name=\"m\",layer=\"3\",tensor=\"k\"} 0",
+           "octet:kv_cache_underflow_values_total{model_name=\"m\",layer=\"3\",tensor=\"v\"} 1",
+       }) {
+    INFO(line);
+    CHECK(has_line(text, line));
+  }
+  // Valid exposition: each family's HELP and TYPE once, before its samples; 4 samples each.
+  for (const std::string family : {"kv_cache_sampled_values_total",
+                                   "kv_cache_saturated_values_total",
+                                   "kv_cache_underflow_values_total"}) {
+    INFO(family);
+    std::istringstream in(text);
+    std::string l;
+    int help = 0, type = 0, samples = 0;
+    while (std::getline(in, l)) {
+      if (l.rfind("# HELP octet:" + family + " ", 0) == 0) ++help;
+      if (l == "# TYPE octet:" + family + " counter") {
+        ++type;
+        CHECK(samples == 0);
+      }
+      if (l.rfind("octet:" + family + "{", 0) == 0) ++samples;
+    }
+    CHECK(help == 1);
+    CHECK(type == 1);
+    CHECK(samples == 4);
+  }
+  // No FP8 static-scale layer: no such family at all.
+  const std::string none = render_metrics("m", octet::EngineStats{}, {}, ServerMetrics{});
+  CHECK(none.find("kv_cache_saturated_values_total") == std::string::npos);
+}
