@@ -185,33 +185,29 @@ OCTET_AVX512 inline void tile_words(const uint16_t* wt, int64_t ldw, const uint1
     for (int r = 0; r < NR; ++r) out[i][r] = acc[i][r];
 }
 
-// One level of reduce16: lane l = x|y[lo[l]] + x|y[hi[l]] (index 16.. picks y).
-OCTET_AVX512 inline __m512 level(__m512 x, __m512 y, __m512i lo, __m512i hi) {
-  return _mm512_add_ps(_mm512_permutex2var_ps(x, lo, y), _mm512_permutex2var_ps(x, hi, y));
+// One level of reduce16 at distance d: in every aligned block of 2d lanes, x's block sums its
+// halves into the lower d lanes (x_l + x_{l+d}) and y's into the upper d (y_{l+d} + y_l); the
+// in-place addend comes from a blend (any port), the other from one VPERMT2PS.
+OCTET_AVX512 inline __m512 level(__m512 x, __m512 y, __mmask16 upper, __m512i idx) {
+  return _mm512_add_ps(_mm512_mask_blend_ps(upper, x, y), _mm512_permutex2var_ps(x, idx, y));
 }
 
 // The lane sums of 16 accumulators, in one fixed tree per vector: a_l = v_l + v_{l+8},
 // b_l = a_l + a_{l+4}, c_l = b_l + b_{l+2}, sum = c_0 + c_1 (each output's sum depends only on
-// its own vector, so zero vectors beside it change nothing). out[r] = sum of v[r]. Each level
-// gathers the two addends of every pair with VPERMT2PS.
+// its own vector, so zero vectors beside it change nothing; IEEE addition commutes, so which
+// addend is in place does not matter). out[r] = sum of v[r]. 15 levels (one shuffle each) leave
+// sum(v[r]) in lane bitrev4(r); one VPERMPS puts them in order.
 OCTET_AVX512 inline void reduce16(const __m512* v, float* out) {
-  // a: [a(v_2p) | a(v_2p+1)], 8 lanes each
-  const __m512i a_lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-  const __m512i a_hi = _mm512_add_epi32(a_lo, _mm512_set1_epi32(8));
-  // b: quarter q holds b(v_4p+q), 4 lanes
-  const __m512i b_lo = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-  const __m512i b_hi = _mm512_add_epi32(b_lo, _mm512_set1_epi32(4));
-  // c: lanes 2q, 2q+1 hold c(v_8p+q)
-  const __m512i c_lo = _mm512_setr_epi32(0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21, 24, 25, 28, 29);
-  const __m512i c_hi = _mm512_add_epi32(c_lo, _mm512_set1_epi32(2));
-  // sums: lane q holds sum(v_q)
-  const __m512i s_lo = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i s_hi = _mm512_add_epi32(s_lo, _mm512_set1_epi32(1));
+  const __m512i i8 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23);
+  const __m512i i4 = _mm512_setr_epi32(4, 5, 6, 7, 16, 17, 18, 19, 12, 13, 14, 15, 24, 25, 26, 27);
+  const __m512i i2 = _mm512_setr_epi32(2, 3, 16, 17, 6, 7, 20, 21, 10, 11, 24, 25, 14, 15, 28, 29);
+  const __m512i i1 = _mm512_setr_epi32(1, 16, 3, 18, 5, 20, 7, 22, 9, 24, 11, 26, 13, 28, 15, 30);
+  const __m512i bitrev = _mm512_setr_epi32(0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15);
   __m512 a[8], b[4], c[2];
-  for (int p = 0; p < 8; ++p) a[p] = level(v[2 * p], v[2 * p + 1], a_lo, a_hi);
-  for (int p = 0; p < 4; ++p) b[p] = level(a[2 * p], a[2 * p + 1], b_lo, b_hi);
-  for (int p = 0; p < 2; ++p) c[p] = level(b[2 * p], b[2 * p + 1], c_lo, c_hi);
-  _mm512_storeu_ps(out, level(c[0], c[1], s_lo, s_hi));
+  for (int p = 0; p < 8; ++p) a[p] = level(v[2 * p], v[2 * p + 1], 0xFF00, i8);
+  for (int p = 0; p < 4; ++p) b[p] = level(a[2 * p], a[2 * p + 1], 0xF0F0, i4);
+  for (int p = 0; p < 2; ++p) c[p] = level(b[2 * p], b[2 * p + 1], 0xCCCC, i2);
+  _mm512_storeu_ps(out, _mm512_permutexvar_ps(bitrev, level(c[0], c[1], 0xAAAA, i1)));
 }
 
 // The shape of one call: k split in `groups` parts of kg codes; each part's words are padded to
