@@ -41,7 +41,8 @@ struct CalibrateConfig {
       "checkpoint with k_scale / v_scale tensors and kv_cache_scheme (HF models) (required)");
     v(c.headroom, "headroom",
       "scale = amax * headroom / fp8_max: values up to headroom x the calibration amax fit "
-      "(1 = llm-compressor's minmax; default 2 costs one of E4M3's ~15 binades at the bottom)");
+      "(1 = the overall amax maps to fp8_max; default 2 costs one of E4M3's ~15 binades at the "
+      "bottom)");
     v(c.quantization, "quantization",
       "linear layers of the calibration pass (default none: the unquantized model, as "
       "llm-compressor calibrates); auto / fp8 run the FP8 weights");

@@ -7,7 +7,8 @@
 // per tensor (strategy "tensor": the max over heads) or per KV head ("attn_head"), the two
 // kv_cache_scheme strategies of compressed-tensors / llm-compressor. The default headroom is
 // 2 (as --calculate-kv-scales, kCalculatedKVScaleHeadroom: K/V up to twice the calibration amax
-// still fit; headroom 1 is llm-compressor's minmax observer, amax maps exactly to fp8_max).
+// still fit; headroom 1 maps the overall amax exactly to fp8_max, which llm-compressor's minmax
+// observer, a moving average of each batch's amax, does only for one batch).
 #include <cstdint>
 #include <functional>
 #include <string>

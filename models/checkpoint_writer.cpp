@@ -260,7 +260,7 @@ json kv_cache_scheme_config(const std::string& strategy) {
     throw std::invalid_argument("kv_cache_scheme strategy " + strategy +
                                 ": expected tensor or attn_head");
   return {{"actorder", nullptr},   {"block_structure", nullptr}, {"dynamic", false},
-          {"group_size", nullptr}, {"num_bits", 8},              {"observer", "minmax"},
+          {"group_size", nullptr}, {"num_bits", 8},              {"observer", nullptr},
           {"observer_kwargs", json::object()}, {"scale_dtype", nullptr},
           {"strategy", strategy},  {"symmetric", true},          {"type", "float"},
           {"zp_dtype", nullptr}};

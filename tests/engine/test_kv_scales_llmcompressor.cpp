@@ -289,15 +289,11 @@ TEST_CASE("octet's checkpoint writer writes llm-compressor's KV tensors and kv_c
     INFO(strategy);
     const json& ck = g["checkpoints"][strategy];
     const std::vector<GoldenLayer> want = golden_layers(ck);
-    // Every key and value but "observer": llm-compressor 0.14 writes null (the recipe left it
-    // unset; its default for static activations is "minmax", a moving average of each
-    // batch's min/max), octet writes "minmax". Loaders (vLLM, octet) do not read it.
+    // Every key and value, the observer included (llm-compressor 0.14 writes null: the recipe
+    // leaves it unset).
     json theirs = ck["kv_cache_scheme"], ours = kv_cache_scheme_config(strategy);
     REQUIRE(theirs.contains("observer"));
-    REQUIRE(ours.contains("observer"));
     CHECK(theirs["observer"].is_null());
-    theirs.erase("observer");
-    ours.erase("observer");
     CHECK(ours == theirs);
     json q = fp8_dynamic_quantization_config({"lm_head"}), want_q = ck["quantization_config"];
     q["kv_cache_scheme"] = ours;
@@ -356,7 +352,7 @@ TEST_CASE("llm-compressor's real SmolLM2 FP8 KV checkpoints load bit for bit (lo
     require_engine_scales(*Engine::create(fp8_kv_args(dir)), want, strategy);
 
     // octet's `octet calibrate --output DIR` writer, given llm-compressor's scales and the same
-    // float32 source: model.safetensors byte for byte, config.json but for the observer.
+    // float32 source: model.safetensors byte for byte, config.json key for key.
     const std::string f32_dir = root + "/SmolLM2-135M-Instruct-F32";
     KVCalibration cal;
     cal.strategy = strategy;
@@ -365,10 +361,8 @@ TEST_CASE("llm-compressor's real SmolLM2 FP8 KV checkpoints load bit for bit (lo
     testing::TempDir tmp;
     const std::string out = tmp.file("octet-kv");
     write_kv_calibrated_checkpoint(f32_dir, out, cal);
-    json mine = json::parse(read_text(out + "/config.json")), theirs = config;
-    for (json* c : {&mine, &theirs})
-      (*c)["quantization_config"]["kv_cache_scheme"].erase("observer");
-    CHECK(mine == theirs);
+    const json mine = json::parse(read_text(out + "/config.json"));
+    CHECK(mine == config);
     const std::string octet_st = read_text(out + "/model.safetensors");
     CHECK(octet_st.size() == st.size());
     CHECK((octet_st == st));  // not the strings themselves in a failure message: 160 MB
