@@ -9,7 +9,10 @@
 # OUTPUT_LEN (64), ROUNDS (2; each tool once per round, alternating), LOADGEN_VENV
 # PARALLEL=1: two identical servers, both tools at the same time, one on each, swapping servers
 # every round: on a shared machine both then see the same load (sequential runs do not).
-# KEEP_DIR=DIR keeps both tools' raw results there. (~/.cache/octet/loadgen-venv; made here with pip if missing).
+# KEEP_DIR=DIR keeps both tools' raw results there. SERVER_CPUS / CLIENT_CPUS (taskset lists, e.g.
+# 0 and 1): pin the server (with one thread per CPU given) and the load generators apart. On 2
+# cores that is the fair setting: aiperf's Python workers need most of a core, and sharing the
+# server's cores slows the very server it measures (by ~1.5x on a quiet 2-core machine). (~/.cache/octet/loadgen-venv; made here with pip if missing).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 model="${1:-$HOME/.cache/octet/SmolLM2-135M-Instruct.Q4_1.gguf}"
@@ -33,8 +36,14 @@ cleanup() {
   [ -n "${KEEP_DIR:-}" ] && cp -r "$work/." "$KEEP_DIR/"
   rm -rf "$work"
 }
+server_pin=(); client_pin=(); server_threads=()
+if [ -n "${SERVER_CPUS:-}" ]; then
+  server_pin=(taskset -c "$SERVER_CPUS")
+  server_threads=(--threads "$(taskset -c "$SERVER_CPUS" nproc)")
+fi
+[ -n "${CLIENT_CPUS:-}" ] && client_pin=(taskset -c "$CLIENT_CPUS")
 start_server() {  # PORT
-  "$octet" serve --model "$model" --served-model-name smollm2 --host 127.0.0.1 --port "$1" \
+  "${server_pin[@]}" "$octet" serve "${server_threads[@]}" --model "$model" --served-model-name smollm2 --host 127.0.0.1 --port "$1" \
     --max-num-seqs "$c" > "$work/serve_$1.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 300); do curl -sf "http://127.0.0.1:$1/health" >/dev/null 2>&1 && return; sleep 0.2; done
@@ -48,17 +57,18 @@ if [ "${PARALLEL:-0}" = 1 ]; then start_server 18534; url_b="http://127.0.0.1:18
 for round in $(seq "$rounds"); do
   if [ $((round % 2)) = 1 ]; then ours="$url_a"; theirs="$url_b"; else ours="$url_b"; theirs="$url_a"; fi
   run_ours() {
-    "$octet" bench serve --base-url "$ours" --model smollm2 --tokenizer "$hf_tok" \
+    "${client_pin[@]}" "$octet" bench serve --base-url "$ours" --model smollm2 --tokenizer "$hf_tok" \
       --random-input-len "$isl" --random-output-len "$osl" --ignore-eos --num-prompts "$n" \
       --max-concurrency "$c" --num-warmups "$c" --ready-check-timeout-sec 60 --seed "$round" \
       --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99 --disable-tqdm \
       --result-json "$work/octet_$round.json" > "$work/octet_$round.txt"
   }
   run_aiperf() {
-    "$venv/bin/aiperf" profile --model smollm2 --url "$theirs" --endpoint-type completions \
+    "${client_pin[@]}" "$venv/bin/aiperf" profile --model smollm2 --url "$theirs" --endpoint-type completions \
       --streaming --tokenizer "$hf_tok" --isl "$isl" --isl-stddev 0 --osl "$osl" --osl-stddev 0 \
       --use-legacy-max-tokens --extra-inputs ignore_eos:true --use-server-token-count \
       --concurrency "$c" --request-count "$n" --warmup-request-count "$c" --random-seed "$round" \
+      --no-server-metrics \
       --output-artifact-dir "$work/aiperf_$round" > "$work/aiperf_$round.log" 2>&1 ||
       { tail -40 "$work/aiperf_$round.log"; return 1; }
   }
