@@ -111,7 +111,7 @@ struct GenerateConfig {
       "literal, \"...\", is decoded, so \\n gives multi-line prompts); all run concurrently "
       "through the continuous-batching engine, outputs printed in input order");
     v(c.max_tokens, "max_tokens", "maximum number of tokens to generate (>= 0)");
-    v(c.temperature, "temperature", "sampling temperature; 0 = greedy");
+    v(c.temperature, "temperature", "sampling temperature; 0 (below 1e-5) = greedy");
     v(c.top_p, "top_p", "nucleus sampling mass in (0, 1]");
     v(c.seed, "seed", "random seed of sampling and of --load-format dummy weights; -1 = "
                       "nondeterministic sampling and the fixed default weight seed 0");

@@ -11,8 +11,8 @@
 #      layer; a changed one recompiles only what changed: ccache in a cache mount);
 #   4. starts `octet serve` inside the image with `buildah run --isolation chroot` as the
 #      image's own (non-root) user on stories260K mounted read-only at /models, with the
-#      --config file of deploy/k8s/configmap.yaml (its model, name and address overridden by
-#      flags), waits for /health, checks one completion over HTTP from the host (and its
+#      --config file of deploy/k8s/configmap.yaml (the model, name and address given by flags,
+#      where the Deployments set OCTET_MODEL), waits for /health, checks one completion over HTTP from the host (and its
 #      X-Request-Id and JSON access-log line), and stops it with SIGTERM.
 # Prints the image size and each step's time. Needs root (buildah's chroot isolation), the
 # packages of scripts/setup.sh (buildah, mmdebstrap, curl) and network access to Debian's

@@ -168,7 +168,14 @@ void serve(ServeConfig& cfg) {
                                                "--chat-template FILE)"
                                              : "--chat-template " + cfg.chat_template,
                    engine->tokenizer().bos_token(), engine->tokenizer().eos_token());
-  std::cerr << engine->startup_report();
+  if (cfg.log_format == "json") {
+    // One JSON log line per report line, so that a log collector sees nothing but JSON.
+    std::istringstream report(engine->startup_report());
+    for (std::string line; std::getline(report, line);)
+      if (!line.empty()) spdlog::info("{}", line);
+  } else {
+    std::cerr << engine->startup_report();
+  }
   if (ctx.chat_template.empty())
     spdlog::warn("the model has no chat template: /v1/chat/completions answers 400 (use "
                  "--chat-template FILE)");

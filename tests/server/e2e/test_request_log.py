@@ -33,15 +33,23 @@ def log_lines(server, settle=0.2):
 
 
 def json_lines(server):
-    """Every line of the log parsed as JSON, asserting that each one is a JSON object except
-    the start-up table, which goes to stderr as plain text (stdout and stderr share the file)."""
+    """Every line of the log parsed as JSON, asserting that each one is a JSON object: with
+    --log-format json the start-up report is logged line by line too (stdout and stderr share
+    the file)."""
     out = []
     for line in log_lines(server):
-        if line.startswith("{"):
-            obj = json.loads(line)  # raises on a broken line
-            assert set(obj) >= {"time", "level", "message"}, obj
-            out.append(obj)
+        if not line.strip():
+            continue
+        obj = json.loads(line)  # raises on a line that is not JSON
+        assert isinstance(obj, dict) and set(obj) >= {"time", "level", "message"}, obj
+        out.append(obj)
     return out
+
+
+def test_the_startup_report_is_json_too(json_server):
+    messages = [j["message"] for j in json_lines(json_server)]
+    assert any(m.startswith("threads: ") for m in messages), messages[:20]
+    assert any(m.startswith("model ") for m in messages), messages[:20]
 
 
 def access_lines(server, request_id):
