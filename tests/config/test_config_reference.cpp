@@ -141,7 +141,7 @@ TEST_CASE("other commands: flags only, with their own defaults", "[config][refer
   CHECK(row(generate, "--max-tokens") ==
         "| `--max-tokens` | integer | `128` | maximum number of tokens to generate (>= 0) |");
   CHECK(row(generate, "--temperature") ==
-        "| `--temperature` | number | `1` | sampling temperature; 0 = greedy |");
+        "| `--temperature` | number | `1` | sampling temperature; 0 (below 1e-5) = greedy |");
   CHECK(generate.find("OCTET_") == std::string::npos);
   // PlanConfig's own defaults differ from serve's: fp8 and 0.9.
   const std::string plan = section(doc, "octet plan");
