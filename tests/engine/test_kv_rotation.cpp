@@ -134,7 +134,7 @@ TEST_CASE("kv rotation: FP32 KV gives the same logits up to rounding and the sam
   // q.k is unchanged in exact arithmetic; in FP32 each rotated q and k carries a relative
   // error of a few eps (3 levels + the scale) and the score's 8-term dot product is summed in
   // another order, so scores move by ~1e-6 relative, and through 5 layers of FP32 the logits
-  // (|logit| < 30 here) by ~1e-5 absolute. Bound: 1e-3 (two orders of slack; a wrong rotation,
+  // (|logit| < 30 here) by ~1e-5 absolute (5.7e-6 measured). Bound: 1e-4 (a wrong rotation,
   // e.g. a missing 1/sqrt(8) or q not rotated, moves logits by O(1)).
   double max_abs = 0, max_logit = 0;
   for (size_t i = 0; i < la.size(); ++i) {
@@ -143,7 +143,7 @@ TEST_CASE("kv rotation: FP32 KV gives the same logits up to rounding and the sam
   }
   INFO("max |logit| " << max_logit << ", max |diff| " << max_abs);
   CHECK(max_logit < 30);
-  CHECK(max_abs <= 1e-3);
+  CHECK(max_abs <= 1e-4);
   // Greedy decode of 20 tokens on each cache: the same tokens.
   auto greedy = [&](std::vector<SequenceKVCache>& cache, const std::vector<float>& prefill) {
     std::vector<int32_t> out;
