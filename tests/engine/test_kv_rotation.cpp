@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "config/engine_config.h"
+#include "engine/calibrate.h"
 #include "engine/engine.h"
 #include "engine/kv_cache_setup.h"
 #include "engine/model_loader.h"
@@ -306,6 +307,54 @@ TEST_CASE("kv rotation: bad spellings and a non-power-of-two head_dim are start-
   a.cache.kv_cache_rotation = "none";
   CHECK_NOTHROW(Engine::create(a));
   std::filesystem::remove_all(dir);
+}
+
+}  // namespace octet
+
+namespace octet {
+
+TEST_CASE("kv rotation: octet calibrate --kv-cache-rotation hadamard records rotated K amax",
+          "[kv][rotation]") {
+  const LoadedModel& m = stories_model();
+  const std::vector<std::vector<int32_t>> samples = {prompt_ids(64, 21), prompt_ids(90, 22)};
+  CalibrateOptions o;
+  o.strategy = "attn_head";
+  const KVCalibration plain = calibrate_kv_cache(m, samples, o, {});
+  o.kv_cache_rotation = "hadamard";
+  const KVCalibration rotated = calibrate_kv_cache(m, samples, o, {});
+  // The amax of H k / sqrt(8) over the same K, by hand from an unrotated pass: every head's
+  // rotated amax matches it; V is the same with or without rotation.
+  const int64_t hd = 8, nkv = 4;
+  std::vector<std::vector<float>> expect(5, std::vector<float>(nkv, 0.0f));
+  for (const std::vector<int32_t>& ids : samples) {
+    const auto n = static_cast<int64_t>(ids.size());
+    std::vector<SequenceKVCache> seq = new_sequence_caches(m, n, false);
+    (void)forward_sequence(m, seq, ids.data(), n, 0, false);
+    const DenseKVCache kv = download_sequence_kv(m, seq);
+    for (int64_t l = 0; l < 5; ++l)
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t h = 0; h < nkv; ++h) {
+          const float* k = kv.k.data() + ((l * kv.max_tokens + t) * nkv + h) * hd;
+          for (int64_t i = 0; i < hd; ++i) {
+            double y = 0;
+            for (int64_t j = 0; j < hd; ++j)
+              y += (std::popcount(static_cast<uint64_t>(i & j)) % 2 ? -1.0 : 1.0) * k[j];
+            expect[l][h] = std::max(expect[l][h], static_cast<float>(std::fabs(y) / std::sqrt(8.0)));
+          }
+        }
+  }
+  bool any_differs = false;
+  for (int64_t l = 0; l < 5; ++l)
+    for (int64_t h = 0; h < nkv; ++h) {
+      CAPTURE(l, h);
+      // Layer 0's K are exact either way; deeper layers see rounding-level differences.
+      CHECK(std::fabs(rotated.k_amax[l][h] - expect[l][h]) <= 1e-4f * expect[l][h]);
+      CHECK(std::fabs(rotated.v_amax[l][h] - plain.v_amax[l][h]) <= 1e-4f * plain.v_amax[l][h]);
+      any_differs |= std::fabs(rotated.k_amax[l][h] - plain.k_amax[l][h]) > 1e-2f * plain.k_amax[l][h];
+    }
+  CHECK(any_differs);
+  o.kv_cache_rotation = "givens";
+  CHECK_THROWS_WITH(validate_calibrate_options(o), Catch::Contains("--kv-cache-rotation"));
 }
 
 }  // namespace octet
