@@ -13,6 +13,9 @@ void CalibrateConfig::validate() const {
   if (max_seq_len < 1) throw std::invalid_argument("--max-seq-len must be >= 1");
   if (!std::isfinite(headroom) || headroom < 1.0)
     throw std::invalid_argument("--headroom must be a finite number >= 1");
+  if (kv_cache_rotation != "none" && kv_cache_rotation != "hadamard")
+    throw std::invalid_argument("--kv-cache-rotation must be none or hadamard, got '" +
+                                kv_cache_rotation + "'");
   validate_quantization_flags(quantization, "channel");
   validate_device(device);
   validate_tensor_parallel_size(tensor_parallel_size);

@@ -21,6 +21,7 @@ struct CalibrateConfig {
   std::string quantization = "none";
   std::string device = "auto";
   int64_t tensor_parallel_size = 1;
+  std::string kv_cache_rotation = "none";
 
   template <class Visitor>
   static void visit(CalibrateConfig& c, Visitor&& v) {
@@ -35,6 +36,9 @@ struct CalibrateConfig {
       "scale granularity, compressed-tensors kv_cache_scheme strategy: tensor (one k_scale / "
       "v_scale per layer) or attn_head (one per KV head)");
     v(c.kv_cache_dtype, "kv_cache_dtype", "FP8 format the scales are for: fp8_e4m3 or fp8_e5m2");
+    v(c.kv_cache_rotation, "kv_cache_rotation",
+      "none, or hadamard: record the amax of Hadamard-rotated K (and Q), for serving with "
+      "--kv-cache-rotation hadamard");
     v(c.chat, "chat", "render dataset conversations through the model's chat template");
     v(c.output, "output",
       "FILE.json: an octet scales file for --kv-scales-path; DIR: a compressed-tensors "

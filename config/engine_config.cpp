@@ -82,6 +82,9 @@ void CacheConfig::validate() const {
                                 "] (block 0 is reserved; block ids are int32), got " +
                                 std::to_string(num_kv_blocks));
   KVSkipLayers::parse(kv_cache_dtype_skip_layers);
+  if (kv_cache_rotation != "none" && kv_cache_rotation != "hadamard")
+    throw std::invalid_argument("--kv-cache-rotation must be none or hadamard, got '" +
+                                kv_cache_rotation + "'");
 }
 
 void SchedulerConfig::validate() const {

@@ -22,6 +22,7 @@ struct CacheConfig {
   std::string kv_scales_path;              // JSON scales file (highest precedence)
   bool calculate_kv_scales = false;        // compute scales from a calibration text at start
   bool enable_prefix_caching = true;
+  std::string kv_cache_rotation = "none";  // none | hadamard (q and k per head, before the write)
 
   /// Default KV budget when neither kv_cache_memory_bytes nor num_kv_blocks is set.
   static constexpr int64_t kDefaultMemoryBytes = int64_t{1} << 30;
@@ -51,6 +52,12 @@ struct CacheConfig {
       "KV cache budget in blocks (vLLM's num_gpu_blocks_override); 0 = use the byte budget");
     v(c.kv_cache_dtype_skip_layers, "kv_cache_dtype_skip_layers",
       "comma-separated layer indices and/or 'sliding_window' whose KV stays bf16");
+    v(c.kv_cache_rotation, "kv_cache_rotation",
+      "none, or hadamard: rotate each head's q and k by the normalized Walsh-Hadamard matrix "
+      "after RoPE, before the KV write (q.k unchanged; outlier channels spread before FP8 "
+      "quantization, as QuaRot). Needs a power-of-two head_dim; static k_scale must then be "
+      "calibrated with rotation (octet calibrate --kv-cache-rotation hadamard); pointless with "
+      "16-bit KV");
     v(c.kv_scales_path, "kv_scales_path",
       "JSON file of per-layer k_scale/v_scale (a number or one per KV head); overrides the "
       "checkpoint's scales");
@@ -62,7 +69,8 @@ struct CacheConfig {
 
   /// Throws std::invalid_argument naming the flag: unknown kv_cache_dtype, block_size not a
   /// power of two in [1, 1024], budgets negative or over kMaxMemoryBytes / kMaxNumKVBlocks,
-  /// gpu_memory_utilization outside (0, 1] (0 = default), a malformed skip-layer list.
+  /// gpu_memory_utilization outside (0, 1] (0 = default), a malformed skip-layer list,
+  /// kv_cache_rotation other than none | hadamard (head_dim is checked at start-up).
   void validate() const;
 };
 

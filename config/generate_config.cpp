@@ -112,6 +112,11 @@ void PerplexityConfig::validate() const {
       (!kv_cache_dtype_skip_layers.empty() || !kv_scales_path.empty() || calculate_kv_scales))
     throw std::invalid_argument("--kv-cache-dtype-skip-layers, --kv-scales-path and "
                                 "--calculate-kv-scales need --kv-cache-dtype");
+  if (kv_cache_rotation != "none" && kv_cache_rotation != "hadamard")
+    throw std::invalid_argument("--kv-cache-rotation must be none or hadamard, got '" +
+                                kv_cache_rotation + "'");
+  if (kv_cache_dtype.empty() && kv_cache_rotation != "none")
+    throw std::invalid_argument("--kv-cache-rotation needs --kv-cache-dtype");
   if (!kv_cache_dtype.empty() && compare)
     throw std::invalid_argument("--compare (weights vs FP32) and --kv-cache-dtype (KV vs bf16) "
                                 "are separate runs: give one of them");

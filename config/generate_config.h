@@ -198,6 +198,7 @@ struct PerplexityConfig {
   // Added last, so that positional aggregate initialisation keeps its meaning.
   int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
   std::string lm_head_dtype = "bf16";
+  std::string kv_cache_rotation = "none";
 
   template <class Visitor>
   static void visit(PerplexityConfig& c, Visitor&& v) {
@@ -224,6 +225,9 @@ struct PerplexityConfig {
     v(c.kv_scales_path, "kv_scales_path", "with --kv-cache-dtype: JSON KV scales file");
     v(c.calculate_kv_scales, "calculate_kv_scales",
       "with --kv-cache-dtype: FP8 scales from the built-in calibration text");
+    v(c.kv_cache_rotation, "kv_cache_rotation",
+      "with --kv-cache-dtype: none or hadamard (q and k rotated per head before the KV write; "
+      "the bf16 baseline runs without rotation)");
   }
   void validate() const;
 };

@@ -56,6 +56,9 @@ class QueryAmaxBackend final : public Backend {
             const int64_t* pos, const float* f, RopeLayout l) override {
     in_->rope(q, k, n, nh, nkv, hd, rd, pos, f, l);
   }
+  void hadamard_rotate(float* x, int64_t rows, int64_t hd) override {
+    in_->hadamard_rotate(x, rows, hd);
+  }
   void silu_mul(const float* g, const float* u, float* out, int64_t m, int64_t n) override {
     in_->silu_mul(g, u, out, m, n);
   }
@@ -268,6 +271,9 @@ void validate_calibrate_options(const CalibrateOptions& o) {
   if (o.max_seq_len < 1) throw std::invalid_argument("--max-seq-len must be >= 1");
   if (!std::isfinite(o.headroom) || o.headroom < 1.0f)
     throw std::invalid_argument("--headroom must be a finite number >= 1");
+  if (o.kv_cache_rotation != "none" && o.kv_cache_rotation != "hadamard")
+    throw std::invalid_argument("--kv-cache-rotation must be none or hadamard, got '" +
+                                o.kv_cache_rotation + "'");
 }
 
 std::vector<std::vector<int32_t>> calibration_token_ids(
@@ -327,6 +333,7 @@ KVCalibration calibrate_kv_cache(const LoadedModel& model,
   cal.headroom = o.headroom;
   cal.k_amax.assign(static_cast<size_t>(L), std::vector<float>(static_cast<size_t>(nkv), 0.0f));
   cal.v_amax = cal.k_amax;
+  const bool rotate = parse_kv_cache_rotation(o.kv_cache_rotation, hd);  // head_dim checked
   // Q amax when the model was loaded on the recording backend (run_calibrate, world size 1).
   auto* query = model.world_size() == 1 ? dynamic_cast<QueryAmaxBackend*>(&model.model->backend())
                                         : nullptr;
@@ -339,7 +346,7 @@ KVCalibration calibrate_kv_cache(const LoadedModel& model,
       throw std::invalid_argument("calibrate: sample " + std::to_string(i) + " has " +
                                   std::to_string(n) + " tokens (1.." +
                                   std::to_string(c.max_position_embeddings) + " allowed)");
-    std::vector<SequenceKVCache> seq = new_sequence_caches(model, n);
+    std::vector<SequenceKVCache> seq = new_sequence_caches(model, n, rotate);
     (void)forward_sequence(model, seq, ids.data(), n, 0, false);
     const DenseKVCache kv = download_sequence_kv(model, seq);
     const int64_t row = nkv * hd, layer_stride = kv.max_tokens * row;

@@ -57,13 +57,17 @@ struct CalibrateOptions {
   std::string strategy = "tensor";  // tensor | attn_head
   std::string kv_cache_dtype = "fp8_e4m3";  // fp8_e4m3 (= fp8) | fp8_e5m2
   float headroom = 2.0f;  // >= 1; = kCalculatedKVScaleHeadroom (models/kv_scales.h)
+  /// --kv-cache-rotation: "hadamard" records K (and Q) after the Hadamard rotation that
+  /// serving with --kv-cache-rotation hadamard applies (the scales then describe the cache).
+  std::string kv_cache_rotation = "none";
   /// Plain-text samples: true = one window must be full (a text shorter than max_seq_len
   /// tokens is an error: the dataset is "shorter than one sample"); false = take what there is.
   bool require_full_window = true;
 };
 
 /// Throws std::invalid_argument naming the flag for a strategy other than tensor|attn_head, a
-/// dtype that is not FP8, num_samples or max_seq_len < 1, or headroom < 1 / not finite.
+/// dtype that is not FP8, num_samples or max_seq_len < 1, headroom < 1 / not finite, or
+/// kv_cache_rotation other than none | hadamard.
 void validate_calibrate_options(const CalibrateOptions& o);
 
 struct KVCalibration {

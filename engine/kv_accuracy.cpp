@@ -32,6 +32,7 @@ KVAccuracyResult compare_kv_cache_dtype(const EngineArgs& args, const std::strin
   if (max_tokens < 2) throw std::invalid_argument("--max-tokens must be at least 2");
   EngineArgs baseline = args;
   baseline.cache.kv_cache_dtype = "bf16";
+  baseline.cache.kv_cache_rotation = "none";  // the same baseline with or without rotation
   std::vector<int32_t> ids;
   std::vector<TokenLogprobs> base;
   {

@@ -23,7 +23,8 @@ struct KVAccuracyResult {
 
 /// Tokenizes `text` (BOS when the model asks for it), keeps the first min(max_tokens,
 /// max_model_len) ids and scores them twice: with args.cache (its kv_cache_dtype, scales,
-/// skip layers) and with the same args but kv_cache_dtype bf16. Throws std::invalid_argument
+/// skip layers, rotation) and with the same args but kv_cache_dtype bf16 and
+/// kv_cache_rotation none. Throws std::invalid_argument
 /// for fewer than 2 tokens or bad options, ModelFileError for model files.
 KVAccuracyResult compare_kv_cache_dtype(const EngineArgs& args, const std::string& text,
                                         int64_t max_tokens);

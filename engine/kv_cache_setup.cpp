@@ -158,6 +158,26 @@ std::vector<int32_t> kv_calibration_ids(const Tokenizer& tok, int64_t vocab) {
   return ids;
 }
 
+bool parse_kv_cache_rotation(const std::string& rotation, int64_t head_dim) {
+  if (rotation == "none") return false;
+  if (rotation != "hadamard")
+    throw std::invalid_argument("--kv-cache-rotation must be none or hadamard, got '" +
+                                rotation + "'");
+  if (head_dim <= 0 || (head_dim & (head_dim - 1)) != 0)
+    throw std::invalid_argument("--kv-cache-rotation hadamard needs a power-of-two head_dim; "
+                                "this model's head_dim is " + std::to_string(head_dim) +
+                                " (use --kv-cache-rotation none)");
+  return true;
+}
+
+std::string kv_rotation_scales_warning(const std::string& source) {
+  return "WARNING: --kv-cache-rotation hadamard with static k_scale from " + source +
+         ": the cache stores rotated K, so scales calibrated without rotation no longer "
+         "describe it (the scales carry no rotation marker). Use scales from `octet calibrate "
+         "--kv-cache-rotation hadamard`, --calculate-kv-scales, or --kv-cache-dtype "
+         "fp8_per_token_head";
+}
+
 DType parse_kv_cache_dtype(const std::string& name) {
   if (name == "auto" || name == "bf16" || name == "bfloat16") return DType::BF16;
   if (name == "fp16" || name == "float16" || name == "half") return DType::F16;
@@ -192,11 +212,18 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
 
   // Dtypes: kv_cache_dtype everywhere except the skip layers, which stay bf16.
   const DType dtype = parse_kv_cache_dtype(cache.kv_cache_dtype);
+  // --kv-cache-rotation hadamard: every layer (skip layers too: one mode per cache).
+  const bool rotate = parse_kv_cache_rotation(cache.kv_cache_rotation, hd);
   out.layers.resize(static_cast<size_t>(L));
   for (int64_t l = 0; l < L; ++l) {
     out.layers[l].dtype = dtype;
     out.layers[l].sliding_window = c.layer_sliding_window.at(l);
+    out.layers[l].hadamard_rotation = rotate;
   }
+  if (rotate && !dtype_is_fp8(dtype))
+    out.warnings.push_back("note: --kv-cache-rotation hadamard with --kv-cache-dtype " +
+                           cache.kv_cache_dtype + " changes nothing but rounding (it only "
+                           "helps FP8 KV)");
   const KVSkipLayers skip = KVSkipLayers::parse(cache.kv_cache_dtype_skip_layers);
   for (int64_t l : skip.layers) {
     if (l < 0 || l >= L)
@@ -269,7 +296,7 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
           ids.resize(static_cast<size_t>(c.max_position_embeddings));
         // Every tensor-parallel rank runs its heads; the K/V are reassembled whole.
         const int64_t n_ids = static_cast<int64_t>(ids.size());
-        std::vector<SequenceKVCache> seq = new_sequence_caches(loaded, n_ids);
+        std::vector<SequenceKVCache> seq = new_sequence_caches(loaded, n_ids, rotate);
         (void)forward_sequence(loaded, seq, ids.data(), n_ids, 0, false);
         calibration_kv = download_sequence_kv(loaded, seq);
         calibration_tokens = n_ids;
@@ -287,6 +314,20 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
     s.v_scale = per_head(s.v_scale, nkv);
     check_scales(s.k_scale, "k_scale", l, s.scale_source);
     check_scales(s.v_scale, "v_scale", l, s.scale_source);
+  }
+  // Static K scales read from a file or the checkpoint carry no rotation marker: they describe
+  // unrotated K unless `octet calibrate --kv-cache-rotation hadamard` made them.
+  if (rotate) {
+    std::string loaded_from;
+    for (const KVLayerSpec& s : out.layers)
+      if (dtype_is_fp8(s.dtype) && !s.per_token_head &&
+          (s.scale_source == "file" || s.scale_source == "checkpoint")) {
+        loaded_from = s.scale_source == "file" ? "--kv-scales-path " + cache.kv_scales_path
+                                               : "the checkpoint";
+        break;
+      }
+    if (!loaded_from.empty())
+      out.warnings.push_back(kv_rotation_scales_warning(loaded_from));
   }
   if (!unit_layers.empty()) {
     std::string names;
@@ -313,7 +354,7 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
       if (static_cast<int64_t>(ids.size()) > c.max_position_embeddings)
         ids.resize(static_cast<size_t>(c.max_position_embeddings));
       calibration_tokens = static_cast<int64_t>(ids.size());
-      std::vector<SequenceKVCache> seq = new_sequence_caches(loaded, calibration_tokens);
+      std::vector<SequenceKVCache> seq = new_sequence_caches(loaded, calibration_tokens, rotate);
       (void)forward_sequence(loaded, seq, ids.data(), calibration_tokens, 0, false);
       calibration_kv = download_sequence_kv(loaded, seq);
       what = "the start-up clipping check (" + std::to_string(calibration_tokens) +
@@ -435,6 +476,7 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   for (const KVLayerSpec& s : out.layers) {
     salt = fnv1a(salt, &s.dtype, sizeof(s.dtype));
     salt = fnv1a(salt, &s.per_token_head, sizeof(s.per_token_head));
+    if (s.hadamard_rotation) salt = fnv1a(salt, "hadamard", 8);
     salt = fnv1a(salt, s.k_scale.data(), s.k_scale.size() * sizeof(float));
     salt = fnv1a(salt, s.v_scale.data(), s.v_scale.size() * sizeof(float));
   }

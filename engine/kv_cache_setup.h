@@ -81,6 +81,16 @@ struct KVCacheSetup {
 /// scale shared between requests; --kv-scales-path is refused, checkpoint scales ignored.
 inline constexpr const char* kPerTokenHeadDtype = "fp8_per_token_head";
 
+/// --kv-cache-rotation: "none" -> false, "hadamard" -> true. Throws std::invalid_argument
+/// naming the flag for another spelling, or for hadamard when head_dim is not a power of two
+/// (the fast Walsh-Hadamard transform needs one).
+bool parse_kv_cache_rotation(const std::string& rotation, int64_t head_dim);
+
+/// The start-up warning when --kv-cache-rotation hadamard meets static k_scale loaded from
+/// `source` ("--kv-scales-path FILE", "the checkpoint"): such scales carry no marker saying
+/// they were calibrated on rotated K.
+std::string kv_rotation_scales_warning(const std::string& source);
+
 /// kv_cache_dtype spelling -> dtype: auto/bf16 -> BF16, fp16, fp8/fp8_e4m3 -> FP8_E4M3,
 /// fp8_e5m2, fp8_per_token_head -> FP8_E4M3 (with per-token-head scales). Throws
 /// std::invalid_argument naming --kv-cache-dtype otherwise.

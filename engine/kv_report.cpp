@@ -50,6 +50,9 @@ class HookBackend final : public Backend {
             const int64_t* pos, const float* f, RopeLayout l) override {
     in_->rope(q, k, n, nh, nkv, hd, rd, pos, f, l);
   }
+  void hadamard_rotate(float* x, int64_t rows, int64_t hd) override {
+    in_->hadamard_rotate(x, rows, hd);
+  }
   void silu_mul(const float* g, const float* u, float* out, int64_t m, int64_t n) override {
     in_->silu_mul(g, u, out, m, n);
   }

@@ -6,10 +6,11 @@
 
 namespace octet {
 
-std::vector<SequenceKVCache> new_sequence_caches(const LoadedModel& model, int64_t max_tokens) {
+std::vector<SequenceKVCache> new_sequence_caches(const LoadedModel& model, int64_t max_tokens,
+                                                 bool hadamard_rotation) {
   std::vector<SequenceKVCache> caches;
   for (int r = 0; r < model.world_size(); ++r)
-    caches.push_back(model.rank_model(r).new_cache(max_tokens));
+    caches.push_back(model.rank_model(r).new_cache(max_tokens, hadamard_rotation));
   return caches;
 }
 

@@ -11,8 +11,10 @@ namespace octet {
 
 struct LoadedModel;
 
-/// One zeroed one-sequence FP32 cache per rank (LlamaModel::new_cache; rank r's KV heads).
-std::vector<SequenceKVCache> new_sequence_caches(const LoadedModel& model, int64_t max_tokens);
+/// One zeroed one-sequence FP32 cache per rank (LlamaModel::new_cache; rank r's KV heads);
+/// hadamard_rotation: q and k rotated before the write (--kv-cache-rotation hadamard).
+std::vector<SequenceKVCache> new_sequence_caches(const LoadedModel& model, int64_t max_tokens,
+                                                 bool hadamard_rotation = false);
 
 /// LlamaModel::forward(tokens, n, start_pos, cache, all_logits) on every rank at once; returns
 /// rank 0's logits ([n, vocab] or [1, vocab]). Throws as LlamaModel::forward.

@@ -129,6 +129,14 @@ class Backend {
                                    ScaleGranularity a_granularity, int64_t m,
                                    const WeightRef& w, float* y) = 0;
 
+  /// Normalized Walsh-Hadamard transform of each row, in place: x[r, :] = H x[r, :] /
+  /// sqrt(head_dim), H the Sylvester-ordered +-1 Hadamard matrix (H[i][j] = (-1)^popcount(i & j)).
+  /// x: [rows, head_dim] FP32 contiguous; head_dim a power of two (OCTET_CHECK). The transform
+  /// is orthogonal and symmetric, so applying it twice is the identity and rotating q and k by
+  /// it leaves q.k unchanged (--kv-cache-rotation hadamard; QuaRot, Ashkboos et al. 2024).
+  /// Batch invariant: each row's result depends only on that row.
+  virtual void hadamard_rotate(float* x, int64_t rows, int64_t head_dim) = 0;
+
   /// Stores n tokens' K and V (k, v: [n, num_kv_heads, head_dim] FP32) into slots
   /// slot_mapping[i] of `cache` (negative: skipped), converted to cache.dtype: 16-bit RNE, FP8
   /// fp8(x / scale[kv head]) with saturation (vLLM's reshape_and_cache).

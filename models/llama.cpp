@@ -346,6 +346,12 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
     linear(w.k_proj, xn, n, k);
     linear(w.v_proj, xn, n, v);
     be.rope(q, k, n, nh, nkv, hd, c.rotary_dim, positions, inv_freq_.as<float>(), rope_layout_);
+    // --kv-cache-rotation hadamard: the same orthogonal H for q and k (q.k unchanged), so the
+    // cache stores rotated K with its outlier channels spread before quantization.
+    if (cache.spec(layer).hadamard_rotation) {
+      be.hadamard_rotate(q, n * nh, hd);
+      be.hadamard_rotate(k, n * nkv, hd);
+    }
     // The whole batch's K/V of a layer are written before its attention reads them back, so a
     // token's K/V are the cached (possibly FP8) values whether computed now or earlier.
     const KVCacheView kv = cache.layer(layer);
@@ -381,11 +387,14 @@ void LlamaModel::read_logits(const LlamaActivations& act, int64_t rows, float* o
   assemble_vocab_parallel_logits(gathered.data(), static_cast<int>(world), rows, vocab, vs, out);
 }
 
-SequenceKVCache LlamaModel::new_cache(int64_t max_tokens) const {
+SequenceKVCache LlamaModel::new_cache(int64_t max_tokens, bool hadamard_rotation) const {
   const ModelConfig& c = config_;
   constexpr int64_t kBlock = 16;
   std::vector<KVLayerSpec> layers(static_cast<size_t>(c.num_hidden_layers));
-  for (KVLayerSpec& l : layers) l.dtype = DType::F32;
+  for (KVLayerSpec& l : layers) {
+    l.dtype = DType::F32;
+    l.hadamard_rotation = hadamard_rotation;
+  }
   const int64_t blocks = std::max<int64_t>(1, (max_tokens + kBlock - 1) / kBlock);
   return SequenceKVCache{max_tokens,
                          PagedKVCache(*backend_, blocks, kBlock, shard_.num_kv_heads,

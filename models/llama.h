@@ -144,8 +144,9 @@ class LlamaModel {
   /// Activations for up to max_tokens tokens and max_logit_rows logits rows per forward.
   LlamaActivations new_activations(int64_t max_tokens, int64_t max_logit_rows) const;
 
-  /// A zeroed one-sequence FP32 cache for up to max_tokens positions (this rank's KV heads).
-  SequenceKVCache new_cache(int64_t max_tokens) const;
+  /// A zeroed one-sequence FP32 cache for up to max_tokens positions (this rank's KV heads);
+  /// hadamard_rotation: its layers rotate q and k (KVLayerSpec::hadamard_rotation).
+  SequenceKVCache new_cache(int64_t max_tokens, bool hadamard_rotation = false) const;
 
   /// Runs n tokens of one sequence at positions start_pos..start_pos+n-1 (causal; earlier
   /// positions must be in `cache`) as a one-sequence batch through the paged forward, writes

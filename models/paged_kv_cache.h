@@ -24,6 +24,10 @@ struct KVLayerSpec {
   /// V, stored beside the blocks (KVCacheView::k_token_scale); k_scale / v_scale are then
   /// placeholders (1.0) that no kernel reads.
   bool per_token_head = false;
+  /// --kv-cache-rotation hadamard: the recipe rotates each head's q and k by the normalized
+  /// Walsh-Hadamard matrix (Backend::hadamard_rotate) after RoPE, before the KV write, so the
+  /// cache holds rotated K (V is not rotated). Fixed for the cache's life.
+  bool hadamard_rotation = false;
 };
 
 /// The specs of a cache holding KV heads [kv_head_begin, kv_head_begin + num_kv_heads) of

@@ -53,6 +53,7 @@ int run_calibrate(int argc, const char* const* argv) {
     run.options.strategy = cfg.strategy;
     run.options.kv_cache_dtype = cfg.kv_cache_dtype;
     run.options.headroom = static_cast<float>(cfg.headroom);
+    run.options.kv_cache_rotation = cfg.kv_cache_rotation;
     auto make_renderer = [](const ModelTokenizer& tok) -> ChatRenderer {
       if (tok.chat_template().empty()) return {};
       return [&tok](const std::vector<std::pair<std::string, std::string>>& turns) {
@@ -68,7 +69,9 @@ int run_calibrate(int argc, const char* const* argv) {
     const KVCalibration cal = run_calibrate(run, make_renderer, progress);
     std::cout << "calibrated " << cal.num_samples << " samples, " << cal.num_tokens << " tokens; "
               << cal.strategy << " scales for " << cfg.kv_cache_dtype << " (headroom "
-              << cal.headroom << "x) -> " << cfg.output << "\n";
+              << cal.headroom << "x"
+              << (cfg.kv_cache_rotation == "hadamard" ? ", Hadamard-rotated K" : "") << ") -> "
+              << cfg.output << "\n";
     // q_amax (query heads, after RoPE) is informational: the scales are K's and V's.
     const bool q = !cal.q_amax.empty();
     std::cout << "layer  k_amax (heads)       v_amax (heads)       "

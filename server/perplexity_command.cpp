@@ -39,10 +39,12 @@ int run_perplexity(int argc, const char* const* argv) {
       args.cache.kv_cache_dtype_skip_layers = cfg.kv_cache_dtype_skip_layers;
       args.cache.kv_scales_path = cfg.kv_scales_path;
       args.cache.calculate_kv_scales = cfg.calculate_kv_scales;
+      args.cache.kv_cache_rotation = cfg.kv_cache_rotation;
       args.validate();
       const KVAccuracyResult r = compare_kv_cache_dtype(args, ss.str(), cfg.max_tokens);
       nlohmann::json j;
       j["kv_cache_dtype"] = r.kv_cache_dtype;
+      j["kv_cache_rotation"] = cfg.kv_cache_rotation;
       j["tokens"] = r.tokens;
       j["perplexity"] = r.perplexity;
       j["bf16_kv_perplexity"] = r.baseline_perplexity;

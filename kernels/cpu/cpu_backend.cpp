@@ -7,6 +7,7 @@
 
 #include "kernels/common/check.h"
 #include "kernels/cpu/fp8.h"
+#include "kernels/cpu/hadamard.h"
 #include "kernels/common/half.h"
 #include "kernels/cpu/huge_page_allocator.h"
 #include "kernels/cpu/linear_bf16.h"
@@ -83,6 +84,10 @@ class CpuBackend final : public Backend {
     if (k)
       cpu::rope_rows(k, n, num_kv_heads * head_dim, num_kv_heads, head_dim, rot_dim, positions,
                      inv_freq, layout);
+  }
+
+  void hadamard_rotate(float* x, int64_t rows, int64_t head_dim) override {
+    cpu::hadamard_rows(x, rows, head_dim);
   }
 
   void silu_mul(const float* gate, const float* up, float* out, int64_t m, int64_t n) override {

@@ -17,6 +17,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/hadamard.h"
 
 namespace octet {
 
@@ -154,6 +155,10 @@ class CudaBackend final : public Backend {
     ck::rope(q, n, num_heads, head_dim, rot_dim, positions, inv_freq, layout, stream_);
     if (k != nullptr)
       ck::rope(k, n, num_kv_heads, head_dim, rot_dim, positions, inv_freq, layout, stream_);
+  }
+
+  void hadamard_rotate(float* x, int64_t rows, int64_t head_dim) override {
+    ck::hadamard_rotate(x, rows, head_dim, stream_);
   }
 
   void silu_mul(const float* gate, const float* up, float* out, int64_t m, int64_t n) override {

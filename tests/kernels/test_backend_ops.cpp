@@ -688,4 +688,89 @@ void gather_rows_case(Backend& be) {
 }
 BACKEND_TEST_CASE("gather_rows", gather_rows_case)
 
+// ---- hadamard_rotate ----------------------------------------------------------------------------
+
+// Reference: the dense product y_i = sum_j (-1)^popcount(i & j) x_j / sqrt(n) in double (the
+// Sylvester Hadamard matrix written out, not a butterfly). The op's FWHT adds each output from
+// n terms in log2(n) levels, each level rounding once, then one multiply by the rounded
+// 1 / sqrt(n): |y - y_ref| <= ~(log2(n) + 2) u sum_j |x_j| / sqrt(n) (u = eps / 2), so the bound
+// B = (log2(n) + 2) * eps * sum |x| / sqrt(n) has a factor 2 of slack.
+std::vector<double> hadamard_reference(const std::vector<float>& x, int64_t rows, int64_t n) {
+  std::vector<double> y(x.size(), 0.0);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(n));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < n; ++i) {
+      double acc = 0.0;
+      for (int64_t j = 0; j < n; ++j) {
+        const double v = x[r * n + j];
+        acc += (std::popcount(static_cast<uint64_t>(i & j)) % 2 == 0) ? v : -v;
+      }
+      y[r * n + i] = acc * scale;
+    }
+  return y;
+}
+
+// Against the dense reference; H applied twice is the identity within rounding (H / sqrt(n) is
+// orthogonal and symmetric); batch invariant: each of 17 rows rotated alone is bit-identical to
+// the same row rotated among all of them.
+void hadamard_case(Backend& be) {
+  std::mt19937 rng(15);
+  // head_dim 1 (identity), small and Llama sizes; the 600 x 128 shape passes the CPU backend's
+  // threading threshold.
+  for (auto [rows, n] : {std::pair<int64_t, int64_t>{1, 1}, {3, 2}, {17, 8}, {1, 64}, {17, 64},
+                         {5, 128}, {600, 128}, {2, 256}}) {
+    CAPTURE(rows, n);
+    const std::vector<float> x = uniform(rng, static_cast<size_t>(rows * n), -4, 4);
+    auto d = to_device(be, x);
+    be.hadamard_rotate(d.data(), rows, n);
+    const std::vector<float> y = to_host(be, d);
+    const std::vector<double> ref = hadamard_reference(x, rows, n);
+    const double levels = std::log2(static_cast<double>(n));
+    std::vector<double> tol(ref.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      double l1 = 0.0;
+      for (int64_t j = 0; j < n; ++j) l1 += std::fabs(x[r * n + j]);
+      for (int64_t i = 0; i < n; ++i)
+        tol[r * n + i] = (levels + 2) * kEps * l1 / std::sqrt(static_cast<double>(n));
+    }
+    check_close(y, ref, tol, "hadamard_rotate");
+
+    // Twice: x again. With B the bound above, the first pass's error e (|e| <= B) goes through
+    // H / sqrt(n): |(H e)_i| / sqrt(n) <= sqrt(n) B; the second pass adds at most
+    // (levels + 2) u sum |y| / sqrt(n) <= (levels + 2) u sum |x| = sqrt(n) B / 2 (sum |y| <=
+    // sqrt(n) |y|_2 = sqrt(n) |x|_2 <= sqrt(n) sum |x|). Together <= 1.5 sqrt(n) B; allowed
+    // 2 sqrt(n) B.
+    be.hadamard_rotate(d.data(), rows, n);
+    const std::vector<float> back = to_host(be, d);
+    std::vector<double> xd(x.begin(), x.end()), tol2(ref.size());
+    for (size_t i = 0; i < tol.size(); ++i)
+      tol2[i] = tol[i] * 2 * std::sqrt(static_cast<double>(n));
+    check_close(back, xd, tol2, "hadamard_rotate twice");
+  }
+  // Batch invariance, m = 1 vs m = 17, bit for bit.
+  for (int64_t n : {int64_t{8}, int64_t{64}, int64_t{128}}) {
+    CAPTURE(n);
+    const int64_t m = 17;
+    const std::vector<float> x = uniform(rng, static_cast<size_t>(m * n), -4, 4);
+    auto d_all = to_device(be, x);
+    be.hadamard_rotate(d_all.data(), m, n);
+    const std::vector<float> all = to_host(be, d_all);
+    for (int64_t i = 0; i < m; ++i) {
+      CAPTURE(i);
+      const std::vector<float> row(x.begin() + i * n, x.begin() + (i + 1) * n);
+      auto d_row = to_device(be, row);
+      be.hadamard_rotate(d_row.data(), 1, n);
+      check_identical(to_host(be, d_row),
+                      std::vector<float>(all.begin() + i * n, all.begin() + (i + 1) * n),
+                      "hadamard_rotate m=1 vs m=17");
+    }
+  }
+  // rows = 0 is a no-op.
+  auto d_none = device_zeros<float>(be, 8);
+  be.hadamard_rotate(d_none.data(), 0, 8);
+  CHECK(to_host(be, d_none) == std::vector<float>(8, 0.0f));
+}
+BACKEND_TEST_CASE("hadamard_rotate against the dense Hadamard product, twice, m=1 vs m=17",
+                  hadamard_case)
+
 }  // namespace
