@@ -13,6 +13,7 @@
 #include "engine/model_loader.h"
 #include "engine/sequence_forward.h"
 #include "kernels/backend.h"
+#include "kernels/forwarding_backend.h"
 #include "models/kv_scales.h"
 
 namespace octet {
@@ -23,9 +24,9 @@ namespace {
 // Q it is given (after RoPE) into amax[layer][head], layers counted by call order (run_decoder
 // calls it once per layer, in order). Device-neutral: the amax of each (token, head) row is
 // computed by the inner backend's row_amax into a scratch buffer and downloaded.
-class QueryAmaxBackend final : public Backend {
+class QueryAmaxBackend final : public ForwardingBackend {
  public:
-  explicit QueryAmaxBackend(std::shared_ptr<Backend> inner) : in_(std::move(inner)) {}
+  using ForwardingBackend::ForwardingBackend;
   // [num_layers][num_heads], max |q| so far; empty: not recording.
   std::vector<std::vector<float>> amax;
   void start(int64_t num_layers, int64_t num_heads) {
@@ -34,88 +35,26 @@ class QueryAmaxBackend final : public Backend {
     calls_ = 0;
   }
 
-  std::string name() const override { return in_->name(); }
-  std::string describe() const override { return in_->describe(); }
-  int64_t memory_capacity_bytes() const override { return in_->memory_capacity_bytes(); }
-  Buffer allocate(int64_t b) override { return in_->allocate(b); }
-  void upload(const Buffer& d, int64_t o, const void* s, int64_t b) override {
-    in_->upload(d, o, s, b);
-  }
-  void download(const Buffer& s, int64_t o, void* d, int64_t b) override {
-    in_->download(s, o, d, b);
-  }
-  void synchronize() override { in_->synchronize(); }
-  void embedding(const TensorRef& t, const int32_t* ids, int64_t n, float* out) override {
-    in_->embedding(t, ids, n, out);
-  }
-  void rms_norm(float* r, const float* d, const float* w, float* out, int64_t m, int64_t n,
-                float eps) override {
-    in_->rms_norm(r, d, w, out, m, n, eps);
-  }
-  void rope(float* q, float* k, int64_t n, int64_t nh, int64_t nkv, int64_t hd, int64_t rd,
-            const int64_t* pos, const float* f, RopeLayout l) override {
-    in_->rope(q, k, n, nh, nkv, hd, rd, pos, f, l);
-  }
-  void hadamard_rotate(float* x, int64_t rows, int64_t hd) override {
-    in_->hadamard_rotate(x, rows, hd);
-  }
-  void silu_mul(const float* g, const float* u, float* out, int64_t m, int64_t n) override {
-    in_->silu_mul(g, u, out, m, n);
-  }
-  void row_amax(const float* x, int64_t m, int64_t k, float* a) override {
-    in_->row_amax(x, m, k, a);
-  }
-  void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* a, uint8_t* q,
-                            float* sc) override {
-    in_->quantize_fp8_dynamic(x, m, k, a, q, sc);
-  }
-  void quantize_fp8_static(const float* x, int64_t m, int64_t k, float sc, uint8_t* q) override {
-    in_->quantize_fp8_static(x, m, k, sc, q);
-  }
-  void linear(const float* x, int64_t m, const WeightRef& w, float* y) override {
-    in_->linear(x, m, w, y);
-  }
-  void linear_w8a8(const uint8_t* qa, const float* as, ScaleGranularity g, int64_t m,
-                   const WeightRef& w, float* y) override {
-    in_->linear_w8a8(qa, as, g, m, w, y);
-  }
-  void linear_w8a8_partials(const uint8_t* qa, int64_t m, const WeightRef& w,
-                            float* acc) override {
-    in_->linear_w8a8_partials(qa, m, w, acc);
-  }
-  void linear_w8a8_combine(const float* acc, int64_t groups, const float* as, ScaleGranularity g,
-                           int64_t m, const WeightRef& w, float* y) override {
-    in_->linear_w8a8_combine(acc, groups, as, g, m, w, y);
-  }
-  void write_kv_cache(const KVCacheView& c, const float* k, const float* v, const int64_t* slots,
-                      int64_t n) override {
-    in_->write_kv_cache(c, k, v, slots, n);
-  }
   void paged_attention(const KVCacheView& c, const float* q, const PagedAttentionBatch& b,
                        int64_t nh, int64_t window, float sm, float* out) override {
     if (!amax.empty() && b.host_query_start_loc) {
       const int64_t layer = calls_++ % static_cast<int64_t>(amax.size());
       const int64_t m = b.host_query_start_loc[b.num_seqs];  // query tokens
       const int64_t rows = m * nh;
-      if (scratch_.bytes() < rows * 4) scratch_ = in_->allocate(rows * 4);
-      in_->row_amax(q, rows, c.head_dim, scratch_.as<float>());
+      if (scratch_.bytes() < rows * 4) scratch_ = inner().allocate(rows * 4);
+      inner().row_amax(q, rows, c.head_dim, scratch_.as<float>());
       host_.resize(static_cast<size_t>(rows));
-      in_->download(scratch_, 0, host_.data(), rows * 4);
+      inner().download(scratch_, 0, host_.data(), rows * 4);
       std::vector<float>& a = amax[static_cast<size_t>(layer)];
       for (int64_t r = 0; r < rows; ++r) {
         float& h = a[static_cast<size_t>(r % nh)];
         h = std::max(h, host_[static_cast<size_t>(r)]);
       }
     }
-    in_->paged_attention(c, q, b, nh, window, sm, out);
-  }
-  void gather_rows(const float* x, int64_t w, const int64_t* rows, int64_t n,
-                   float* out) override {
-    in_->gather_rows(x, w, rows, n, out);
+    inner().paged_attention(c, q, b, nh, window, sm, out);
   }
 
  private:
-  std::shared_ptr<Backend> in_;
   int64_t calls_ = 0;
   Buffer scratch_;
   std::vector<float> host_;
