@@ -815,7 +815,6 @@ def test_completion_logprobs_accumulate_correctly(stories):
     for choice in r["choices"]:
         lp = choice["logprobs"]
         assert len(lp["tokens"]) == 60 and len(lp["top_logprobs"]) == 60, lp
-        assert "".join(lp["tokens"]) == choice["text"]
         expected, at = [], 0
         for t in lp["tokens"]:
             expected.append(at)
