@@ -51,6 +51,9 @@ constexpr size_t kKeptBufferBytes = 64 << 10;
 /// Bytes per async_write of a response; the write deadline (--read-timeout) is re-armed per
 /// slice.
 constexpr size_t kWriteSliceBytes = 1 << 20;
+/// Seconds a connection closed after its response (Connection: close, or a refusal before the
+/// body was read) keeps reading and discarding the client's bytes (see Session::linger).
+constexpr double kLingerSeconds = 1.0;
 /// Engine outputs one pump() handler turns into response bytes before it yields the strand.
 constexpr size_t kUpdatesPerPump = 64;
 
@@ -676,8 +679,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!keep_alive_) {
       beast::error_code ec;
       socket_.shutdown(tcp::socket::shutdown_send, ec);
-      close();
-      return;
+      if (watching_) return close();
+      return linger();
     }
     if (watching_) {
       resume_after_watch_ = true;
@@ -686,6 +689,25 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     read_header();
+  }
+
+  /// The response is sent and our side shut down: read and discard what the client still sends
+  /// (a body refused at header time, say) until it closes or kLingerSeconds pass, then close.
+  /// Closing with unread bytes would reset the connection, and a reset can discard the answer
+  /// before the client reads it.
+  void linger() {
+    if (closed_) return;
+    read_deadline_.arm(kLingerSeconds, [self = shared_from_this()] { self->close(); });
+    drain();
+  }
+  void drain() {
+    if (!drain_buffer_) drain_buffer_ = std::make_unique<std::array<char, 4096>>();
+    socket_.async_read_some(
+        net::buffer(*drain_buffer_),
+        net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+          if (ec || self->closed_) return self->close();
+          self->drain();
+        }));
   }
 
   void close() {
@@ -714,6 +736,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::deque<std::string> writes_;
   size_t write_offset_ = 0;  // bytes of writes_.front() already sent
   size_t queued_bytes_ = 0;  // bytes of writes_ not yet sent
+  std::unique_ptr<std::array<char, 4096>> drain_buffer_;  // linger(): discarded bytes
   bool writing_ = false;
   bool response_done_ = false;  // the last bytes of the current response are queued
   bool keep_alive_ = true;

@@ -833,10 +833,21 @@ def test_completion_logprobs_accumulate_correctly(stories):
     assert len(tokens) == 30, tokens
 
 
-def test_logprobs_bombs_leave_health_responsive(stories):
+@pytest.fixture
+def own_server():
+    """A short-lived server for a case whose memory churn would move the main server's RSS
+    baseline (test_zz_rss_back_to_baseline)."""
+    s = StoriesServer()
+    yield s
+    assert s.kill(30) == 0, s.log_text()[-4000:]
+    s.cleanup()
+
+
+def test_logprobs_bombs_leave_health_responsive(own_server):
     """Finding 1: two n=20, logprobs=20 requests whose clients leave at once froze both I/O
     threads for minutes (each update deep-copied everything accumulated; one handler drained
     the whole backlog). /health must answer while they are dropped, and the engine go idle."""
+    stories = own_server
     threads = [threading.Thread(target=send_and_drop, args=(stories.port, LOGPROBS_BOMB))
                for _ in range(2)]
     for t in threads:
@@ -936,9 +947,10 @@ def test_chunked_trailer_is_bounded(stories):
     assert_alive(stories)
 
 
-def test_oversized_prompt_refused_without_tokenizing(stories):
+def test_oversized_prompt_refused_without_tokenizing(own_server):
     """Finding 5: 16 MB prompts were tokenized in full (26 s each on the preparation threads)
     before the context check; a small completion waited 51 s behind four of them."""
+    stories = own_server
     body = json.dumps(completion(prompt="a " * 7_000_000, max_tokens=1)).encode()
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         futures = [pool.submit(post, stories.port, "/v1/completions", None, body)
@@ -956,12 +968,14 @@ def test_oversized_prompt_refused_without_tokenizing(stories):
     assert_alive(stories)
 
 
-def test_slow_reader_stream_is_cut_off(stories):
+def test_slow_reader_stream_is_cut_off(own_server):
     """Finding 6: a client that reads slowly kept a stream alive while the server buffered its
     output (RSS +56 MB per stream and rising). Beyond a few MiB queued the request is aborted
-    and the connection closed."""
+    and the connection closed. 64 x 480 tokens with 20 top logprobs each are ~20 MB of events,
+    far more than the socket buffers and the 4 MiB bound hold."""
+    stories = own_server
     before = wait_idle(stories)
-    body = json.dumps(completion(prompt="Once upon a time", max_tokens=480, n=32, logprobs=20,
+    body = json.dumps(completion(prompt="Once upon a time", max_tokens=480, n=64, logprobs=20,
                                  ignore_eos=True, stream=True)).encode()
     k = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     k.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
