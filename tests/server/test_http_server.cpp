@@ -288,6 +288,7 @@ TEST_CASE("serve --max-connections answers 503 beyond the limit", "[http][serve]
   CHECK(third.bytes.find("--max-connections") != std::string::npos);
   CHECK(third.closed);
   // With the reserved slots held too, /health is refused as well.
+  std::this_thread::sleep_for(300ms);  // the three probe sessions above end
   std::vector<int> held;
   for (int64_t i = 0; i < octet::server::kReservedProbeConnections; ++i)
     held.push_back(connect_to(server.port()));
