@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
+#include <mutex>
 #include <stdexcept>
+#include <unordered_map>
 
 #include <spdlog/spdlog.h>
 
+#include "engine/request_error.h"
 #include "server/api_error.h"
 #include "server/chat_render.h"
 
@@ -28,7 +32,51 @@ int64_t unix_now() {
       .count();
 }
 
+/// Throws RequestError(ContextLengthExceeded) when `text` is certain to tokenize to more than
+/// max_model_len tokens (prompt_surely_too_long), before tokenizing it: a 16 MB prompt cost
+/// ~26 s of a preparation thread only to be refused.
+void check_prompt_bytes(const ModelTokenizer& tok, const std::string& text,
+                        int64_t max_model_len) {
+  const int64_t per_token = max_token_input_bytes(tok);
+  if (!prompt_surely_too_long(text.size(), per_token, max_model_len)) return;
+  throw RequestError(RequestErrorKind::ContextLengthExceeded,
+                     "This model's maximum context length is " + std::to_string(max_model_len) +
+                         " tokens. However, your prompt of " + std::to_string(text.size()) +
+                         " bytes is longer than that (a token covers at most " +
+                         std::to_string(per_token) +
+                         " bytes). Please reduce the length of the prompt.",
+                     "prompt");
+}
+
 }  // namespace
+
+bool prompt_surely_too_long(size_t text_bytes, int64_t max_token_bytes, int64_t max_model_len) {
+  if (max_token_bytes <= 0 || max_model_len <= 0) return false;
+  const uint64_t bound = static_cast<uint64_t>(max_model_len);
+  const uint64_t per = static_cast<uint64_t>(max_token_bytes);
+  if (bound > UINT64_MAX / per) return false;  // no text is that long
+  return static_cast<uint64_t>(text_bytes) > bound * per;
+}
+
+int64_t max_token_input_bytes(const ModelTokenizer& tok) {
+  static std::mutex mu;
+  static std::unordered_map<const ModelTokenizer*, int64_t> cache;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(&tok);
+  if (it != cache.end()) return it->second;
+  int64_t longest = 0;
+  for (int64_t id = 0; id < tok.vocab_size(); ++id) {
+    try {
+      const std::string t = tok.detokenize({static_cast<int32_t>(id)}, /*skip_special_tokens=*/false);
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(t.size()));
+    } catch (const std::exception&) {
+      // An id the tokenizer cannot decode alone covers no text by itself.
+    }
+  }
+  // + 1: a piece's leading space may be dropped when it is decoded alone; at least 4: a
+  // character without a token of its own (<unk>, up to 4 UTF-8 bytes) is one token.
+  return cache.emplace(&tok, std::max<int64_t>(longest, 4) + 1).first->second;
+}
 
 GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
     : ctx_(ctx), engine_(engine_or_throw(ctx)), req_(std::move(request)) {
@@ -74,6 +122,7 @@ void GenerationJob::prepare() {
     } catch (const std::exception& e) {
       throw ApiError(500, std::string("cannot render the chat template: ") + e.what());
     }
+    check_prompt_bytes(tok, text, engine_.max_model_len());
     prompt_ids_.push_back(tok.tokenize(text, /*add_special_tokens=*/false));
     prompt_texts_.push_back(text);
   } else {
@@ -82,6 +131,7 @@ void GenerationJob::prepare() {
         prompt_ids_.push_back(p.token_ids);
         prompt_texts_.push_back("");  // echo: detokenized once the engine accepted the ids
       } else {
+        check_prompt_bytes(tok, p.text, engine_.max_model_len());
         prompt_ids_.push_back(tok.tokenize(p.text, req_.add_special_tokens));
         prompt_texts_.push_back(p.text);
       }
@@ -245,11 +295,11 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
     lp_update = first && req_.echo
                     ? completion_logprobs(echoed, text_of, &c.text_offset, true)
                     : completion_logprobs({}, text_of, &c.text_offset, false);
-    lp_update = append_completion_logprobs(
-        lp_update, completion_logprobs(out.logprobs, text_of, &c.text_offset, false));
-    c.completion_logprobs = c.completion_logprobs.is_null()
-                                ? lp_update
-                                : append_completion_logprobs(c.completion_logprobs, lp_update);
+    append_completion_logprobs(lp_update,
+                               completion_logprobs(out.logprobs, text_of, &c.text_offset, false));
+    // Only the final body carries the accumulated logprobs: a stream sends each update's alone.
+    // In place, O(update): a copy of the accumulator per update made a response quadratic.
+    if (!req_.stream) append_completion_logprobs(c.completion_logprobs, std::move(lp_update));
   }
   c.logprobs.insert(c.logprobs.end(), out.logprobs.begin(), out.logprobs.end());
 
@@ -347,7 +397,8 @@ std::string GenerationJob::final_body() {
                    : completion_response(meta_, std::move(choices), usage()));
 }
 
-std::string GenerationJob::poll() {
+std::string GenerationJob::poll(size_t max_updates) {
+  backlog_ = false;
   if (done_) return "";
   std::string out;
   const bool chat = req_.endpoint == Endpoint::kChatCompletions;
@@ -359,13 +410,23 @@ std::string GenerationJob::poll() {
                                    nullptr, nullptr, nullptr, req_.include_usage));
   }
   bool all_finished = true;
+  size_t updates = 0;
   for (Choice& c : choices_) {
+    if (updates >= max_updates) {
+      backlog_ = true;
+      return out;
+    }
     // A choice that copies its prompt logprobs from the prompt's first choice waits for that
     // choice's first update (processed earlier in this loop, or in an earlier poll).
     const Choice& lead = choices_[c.prompt_index * static_cast<size_t>(req_.n)];
     const bool wait_for_lead =
         &lead != &c && req_.params.prompt_logprobs >= 0 && c.first_update && lead.first_update;
     while (!c.finished && status_ == 200 && !wait_for_lead) {
+      if (updates >= max_updates) {
+        backlog_ = true;
+        return out;
+      }
+      ++updates;
       bool timed_out = false;
       auto o = c.stream->next_for(std::chrono::milliseconds(0), &timed_out);
       if (!o) break;

@@ -6,6 +6,7 @@
 // JSON body. It never blocks: the HTTP connection calls poll() whenever a stream notifies.
 // Not thread-safe: one connection (strand) owns it.
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,6 +22,21 @@
 #include "server/server_context.h"
 
 namespace octet::server {
+
+/// Whether a prompt of `text_bytes` bytes is certain to exceed `max_model_len` tokens without
+/// tokenizing it, given that no token covers more than `max_token_bytes` bytes of input text:
+/// text_bytes > max_model_len * max_token_bytes (saturating). A cheap bound, not the exact
+/// check (the engine's comes after tokenizing): it only spares tokenizing a text far too long.
+bool prompt_surely_too_long(size_t text_bytes, int64_t max_token_bytes, int64_t max_model_len);
+
+/// An upper bound on the input bytes one token of `tok` can cover: the longest single-token
+/// detokenized text (at least 4, one UTF-8 character mapped to <unk>) plus one (a SentencePiece
+/// piece's leading "▁" may be dropped when it is decoded alone; byte-fallback pieces decode to
+/// at least the byte they match). The supported
+/// normalizers (Prepend, Replace(" ", "▁")) only lengthen the text, so a token never covers
+/// more input than this. Computed once per tokenizer (one detokenize per vocabulary entry) and
+/// cached; thread-safe.
+int64_t max_token_input_bytes(const ModelTokenizer& tok);
 
 class GenerationJob {
  public:
@@ -41,10 +57,15 @@ class GenerationJob {
 
   bool stream() const { return req_.stream; }
 
-  /// Drains every update available now. Streaming: the SSE bytes to send next (the role
-  /// chunks on the first call, content chunks, the usage chunk and "data: [DONE]" at the
-  /// end). Non-streaming: "" until done(), then the whole JSON body.
-  std::string poll();
+  /// Drains the updates available now, at most `max_updates` of them (engine outputs, over all
+  /// choices); backlog() tells whether it stopped at that bound with more possibly waiting (the
+  /// caller polls again later, so that one response cannot hold its thread for long).
+  /// Streaming: the SSE bytes to send next (the role chunks on the first call, content chunks,
+  /// the usage chunk and "data: [DONE]" at the end). Non-streaming: "" until done(), then the
+  /// whole JSON body.
+  std::string poll(size_t max_updates = SIZE_MAX);
+  /// The last poll() stopped at its max_updates bound (more updates may be waiting).
+  bool backlog() const { return backlog_; }
   bool done() const { return done_; }
   /// HTTP status of a non-streaming response (200, or the error's status).
   int status() const { return status_; }
@@ -97,6 +118,7 @@ class GenerationJob {
   std::vector<std::string> prompt_texts_;         // per prompt (echo)
   std::vector<Choice> choices_;
   bool started_ = false;   // role chunks sent
+  bool backlog_ = false;   // the last poll() stopped at its bound
   bool done_ = false;
   bool aborted_ = false;
   int status_ = 200;

@@ -6,10 +6,24 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 
 namespace octet::server {
+
+/// Connections accepted beyond --max-connections that may only ask GET /health or GET
+/// /metrics (anything else: 503, close): a liveness probe or a scraper is answered while idle
+/// clients hold every regular slot. Each serves one request and waits at most
+/// kProbeIdleSeconds for it.
+inline constexpr int64_t kReservedProbeConnections = 8;
+inline constexpr double kProbeIdleSeconds = 5.0;
+
+/// Response bytes one connection may have queued for writing and not yet sent while a stream
+/// produces more: a client that reads slower than the model writes is cut off (its request
+/// aborted, the connection closed, a log line) instead of buffering its output without bound.
+/// One complete response (a large non-streaming body) is queued whatever its size.
+inline constexpr size_t kMaxQueuedWriteBytes = size_t{4} << 20;
 
 /// Exponential back-off after failed accepts: the first retry waits kFirst, each further
 /// consecutive failure doubles the wait up to kMax; a successful accept resets it. Logging is

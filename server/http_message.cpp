@@ -81,6 +81,9 @@ std::optional<HeadError> validate_request_head(const http::request_header<>& hea
     }
   }
   if (has_te) {
+    // RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 message is faulty framing.
+    if (head.version() < 11)
+      return HeadError{400, "Transfer-Encoding is not allowed in an HTTP/1.0 request"};
     if (codings == 0) return HeadError{400, "empty Transfer-Encoding"};
     if (chunked > 1) return HeadError{400, "Transfer-Encoding lists chunked more than once"};
     if (head.count(http::field::content_length) > 0)

@@ -36,7 +36,8 @@ struct HeadError {
 /// Checks a parsed request head against RFC 9112 before its body is read (pure; a fuzz
 /// harness may call it on any head): Transfer-Encoding must be exactly "chunked" (any other
 /// coding, chunked given twice or not last, or an empty list is refused, 6.1), never together
-/// with Content-Length (6.3); an HTTP/1.1 request needs exactly one Host, an HTTP/1.0 request
+/// with Content-Length (6.3) nor in an HTTP/1.0 request (6.1: faulty framing); an HTTP/1.1
+/// request needs exactly one Host, an HTTP/1.0 request
 /// at most one (3.2). Returns the error to answer, or nullopt when the head is acceptable.
 std::optional<HeadError> validate_request_head(
     const boost::beast::http::request_header<>& head);

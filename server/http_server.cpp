@@ -41,11 +41,21 @@ std::chrono::milliseconds ms(double seconds) {
 /// Pipelined bytes a connection may buffer while its response is produced; beyond it the
 /// session stops reading (TCP back-pressure) until the response is done.
 constexpr size_t kMaxPipelinedBytes = 8 << 10;
+/// The read buffer holds at most --max-header-bytes plus this many bytes not parsed yet (a
+/// head, a chunk-size line, a chunked body's trailer, pipelined bytes): beyond it a request
+/// gets 431. Body bytes pass through it (they are parsed as they arrive), so it bounds a
+/// trailer, which Beast parses only once all of it is buffered, by about --max-header-bytes.
+constexpr size_t kReadSlackBytes = 16 << 10;
 /// A read buffer grown past this (a large head) is shrunk once the request is parsed.
 constexpr size_t kKeptBufferBytes = 64 << 10;
 /// Bytes per async_write of a response; the write deadline (--read-timeout) is re-armed per
 /// slice.
 constexpr size_t kWriteSliceBytes = 1 << 20;
+/// Seconds a connection closed after its response (Connection: close, or a refusal before the
+/// body was read) keeps reading and discarding the client's bytes (see Session::linger).
+constexpr double kLingerSeconds = 1.0;
+/// Engine outputs one pump() handler turns into response bytes before it yields the strand.
+constexpr size_t kUpdatesPerPump = 64;
 
 /// `response` (a serialized response or response head) with "X-Request-Id: <id>" after its
 /// status line. The id is valid_request_id (request_id_for), so it cannot split the header.
@@ -66,7 +76,8 @@ struct Shared {
   ServerContext& ctx;
   net::thread_pool& prepare_pool;
   ByteBudget body_budget;
-  std::atomic<int64_t> connections{0};  // Sessions alive
+  std::atomic<int64_t> connections{0};  // Sessions alive (regular slots)
+  std::atomic<int64_t> probe_connections{0};  // probe-only Sessions (kReservedProbeConnections)
   std::atomic<int64_t> rejecting{0};    // connections being answered 503 and closed
   std::atomic<int64_t> prepares{0};     // preparations queued or running
 };
@@ -87,6 +98,13 @@ class BodyLease {
     return *this;
   }
   ~BodyLease() { reset(); }
+  /// Takes n more bytes from the budget; false (nothing taken) when they do not fit.
+  [[nodiscard]] bool grow(int64_t n) {
+    if (!budget_ || !budget_->try_acquire(n)) return false;
+    bytes_ += n;
+    return true;
+  }
+  int64_t bytes() const { return bytes_; }
   void reset() {
     if (budget_) budget_->release(bytes_);
     budget_ = nullptr;
@@ -203,16 +221,22 @@ class Rejection : public std::enable_shared_from_this<Rejection> {
 };
 
 class Session : public std::enable_shared_from_this<Session> {
+  const bool probe_only_;
+
  public:
-  Session(tcp::socket&& socket, Shared& shared)
-      : socket_(std::move(socket)),
+  /// probe_only: a connection over --max-connections in a reserved slot (GET /health and GET
+  /// /metrics only, one request).
+  Session(tcp::socket&& socket, Shared& shared, bool probe_only = false)
+      : probe_only_(probe_only),
+        socket_(std::move(socket)),
         strand_(socket_.get_executor()),
         read_deadline_(strand_),
         write_deadline_(strand_),
         shared_(shared),
         ctx_(shared.ctx),
+        buffer_(static_cast<size_t>(shared.ctx.config.max_header_bytes) + kReadSlackBytes),
         notify_pending_(std::make_shared<std::atomic<bool>>(false)) {
-    shared_.connections.fetch_add(1);
+    (probe_only_ ? shared_.probe_connections : shared_.connections).fetch_add(1);
   }
 
   ~Session() {
@@ -221,7 +245,7 @@ class Session : public std::enable_shared_from_this<Session> {
       job_->abort();
       job_.reset();
     }
-    shared_.connections.fetch_sub(1);
+    (probe_only_ ? shared_.probe_connections : shared_.connections).fetch_sub(1);
   }
 
   void start() {
@@ -235,7 +259,29 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->header_limit(static_cast<uint32_t>(ctx_.config.max_header_bytes));  // validated
     parser_->body_limit(static_cast<uint64_t>(ctx_.config.max_body_bytes));
-    read_deadline_.arm(ctx_.config.idle_timeout, [self = shared_from_this()] { self->close(); });
+    if (buffer_.size() > 0) return read_header_bytes();  // a pipelined request has begun
+    // Idle (keep-alive) until the first byte of a request; from then on the whole head must
+    // arrive within --read-timeout (a head trickled a byte at a time held its connection for
+    // the whole idle timeout, and again after each byte).
+    const double idle = probe_only_ ? std::min(ctx_.config.idle_timeout, kProbeIdleSeconds)
+                                    : ctx_.config.idle_timeout;
+    read_deadline_.arm(idle, [self = shared_from_this()] { self->close(); });
+    socket_.async_wait(tcp::socket::wait_read,
+                       net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec) {
+                         if (ec) {
+                           self->read_deadline_.cancel();
+                           return self->on_read_error(ec);
+                         }
+                         self->read_header_bytes();
+                       }));
+  }
+
+  /// Reads and parses the request head, which must be complete within --read-timeout.
+  void read_header_bytes() {
+    if (closed_) return;
+    const double limit = probe_only_ ? std::min(ctx_.config.read_timeout, kProbeIdleSeconds)
+                                     : ctx_.config.read_timeout;
+    read_deadline_.arm(limit, [self = shared_from_this()] { self->close(); });
     http::async_read_header(
         socket_, buffer_, *parser_,
         net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -253,40 +299,91 @@ class Session : public std::enable_shared_from_this<Session> {
     RequestLogScope scope(request_id_);
     if (auto error = validate_request_head(req.base()))
       return reply_and_close(error->status, error->message);
-    // The body is held in memory (Beast reserves a Content-Length at once): take its bytes
-    // from the server-wide budget before reading it; a chunked body may grow to the limit.
-    int64_t body_bytes = 0;
-    if (parser_->chunked()) body_bytes = ctx_.config.max_body_bytes;
-    else if (const auto n = parser_->content_length())
-      body_bytes = static_cast<int64_t>(
-          std::min<uint64_t>(*n, static_cast<uint64_t>(ctx_.config.max_body_bytes)));
-    if (body_bytes > 0) {
-      if (!shared_.body_budget.try_acquire(body_bytes))
-        return reply_and_close(503, "the server holds too many request bodies (" +
-                                        std::to_string(shared_.body_budget.capacity()) +
-                                        " bytes, --max-total-body-bytes); retry later");
-      body_lease_ = BodyLease(&shared_.body_budget, body_bytes);
+    // What the head decides is taken from the head alone: a chunked body's trailer fields are
+    // merged into the same field list by Beast, and must not authenticate or reframe.
+    http10_ = req.version() < 11;
+    keep_alive_ = req.keep_alive() && !http10_;
+    authorization_ = std::string(req[http::field::authorization]);
+    const bool has_body = parser_->chunked() || parser_->content_length().value_or(0) > 0;
+    if (probe_only_) {
+      keep_alive_ = false;  // one request per reserved slot
+      std::string allowed;
+      const Route route = route_for(target, &allowed);
+      if (has_body || (route != Route::kHealth && route != Route::kMetrics))
+        return reply_and_close(503, "too many connections (--max-connections " +
+                                        std::to_string(ctx_.config.max_connections) +
+                                        "); only GET /health and GET /metrics are answered now; "
+                                        "retry later");
     }
+    if (has_body) {
+      // Authentication, route and method before any body byte is read: a client without the
+      // key (or on a path that takes no body) holds no body budget. The body is not read, so
+      // the connection closes after the answer.
+      if (auto error = access_error(req.method_string(), target))
+        return reply_and_close(error->status(), error->what(), error->code());
+    }
+    // The body's bytes are taken from the server-wide budget as they are buffered (not the
+    // declared Content-Length up front: idle clients declaring 16 MiB each could hold it all).
+    body_lease_ = BodyLease(&shared_.body_budget, 0);
     if (req[http::field::expect] == "100-continue") queue_write("HTTP/1.1 100 Continue\r\n\r\n");
     read_deadline_.arm(ctx_.config.read_timeout, [self = shared_from_this()] { self->close(); });
-    http::async_read(
+    on_body_part(beast::error_code{});  // no body (is_done already), or body bytes buffered
+  }
+
+  /// Reads and parses the next part of the body; on_body_part accounts for it.
+  void read_body() {
+    http::async_read_some(
         socket_, buffer_, *parser_,
         net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
-          self->on_read(ec);
+          self->on_body_part(ec);
         }));
   }
 
-  void on_read(beast::error_code ec) {
+  void on_body_part(beast::error_code ec) {
     RequestLogScope scope(request_id_);
+    if (ec) {
+      read_deadline_.cancel();
+      return on_read_error(ec);
+    }
+    const int64_t held = static_cast<int64_t>(parser_->get().body().size());
+    if (held > body_lease_.bytes() && !body_lease_.grow(held - body_lease_.bytes())) {
+      read_deadline_.cancel();
+      return reply_and_close(503, "the server holds too many request bodies (" +
+                                      std::to_string(shared_.body_budget.capacity()) +
+                                      " bytes, --max-total-body-bytes); retry later");
+    }
+    if (!parser_->is_done()) return read_body();
     read_deadline_.cancel();
-    if (ec) return on_read_error(ec);
     if (buffer_.capacity() > kKeptBufferBytes) buffer_.shrink_to_fit();
     handle(parser_->release());
+  }
+
+  /// The answer to a request without the API key (401), on an unknown path (404) or with a
+  /// method the path does not take (405); nullopt when it may proceed. Authentication comes
+  /// first: without the key, unknown paths and methods answer 401 too.
+  std::optional<ApiError> access_error(std::string_view method_name, const std::string& target) {
+    const std::string path = target.substr(0, target.find('?'));
+    std::string method;
+    const Route route = route_for(target, &method);
+    if (!authorized(ctx_, route, authorization_))
+      return ApiError(401, "Incorrect API key provided.", "", "invalid_api_key");
+    if (route == Route::kNotFound)
+      return ApiError(404, "no such endpoint: " + std::string(method_name) + " " + path, "",
+                      "not_found");
+    // HEAD is GET without the body (RFC 9110 9.3.2): a probe may use it on /health.
+    if (method_name != method && !(method_name == "HEAD" && method == "GET"))
+      return ApiError(405, "method " + std::string(method_name) + " not allowed on " + path +
+                               "; use " + method);
+    return std::nullopt;
   }
 
   void on_read_error(beast::error_code ec) {
     if (ec == http::error::header_limit) {
       reply_and_close(431, "request headers larger than " +
+                               std::to_string(ctx_.config.max_header_bytes) + " bytes");
+    } else if (ec == http::error::buffer_overflow) {
+      // The read buffer holds what is not parsed yet: a head, a chunk-size line or a trailer.
+      reply_and_close(431, "request header or chunked trailer larger than " +
                                std::to_string(ctx_.config.max_header_bytes) + " bytes");
     } else if (ec == http::error::body_limit) {
       reply_and_close(413, "request body larger than " +
@@ -302,7 +399,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  void reply_and_close(int status, const std::string& message) {
+  void reply_and_close(int status, const std::string& message, const std::string& code = "") {
     // A head too large to parse (431) or malformed (400) is answered before begin_request.
     if (!request_active_) begin_request("-", "-", "");
     keep_alive_ = false;
@@ -310,7 +407,7 @@ class Session : public std::enable_shared_from_this<Session> {
     const int s = status;
     status_ = s;
     queue_write(with_request_id(
-        serialize_response(s, "application/json", dump(error_json(s, message)), false),
+        serialize_response(s, "application/json", dump(error_json(s, message, "", code)), false),
         request_id_));
     response_done_ = true;
   }
@@ -353,25 +450,15 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // ---- handling ------------------------------------------------------------------------
   void handle(http::request<http::string_body> req) {
+    // http10_, keep_alive_ and authorization_ come from the head (on_header), never a trailer;
     // HTTP/1.0: one request per connection (no chunked framing, no persistent connections).
-    http10_ = req.version() < 11;
-    keep_alive_ = req.keep_alive() && !http10_;
     const std::string target(req.target());
     const std::string path = target.substr(0, target.find('?'));
     std::string method;
     const Route route = route_for(target, &method);
     Reply reply;
     try {
-      // Authentication first: without the key, unknown paths and methods answer 401 too.
-      if (!authorized(ctx_, route, std::string(req[http::field::authorization])))
-        throw ApiError(401, "Incorrect API key provided.", "", "invalid_api_key");
-      if (route == Route::kNotFound) {
-        throw ApiError(404, "no such endpoint: " + std::string(req.method_string()) + " " + path,
-                       "", "not_found");
-      }
-      if (std::string(req.method_string()) != method)
-        throw ApiError(405, "method " + std::string(req.method_string()) + " not allowed on " +
-                                path + "; use " + method);
+      if (auto error = access_error(req.method_string(), target)) throw *error;
       switch (route) {
         case Route::kHealth: reply = handle_health(ctx_); break;
         case Route::kMetrics: reply = handle_metrics(ctx_); break;
@@ -391,9 +478,11 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     body_lease_.reset();
     status_ = reply.status;
-    queue_write(with_request_id(
-        serialize_response(reply.status, reply.content_type, reply.body, keep_alive_),
-        request_id_));
+    std::string response = serialize_response(reply.status, reply.content_type, reply.body,
+                                              keep_alive_);
+    if (req.method() == http::verb::head)  // the head alone, with the GET's Content-Length
+      response.resize(response.find("\r\n\r\n") + 4);
+    queue_write(with_request_id(std::move(response), request_id_));
     response_done_ = true;
   }
 
@@ -465,12 +554,30 @@ class Session : public std::enable_shared_from_this<Session> {
     pump();
   }
 
-  /// Drains the job's available updates into writes (on the strand).
+  /// Drains at most kUpdatesPerPump of the job's available updates into writes (on the
+  /// strand); with more waiting it posts itself again, so that the disconnect watch, the
+  /// deadlines and the other connections of this thread run in between (a backlog of 40,000
+  /// updates drained in one handler kept a gone client's request running for minutes).
   void pump() {
     RequestLogScope scope(request_id_);
     notify_pending_->store(false);
     if (!job_ || response_done_ || closed_) return;
-    const std::string data = job_->poll();
+    if (queued_bytes_ > kMaxQueuedWriteBytes) {
+      spdlog::warn("client reads too slowly: {} response bytes queued (limit {}); aborting its "
+                   "request and closing the connection",
+                   queued_bytes_, kMaxQueuedWriteBytes);
+      job_->abort();
+      close();
+      return;
+    }
+    const std::string data = job_->poll(kUpdatesPerPump);
+    if (job_->backlog() && !repump_pending_) {
+      repump_pending_ = true;
+      net::post(strand_, [self = shared_from_this()] {
+        self->repump_pending_ = false;
+        self->pump();
+      });
+    }
     if (job_->stream()) {
       if (!data.empty()) queue_write(http10_ ? data : http_chunk(data));
       if (job_->done()) {
@@ -489,6 +596,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- disconnect watch while a response is produced -------------------------------------
   void watch() {
     if (watching_ || closed_) return;
+    if (buffer_.max_size() - buffer_.size() < 4096) return;  // full of pipelined bytes: paused
     watching_ = true;
     socket_.async_read_some(
         buffer_.prepare(4096),
@@ -521,6 +629,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- writing ---------------------------------------------------------------------------
   void queue_write(std::string data) {
     if (closed_ || data.empty()) return;
+    queued_bytes_ += data.size();
     writes_.push_back(std::move(data));
     if (!writing_) do_write();
   }
@@ -554,6 +663,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     write_offset_ += written;
+    queued_bytes_ -= written;
     if (write_offset_ < writes_.front().size()) return do_write();
     write_offset_ = 0;
     writes_.pop_front();
@@ -569,8 +679,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (!keep_alive_) {
       beast::error_code ec;
       socket_.shutdown(tcp::socket::shutdown_send, ec);
-      close();
-      return;
+      if (watching_) return close();
+      return linger();
     }
     if (watching_) {
       resume_after_watch_ = true;
@@ -579,6 +689,25 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     read_header();
+  }
+
+  /// The response is sent and our side shut down: read and discard what the client still sends
+  /// (a body refused at header time, say) until it closes or kLingerSeconds pass, then close.
+  /// Closing with unread bytes would reset the connection, and a reset can discard the answer
+  /// before the client reads it.
+  void linger() {
+    if (closed_) return;
+    read_deadline_.arm(kLingerSeconds, [self = shared_from_this()] { self->close(); });
+    drain();
+  }
+  void drain() {
+    if (!drain_buffer_) drain_buffer_ = std::make_unique<std::array<char, 4096>>();
+    socket_.async_read_some(
+        net::buffer(*drain_buffer_),
+        net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
+          if (ec || self->closed_) return self->close();
+          self->drain();
+        }));
   }
 
   void close() {
@@ -600,17 +729,21 @@ class Session : public std::enable_shared_from_this<Session> {
   ServerContext& ctx_;
   beast::flat_buffer buffer_;
   BodyLease body_lease_;  // the current request body's bytes in shared_.body_budget
+  std::string authorization_;  // the current request head's Authorization field
   std::optional<http::request_parser<http::string_body>> parser_;
   std::unique_ptr<GenerationJob> job_;
   std::shared_ptr<std::atomic<bool>> notify_pending_;
   std::deque<std::string> writes_;
   size_t write_offset_ = 0;  // bytes of writes_.front() already sent
+  size_t queued_bytes_ = 0;  // bytes of writes_ not yet sent
+  std::unique_ptr<std::array<char, 4096>> drain_buffer_;  // linger(): discarded bytes
   bool writing_ = false;
   bool response_done_ = false;  // the last bytes of the current response are queued
   bool keep_alive_ = true;
   bool http10_ = false;    // the current request is HTTP/1.0
   bool preparing_ = false;  // the current request is on a preparation thread
   bool watching_ = false;
+  bool repump_pending_ = false;  // pump() posted itself (GenerationJob::backlog)
   bool resume_after_watch_ = false;
   bool closed_ = false;
   // The current request (begin_request .. end_request).
@@ -652,6 +785,8 @@ struct HttpServer::Impl {
       const int64_t max_connections = shared.ctx.config.max_connections;
       if (shared.connections.load() < max_connections) {
         std::make_shared<Session>(std::move(socket), shared)->start();
+      } else if (shared.probe_connections.load() < kReservedProbeConnections) {
+        std::make_shared<Session>(std::move(socket), shared, /*probe_only=*/true)->start();
       } else if (shared.rejecting.load() < max_connections) {
         std::make_shared<Rejection>(std::move(socket), shared)->start(max_connections);
       }  // else: so many rejections in flight that this one is just closed

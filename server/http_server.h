@@ -21,14 +21,21 @@
 // get one response per connection and close-delimited streams.
 //
 // Limits: request headers over max_header_bytes get 431, bodies over max_body_bytes 413 (both
-// close the connection); a keep-alive connection idle for idle_timeout seconds is closed; a
-// request body or a response write that takes longer than read_timeout seconds closes the
-// connection (slow clients cannot pin connections). At most max_connections sessions live
-// (beyond, a connection is answered 503 and closed); request bodies take their Content-Length
-// (a chunked body: max_body_bytes) from a server-wide max_total_body_bytes budget (503 beyond)
-// until prepared; while a response is produced at most a few KiB of pipelined bytes are
-// buffered (then reading pauses). A failing accept() (out of descriptors) is retried after a
-// back-off of 10 ms doubling to 1 s, logged at most every 5 s.
+// close the connection); a chunked body's trailer counts against max_header_bytes too (the read
+// buffer holds at most max_header_bytes + 16 KiB not parsed yet: 431 beyond). A keep-alive
+// connection idle for idle_timeout seconds is closed; once a request's first byte arrived, its
+// head and then its body must each arrive within read_timeout seconds, and a response write
+// that takes longer than read_timeout closes the connection (slow clients cannot pin
+// connections). The API key, route and method are checked at header time when a body follows
+// (401/404/405 and close, the body unread). At most max_connections sessions live; beyond,
+// kReservedProbeConnections more may ask only GET /health or GET /metrics (http_limits.h), and
+// the rest are answered 503 and closed. Request bodies take the bytes actually buffered from a
+// server-wide max_total_body_bytes budget (503 beyond) until prepared; while a response is
+// produced at most a few KiB of pipelined bytes are buffered (then reading pauses), and a
+// stream whose client leaves more than kMaxQueuedWriteBytes unsent is aborted and closed. A
+// generation's outputs are turned into bytes a bounded batch per handler, so a disconnect is
+// noticed (and its engine requests aborted) between batches. A failing accept() (out of
+// descriptors) is retried after a back-off of 10 ms doubling to 1 s, logged at most every 5 s.
 #include <cstdint>
 #include <memory>
 

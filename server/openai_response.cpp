@@ -115,10 +115,15 @@ json prompt_logprobs_json(const std::vector<TokenLogprobs>& entries, const Token
   return out;
 }
 
-json append_completion_logprobs(json a, const json& b) {
-  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-    for (const auto& v : b[key]) a[key].push_back(v);
-  return a;
+void append_completion_logprobs(json& acc, json b) {
+  if (acc.is_null()) {
+    acc = std::move(b);
+    return;
+  }
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    json& dst = acc[key];
+    for (auto& v : b[key]) dst.push_back(std::move(v));
+  }
 }
 
 json chat_logprobs(const std::vector<TokenLogprobs>& entries, const TokenText& text,

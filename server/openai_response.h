@@ -58,8 +58,10 @@ nlohmann::json completion_logprobs(const std::vector<TokenLogprobs>& entries,
 /// itself and the `top_k` most likely ids (ranks 1..top_k) at that position.
 nlohmann::json prompt_logprobs_json(const std::vector<TokenLogprobs>& entries,
                                     const TokenText& text, int64_t top_k);
-/// Concatenates two completion logprobs objects (a followed by b).
-nlohmann::json append_completion_logprobs(nlohmann::json a, const nlohmann::json& b);
+/// Appends completion logprobs object `b` to `acc` in place (acc's entries, then b's); a null
+/// `acc` becomes `b`. O(size of b): the accumulator is never copied (pass b as an rvalue to move
+/// its entries rather than copy them).
+void append_completion_logprobs(nlohmann::json& acc, nlohmann::json b);
 
 /// Chat logprobs {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token",
 /// "logprob", "bytes"} x top_k]}], "refusal": null}; bytes are the token string's UTF-8 bytes.

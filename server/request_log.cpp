@@ -1,5 +1,6 @@
 #include "server/request_log.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -8,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+
+#include "server/api_error.h"
 
 namespace octet::server {
 
@@ -143,6 +146,17 @@ RequestLogScope::~RequestLogScope() { t_request_id = previous_; }
 const std::string& current_request_id() {
   static const std::string none;
   return t_request_id ? *t_request_id : none;
+}
+
+std::string field_names_for_log(const std::vector<std::string>& names) {
+  std::string out;
+  const size_t shown = std::min(names.size(), kMaxLoggedNames);
+  for (size_t i = 0; i < shown; ++i) {
+    if (i > 0) out += ", ";
+    out += truncate_text(names[i], kMaxLoggedNameBytes);
+  }
+  if (names.size() > shown) out += ", ... " + std::to_string(names.size() - shown) + " more";
+  return out;
 }
 
 std::string access_log_message(const AccessLogEntry& e) {

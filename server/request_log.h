@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <spdlog/formatter.h>
 
@@ -48,6 +49,13 @@ class RequestLogScope {
 
 /// The request id of the innermost RequestLogScope of this thread ("" when none).
 const std::string& current_request_id();
+
+/// Request field names for a log line: each cut to kMaxLoggedNameBytes bytes (truncate_text:
+/// at a UTF-8 boundary, "..." appended), at most kMaxLoggedNames of them joined by ", ", then
+/// "... N more" (a 16 MB key made a 16 MB log line).
+inline constexpr size_t kMaxLoggedNameBytes = 64;
+inline constexpr size_t kMaxLoggedNames = 8;
+std::string field_names_for_log(const std::vector<std::string>& names);
 
 /// What one access-log line says about a finished request.
 struct AccessLogEntry {

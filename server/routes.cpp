@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
 #include "server/chat_render.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/request_log.h"
 
 #ifndef OCTET_VERSION
 #define OCTET_VERSION "0.1.0"
@@ -78,7 +80,14 @@ bool constant_time_equals(const std::string& a, const std::string& b) {
 bool authorized(const ServerContext& ctx, Route route, const std::string& authorization) {
   if (ctx.config.api_key.empty() || route == Route::kHealth || route == Route::kMetrics)
     return true;
-  return constant_time_equals(authorization, "Bearer " + ctx.config.api_key);
+  // RFC 7235 2.1: the auth-scheme is case-insensitive ("bearer", "BEARER"); the key is not.
+  constexpr std::string_view kScheme = "bearer ";
+  if (authorization.size() < kScheme.size()) return false;
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    const char c = authorization[i];
+    if ((c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c) != kScheme[i]) return false;
+  }
+  return constant_time_equals(authorization.substr(kScheme.size()), ctx.config.api_key);
 }
 
 Reply handle_health(const ServerContext& ctx) {
@@ -186,11 +195,8 @@ std::unique_ptr<GenerationJob> start_generation(ServerContext& ctx, Endpoint end
   const json body = parse_json_body(text);
   GenerateRequest r = endpoint == Endpoint::kChatCompletions ? parse_chat_request(body)
                                                              : parse_completion_request(body);
-  if (!r.unknown_fields.empty()) {
-    std::string names;
-    for (const auto& f : r.unknown_fields) names += (names.empty() ? "" : ", ") + f;
-    spdlog::warn("ignoring unknown request fields: {}", names);
-  }
+  if (!r.unknown_fields.empty())
+    spdlog::warn("ignoring unknown request fields: {}", field_names_for_log(r.unknown_fields));
   return std::make_unique<GenerationJob>(ctx, std::move(r));
 }
 

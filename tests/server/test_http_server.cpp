@@ -129,6 +129,13 @@ TEST_CASE("validate_request_head applies RFC 9112 6.1, 6.3 and 3.2", "[http]") {
   CHECK(no_host->status == 400);
   CHECK(validate_request_head(head("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")));
   CHECK(validate_request_head(head("GET / HTTP/1.0\r\nHost: a\r\nHost: a\r\n\r\n")));
+  // RFC 9112 6.1: Transfer-Encoding in an HTTP/1.0 request is faulty framing (attack finding 9).
+  http::request_header<> te10;
+  te10.version(10);
+  te10.set(http::field::transfer_encoding, "chunked");
+  const auto e10 = validate_request_head(te10);
+  REQUIRE(e10);
+  CHECK(e10->status == 400);
 }
 
 TEST_CASE("AcceptBackoff doubles from 10 ms to 1 s and resets; logs are rate-limited", "[http]") {
@@ -246,8 +253,23 @@ TEST_CASE("serve --api-key: 401 before 404/405, /tokenize behind it, /health and
   CHECK(status_of(roundtrip(p, get("/v1/completions", key)).bytes) == 405);
   CHECK(status_of(roundtrip(p, post("/tokenize", R"({"prompt":"Once"})", key)).bytes) == 200);
   CHECK(status_of(roundtrip(p, post("/detokenize", R"({"tokens":[1]})", key)).bytes) == 200);
+  // RFC 7235: the scheme is case-insensitive, the key is not (attack finding 9).
+  CHECK(status_of(roundtrip(p, post("/tokenize", R"({"prompt":"Once"})",
+                                    "Authorization: bearer sekret\r\n")).bytes) == 200);
+  CHECK(status_of(roundtrip(p, post("/tokenize", R"({"prompt":"Once"})",
+                                    "Authorization: BEARER sekret\r\n")).bytes) == 200);
+  CHECK(status_of(roundtrip(p, post("/tokenize", R"({"prompt":"Once"})",
+                                    "Authorization: Basic sekret\r\n")).bytes) == 401);
+  CHECK(status_of(roundtrip(p, post("/tokenize", R"({"prompt":"Once"})",
+                                    "Authorization: Bearer\r\n")).bytes) == 401);
   // Probes and scrapers need no key.
   CHECK(status_of(roundtrip(p, get("/health")).bytes) == 200);
+  // HEAD /health: the head alone (attack finding 9: it was 405).
+  const Received h = roundtrip(p, "HEAD /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+  INFO(h.bytes);
+  CHECK(status_of(h.bytes) == 200);
+  CHECK(h.bytes.size() >= 4);
+  CHECK(h.bytes.find("\r\n\r\n") == h.bytes.size() - 4);
   CHECK(status_of(roundtrip(p, get("/metrics")).bytes) == 200);
 }
 
@@ -255,26 +277,68 @@ TEST_CASE("serve --max-connections answers 503 beyond the limit", "[http][serve]
   ServeProcess server({"--max-connections", "2"});
   const int a = connect_to(server.port()), b = connect_to(server.port());
   std::this_thread::sleep_for(300ms);  // both accepted and counted
-  const Received third = roundtrip(server.port(), get("/health"), 5);
+  // Beyond the cap, a reserved slot answers /health and /metrics (finding 4: a liveness probe
+  // got 503 while idle clients held every slot) but nothing else.
+  CHECK(status_of(roundtrip(server.port(), get("/health"), 5).bytes) == 200);
+  CHECK(status_of(roundtrip(server.port(), get("/metrics"), 5).bytes) == 200);
+  const Received third = roundtrip(server.port(), get("/v1/models"), 5);
   INFO(third.bytes);
   CHECK(status_of(third.bytes) == 503);
   CHECK(third.bytes.find("\"error\"") != std::string::npos);
   CHECK(third.bytes.find("--max-connections") != std::string::npos);
   CHECK(third.closed);
+  // With the reserved slots held too, /health is refused as well.
+  std::this_thread::sleep_for(300ms);  // the three probe sessions above end
+  std::vector<int> held;
+  for (int64_t i = 0; i < octet::server::kReservedProbeConnections; ++i)
+    held.push_back(connect_to(server.port()));
+  std::this_thread::sleep_for(300ms);
+  const Received full = roundtrip(server.port(), get("/health"), 5);
+  INFO(full.bytes);
+  CHECK(status_of(full.bytes) == 503);
+  CHECK(full.closed);
+  for (int fd : held) close(fd);
   close(a);
   close(b);
-  std::this_thread::sleep_for(300ms);  // the two sessions end
+  std::this_thread::sleep_for(300ms);  // the sessions end
   CHECK(status_of(roundtrip(server.port(), get("/health")).bytes) == 200);
+}
+
+TEST_CASE("a request head must arrive within --read-timeout once begun", "[http][serve]") {
+  // Finding 4: a head trickled a byte every 0.5 s lasted the whole --idle-timeout (60 s).
+  ServeProcess server({"--idle-timeout", "60", "--read-timeout", "2"});
+  const int fd = connect_to(server.port(), 1);
+  send_all(fd, "GET /health HTTP/1.1\r\nHost: t\r\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  bool closed = false;
+  while (std::chrono::steady_clock::now() - t0 < 20s) {
+    if (send(fd, "X", 1, MSG_NOSIGNAL) != 1) {
+      closed = true;
+      break;
+    }
+    char c;
+    const ssize_t n = recv(fd, &c, 1, 0);  // 1 s receive timeout
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+      closed = true;
+      break;
+    }
+  }
+  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  close(fd);
+  CHECK(closed);
+  CHECK(after < 15.0);  // about 2 s; far below the 60 s idle timeout
 }
 
 TEST_CASE("serve --max-total-body-bytes bounds the bodies held across connections", "[http][serve]") {
   ServeProcess server({"--max-body-bytes", "1000", "--max-total-body-bytes", "1500"});
-  // A holds 1000 bytes of budget while its body is incomplete; B's 1000 do not fit.
+  // A holds the 900 body bytes it has sent (its body is incomplete); B's 1000 do not fit.
   const int a = connect_to(server.port());
-  send_all(a, "POST /tokenize HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n{\"prompt\":");
+  send_all(a, "POST /tokenize HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n{\"prompt\":\"" +
+                  std::string(888, 'a'));
   std::this_thread::sleep_for(300ms);
   const Received b = roundtrip(server.port(),
-                              "POST /tokenize HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n", 5);
+                              "POST /tokenize HTTP/1.1\r\nHost: t\r\nContent-Length: 1000\r\n\r\n" +
+                                  std::string(1000, ' '), 5);
   INFO(b.bytes);
   CHECK(status_of(b.bytes) == 503);
   CHECK(b.bytes.find("--max-total-body-bytes") != std::string::npos);
@@ -282,6 +346,73 @@ TEST_CASE("serve --max-total-body-bytes bounds the bodies held across connection
   close(a);
   std::this_thread::sleep_for(300ms);  // A's budget is given back
   CHECK(status_of(roundtrip(server.port(), post("/tokenize", R"({"prompt":"Once"})")).bytes) == 200);
+}
+
+TEST_CASE("bodies take budget as they arrive, not as declared", "[http][serve]") {
+  // Finding 2 of the attack: idle clients that declare bodies and send nothing must not hold
+  // the budget. Two idle clients declare 700 bytes each (1400 of 1500: declared, a 217-byte
+  // body would not fit), one more declares a chunked body; the real body is served.
+  ServeProcess server({"--max-body-bytes", "1000", "--max-total-body-bytes", "1500"});
+  std::vector<int> idle;
+  for (int i = 0; i < 2; ++i) {
+    idle.push_back(connect_to(server.port()));
+    send_all(idle.back(), "POST /tokenize HTTP/1.1\r\nHost: t\r\nContent-Length: 700\r\n\r\n");
+  }
+  idle.push_back(connect_to(server.port()));
+  send_all(idle.back(), "POST /tokenize HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+  std::this_thread::sleep_for(300ms);
+  const std::string body = R"({"prompt":"Once"})" + std::string(200, ' ');
+  const Received r = roundtrip(server.port(), post("/tokenize", body), 5);
+  INFO(r.bytes);
+  CHECK(status_of(r.bytes) == 200);
+  for (int fd : idle) close(fd);
+}
+
+TEST_CASE("serve --api-key: a body is not read without the key", "[http][serve]") {
+  // Finding 2: the key (and route and method) are checked at header time, so a client without
+  // it is answered at once and holds no body budget (before: the server waited for the body).
+  ServeProcess server({"--api-key", "sekret"});
+  const Received r = roundtrip(server.port(),
+                              "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: "
+                              "1000000\r\nExpect: 100-continue\r\n\r\n", 5);
+  INFO(r.bytes);
+  CHECK(status_of(r.bytes) == 401);  // not "100 Continue" first
+  CHECK(r.closed);
+  // A key sent only in a chunked body's trailer does not authenticate.
+  const Received t = roundtrip(server.port(),
+                              "POST /tokenize HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                              "11\r\n{\"prompt\":\"Once\"}\r\n0\r\nAuthorization: Bearer sekret\r\n\r\n", 5);
+  INFO(t.bytes);
+  CHECK(status_of(t.bytes) == 401);
+  // With the key in the head, a body to a path that takes none is refused before it is read.
+  const Received m = roundtrip(server.port(),
+                              "POST /health HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer sekret\r\n"
+                              "Content-Length: 1000000\r\n\r\n", 5);
+  INFO(m.bytes);
+  CHECK(status_of(m.bytes) == 405);
+  CHECK(status_of(roundtrip(server.port(), post("/tokenize", R"({"prompt":"Once"})",
+                                                "Authorization: Bearer sekret\r\n")).bytes) == 200);
+}
+
+TEST_CASE("a chunked body's trailer counts against --max-header-bytes", "[http][serve]") {
+  // Finding 3: the trailer was unbounded (300 MB accepted). 40 KB of trailer fields against
+  // --max-header-bytes 4096: 431, and the connection closes.
+  ServeProcess server({"--max-header-bytes", "4096"});
+  std::string trailer;
+  while (trailer.size() < (40u << 10)) trailer += "X-T: " + std::string(90, 'v') + "\r\n";
+  const Received r = roundtrip(server.port(),
+                              "POST /tokenize HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                              "11\r\n{\"prompt\":\"Once\"}\r\n0\r\n" + trailer + "\r\n", 5);
+  INFO(r.bytes.substr(0, 300));
+  CHECK(status_of(r.bytes) == 431);
+  CHECK(r.closed);
+  // A small trailer is still accepted.
+  const Received ok = roundtrip(server.port(),
+                               "POST /tokenize HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+                               "Transfer-Encoding: chunked\r\n\r\n11\r\n{\"prompt\":\"Once\"}\r\n0\r\n"
+                               "X-T: v\r\n\r\n", 5);
+  INFO(ok.bytes);
+  CHECK(status_of(ok.bytes) == 200);
 }
 
 TEST_CASE("/health answers at once while large tokenize requests are prepared", "[http][serve]") {

@@ -1,6 +1,8 @@
 // Response bodies, SSE chunks, logprobs shapes, error shapes and HTTP framing, compared with
 // hand-written expected text from OpenAI's API reference (object shapes) and RFC 9112
 // (chunked transfer coding).
+#include <type_traits>
+
 #include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
@@ -93,9 +95,32 @@ TEST_CASE("completion logprobs: tokens, token_logprobs, top_logprobs, text_offse
   const json b = completion_logprobs({lp(2, -0.25f, {})}, fake_text, &offset, false);
   CHECK(b["text_offset"] == json::array({6}));
   CHECK(b["top_logprobs"] == json::parse(R"([{" world":-0.25}])"));
-  const json ab = append_completion_logprobs(a, b);
+  json ab = a;
+  append_completion_logprobs(ab, b);
   CHECK(ab["tokens"] == json::array({"Hello", "é", " world"}));
   CHECK(ab["text_offset"] == json::array({0, 5, 6}));
+}
+
+// The accumulator is appended to in place (by reference), never taken and returned by value:
+// a copy of everything accumulated per update made a 2000-token response cost minutes.
+static_assert(std::is_same_v<decltype(&append_completion_logprobs), void (*)(json&, json)>);
+
+TEST_CASE("append_completion_logprobs accumulates in place from null", "[server][response]") {
+  json acc;  // null: the first update becomes the accumulator
+  int64_t offset = 0;
+  for (int32_t id : {1, 2, 4, 2}) {
+    json update = completion_logprobs({lp(id, -1.0f, {})}, fake_text, &offset, false);
+    append_completion_logprobs(acc, std::move(update));
+  }
+  // fake_text: 1 "Hello" (5), 2 " world" (6), 4 "é" (1 code point).
+  CHECK(acc == json::parse(R"({"tokens":["Hello"," world","é"," world"],
+      "token_logprobs":[-1.0,-1.0,-1.0,-1.0],
+      "top_logprobs":[{"Hello":-1.0},{" world":-1.0},{"é":-1.0},{" world":-1.0}],
+      "text_offset":[0,5,11,12]})"));
+  // An empty update leaves it unchanged.
+  const json before = acc;
+  append_completion_logprobs(acc, completion_logprobs({}, fake_text, &offset, false));
+  CHECK(acc == before);
 }
 
 TEST_CASE("echoed prompt logprobs: the first token has none", "[server][response]") {

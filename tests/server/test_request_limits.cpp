@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "server/api_error.h"
+#include "server/generation_job.h"
 #include "server/openai_request.h"
 
 using nlohmann::json;
@@ -517,4 +518,15 @@ TEST_CASE("the logprob entries a response may carry are bounded (issue 9, F2)",
   CHECK_THROWS_AS(check_logprob_budget(chat, {10}, {1000}), ApiError);
   CHECK(logprob_entries(chat, {10}, {std::numeric_limits<int64_t>::max()}) ==
         std::numeric_limits<int64_t>::max());
+}
+
+TEST_CASE("prompt_surely_too_long: bytes beyond max_model_len x the longest token", "[server][limits]") {
+  using octet::server::prompt_surely_too_long;
+  // 100 tokens of at most 8 bytes cover at most 800 bytes.
+  CHECK_FALSE(prompt_surely_too_long(800, 8, 100));
+  CHECK(prompt_surely_too_long(801, 8, 100));
+  CHECK(prompt_surely_too_long(16u << 20, 17, 512));
+  // No bound known (or none possible): never refused here, the exact check decides.
+  CHECK_FALSE(prompt_surely_too_long(1u << 30, 0, 100));
+  CHECK_FALSE(prompt_surely_too_long(SIZE_MAX, INT64_MAX, INT64_MAX));
 }

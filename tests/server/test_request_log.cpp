@@ -122,3 +122,19 @@ TEST_CASE("make_log_formatter and configure_logging refuse unknown names") {
   CHECK_THROWS_AS(configure_logging("text", "loud"), std::invalid_argument);
   CHECK_THROWS_AS(configure_logging("yaml", "info"), std::invalid_argument);
 }
+
+TEST_CASE("unknown field names are cut for the log line", "[server][log]") {
+  using octet::server::field_names_for_log;
+  CHECK(field_names_for_log({"a", "bb"}) == "a, bb");
+  // A 16 MB key (attack finding 7) becomes its first 64 bytes and "...".
+  const std::string huge(16 << 20, 'k');
+  CHECK(field_names_for_log({huge}) == std::string(64, 'k') + "...");
+  // At most 8 names, then how many more.
+  std::vector<std::string> many;
+  for (int i = 0; i < 11; ++i) many.push_back("f" + std::to_string(i));
+  CHECK(field_names_for_log(many) == "f0, f1, f2, f3, f4, f5, f6, f7, ... 3 more");
+  // 64 bytes are kept whole; a cut never splits a UTF-8 character ("é" is 2 bytes).
+  CHECK(field_names_for_log({std::string(62, 'x') + "\xc3\xa9"}) ==
+        std::string(62, 'x') + "\xc3\xa9");
+  CHECK(field_names_for_log({std::string(63, 'x') + "\xc3\xa9"}) == std::string(63, 'x') + "...");
+}

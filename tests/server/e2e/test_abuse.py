@@ -26,12 +26,15 @@ import json
 import os
 import re
 import resource
+import signal
 import socket
+import subprocess
 import threading
 import time
 
 import pytest
 
+import abuse_client
 from abuse_client import (BYTE_FF, MODEL_NAME, SANITIZED, SLOW, VOCAB,
                           StoriesServer, assert_alive, connect, exchange, health_status,
                           http_request_bytes, parse_responses, post, read_response,
@@ -46,6 +49,9 @@ STORY = "Once upon a time there was a little girl named Lily. She loved to play 
 
 # Resource tolerances at the end of the module (see test_zz_resources_back_to_baseline).
 FD_SLACK = 2
+# server/http_limits.h kReservedProbeConnections: connections beyond --max-connections that
+# may ask only GET /health or GET /metrics.
+RESERVED_PROBE_SLOTS = 8
 RSS_SLACK = 16 << 20
 
 
@@ -739,8 +745,10 @@ def test_connection_flood_against_max_connections():
                 else:
                     assert r.status == 503, r.status
                     refused += 1
-            assert answered <= 32 and answered + refused == 200, (answered, refused)
-            assert refused >= 200 - 32 - 1
+            # 32 regular slots and RESERVED_PROBE_SLOTS for /health and /metrics beyond them.
+            assert answered <= 32 + RESERVED_PROBE_SLOTS and answered + refused == 200, (
+                answered, refused)
+            assert refused >= 200 - 32 - RESERVED_PROBE_SLOTS - 1
         finally:
             for k in socks:
                 k.close()
@@ -782,6 +790,226 @@ def test_out_of_descriptors_backs_off():
     finally:
         s.kill(30)
         s.cleanup()
+
+
+# ---- findings of the 2026-12-01 attack (/work/notes/attack_findings.md) ----------------------
+
+LOGPROBS_BOMB = dict(prompt="Once upon a time", max_tokens=480, n=20, logprobs=20,
+                     ignore_eos=True)
+
+
+def send_and_drop(port, body, after=1.0):
+    """Sends POST /v1/completions `body` on a raw socket, waits `after` s, and closes it."""
+    k = connect(port)
+    k.sendall(http_request_bytes("POST", "/v1/completions", json.dumps(body).encode()))
+    time.sleep(after)
+    k.close()
+
+
+def test_completion_logprobs_accumulate_correctly(stories):
+    """Finding 1: the accumulated legacy logprobs (now appended in place) are whole and
+    consistent: one entry per token, offsets that follow the text, in both response forms."""
+    status, r = post(stories.port, "/v1/completions",
+                     completion(prompt="Once upon a time", max_tokens=60, n=2, logprobs=3,
+                                ignore_eos=True))
+    assert status == 200, r
+    for choice in r["choices"]:
+        lp = choice["logprobs"]
+        assert len(lp["tokens"]) == 60 and len(lp["top_logprobs"]) == 60, lp
+        expected, at = [], 0
+        for t in lp["tokens"]:
+            expected.append(at)
+            at += len(t)
+        assert lp["text_offset"] == expected
+        assert all(len(t) >= 1 for t in lp["top_logprobs"])
+    status, _, data = request(stories.port, "POST", "/v1/completions",
+                              completion(prompt="Once upon a time", max_tokens=30, logprobs=2,
+                                         ignore_eos=True, stream=True))
+    assert status == 200
+    events = [json.loads(line[6:]) for line in data.decode().split("\n\n")
+              if line.startswith("data: {")]
+    tokens = [t for e in events for c in e["choices"] if c.get("logprobs")
+              for t in c["logprobs"]["tokens"]]
+    assert len(tokens) == 30, tokens
+
+
+@pytest.fixture
+def own_server():
+    """A short-lived server for a case whose memory churn would move the main server's RSS
+    baseline (test_zz_rss_back_to_baseline)."""
+    s = StoriesServer()
+    yield s
+    assert s.kill(30) == 0, s.log_text()[-4000:]
+    s.cleanup()
+
+
+def test_logprobs_bombs_leave_health_responsive(own_server):
+    """Finding 1: two n=20, logprobs=20 requests whose clients leave at once froze both I/O
+    threads for minutes (each update deep-copied everything accumulated; one handler drained
+    the whole backlog). /health must answer while they are dropped, and the engine go idle."""
+    stories = own_server
+    threads = [threading.Thread(target=send_and_drop, args=(stories.port, LOGPROBS_BOMB))
+               for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for _ in range(5):
+        t0 = time.time()
+        assert health_status(stories.port, timeout=10 * SLOW) == 200
+        assert time.time() - t0 < 2.0 * SLOW, "/health took %.1f s" % (time.time() - t0)
+        time.sleep(0.5)
+    wait_idle(stories, timeout=30)  # x SLOW inside
+    assert_alive(stories)
+
+
+def test_sigterm_ends_the_server_during_logprobs_bombs(monkeypatch):
+    """Finding 1: with a long logprobs request in flight, SIGTERM did not end the server (an I/O
+    thread never returned to its loop: minutes of quadratic work in one handler); it must exit
+    within --shutdown-timeout (3 s here) plus a generous margin."""
+    monkeypatch.setattr(abuse_client, "MAX_MODEL_LEN", 2048)  # room for 2000 tokens
+    s = StoriesServer("--shutdown-timeout", "3")
+    long_bomb = dict(LOGPROBS_BOMB, max_tokens=2000, n=8)  # 8 x 2005 tokens fit the KV cache
+    try:
+        futures = [threading.Thread(target=send_and_drop, args=(s.port, long_bomb, 8.0),
+                                    daemon=True)]
+        for f in futures:
+            f.start()
+        time.sleep(1.5)
+        t0 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        try:
+            s.proc.wait(3 + 15 * SLOW)
+        except subprocess.TimeoutExpired:
+            pass
+        assert s.proc.poll() is not None, "still running %.0f s after SIGTERM" % (time.time() - t0)
+    finally:
+        s.kill(10)
+        s.cleanup()
+
+
+def test_idle_declared_bodies_do_not_exhaust_the_body_budget(stories):
+    """Finding 2: 16 connections that declare 16 MiB bodies (or chunked ones) and send nothing
+    took the whole --max-total-body-bytes (256 MiB): every POST got 503 for 30 s."""
+    socks = []
+    try:
+        for i in range(16):
+            k = connect(stories.port)
+            framing = ("Transfer-Encoding: chunked" if i % 2 else "Content-Length: 16777216")
+            k.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\n%s\r\n\r\n" % framing).encode())
+            socks.append(k)
+        time.sleep(0.5)
+        status, r = post(stories.port, "/v1/completions", completion())
+        assert status == 200, r
+        status, r = post(stories.port, "/tokenize", {"prompt": "Once"})
+        assert status == 200, r
+    finally:
+        for k in socks:
+            k.close()
+    assert_alive(stories)
+
+
+def test_unauthenticated_body_is_refused_before_it_is_read(keyed):
+    """Finding 2: without the key, a declared body is refused at header time (401, closed)."""
+    k = connect(keyed.port)
+    try:
+        k.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 16777216\r\n\r\n")
+        r, _ = read_response(k)
+        assert r.status == 401, r.status
+    finally:
+        k.close()
+
+
+TRAILER_BYTES = 32 << 20
+
+
+def test_chunked_trailer_is_bounded(stories):
+    """Finding 3: a trailer of any size was buffered (300 MB accepted); beyond about
+    --max-header-bytes it gets 431 and the connection closes."""
+    k = connect(stories.port)
+    try:
+        k.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  b"11\r\n{\"prompt\":\"Once\"}\r\n0\r\n")
+        line = b"X-T: " + b"v" * 1000 + b"\r\n"
+        sent = 0
+        try:
+            while sent < TRAILER_BYTES:
+                k.sendall(line * 64)
+                sent += len(line) * 64
+        except OSError:
+            pass  # closed by the server: what is expected
+        data = recv_until_close(k)
+        assert data.startswith(b"HTTP/1.1 431") or data == b"", data[:200]
+        # More than the socket buffers hold: the server must have stopped reading.
+        assert sent < TRAILER_BYTES or data.startswith(b"HTTP/1.1 431"), sent
+    finally:
+        k.close()
+    assert_alive(stories)
+
+
+def test_oversized_prompt_refused_without_tokenizing(own_server):
+    """Finding 5: 16 MB prompts were tokenized in full (26 s each on the preparation threads)
+    before the context check; a small completion waited 51 s behind four of them."""
+    stories = own_server
+    body = json.dumps(completion(prompt="a " * 7_000_000, max_tokens=1)).encode()
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(post, stories.port, "/v1/completions", None, body)
+                   for _ in range(4)]
+        time.sleep(0.3)
+        t0 = time.time()
+        status, r = post(stories.port, "/v1/completions", completion())
+        waited = time.time() - t0
+        assert status == 200, r
+        assert waited < 10 * SLOW, "a small completion waited %.1f s" % waited
+        for f in futures:
+            status, r = f.result(timeout=120 * SLOW)
+            assert status == 400, r
+            assert error_of(r)["code"] == "context_length_exceeded", r
+    assert_alive(stories)
+
+
+def test_slow_reader_stream_is_cut_off(own_server):
+    """Finding 6: a client that reads slowly kept a stream alive while the server buffered its
+    output (RSS +56 MB per stream and rising). Beyond a few MiB queued the request is aborted
+    and the connection closed. 64 x 480 tokens with 20 top logprobs each are ~20 MB of events,
+    far more than the socket buffers and the 4 MiB bound hold."""
+    stories = own_server
+    before = wait_idle(stories)
+    body = json.dumps(completion(prompt="Once upon a time", max_tokens=480, n=64, logprobs=20,
+                                 ignore_eos=True, stream=True)).encode()
+    k = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    k.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    k.settimeout(60 * SLOW)
+    k.connect(("127.0.0.1", stories.port))
+    try:
+        k.sendall(http_request_bytes("POST", "/v1/completions", body))
+        time.sleep(8 * SLOW)  # reading nothing while the model writes ~100 MB of events
+        data = recv_until_close(k)
+    finally:
+        k.close()
+    assert data.startswith(b"HTTP/1.1 200"), data[:200]
+    assert not data.rstrip().endswith(b"0"), "the whole stream was buffered"
+    assert b"data: [DONE]" not in data
+    assert "client reads too slowly" in stories.log_text()
+    after = wait_idle(stories, timeout=30)
+    key = 'octet:request_success_total{finished_reason="abort"}'
+    assert after[key] - before[key] >= 1
+    assert_alive(stories)
+
+
+def test_unknown_field_names_are_cut_in_the_log(stories):
+    """Finding 7: a 1 MB unknown key went into the warning in full."""
+    key = "k" * (1 << 20)
+    fields = completion()
+    fields[key] = 1
+    for i in range(12):
+        fields["extra%d" % i] = 1
+    status, r = post(stories.port, "/v1/completions", fields)
+    assert status == 200, r
+    lines = [l for l in stories.log_text().splitlines() if "ignoring unknown request fields" in l]
+    assert lines, "no warning logged"
+    assert len(lines[-1]) < 1200, len(lines[-1])
+    assert "more" in lines[-1]
 
 
 # ---- authentication ---------------------------------------------------------------------------
