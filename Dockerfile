@@ -42,6 +42,7 @@ COPY config /src/config
 COPY kernels /src/kernels
 COPY models /src/models
 COPY engine /src/engine
+COPY bench /src/bench
 COPY server /src/server
 COPY tests/catch_main.cpp /src/tests/
 COPY deploy/docker/build-octet.sh /src/deploy/docker/
@@ -55,6 +56,7 @@ COPY config /src/config
 COPY kernels /src/kernels
 COPY models /src/models
 COPY engine /src/engine
+COPY bench /src/bench
 COPY server /src/server
 COPY tests/catch_main.cpp /src/tests/
 COPY deploy/docker/build-octet.sh /src/deploy/docker/
