@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "models/kv_scales.h"
+
 namespace octet {
 
 struct LoadedModel;
@@ -56,7 +58,7 @@ struct CalibrateOptions {
   int64_t max_seq_len = 2048;       // tokens per sample (longer ones are cut; <= model context)
   std::string strategy = "tensor";  // tensor | attn_head
   std::string kv_cache_dtype = "fp8_e4m3";  // fp8_e4m3 (= fp8) | fp8_e5m2
-  float headroom = 2.0f;  // >= 1; = kCalculatedKVScaleHeadroom (models/kv_scales.h)
+  float headroom = kCalculatedKVScaleHeadroom;  // >= 1 (2: as --calculate-kv-scales)
   /// --kv-cache-rotation: "hadamard" records K (and Q) after the Hadamard rotation that
   /// serving with --kv-cache-rotation hadamard applies (the scales then describe the cache).
   std::string kv_cache_rotation = "none";
