@@ -117,6 +117,8 @@ bool sample_empty(const CalibrationSample& s) {
   return true;
 }
 
+static_assert(kDefaultCalibrationHeadroom == kCalculatedKVScaleHeadroom);
+
 float fp8_range(DType d) { return fp8_max_value(d == DType::FP8_E5M2 ? d : DType::FP8_E4M3); }
 
 }  // namespace

@@ -15,8 +15,6 @@
 #include <utility>
 #include <vector>
 
-#include "models/kv_scales.h"
-
 namespace octet {
 
 struct LoadedModel;
@@ -53,12 +51,15 @@ std::vector<CalibrationSample> default_calibration_samples();
 using ChatRenderer =
     std::function<std::string(const std::vector<std::pair<std::string, std::string>>&)>;
 
+/// The default headroom: kCalculatedKVScaleHeadroom (models/kv_scales.h), as --calculate-kv-scales.
+inline constexpr float kDefaultCalibrationHeadroom = 2.0f;
+
 struct CalibrateOptions {
   int64_t num_samples = 64;         // at most this many samples (windows of plain text) are run
   int64_t max_seq_len = 2048;       // tokens per sample (longer ones are cut; <= model context)
   std::string strategy = "tensor";  // tensor | attn_head
   std::string kv_cache_dtype = "fp8_e4m3";  // fp8_e4m3 (= fp8) | fp8_e5m2
-  float headroom = kCalculatedKVScaleHeadroom;  // >= 1 (2: as --calculate-kv-scales)
+  float headroom = kDefaultCalibrationHeadroom;  // >= 1
   /// --kv-cache-rotation: "hadamard" records K (and Q) after the Hadamard rotation that
   /// serving with --kv-cache-rotation hadamard applies (the scales then describe the cache).
   std::string kv_cache_rotation = "none";
