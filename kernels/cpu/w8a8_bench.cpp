@@ -126,7 +126,8 @@ std::string run_kernel_benchmark(int64_t m_max) {
          (avx512 ? "; FP8 W8A8: AVX-512 VBMI+BF16 (AVX2 column: the AVX2 path)" : "") + "\n";
   const double bw = measure_read_bandwidth_gbs();
   out += fmt("memory read bandwidth (256 MiB, 2 threads): %.1f GB/s\n", bw);
-  out += fmt("AVX-512 BF16 peak (stated): %d cores x %.2f GHz (/proc/cpuinfo) x 32 multiply-adds"
+  // fmt's arguments are doubles: %.0f for the thread count (a %d would read a wrong register).
+  out += fmt("AVX-512 BF16 peak (stated): %.0f cores x %.2f GHz (/proc/cpuinfo) x 32 multiply-adds"
              " (one 512-bit VDPBF16PS) per cycle = %.0f GF/s at 2 FLOP per multiply-add\n\n",
              threads, ghz, peak_gfs);
   out += "shape                  m   FP32 us   BF16 us    FP8 us  FP8/FP32  FP8 AVX2 us  "
