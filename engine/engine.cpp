@@ -1,6 +1,7 @@
 // Engine facade and the engine thread: schedule -> execute -> update (engine/engine.h).
 #include "engine/engine.h"
 
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <iomanip>
@@ -497,6 +498,10 @@ void Engine::run_follower(const EngineArgs& args) {
     throw std::invalid_argument("a follower is node 1.. of --nnodes >= 2, got node " +
                                 std::to_string(args.multinode.node_rank) + " of " +
                                 std::to_string(args.multinode.nnodes));
+  // Before connecting (which waits for node 0): a missing model fails at once.
+  std::error_code ec;
+  if (args.load_format != "dummy" && !std::filesystem::exists(args.model, ec))
+    throw std::runtime_error(args.model + ": no such file or directory");
   Impl m;
   m.args = args;
   m.start();
