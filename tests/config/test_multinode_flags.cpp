@@ -87,7 +87,7 @@ const char* const kRefusal2 =
     "--nnodes 2: this command runs on one node; multi-node tensor parallelism runs `octet "
     "serve` and `octet generate` (every node with the same flags and its --node-rank)";
 
-TEST_CASE("multi-node flags: a well-formed multi-node start is accepted; the CPU runs one "
+TEST_CASE("multi-node flags: a well-formed multi-node start is accepted, the CPU runs one "
           "rank per node", "[config]") {
   MultiNodeConfig m;
   m.nnodes = 2;

@@ -196,7 +196,7 @@ TEST_CASE("multi-node generate equals the single-process tensor-parallel run bit
   }
 }
 
-TEST_CASE("multi-node serve answers as single-node tensor parallelism; node 1 exits with "
+TEST_CASE("multi-node serve answers as single-node tensor parallelism, node 1 exits with "
           "node 0", "[multinode]") {
   json expect_greedy, expect_sampled;
   {
