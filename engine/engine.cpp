@@ -230,7 +230,8 @@ void Engine::Impl::start() {
     const int64_t blocks = m.setup.num_usable_blocks;
     agree_with_node0(*steps, kv + "blocks=" + std::to_string(blocks) + "\n",
                      [&](const std::string& node0) {
-      const std::string e = compare_lines(kv, node0.substr(0, kv.size()), "the KV cache settings");
+      const std::string e =
+          compare_lines(kv, node0.substr(0, kv.size()), "the KV cache settings");
       if (!e.empty()) return e;
       const int64_t theirs = std::stoll(node0.substr(node0.find("blocks=") + 7));
       if (blocks < theirs)

@@ -34,7 +34,8 @@ class SocketRankGroup final : public RankGroup {
  public:
   explicit SocketRankGroup(const RankPlacement& p)
       : comm_(p.master_addr, p.cpu_collective_port, p.node_rank, p.nnodes,
-              std::chrono::milliseconds(kMultiNodeConnectTimeoutMs), "tensor-parallel collectives") {}
+              std::chrono::milliseconds(kMultiNodeConnectTimeoutMs),
+              "tensor-parallel collectives") {}
   int world_size() const override { return 1; }
   void run(const std::function<void(int rank, Communicator& comm)>& fn) override {
     fn(0, comm_);

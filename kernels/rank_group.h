@@ -85,14 +85,15 @@ std::vector<uint8_t> make_nccl_unique_id();
 /// world_size (>= 1, all nodes together) ranks for `device` (--device spelling), of which
 /// this process runs world_size / placement.nnodes. CPU (cpu, or auto without a GPU): rank
 /// threads on one node; several nodes: one rank per node over TCP (blocks until every node
-/// has connected, kMultiNodeConnectTimeoutMs). CUDA ("cuda" or auto with a GPU; world size 1 on one node runs on
-/// the caller as the CPU's does): local rank r on GPU r, NCCL between all ranks; the ranks'
-/// NCCL start-up blocks until every rank of every node has joined. World size 1 starts no
-/// thread and leaves OpenMP as it is. Throws std::invalid_argument for world_size < 1, a
-/// world_size nnodes does not divide, "cuda:N" with more than one rank (rank r takes GPU r:
-/// give "cuda"), fewer GPUs than local ranks, a build without NCCL, a multi-node placement on
-/// the CPU with world_size != nnodes or no cpu_collective_port, a CUDA one without a 128-byte
-/// id; std::runtime_error when the CPU's nodes cannot connect (timeout, refusal); std::runtime_error when CUDA or NCCL fails at start-up.
+/// has connected, kMultiNodeConnectTimeoutMs). CUDA ("cuda" or auto with a GPU; world size 1
+/// on one node runs on the caller as the CPU's does): local rank r on GPU r, NCCL between all
+/// ranks; the ranks' NCCL start-up blocks until every rank of every node has joined. World
+/// size 1 starts no thread and leaves OpenMP as it is. Throws std::invalid_argument for
+/// world_size < 1, a world_size nnodes does not divide, "cuda:N" with more than one rank
+/// (rank r takes GPU r: give "cuda"), fewer GPUs than local ranks, a build without NCCL, a
+/// multi-node placement on the CPU with world_size != nnodes or no cpu_collective_port, a
+/// CUDA one without a 128-byte id; std::runtime_error when the CPU's nodes cannot connect
+/// (timeout, refusal) or when CUDA or NCCL fails at start-up.
 std::unique_ptr<RankGroup> make_rank_group(const std::string& device, int world_size,
                                            const RankPlacement& placement = {});
 
