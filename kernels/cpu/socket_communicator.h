@@ -19,7 +19,9 @@
 // down, network error) makes the collective throw PeerLost naming both ranks; the
 // communicator is then broken and every later call throws PeerLost at once. Nothing waits
 // forever on a dead peer: a killed process's sockets are closed by its kernel, and TCP
-// keep-alive probes a silent machine. A collective waits as long as its live peers compute.
+// keep-alive (10 s idle, then 6 probes 5 s apart) and a 60 s TCP_USER_TIMEOUT find a machine
+// that vanished. A collective waits as long as its live peers compute (a stopped process
+// whose kernel still answers is waited for).
 #pragma once
 
 #include <chrono>
