@@ -72,6 +72,7 @@ struct BenchEngineConfig {
     validate_device(device);
     validate_tensor_parallel_size(tensor_parallel_size);
     multinode.validate(device, tensor_parallel_size);
+    multinode.require_one_node();
     validate_threads(threads);
     validate_lm_head_dtype(lm_head_dtype);
     if (input_len <= 0 || output_len < 2 || itl_tokens < 2)

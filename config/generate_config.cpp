@@ -76,6 +76,7 @@ void BenchLatencyConfig::validate() const {
   validate_device(device);
   validate_tensor_parallel_size(tensor_parallel_size);
   multinode.validate(device, tensor_parallel_size);
+  multinode.require_one_node();
   validate_threads(threads);
   validate_lm_head_dtype(lm_head_dtype);
   if (input_len <= 0 || output_len <= 0 || num_iters <= 0)
@@ -103,6 +104,7 @@ void PerplexityConfig::validate() const {
   validate_device(device);
   validate_tensor_parallel_size(tensor_parallel_size);
   multinode.validate(device, tensor_parallel_size);
+  multinode.require_one_node();
   validate_threads(threads);
   validate_lm_head_dtype(lm_head_dtype);
   if (max_tokens < 2 || max_tokens > SchedulerConfig::kMaxTokens)

@@ -22,18 +22,25 @@ void MultiNodeConfig::validate(const std::string& device, int64_t tensor_paralle
     throw std::invalid_argument("--tensor-parallel-size " + std::to_string(tensor_parallel_size) +
                                 " must be a multiple of --nnodes " + std::to_string(nnodes) +
                                 " (every node runs the same number of ranks)");
-  // Refused on every device for now (docs/cuda.md "Multi-node"). When the engine broadcasts
-  // each step across nodes, this becomes "multi-node needs --device cuda" for other devices:
-  // the CPU's ranks are threads of one process.
-  (void)device;
+  if (nnodes > 1 && master_port > 65533)
+    throw std::invalid_argument("--master-port must be in [1, 65533] with --nnodes > 1 (node 0 "
+                                "also listens on master_port + 1 and + 2), got " +
+                                std::to_string(master_port));
+  if (nnodes > 1 && device == "cpu" && tensor_parallel_size != nnodes)
+    throw std::invalid_argument("--device cpu with --nnodes " + std::to_string(nnodes) +
+                                " runs one rank per node: --tensor-parallel-size must be " +
+                                std::to_string(nnodes) + ", got " +
+                                std::to_string(tensor_parallel_size));
+}
+
+void MultiNodeConfig::require_one_node() const {
   if (nnodes > 1) throw std::invalid_argument(multinode_unsupported_message(nnodes));
 }
 
 std::string multinode_unsupported_message(int64_t nnodes) {
   return "--nnodes " + std::to_string(nnodes) +
-         ": multi-node is not supported yet (the engine has no per-step broadcast of the "
-         "scheduled batch to the ranks on other nodes, which would wait forever); single-node "
-         "tensor parallelism over NCCL works: --nnodes 1 --device cuda --tensor-parallel-size N";
+         ": this command runs on one node; multi-node tensor parallelism runs `octet serve` "
+         "and `octet generate` (every node with the same flags and its --node-rank)";
 }
 
 }  // namespace octet

@@ -25,21 +25,33 @@ struct MultiNodeConfig {
   static void visit(MultiNodeConfig& c, Visitor&& v) {
     v(c.nnodes, "nnodes",
       "number of nodes (machines) the tensor-parallel ranks span; each runs "
-      "tensor_parallel_size / nnodes ranks; > 1 is refused for now (no cross-node step "
-      "broadcast yet: use one node)");
+      "tensor_parallel_size / nnodes ranks (the CPU: one, so tensor_parallel_size == nnodes). "
+      "Node 0 serves (or generates) and sends every step to the others, which run "
+      "`octet serve` or `octet generate` with the same model and flags and --node-rank N "
+      "(serve and generate only)");
     v(c.node_rank, "node_rank", "this node's index in [0, nnodes); node 0 hosts the rendezvous");
     v(c.master_addr, "master_addr",
-      "host name or IP address of node 0, where the others fetch the NCCL unique id");
-    v(c.master_port, "master_port", "TCP port node 0 listens on for the rendezvous");
+      "host name or IP address of node 0, where the other nodes connect");
+    v(c.master_port, "master_port",
+      "first of the TCP ports node 0 listens on: master_port (rendezvous: the NCCL id), "
+      "master_port + 1 (each step's batch), master_port + 2 (the CPU's collectives)");
   }
 
   /// Throws std::invalid_argument naming the flag for nnodes outside [1, 64], node_rank outside
-  /// [0, nnodes), an empty master_addr or one with whitespace, master_port outside [1, 65535],
-  /// a tensor_parallel_size that is not a multiple of nnodes; then, for any nnodes > 1 on any
-  /// device, multinode_unsupported_message(nnodes): the engine does not yet broadcast each
-  /// step's scheduled batch to the other nodes, so their ranks would wait forever in their
-  /// first collective. Commands call this before any rendezvous or model load.
+  /// [0, nnodes), an empty master_addr or one with whitespace, master_port outside [1, 65535]
+  /// (nnodes > 1: [1, 65533], as node 0 listens on master_port .. master_port + 2), a
+  /// tensor_parallel_size that is not a multiple of nnodes, and --device cpu with nnodes > 1
+  /// and tensor_parallel_size != nnodes (one rank per node on the CPU). Commands call this
+  /// before any rendezvous or model load.
   void validate(const std::string& device, int64_t tensor_parallel_size) const;
+
+  /// Throws std::invalid_argument(multinode_unsupported_message(nnodes)) when nnodes > 1: for
+  /// the commands that run on one node only (perplexity, the benches).
+  void require_one_node() const;
+
+  /// Node 0's port for the per-step broadcast (every device) and for the CPU's collectives.
+  int64_t step_port() const { return master_port + 1; }
+  int64_t cpu_collective_port() const { return master_port + 2; }
 
   /// Tensor-parallel ranks on each node: tensor_parallel_size / nnodes (after validate()).
   int64_t ranks_per_node(int64_t tensor_parallel_size) const {
@@ -47,8 +59,7 @@ struct MultiNodeConfig {
   }
 };
 
-/// The one-line start-up error for --nnodes > 1: what is missing (a per-step broadcast of the
-/// scheduled batch across nodes) and what works (single-node tensor parallelism over NCCL).
+/// The one-line start-up error for --nnodes > 1 on a command that runs on one node only.
 std::string multinode_unsupported_message(int64_t nnodes);
 
 }  // namespace octet

@@ -1,7 +1,12 @@
 // Engine facade and the engine thread: schedule -> execute -> update (engine/engine.h).
 #include "engine/engine.h"
 
+#include <filesystem>
+#include <functional>
 #include <future>
+#include <iomanip>
+#include <sstream>
+#include <type_traits>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -31,6 +36,7 @@ struct Engine::Impl {
   KVCacheSetup setup;
   std::unique_ptr<KVCacheManager> kv;
   std::unique_ptr<Scheduler> scheduler;
+  std::unique_ptr<HostChannel> steps;  // multi-node: node 0 -> the others, every step
   std::unique_ptr<ModelRunner> runner;
   std::unique_ptr<OutputProcessor> outputs;  // sampling, stops, text; the request records
   std::unique_ptr<KVSaturationSampler> saturation;  // sampled FP8 clipping counts (/metrics)
@@ -72,8 +78,81 @@ struct Engine::Impl {
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
+namespace {
+
+/// The engine flags every node must share, one "name=value" line each (paths and per-machine
+/// settings excepted: model, tokenizer, kv_scales_path, node_rank, threads).
+std::string shared_flags_text(const EngineArgs& args) {
+  EngineArgs copy = args;
+  std::string text;
+  EngineArgs::visit(copy, [&](auto& field, const char* name, const char*) {
+    using T = std::decay_t<decltype(field)>;
+    const std::string n = name;
+    if (n == "model" || n == "tokenizer" || n == "kv_scales_path" || n == "node_rank" ||
+        n == "threads")
+      return;
+    std::ostringstream os;
+    if constexpr (std::is_same_v<T, std::string>) {
+      os << field;
+    } else if constexpr (std::is_arithmetic_v<T>) {
+      os << std::setprecision(17) << field;
+    } else if constexpr (std::is_same_v<T, std::vector<std::string>> ||
+                         std::is_same_v<T, std::vector<int64_t>>) {
+      for (const auto& e : field) os << e << ",";
+    } else {
+      os << "?";
+    }
+    text += n + "=" + os.str() + "\n";
+  });
+  return text;
+}
+
+/// Node 0 sends `text`; every other node checks it against its own with `check` (an error
+/// message, or empty when it agrees) and the verdicts go to all nodes, so that a mismatch
+/// fails every node at once (std::invalid_argument naming the node) instead of leaving the
+/// others waiting for it.
+void agree_with_node0(HostChannel& ch, std::string text,
+                      const std::function<std::string(const std::string&)>& check) {
+  std::vector<uint8_t> bytes(text.begin(), text.end());
+  ch.broadcast_bytes(bytes, 0);
+  const std::string node0(bytes.begin(), bytes.end());
+  std::string first_error;
+  for (int r = 1; r < ch.world_size(); ++r) {
+    std::string verdict = ch.rank() == r ? check(node0) : "";
+    std::vector<uint8_t> v(verdict.begin(), verdict.end());
+    ch.broadcast_bytes(v, r);
+    if (!v.empty() && first_error.empty())
+      first_error = "node " + std::to_string(r) + ": " + std::string(v.begin(), v.end());
+  }
+  if (!first_error.empty()) throw std::invalid_argument(first_error);
+}
+
+/// The first line of `mine` that differs from `node0`'s, as an error; empty when equal.
+std::string compare_lines(const std::string& mine, const std::string& node0,
+                          const std::string& what) {
+  std::istringstream a(mine), b(node0);
+  std::string la, lb;
+  while (true) {
+    const bool ga = static_cast<bool>(std::getline(a, la)),
+               gb = static_cast<bool>(std::getline(b, lb));
+    if (!ga && !gb) return "";
+    if (!ga || !gb || la != lb)
+      return what + " differ from node 0's: " + (ga ? la : "(none)") + " here, " +
+             (gb ? lb : "(none)") + " on node 0 (start every node with the same model and "
+             "flags)";
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Engine> Engine::create(const EngineArgs& args) {
   args.validate();
+  if (args.multinode.nnodes > 1 && args.multinode.node_rank != 0)
+    throw std::invalid_argument("--node-rank " + std::to_string(args.multinode.node_rank) +
+                                ": only node 0 runs the engine's scheduler; the other nodes "
+                                "follow it (Engine::run_follower)");
+  if (args.multinode.nnodes > 1 && !args.multinode.exchange_id)
+    throw std::invalid_argument(multinode_unsupported_message(args.multinode.nnodes));
   auto impl = std::make_unique<Impl>();
   Impl* raw = impl.get();
   raw->args = args;
@@ -113,6 +192,20 @@ void Engine::Impl::start() {
   load_options.placement.nnodes = static_cast<int>(args.multinode.nnodes);
   load_options.placement.node_rank = static_cast<int>(args.multinode.node_rank);
   load_options.placement.exchange_id = args.multinode.exchange_id;
+  const MultiNodeConfig& mn = args.multinode;
+  if (mn.nnodes > 1) {
+    // First, before anything runs a collective: the step channel, and the same flags on
+    // every node (a node that skipped a start-up pass would leave the others waiting in it).
+    steps = make_host_channel(mn.master_addr, static_cast<int>(mn.step_port()),
+                              static_cast<int>(mn.node_rank), static_cast<int>(mn.nnodes),
+                              kMultiNodeConnectTimeoutMs, "step broadcast");
+    const std::string flags = shared_flags_text(args);
+    agree_with_node0(*steps, flags, [&](const std::string& node0) {
+      return compare_lines(flags, node0, "the flags");
+    });
+    load_options.placement.master_addr = mn.master_addr;
+    load_options.placement.cpu_collective_port = static_cast<int>(mn.cpu_collective_port());
+  }
   loaded = load_model(model_source(args), load_options);
   const ModelConfig& c = m.loaded->model->config();
   m.setup = setup_kv_cache(args.cache, args.scheduler, *m.loaded,
@@ -130,6 +223,24 @@ void Engine::Impl::start() {
                                            sched.max_num_batched_tokens, sched.max_num_seqs,
                                            DecodeGraphOptions{!args.enforce_eager,
                                                               m.setup.max_model_len});
+  if (steps) {
+    // Node 0's blocks must exist on every node (budgets may differ between machines).
+    const std::string kv = "block_size=" + std::to_string(m.setup.block_size) +
+                           "\nmax_model_len=" + std::to_string(m.setup.max_model_len) + "\n";
+    const int64_t blocks = m.setup.num_usable_blocks;
+    agree_with_node0(*steps, kv + "blocks=" + std::to_string(blocks) + "\n",
+                     [&](const std::string& node0) {
+      const std::string e =
+          compare_lines(kv, node0.substr(0, kv.size()), "the KV cache settings");
+      if (!e.empty()) return e;
+      const int64_t theirs = std::stoll(node0.substr(node0.find("blocks=") + 7));
+      if (blocks < theirs)
+        return "the KV cache has " + std::to_string(blocks) + " blocks, node 0 " +
+               std::to_string(theirs) + " (give every node the same --kv-cache-memory-bytes)";
+      return std::string();
+    });
+    if (mn.node_rank == 0) m.runner->broadcast_steps(steps.get());
+  }
   m.outputs = std::make_unique<OutputProcessor>(m.loaded->eos_token_ids, m.setup.max_model_len);
   for (const KVLayerSpec& s : m.setup.layers) {
     KVLayerInfo info;
@@ -375,6 +486,31 @@ void Engine::Impl::loop() {
   }
   fail_all("");  // shutdown: unfinished requests end with "abort"
   flush_pending();
+  try {
+    runner->end_steps();  // multi-node: the other nodes exit
+  } catch (const std::exception& e) {
+    spdlog::warn("octet engine: could not tell the other nodes to stop: {}", e.what());
+  }
+}
+
+void Engine::run_follower(const EngineArgs& args) {
+  args.validate();
+  if (args.multinode.nnodes < 2 || args.multinode.node_rank < 1)
+    throw std::invalid_argument("a follower is node 1.. of --nnodes >= 2, got node " +
+                                std::to_string(args.multinode.node_rank) + " of " +
+                                std::to_string(args.multinode.nnodes));
+  // Before connecting (which waits for node 0): a missing model fails at once.
+  std::error_code ec;
+  if (args.load_format != "dummy" && !std::filesystem::exists(args.model, ec))
+    throw std::runtime_error(args.model + ": no such file or directory");
+  Impl m;
+  m.args = args;
+  m.start();
+  spdlog::info("octet: node {} of {} ready, following node 0", args.multinode.node_rank,
+               args.multinode.nnodes);
+  while (m.runner->follow_step(*m.steps)) {
+  }
+  spdlog::info("octet: node 0 shut down; node {} exiting", args.multinode.node_rank);
 }
 
 // schedule -> execute -> update. A request's failure (a non-finite logit, a sampler error, any

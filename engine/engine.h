@@ -91,6 +91,15 @@ class Engine {
   static std::unique_ptr<Engine> create(const EngineArgs& args);
   ~Engine();  // stops the engine thread; unfinished requests end with finish_reason "abort"
 
+  /// Multi-node (--nnodes > 1): node 0 is an Engine made by create() (it connects to the other
+  /// nodes at start-up, sends them every step and, when destroyed, a shutdown message); every
+  /// other node runs this instead: the same start-up (connect, check that its flags match node
+  /// 0's, load, KV cache set-up, with node 0's collectives), then the steps node 0 sends on its
+  /// own ranks until node 0's shutdown message, when it returns. No scheduler, no HTTP. Throws
+  /// as create() does, std::invalid_argument when a flag differs from node 0's or node_rank is
+  /// 0, std::runtime_error naming the node when node 0 (or a peer mid-step) is lost.
+  static void run_follower(const EngineArgs& args);
+
   /// Queues a request. prompt_token_ids: [num_prompt_tokens]; max_tokens is honoured as given
   /// (resolve "up to the context limit" before calling: max_tokens_left() in
   /// engine/request_error.h). This is where a request is validated, once: throws RequestError

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+#include <stdexcept>
+#include <string>
 
 #include "engine/kv_cache_manager.h"
 #include "engine/model_loader.h"
@@ -164,12 +167,41 @@ StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager
   StepLogits rows;
   rows.vocab = ranks_[0].model->config().vocab_size;
   const ForwardBatch batch = build_batch(out, kv, rows);
+  if (steps_) {  // the other nodes' ranks join this step's collectives
+    std::vector<uint8_t> msg = encode_step_message(batch);
+    steps_->broadcast_bytes(msg, 0);
+  }
+  run_batch(batch, &rows);
+  return rows;
+}
+
+void ModelRunner::end_steps() {
+  if (!steps_) return;
+  std::vector<uint8_t> msg = encode_shutdown_message();
+  steps_->broadcast_bytes(msg, 0);
+}
+
+bool ModelRunner::follow_step(HostChannel& steps) {
+  std::vector<uint8_t> msg;
+  steps.broadcast_bytes(msg, 0);
+  ForwardBatch batch;
+  if (!decode_step_message(msg, batch)) return false;
+  for (int32_t id : batch.block_tables)
+    if (id < 0 || id >= ranks_[0].cache->num_blocks())
+      throw std::runtime_error("node 0 sent block " + std::to_string(id) + " but this node's "
+                               "KV cache has " + std::to_string(ranks_[0].cache->num_blocks()) +
+                               " blocks");
+  run_batch(batch, nullptr);
+  return true;
+}
+
+void ModelRunner::run_batch(const ForwardBatch& batch, StepLogits* rows) {
   const int64_t n = batch.num_tokens();
   const int64_t num_rows = static_cast<int64_t>(batch.logits_indices.size());
-  rows.logits.resize(static_cast<size_t>(num_rows * rows.vocab));
+  if (rows) rows->logits.resize(static_cast<size_t>(num_rows * rows->vocab));
   if (const int64_t p = graph_size(batch); p > 0) {
     run_graph_step(batch, p, rows);
-    return rows;
+    return;
   }
   // Every rank: the same host batch on its own backend, weights, cache and activations.
   const auto run_rank = [&](int r, Communicator& comm) {
@@ -179,19 +211,18 @@ StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager
                                        std::max(num_rows, k.act.max_logit_rows));
     k.device_batch.upload(k.model->backend(), batch);
     k.model->forward(batch, k.device_batch, *k.cache, k.act, comm);
-    if (r == 0) k.model->read_logits(k.act, num_rows, rows.logits.data());
+    if (r == 0 && rows) k.model->read_logits(k.act, num_rows, rows->logits.data());
   };
   if (!group_) {
     run_rank(0, single_rank_communicator());
   } else {
     group_->run(run_rank);
   }
-  return rows;
 }
 
-void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogits& rows) {
+void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogits* rows) {
   const ForwardBatch g = pad_for_graph(batch, p);
-  const int64_t n = batch.num_tokens(), vocab = rows.vocab;
+  const int64_t n = batch.num_tokens(), vocab = ranks_[0].model->config().vocab_size;
   // Tensor parallelism gathers the logits of all p rows ([ranks, p, vocab shard]): read them
   // all, keep the first n.
   const bool gathered = ranks_[0].model->shard().world_size > 1;
@@ -216,13 +247,13 @@ void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogit
       host.host_seq_lens = g.seq_lens.data();
       be.replay(key, host);
     }
-    if (r != 0) return;
+    if (r != 0 || !rows) return;
     if (!gathered) {
-      k.model->read_logits(k.graph_act, n, rows.logits.data());
+      k.model->read_logits(k.graph_act, n, rows->logits.data());
     } else {
       padded.resize(static_cast<size_t>(p * vocab));
       k.model->read_logits(k.graph_act, p, padded.data());
-      std::copy_n(padded.begin(), n * vocab, rows.logits.begin());
+      std::copy_n(padded.begin(), n * vocab, rows->logits.begin());
     }
   };
   if (!group_) {
@@ -234,6 +265,97 @@ void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogit
   if (std::find(graph_keys_.begin(), graph_keys_.end(), key) == graph_keys_.end())
     graph_keys_.push_back(key);
   ++graph_steps_;
+}
+
+// ---- the per-step message (multi-node) ----
+
+namespace {
+
+constexpr uint8_t kStepKind = 1, kShutdownKind = 0;
+
+template <class T>
+void put(std::vector<uint8_t>& out, const T& v) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&v);
+  out.insert(out.end(), p, p + sizeof v);
+}
+
+template <class T>
+void put_array(std::vector<uint8_t>& out, const std::vector<T>& a) {
+  put(out, static_cast<int64_t>(a.size()));
+  const auto* p = reinterpret_cast<const uint8_t*>(a.data());
+  out.insert(out.end(), p, p + a.size() * sizeof(T));
+}
+
+struct Reader {
+  const std::vector<uint8_t>& bytes;
+  size_t at = 0;
+  void need(size_t n) {
+    if (bytes.size() - at < n)
+      throw std::runtime_error("step message from node 0 is truncated (" +
+                               std::to_string(bytes.size()) + " bytes)");
+  }
+  template <class T>
+  T get() {
+    need(sizeof(T));
+    T v;
+    std::memcpy(&v, bytes.data() + at, sizeof v);
+    at += sizeof v;
+    return v;
+  }
+  template <class T>
+  void get_array(std::vector<T>& a) {
+    const auto n = get<int64_t>();
+    if (n < 0 || static_cast<uint64_t>(n) > (bytes.size() - at) / sizeof(T))
+      throw std::runtime_error("step message from node 0 has a bad array length " +
+                               std::to_string(n));
+    a.resize(static_cast<size_t>(n));
+    if (n > 0) std::memcpy(a.data(), bytes.data() + at, static_cast<size_t>(n) * sizeof(T));
+    at += static_cast<size_t>(n) * sizeof(T);
+  }
+};
+
+}  // namespace
+
+std::vector<uint8_t> encode_step_message(const ForwardBatch& b) {
+  std::vector<uint8_t> out;
+  put(out, kStepKind);
+  put(out, b.max_blocks_per_seq);
+  put_array(out, b.token_ids);
+  put_array(out, b.positions);
+  put_array(out, b.slot_mapping);
+  put_array(out, b.query_start_loc);
+  put_array(out, b.seq_lens);
+  put_array(out, b.block_tables);
+  put_array(out, b.logits_indices);
+  return out;
+}
+
+std::vector<uint8_t> encode_shutdown_message() { return {kShutdownKind}; }
+
+bool decode_step_message(const std::vector<uint8_t>& bytes, ForwardBatch& b) {
+  Reader in{bytes};
+  const auto kind = in.get<uint8_t>();
+  if (kind == kShutdownKind && bytes.size() == 1) return false;
+  if (kind != kStepKind)
+    throw std::runtime_error("step message from node 0 has unknown kind " +
+                             std::to_string(kind));
+  b = ForwardBatch{};
+  b.max_blocks_per_seq = in.get<int64_t>();
+  in.get_array(b.token_ids);
+  in.get_array(b.positions);
+  in.get_array(b.slot_mapping);
+  in.get_array(b.query_start_loc);
+  in.get_array(b.seq_lens);
+  in.get_array(b.block_tables);
+  in.get_array(b.logits_indices);
+  const int64_t seqs = b.num_seqs(), tokens = b.num_tokens();
+  if (in.at != bytes.size() || b.max_blocks_per_seq < 0 ||
+      static_cast<int64_t>(b.positions.size()) != tokens ||
+      static_cast<int64_t>(b.slot_mapping.size()) != tokens ||
+      static_cast<int64_t>(b.query_start_loc.size()) != seqs + 1 ||
+      static_cast<int64_t>(b.block_tables.size()) != seqs * b.max_blocks_per_seq)
+    throw std::runtime_error("step message from node 0 is malformed (array sizes disagree)");
+  return true;
 }
 
 }  // namespace octet

@@ -72,6 +72,18 @@ class ModelRunner {
   /// requests that asked for them.
   StepLogits execute(const SchedulerOutput& out, const KVCacheManager& kv);
 
+  /// Multi-node, node 0: execute() sends each step's batch over `steps` (its root) to the
+  /// other nodes before running its own ranks; end_steps() tells them to stop. Null: none.
+  /// The channel must outlive the runner's use of it.
+  void broadcast_steps(HostChannel* steps) { steps_ = steps; }
+  /// Multi-node, node 0: sends the followers the shutdown message (no-op without a channel).
+  void end_steps();
+  /// Multi-node, nodes > 0: receives one message from node 0 over `steps`; a step runs on
+  /// this node's ranks through the same code as execute() (graph or eager chosen from the
+  /// batch as node 0 chose it; no logits are read). Returns false on node 0's shutdown
+  /// message. Throws std::runtime_error when node 0 is lost, or a peer during the step.
+  bool follow_step(HostChannel& steps);
+
   /// The batch execute() would run (for tests).
   ForwardBatch build_batch(const SchedulerOutput& out, const KVCacheManager& kv,
                            StepLogits& rows) const;
@@ -83,12 +95,14 @@ class ModelRunner {
   int64_t graph_steps() const { return graph_steps_; }
 
  private:
+  // Runs `batch` on every rank; rows (node 0) gets the logits, null: none are read.
+  void run_batch(const ForwardBatch& batch, StepLogits* rows);
   // The graph size for `batch` (a decode step of n one-token sequences), or 0 (eager).
   int64_t graph_size(const ForwardBatch& batch) const;
   // `batch` padded to p sequences with block tables graph_width_ wide.
   ForwardBatch pad_for_graph(const ForwardBatch& batch, int64_t p) const;
-  // Runs `batch` as graph p (capturing it first), the logits into rows.logits.
-  void run_graph_step(const ForwardBatch& batch, int64_t p, StepLogits& rows);
+  // Runs `batch` as graph p (capturing it first), the logits into rows->logits (null: none).
+  void run_graph_step(const ForwardBatch& batch, int64_t p, StepLogits* rows);
 
   struct Rank {
     const LlamaModel* model = nullptr;
@@ -108,6 +122,15 @@ class ModelRunner {
   std::vector<int64_t> graph_keys_;   // captured on every rank's backend
   int64_t graph_width_ = 0;           // blocks per sequence in graph batches
   int64_t graph_steps_ = 0;
+  HostChannel* steps_ = nullptr;  // node 0 of a multi-node run
 };
+
+/// A ForwardBatch as bytes for the per-step broadcast (host byte order: every node runs the
+/// same build), and back. Message: kind u8 (1 step, 0 shutdown), then for a step
+/// max_blocks_per_seq i64 and each array as i64 length + elements. decode_step_message
+/// throws std::runtime_error for a truncated or malformed message; returns false for shutdown.
+std::vector<uint8_t> encode_step_message(const ForwardBatch& batch);
+std::vector<uint8_t> encode_shutdown_message();
+bool decode_step_message(const std::vector<uint8_t>& bytes, ForwardBatch& batch);
 
 }  // namespace octet

@@ -17,7 +17,9 @@ std::vector<SequenceKVCache> new_sequence_caches(const LoadedModel& model, int64
 std::vector<float> forward_sequence(const LoadedModel& model,
                                     std::vector<SequenceKVCache>& caches, const int32_t* tokens,
                                     int64_t n, int64_t start_pos, bool all_logits) {
-  if (model.world_size() == 1)
+  // One rank here and no shards elsewhere (multi-node: one local rank, collectives with the
+  // other nodes' through the group's communicator).
+  if (model.world_size() == 1 && model.model->shard().world_size == 1)
     return model.model->forward(tokens, n, start_pos, caches.at(0), all_logits);
   std::vector<float> logits;
   model.ranks->run([&](int r, Communicator& comm) {

@@ -7,6 +7,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_threads.h"
+#include "kernels/cpu/socket_communicator.h"
 #include "kernels/cpu/thread_communicator.h"
 #include "kernels/cpu/thread_team.h"
 
@@ -25,6 +26,23 @@ class CpuRankGroup final : public RankGroup {
 
  private:
   cpu::RankThreads threads_;
+};
+
+// Multi-node on the CPU: this process's one rank, on the calling thread, its collectives
+// over TCP to the other nodes' ranks.
+class SocketRankGroup final : public RankGroup {
+ public:
+  explicit SocketRankGroup(const RankPlacement& p)
+      : comm_(p.master_addr, p.cpu_collective_port, p.node_rank, p.nnodes,
+              std::chrono::milliseconds(kMultiNodeConnectTimeoutMs),
+              "tensor-parallel collectives") {}
+  int world_size() const override { return 1; }
+  void run(const std::function<void(int rank, Communicator& comm)>& fn) override {
+    fn(0, comm_);
+  }
+
+ private:
+  cpu::SocketCommunicator comm_;
 };
 
 class SingleRankCommunicator final : public Communicator {
@@ -62,9 +80,17 @@ std::unique_ptr<RankGroup> make_rank_group(const std::string& device, int world_
   if (world_size == 1 && one_node) return std::make_unique<CpuRankGroup>(world_size);
   const std::string resolved = resolve_device(device);
   if (resolved == "cpu") {
-    if (!one_node)
-      throw std::invalid_argument("multi-node needs --device cuda: the CPU's ranks are threads "
-                                  "of one process");
+    if (!one_node) {
+      if (world_size != placement.nnodes)
+        throw std::invalid_argument(
+            "multi-node on the CPU runs one rank per node: --tensor-parallel-size must equal "
+            "--nnodes " + std::to_string(placement.nnodes) + ", got " +
+            std::to_string(world_size));
+      if (placement.cpu_collective_port < 1 || placement.master_addr.empty())
+        throw std::invalid_argument("multi-node rank group on the CPU: no node 0 address and "
+                                    "port for the collectives");
+      return std::make_unique<SocketRankGroup>(placement);
+    }
     return std::make_unique<CpuRankGroup>(world_size);
   }
   if (resolved != "cuda" && resolved.rfind("cuda:", 0) != 0)
@@ -97,6 +123,31 @@ std::vector<uint8_t> make_nccl_unique_id() {
   throw std::invalid_argument("multi-node start needs NCCL: this build has no CUDA");
 }
 #endif
+
+namespace {
+
+class SocketHostChannel final : public HostChannel {
+ public:
+  SocketHostChannel(const std::string& addr, int port, int node_rank, int nnodes,
+                    int64_t timeout_ms, const std::string& what)
+      : comm_(addr, port, node_rank, nnodes, std::chrono::milliseconds(timeout_ms), what) {}
+  int rank() const override { return comm_.rank(); }
+  int world_size() const override { return comm_.world_size(); }
+  void broadcast_bytes(std::vector<uint8_t>& bytes, int root) override {
+    comm_.broadcast_bytes(bytes, root);
+  }
+
+ private:
+  cpu::SocketCommunicator comm_;
+};
+
+}  // namespace
+
+std::unique_ptr<HostChannel> make_host_channel(const std::string& addr, int port, int node_rank,
+                                               int nnodes, int64_t timeout_ms,
+                                               const std::string& what) {
+  return std::make_unique<SocketHostChannel>(addr, port, node_rank, nnodes, timeout_ms, what);
+}
 
 Communicator& single_rank_communicator() {
   static SingleRankCommunicator comm;

@@ -44,11 +44,39 @@ class RankGroup {
 /// an empty one (the others); it returns node 0's 128 bytes (server/rendezvous.h's
 /// exchange_rendezvous_id behind a plain function, as Boost stays in server/) and throws, with
 /// a clear message, on a timeout.
+/// On the CPU (one rank per node, tensor_parallel_size == nnodes) the ranks' collectives go
+/// over TCP instead (kernels/cpu/socket_communicator.h): node 0 listens on
+/// master_addr:cpu_collective_port, the others connect; exchange_id is not used.
 struct RankPlacement {
   int nnodes = 1;
   int node_rank = 0;
   std::function<std::vector<uint8_t>(const std::vector<uint8_t>& own_id)> exchange_id;
+  std::string master_addr;
+  int cpu_collective_port = 0;
 };
+
+/// How long a multi-node start waits for every node to connect (as the rendezvous does).
+inline constexpr int64_t kMultiNodeConnectTimeoutMs = 300000;
+
+/// Host bytes between the processes of a multi-node run, one per node (vLLM's gloo CPU group
+/// for metadata): the engine's per-step broadcast from node 0 on every device. Blocking; a
+/// lost peer throws std::runtime_error naming both nodes, and so does every later call.
+class HostChannel {
+ public:
+  virtual ~HostChannel() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  /// Root's `bytes` (any length) to every process: the others' `bytes` are replaced.
+  virtual void broadcast_bytes(std::vector<uint8_t>& bytes, int root) = 0;
+};
+
+/// Joins the channel of `nnodes` processes as `node_rank` over TCP (kernels/cpu/
+/// socket_communicator.h): node 0 listens on addr:port, the others connect; returns once
+/// connected (node 0: every node), within `timeout_ms`. `what` names it in messages. Throws
+/// std::invalid_argument for bad ranks or ports, std::runtime_error on a timeout or refusal.
+std::unique_ptr<HostChannel> make_host_channel(const std::string& addr, int port, int node_rank,
+                                               int nnodes, int64_t timeout_ms,
+                                               const std::string& what);
 
 /// A new NCCL unique id (128 bytes) for a multi-node start. Throws std::invalid_argument when
 /// this build has no NCCL, std::runtime_error when NCCL fails.
@@ -56,13 +84,16 @@ std::vector<uint8_t> make_nccl_unique_id();
 
 /// world_size (>= 1, all nodes together) ranks for `device` (--device spelling), of which
 /// this process runs world_size / placement.nnodes. CPU (cpu, or auto without a GPU): rank
-/// threads, one node only. CUDA ("cuda" or auto with a GPU; world size 1 on one node runs on
-/// the caller as the CPU's does): local rank r on GPU r, NCCL between all ranks; the ranks'
-/// NCCL start-up blocks until every rank of every node has joined. World size 1 starts no
-/// thread and leaves OpenMP as it is. Throws std::invalid_argument for world_size < 1, a
-/// world_size nnodes does not divide, "cuda:N" with more than one rank (rank r takes GPU r:
-/// give "cuda"), fewer GPUs than local ranks, a build without NCCL, a multi-node placement on
-/// the CPU or without a 128-byte id; std::runtime_error when CUDA or NCCL fails at start-up.
+/// threads on one node; several nodes: one rank per node over TCP (blocks until every node
+/// has connected, kMultiNodeConnectTimeoutMs). CUDA ("cuda" or auto with a GPU; world size 1
+/// on one node runs on the caller as the CPU's does): local rank r on GPU r, NCCL between all
+/// ranks; the ranks' NCCL start-up blocks until every rank of every node has joined. World
+/// size 1 starts no thread and leaves OpenMP as it is. Throws std::invalid_argument for
+/// world_size < 1, a world_size nnodes does not divide, "cuda:N" with more than one rank
+/// (rank r takes GPU r: give "cuda"), fewer GPUs than local ranks, a build without NCCL, a
+/// multi-node placement on the CPU with world_size != nnodes or no cpu_collective_port, a
+/// CUDA one without a 128-byte id; std::runtime_error when the CPU's nodes cannot connect
+/// (timeout, refusal) or when CUDA or NCCL fails at start-up.
 std::unique_ptr<RankGroup> make_rank_group(const std::string& device, int world_size,
                                            const RankPlacement& placement = {});
 

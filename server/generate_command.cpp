@@ -78,6 +78,11 @@ int run_generate(int argc, const char* const* argv) {
     server::set_rendezvous_exchange(args.multinode);
     args.cache = cfg.cache;
     args.scheduler = cfg.scheduler;
+    if (args.multinode.nnodes > 1 && args.multinode.node_rank > 0) {
+      // Nodes 1..: node 0's steps until it has generated (its prompts are not read here).
+      Engine::run_follower(args);
+      return;
+    }
     std::vector<std::vector<int32_t>> prompt_ids;
     if (!cfg.prompt_ids.empty()) prompt_ids.push_back(parse_ids(cfg.prompt_ids));
     const std::vector<std::string> texts =

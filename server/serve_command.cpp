@@ -106,8 +106,19 @@ class SignalWaiter {
   std::thread thread_;
 };
 
+/// Nodes 1.. of a multi-node run: no HTTP server, no scheduler; the steps node 0 sends, until
+/// it shuts down (exit 0) or is lost (an error, exit 1).
+void follow(ServeConfig& cfg) {
+  signal(SIGPIPE, SIG_IGN);
+  server::set_rendezvous_exchange(cfg.engine.multinode);
+  spdlog::info("octet serve: node {} of {}: following node 0 at {}", cfg.engine.multinode.node_rank,
+               cfg.engine.multinode.nnodes, cfg.engine.multinode.master_addr);
+  Engine::run_follower(cfg.engine);
+}
+
 void serve(ServeConfig& cfg) {
   server::configure_logging(cfg.log_format, cfg.log_level);  // validated: cannot throw here
+  if (cfg.engine.multinode.nnodes > 1 && cfg.engine.multinode.node_rank > 0) return follow(cfg);
   // Block the shutdown signals before any thread exists, so that every thread (I/O, engine,
   // OpenMP) inherits the mask and only the SignalWaiter receives them.
   sigset_t set;
@@ -184,8 +195,18 @@ void serve(ServeConfig& cfg) {
                http->port());
 
   {
+    // Multi-node: a lost node stops the engine (its requests fail with 5xx), and the server
+    // exits 1 rather than answer 503 forever (docs/cuda.md "Multi-node").
+    const bool multinode = cfg.engine.multinode.nnodes > 1;
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return stop_requested; });
+    while (!cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_requested; })) {
+      if (multinode && !engine->stats().alive) {
+        lock.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the errors go out
+        throw std::runtime_error("the engine stopped (a node was lost, see the error above); "
+                                 "exiting");
+      }
+    }
   }
   // Drain: the engine finishes what it has; the HTTP side finishes writing those responses.
   engine->stop_accepting();

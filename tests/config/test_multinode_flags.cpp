@@ -1,7 +1,8 @@
 // --nnodes, --node-rank, --master-addr, --master-port (config/multinode_config.h): declared once,
 // visited by serve (EngineArgs), generate, perplexity and both benches right after
 // --tensor-parallel-size, validated with one clear error per flag; a well-formed --nnodes > 1
-// is refused (no cross-node step broadcast yet).
+// is accepted by serve and generate (the CPU: one rank per node) and refused by the commands
+// that run on one node only (perplexity, the benches).
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -81,31 +82,39 @@ TEST_CASE("multi-node flags: defaults are one node, node 0, 127.0.0.1:29501", "[
   CHECK(error_of(m, "auto", 3) == "(accepted)");  // one node: CPU thread ranks as before
 }
 
-// The refusal of every well-formed --nnodes > 1 (config/multinode_config.h), written out.
+// The refusal of --nnodes > 1 by a one-node command (config/multinode_config.h), written out.
 const char* const kRefusal2 =
-    "--nnodes 2: multi-node is not supported yet (the engine has no per-step broadcast of the "
-    "scheduled batch to the ranks on other nodes, which would wait forever); single-node "
-    "tensor parallelism over NCCL works: --nnodes 1 --device cuda --tensor-parallel-size N";
+    "--nnodes 2: this command runs on one node; multi-node tensor parallelism runs `octet "
+    "serve` and `octet generate` (every node with the same flags and its --node-rank)";
 
-TEST_CASE("multi-node flags: a well-formed multi-node start is refused on every device",
-          "[config]") {
+TEST_CASE("multi-node flags: a well-formed multi-node start is accepted, the CPU runs one "
+          "rank per node", "[config]") {
   MultiNodeConfig m;
   m.nnodes = 2;
   m.node_rank = 1;
   m.master_addr = "node0.cluster";
-  m.master_port = 65535;
-  CHECK(error_of(m, "cuda", 8) == kRefusal2);
-  CHECK(error_of(m, "cuda:3", 2) == kRefusal2);
-  CHECK(error_of(m, "cpu", 2) == kRefusal2);
-  CHECK(error_of(m, "auto", 2) == kRefusal2);
+  m.master_port = 65533;  // node 0 listens on 65533, 65534 and 65535
+  CHECK(error_of(m, "cuda", 8) == "(accepted)");
+  CHECK(error_of(m, "cpu", 2) == "(accepted)");
+  CHECK(error_of(m, "auto", 2) == "(accepted)");  // resolved (and checked) by the rank group
   CHECK(m.ranks_per_node(8) == 4);
-  m.nnodes = 3;
-  m.node_rank = 0;
-  CHECK_THAT(error_of(m, "cuda", 3), Catch::StartsWith("--nnodes 3: multi-node is not supported"));
-  // One node stays accepted, with tensor parallelism on any device.
+  CHECK(m.step_port() == 65534);
+  CHECK(m.cpu_collective_port() == 65535);
+  CHECK(error_of(m, "cpu", 4) == "--device cpu with --nnodes 2 runs one rank per node: "
+                                 "--tensor-parallel-size must be 2, got 4");
+  m.master_port = 65534;
+  CHECK(error_of(m, "cuda", 2) == "--master-port must be in [1, 65533] with --nnodes > 1 (node "
+                                  "0 also listens on master_port + 1 and + 2), got 65534");
   m = MultiNodeConfig{};
+  m.master_port = 65535;  // one node: no other port is used
   CHECK(error_of(m, "cuda", 8) == "(accepted)");
   CHECK(error_of(m, "cpu", 4) == "(accepted)");
+  m.nnodes = 3;
+  CHECK(m.ranks_per_node(6) == 2);
+  CHECK_THROWS_WITH(m.require_one_node(),
+                    Catch::StartsWith("--nnodes 3: this command runs on one node"));
+  m.nnodes = 1;
+  CHECK_NOTHROW(m.require_one_node());
 }
 
 TEST_CASE("multi-node flags: each bad value is one error naming its flag", "[config]") {
@@ -145,17 +154,19 @@ TEST_CASE("multi-node flags: each bad value is one error naming its flag", "[con
         "number of ranks)");
 }
 
-TEST_CASE("multi-node flags: every command's validate() refuses nnodes > 1", "[config]") {
+TEST_CASE("multi-node flags: serve and generate accept nnodes > 1, the one-node commands "
+          "refuse it", "[config]") {
   EngineArgs serve;
   serve.model = "m.gguf";
   serve.tensor_parallel_size = 2;
   serve.multinode.nnodes = 2;
   serve.device = "cpu";
-  CHECK_THROWS_WITH(serve.validate(), kRefusal2);
-  serve.device = "cuda";
-  CHECK_THROWS_WITH(serve.validate(), kRefusal2);
-  serve.multinode.nnodes = 1;
   CHECK_NOTHROW(serve.validate());
+  serve.device = "cuda";
+  CHECK_NOTHROW(serve.validate());
+  serve.device = "cpu";
+  serve.tensor_parallel_size = 4;
+  CHECK_THROWS_WITH(serve.validate(), Catch::Contains("--tensor-parallel-size must be 2, got 4"));
 
   GenerateConfig g;
   g.model = "m.gguf";
@@ -166,7 +177,7 @@ TEST_CASE("multi-node flags: every command's validate() refuses nnodes > 1", "[c
   g.multinode.nnodes = 2;
   g.tensor_parallel_size = 2;
   g.device = "cuda";
-  CHECK_THROWS_WITH(g.validate(), kRefusal2);
+  CHECK_NOTHROW(g.validate());
 
   PerplexityConfig p;
   p.model = "m.gguf";
@@ -179,6 +190,10 @@ TEST_CASE("multi-node flags: every command's validate() refuses nnodes > 1", "[c
   bl.model = "m.gguf";
   bl.multinode.node_rank = 3;
   CHECK_THROWS_WITH(bl.validate(), "--node-rank must be in [0, --nnodes 1), got 3");
+  bl.multinode.node_rank = 0;
+  bl.multinode.nnodes = 2;
+  bl.tensor_parallel_size = 2;
+  CHECK_THROWS_WITH(bl.validate(), kRefusal2);
 
   BenchEngineConfig be;
   be.model = "m.gguf";

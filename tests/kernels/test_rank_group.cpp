@@ -34,7 +34,9 @@ TEST_CASE("make_rank_group refuses bad sizes, devices and placements") {
   RankPlacement two_nodes;
   two_nodes.nnodes = 2;
   two_nodes.node_rank = 1;
-  CHECK_THAT(refusal("cpu", 4, two_nodes), Catch::Contains("multi-node needs --device cuda"));
+  // The CPU runs one rank per node across nodes (TCP collectives).
+  CHECK_THAT(refusal("cpu", 4, two_nodes),
+             Catch::Contains("--tensor-parallel-size must equal --nnodes 2, got 4"));
   CHECK_THAT(refusal("cuda", 3, two_nodes), Catch::Contains("a multiple of the node count"));
   RankPlacement bad_node;
   bad_node.nnodes = 2;

@@ -1,9 +1,9 @@
 // The multi-node flags on the real `octet` binary: serve, generate, perplexity and both benches
 // accept --nnodes, --node-rank, --master-addr and --master-port (and their config-file keys),
-// and a bad combination is a one-line usage error with exit code 2 before any model loads. A
-// well-formed --nnodes > 1 is refused the same way, before the rendezvous (which would listen
-// on --master-port for 300 s) and before the model opens: the engine has no cross-node
-// broadcast of each step yet, so the other nodes would wait forever.
+// and a bad combination is a one-line usage error with exit code 2 before any model loads.
+// serve and generate run multi-node (tests/server/test_multinode_serve.cpp); perplexity and
+// the benches run on one node and refuse --nnodes > 1 the same way; the CPU runs one rank per
+// node; a node other than 0 fails on a missing model at once instead of waiting for node 0.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -39,24 +39,21 @@ const std::string kModel = "/nonexistent/model.gguf";
 
 }  // namespace
 
-// The one-line refusal of --nnodes N > 1 (config/multinode_config.h), written out.
+// The one-line refusal of --nnodes N > 1 by a one-node command (config/multinode_config.h).
 std::string refusal(const std::string& command, int nnodes) {
   return command + ": --nnodes " + std::to_string(nnodes) +
-         ": multi-node is not supported yet (the engine has no per-step broadcast of the "
-         "scheduled batch to the ranks on other nodes, which would wait forever); single-node "
-         "tensor parallelism over NCCL works: --nnodes 1 --device cuda --tensor-parallel-size N\n";
+         ": this command runs on one node; multi-node tensor parallelism runs `octet serve` "
+         "and `octet generate` (every node with the same flags and its --node-rank)\n";
 }
 
-TEST_CASE("multi-node CLI: nnodes > 1 is a start-up usage error on every command and device",
+TEST_CASE("multi-node CLI: perplexity and the benches refuse nnodes > 1 on every device",
           "[cli]") {
   const std::string flags = " --model " + kModel + " --nnodes 2 --tensor-parallel-size 2";
   struct Case {
     std::string command, extra, name;
   };
   for (const std::string device : {"", " --device cpu", " --device cuda", " --device cuda:0"})
-    for (const Case& c : {Case{"serve", "", "octet serve"},
-                          Case{"generate", " --prompt hi", "octet generate"},
-                          Case{"perplexity", " --text /dev/null", "octet perplexity"},
+    for (const Case& c : {Case{"perplexity", " --text /dev/null", "octet perplexity"},
                           Case{"bench latency", "", "octet bench latency"},
                           Case{"bench engine", "", "octet bench engine"}}) {
       INFO(c.command << device);
@@ -66,16 +63,33 @@ TEST_CASE("multi-node CLI: nnodes > 1 is a start-up usage error on every command
     }
 }
 
-TEST_CASE("multi-node CLI: node 1 fails at once instead of waiting for node 0", "[cli]") {
-  // No node 0 listens on this port: before the refusal, node 1 retried here for 300 s.
-  const auto t0 = std::chrono::steady_clock::now();
-  const RunResult r = run("generate --model " + kModel + " --prompt hi --device cuda --nnodes 2 "
-                          "--node-rank 1 --tensor-parallel-size 2 --master-port 1");
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  CHECK(r.exit_code == 2);
-  CHECK(r.output == refusal("octet generate", 2));
-  CHECK(seconds < 60.0);  // not a speed goal: a hang guard far below the 300 s rendezvous wait
+TEST_CASE("multi-node CLI: the CPU runs one rank per node", "[cli]") {
+  for (const std::string command : {"serve", "generate --prompt hi"}) {
+    INFO(command);
+    const RunResult r = run(command + " --model " + kModel + " --device cpu --nnodes 2 "
+                            "--tensor-parallel-size 4");
+    CHECK(r.exit_code == 2);
+    CHECK(r.output == "octet " + command.substr(0, command.find(' ')) +
+                          ": --device cpu with --nnodes 2 runs one rank per node: "
+                          "--tensor-parallel-size must be 2, got 4\n");
+  }
+}
+
+TEST_CASE("multi-node CLI: node 1 fails on a missing model at once instead of waiting for "
+          "node 0", "[cli]") {
+  // No node 0 listens on this port: node 1 would wait for it for 300 s.
+  for (const std::string command : {"generate --prompt hi", "serve"}) {
+    INFO(command);
+    const auto t0 = std::chrono::steady_clock::now();
+    const RunResult r = run(command + " --model " + kModel + " --device cpu --nnodes 2 "
+                            "--node-rank 1 --tensor-parallel-size 2 --master-port 1");
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find("/nonexistent/model.gguf: no such file or directory") !=
+          std::string::npos);
+    CHECK(seconds < 60.0);  // not a speed goal: a hang guard far below the 300 s wait
+  }
 }
 
 TEST_CASE("multi-node CLI: each flag's range error names the flag", "[cli]") {
@@ -101,9 +115,12 @@ TEST_CASE("multi-node CLI: serve reads the keys from a config file too", "[cli]"
     f << "model: " << kModel << "\nnnodes: 3\ntensor_parallel_size: 3\nnode_rank: 2\n"
       << "master_addr: 10.1.2.3\nmaster_port: 1234\n";
   }
+  // Node 2 of 3 follows node 0: it fails on the model before connecting.
   const RunResult r = run("serve --config " + path);
-  CHECK(r.exit_code == 2);
-  CHECK(r.output == refusal("octet serve", 3));
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("/nonexistent/model.gguf: no such file or directory") !=
+        std::string::npos);
+  CHECK(r.output.find("node 2 of 3") != std::string::npos);
   // The keys are read: node_rank 2 of nnodes 2 is a range error naming --node-rank.
   const RunResult r2 = run("serve --config " + path + " --device cuda --nnodes 2 "
                            "--tensor-parallel-size 2");
