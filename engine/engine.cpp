@@ -2,11 +2,7 @@
 #include "engine/engine.h"
 
 #include <filesystem>
-#include <functional>
 #include <future>
-#include <iomanip>
-#include <sstream>
-#include <type_traits>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -20,6 +16,7 @@
 #include "engine/kv_saturation.h"
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
+#include "engine/node_agreement.h"
 #include "engine/output_processor.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -78,72 +75,6 @@ struct Engine::Impl {
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
-namespace {
-
-/// The engine flags every node must share, one "name=value" line each (paths and per-machine
-/// settings excepted: model, tokenizer, kv_scales_path, node_rank, threads).
-std::string shared_flags_text(const EngineArgs& args) {
-  EngineArgs copy = args;
-  std::string text;
-  EngineArgs::visit(copy, [&](auto& field, const char* name, const char*) {
-    using T = std::decay_t<decltype(field)>;
-    const std::string n = name;
-    if (n == "model" || n == "tokenizer" || n == "kv_scales_path" || n == "node_rank" ||
-        n == "threads")
-      return;
-    std::ostringstream os;
-    if constexpr (std::is_same_v<T, std::string>) {
-      os << field;
-    } else if constexpr (std::is_arithmetic_v<T>) {
-      os << std::setprecision(17) << field;
-    } else if constexpr (std::is_same_v<T, std::vector<std::string>> ||
-                         std::is_same_v<T, std::vector<int64_t>>) {
-      for (const auto& e : field) os << e << ",";
-    } else {
-      os << "?";
-    }
-    text += n + "=" + os.str() + "\n";
-  });
-  return text;
-}
-
-/// Node 0 sends `text`; every other node checks it against its own with `check` (an error
-/// message, or empty when it agrees) and the verdicts go to all nodes, so that a mismatch
-/// fails every node at once (std::invalid_argument naming the node) instead of leaving the
-/// others waiting for it.
-void agree_with_node0(HostChannel& ch, std::string text,
-                      const std::function<std::string(const std::string&)>& check) {
-  std::vector<uint8_t> bytes(text.begin(), text.end());
-  ch.broadcast_bytes(bytes, 0);
-  const std::string node0(bytes.begin(), bytes.end());
-  std::string first_error;
-  for (int r = 1; r < ch.world_size(); ++r) {
-    std::string verdict = ch.rank() == r ? check(node0) : "";
-    std::vector<uint8_t> v(verdict.begin(), verdict.end());
-    ch.broadcast_bytes(v, r);
-    if (!v.empty() && first_error.empty())
-      first_error = "node " + std::to_string(r) + ": " + std::string(v.begin(), v.end());
-  }
-  if (!first_error.empty()) throw std::invalid_argument(first_error);
-}
-
-/// The first line of `mine` that differs from `node0`'s, as an error; empty when equal.
-std::string compare_lines(const std::string& mine, const std::string& node0,
-                          const std::string& what) {
-  std::istringstream a(mine), b(node0);
-  std::string la, lb;
-  while (true) {
-    const bool ga = static_cast<bool>(std::getline(a, la)),
-               gb = static_cast<bool>(std::getline(b, lb));
-    if (!ga && !gb) return "";
-    if (!ga || !gb || la != lb)
-      return what + " differ from node 0's: " + (ga ? la : "(none)") + " here, " +
-             (gb ? lb : "(none)") + " on node 0 (start every node with the same model and "
-             "flags)";
-  }
-}
-
-}  // namespace
 
 std::unique_ptr<Engine> Engine::create(const EngineArgs& args) {
   args.validate();
@@ -199,9 +130,9 @@ void Engine::Impl::start() {
     steps = make_host_channel(mn.master_addr, static_cast<int>(mn.step_port()),
                               static_cast<int>(mn.node_rank), static_cast<int>(mn.nnodes),
                               kMultiNodeConnectTimeoutMs, "step broadcast");
-    const std::string flags = shared_flags_text(args);
+    const std::string flags = shared_engine_flags(args);
     agree_with_node0(*steps, flags, [&](const std::string& node0) {
-      return compare_lines(flags, node0, "the flags");
+      return first_difference(flags, node0, "the flags");
     });
     load_options.placement.master_addr = mn.master_addr;
     load_options.placement.cpu_collective_port = static_cast<int>(mn.cpu_collective_port());
@@ -231,7 +162,7 @@ void Engine::Impl::start() {
     agree_with_node0(*steps, kv + "blocks=" + std::to_string(blocks) + "\n",
                      [&](const std::string& node0) {
       const std::string e =
-          compare_lines(kv, node0.substr(0, kv.size()), "the KV cache settings");
+          first_difference(kv, node0.substr(0, kv.size()), "the KV cache settings");
       if (!e.empty()) return e;
       const int64_t theirs = std::stoll(node0.substr(node0.find("blocks=") + 7));
       if (blocks < theirs)
