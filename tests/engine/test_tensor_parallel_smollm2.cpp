@@ -13,10 +13,9 @@
 #include <fstream>
 #include <string>
 
-#include <sys/wait.h>
-
 #include <nlohmann/json.hpp>
 
+#include "cli_run.h"
 #include "engine/engine.h"
 #include "test_model_paths.h"
 #include "engine/model_loader.h"
@@ -186,17 +185,11 @@ TEST_CASE("tp smollm2: size 2 fails at start-up naming the head counts", "[tp][h
                     Catch::Contains("tensor_parallel_size 2 does not divide "
                                     "num_attention_heads 9 (num_key_value_heads 3)"));
   // The CLI: a clear message and a failing exit status.
-  const std::string cmd = std::string(OCTET_BINARY) + " generate --model " + smollm2() +
-                          " --prompt hi --max-tokens 1 --tensor-parallel-size 2 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  REQUIRE(f);
-  std::string out;
-  char buf[4096];
-  while (size_t k = fread(buf, 1, sizeof buf, f)) out.append(buf, k);
-  const int status = pclose(f);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) != 0);
-  CHECK_THAT(out, Catch::Contains("num_attention_heads 9 (num_key_value_heads 3)"));
+  const testing::RunResult r = testing::run_octet(
+      "generate --model " + smollm2() + " --prompt hi --max-tokens 1 --tensor-parallel-size 2");
+  CHECK(r.exit_code != -1);  // exited, not killed
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.output, Catch::Contains("num_attention_heads 9 (num_key_value_heads 3)"));
 }
 
 }  // namespace octet
