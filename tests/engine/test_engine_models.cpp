@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine_test_support.h"
 #include "gguf_writer.h"
 #include "tiny_models.h"
 
@@ -120,12 +121,8 @@ std::string scaled_tiny_llama(const testing::TempDir& dir, float factor) {
 }
 
 EngineArgs tiny_args(const std::string& model, const std::string& dtype) {
-  EngineArgs a;
-  a.model = model;
-  a.cache.kv_cache_dtype = dtype;
-  a.cache.num_kv_blocks = 64;
-  a.scheduler.max_model_len = 256;
-  return a;
+  return testing::engine_args(model,
+                              {.kv_cache_dtype = dtype, .num_kv_blocks = 64, .max_model_len = 256});
 }
 
 }  // namespace

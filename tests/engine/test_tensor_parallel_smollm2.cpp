@@ -17,6 +17,7 @@
 
 #include "cli_run.h"
 #include "engine/engine.h"
+#include "engine_test_support.h"
 #include "test_model_paths.h"
 #include "engine/model_loader.h"
 #include "engine/sequence_forward.h"
@@ -32,34 +33,18 @@ namespace {
 // logits of O(30) (measured 3.5e-5). Tolerance 1e-2.
 constexpr float kFp32LogitTolerance = 1e-2f;
 
+using testing::collect;
+using testing::Result;
 using testing::smollm2;
-
-struct Result {
-  std::vector<int32_t> token_ids;
-  std::vector<TokenLogprobs> logprobs;
-};
-
-Result collect(RequestStream& s) {
-  Result r;
-  while (auto o = s.next()) {
-    REQUIRE(o->error.empty());
-    r.token_ids.insert(r.token_ids.end(), o->token_ids.begin(), o->token_ids.end());
-    r.logprobs.insert(r.logprobs.end(), o->logprobs.begin(), o->logprobs.end());
-  }
-  return r;
-}
 
 EngineArgs args(int64_t tp, const std::string& kv_dtype,
                 const std::string& quantization = "auto") {
-  EngineArgs a;
-  a.model = smollm2();
-  a.quantization = quantization;
-  a.tensor_parallel_size = tp;
-  a.cache.kv_cache_dtype = kv_dtype;
-  a.cache.calculate_kv_scales = true;
-  a.cache.kv_cache_memory_bytes = 32 << 20;
-  a.scheduler.max_model_len = 256;
-  return a;
+  return testing::engine_args(smollm2(), {.quantization = quantization,
+                                          .tensor_parallel_size = tp,
+                                          .kv_cache_dtype = kv_dtype,
+                                          .calculate_kv_scales = true,
+                                          .kv_cache_memory_bytes = 32 << 20,
+                                          .max_model_len = 256});
 }
 
 SamplingParams greedy32(int64_t max_tokens = 32) {
