@@ -1,8 +1,9 @@
 #pragma once
 // Test helper: driving the Engine on a test model. engine_args() fills the EngineArgs fields
 // the engine tests vary (each left out keeps EngineArgs' default); collect() and
-// collect_outcome() gather a request's stream; random_prompt() and stories_model() are the
-// stories260K prompts and the shared loaded model of several tests.
+// collect_outcome() gather a request's stream, require_same_logprobs() compares two bit for
+// bit; greedy_params(), random_prompt() and stories_model() are the sampling, the stories260K
+// prompts and the shared loaded model of several tests.
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -79,6 +80,28 @@ inline Result collect(RequestStream& s) { return read_stream(s, /*require_no_err
 /// Reads `s` to its end whatever the request's outcome (a failed request: error set).
 inline Result collect_outcome(RequestStream& s) {
   return read_stream(s, /*require_no_error=*/false);
+}
+
+/// REQUIREs the same token ids and as many logprob entries, then CHECKs each token's logprob
+/// (bitwise: the same float, not approximately) and its top entries.
+inline void require_same_logprobs(const Result& a, const Result& b) {
+  REQUIRE(a.token_ids == b.token_ids);
+  REQUIRE(a.logprobs.size() == b.logprobs.size());
+  for (size_t i = 0; i < a.logprobs.size(); ++i) {
+    INFO("token " << i);
+    CHECK(a.logprobs[i].logprob == b.logprobs[i].logprob);
+    CHECK(a.logprobs[i].top == b.logprobs[i].top);
+  }
+}
+
+/// Greedy sampling of max_tokens tokens past EOS, with `logprobs` top entries (-1: none).
+inline SamplingParams greedy_params(int64_t max_tokens, int64_t logprobs) {
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  p.logprobs = logprobs;
+  return p;
 }
 
 /// n token ids in [3, 503) from a fixed seed (stories260K's vocabulary is 512).

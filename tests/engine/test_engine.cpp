@@ -23,14 +23,10 @@ using testing::collect;
 using testing::Result;
 
 void require_identical(const Result& a, const Result& b) {
-  REQUIRE(a.token_ids == b.token_ids);
-  REQUIRE(a.logprobs.size() == b.logprobs.size());
+  testing::require_same_logprobs(a, b);  // bitwise: the same float, not approximately
   for (size_t i = 0; i < a.logprobs.size(); ++i) {
     INFO("token " << i);
-    // Bitwise: the same float, not approximately.
-    CHECK(a.logprobs[i].logprob == b.logprobs[i].logprob);
     CHECK(a.logprobs[i].rank == b.logprobs[i].rank);
-    CHECK(a.logprobs[i].top == b.logprobs[i].top);
   }
   CHECK(a.text == b.text);
 }

@@ -25,12 +25,7 @@ using testing::stories;
 void require_same(const Result& a, const Result& b) {
   REQUIRE(a.error.empty());
   REQUIRE(b.error.empty());
-  REQUIRE(a.token_ids == b.token_ids);
-  REQUIRE(a.logprobs.size() == b.logprobs.size());
-  for (size_t i = 0; i < a.logprobs.size(); ++i) {
-    CHECK(a.logprobs[i].logprob == b.logprobs[i].logprob);  // bitwise
-    CHECK(a.logprobs[i].top == b.logprobs[i].top);
-  }
+  testing::require_same_logprobs(a, b);
   CHECK(a.text == b.text);
   CHECK(a.finish_reason == b.finish_reason);
 }

@@ -65,12 +65,7 @@ TEST_CASE("per-token-head KV: a request is bit-identical alone and in a batch of
   for (int target : {2, 5, 9}) {
     INFO("request " << target);
     const Result &x = solo[k++], &y = batch[target];
-    REQUIRE(x.token_ids == y.token_ids);
-    REQUIRE(x.logprobs.size() == y.logprobs.size());
-    for (size_t i = 0; i < x.logprobs.size(); ++i) {
-      CHECK(x.logprobs[i].logprob == y.logprobs[i].logprob);  // bitwise
-      CHECK(x.logprobs[i].top == y.logprobs[i].top);
-    }
+    testing::require_same_logprobs(x, y);
   }
   for (int i = 0; i < 16; ++i) CHECK(batch[i].token_ids.size() == 12u + i % 5);
 }

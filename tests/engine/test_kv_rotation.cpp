@@ -36,14 +36,7 @@ using testing::Result;
 using testing::stories;
 using testing::stories_model;
 
-SamplingParams greedy_params(int64_t n) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  p.logprobs = 3;
-  return p;
-}
+SamplingParams greedy_params(int64_t n) { return testing::greedy_params(n, /*logprobs=*/3); }
 
 EngineArgs stories_args(const std::string& dtype, const std::string& rotation) {
   return testing::engine_args(
@@ -190,12 +183,7 @@ TEST_CASE("kv rotation: fp8_e4m3 with rotation is bit-identical alone and in a b
   for (int target : {1, 6, 10}) {
     INFO("request " << target);
     const Result &x = solo[k++], &y = batch[target];
-    REQUIRE(x.token_ids == y.token_ids);
-    REQUIRE(x.logprobs.size() == y.logprobs.size());
-    for (size_t i = 0; i < x.logprobs.size(); ++i) {
-      CHECK(x.logprobs[i].logprob == y.logprobs[i].logprob);  // bitwise
-      CHECK(x.logprobs[i].top == y.logprobs[i].top);
-    }
+    testing::require_same_logprobs(x, y);
   }
 }
 

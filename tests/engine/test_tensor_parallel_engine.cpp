@@ -42,17 +42,8 @@ std::vector<int32_t> golden_ids() {
 }
 
 using testing::collect;
+using testing::require_same_logprobs;
 using testing::Result;
-
-void require_identical(const Result& a, const Result& b) {
-  REQUIRE(a.token_ids == b.token_ids);
-  REQUIRE(a.logprobs.size() == b.logprobs.size());
-  for (size_t i = 0; i < a.logprobs.size(); ++i) {
-    INFO("token " << i);
-    CHECK(a.logprobs[i].logprob == b.logprobs[i].logprob);  // bitwise
-    CHECK(a.logprobs[i].top == b.logprobs[i].top);
-  }
-}
 
 EngineArgs args(int64_t tp, const std::string& quantization = "auto",
                 const std::string& kv_dtype = "bf16") {
@@ -65,11 +56,7 @@ EngineArgs args(int64_t tp, const std::string& quantization = "auto",
 }
 
 Result greedy(Engine& e, const std::vector<int32_t>& prompt, int64_t n) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return collect(*e.add_request("g", prompt, p));
+  return collect(*e.add_request("g", prompt, testing::greedy_params(n, /*logprobs=*/-1)));
 }
 
 }  // namespace
@@ -149,8 +136,8 @@ TEST_CASE("tp: a request is bit-identical alone and in a batch at each TP size, 
         streams.push_back(e->add_request("b" + std::to_string(i), prompts[i], params(i)));
       std::vector<Result> batch;
       for (auto& s : streams) batch.push_back(collect(*s));
-      require_identical(solo2, batch[2]);
-      require_identical(solo5, batch[5]);
+      require_same_logprobs(solo2, batch[2]);  // bitwise
+      require_same_logprobs(solo5, batch[5]);
     }
   }
 }

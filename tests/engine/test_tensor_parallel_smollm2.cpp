@@ -48,12 +48,7 @@ EngineArgs args(int64_t tp, const std::string& kv_dtype,
 }
 
 SamplingParams greedy32(int64_t max_tokens = 32) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  p.logprobs = 2;
-  return p;
+  return testing::greedy_params(max_tokens, /*logprobs=*/2);
 }
 
 std::vector<Result> run_all(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
@@ -119,12 +114,7 @@ TEST_CASE("tp smollm2: at size 3 a request is bit-identical alone and in a batch
     const std::vector<std::vector<int32_t>> ps = prompts(*e3);
     const Result solo = collect(*e3->add_request("solo", ps[2], greedy32(12)));
     const std::vector<Result> batch = run_all(*e3, ps, 12);
-    REQUIRE(solo.token_ids == batch[2].token_ids);
-    REQUIRE(solo.logprobs.size() == batch[2].logprobs.size());
-    for (size_t i = 0; i < solo.logprobs.size(); ++i) {
-      CHECK(solo.logprobs[i].logprob == batch[2].logprobs[i].logprob);  // bitwise
-      CHECK(solo.logprobs[i].top == batch[2].logprobs[i].top);
-    }
+    testing::require_same_logprobs(solo, batch[2]);
   }
 }
 
