@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "engine_test_support.h"
 #include "test_model_paths.h"
 #include "gguf_writer.h"
 
@@ -18,34 +19,14 @@ namespace {
 
 using testing::smollm2;
 
-struct Result {
-  std::vector<int32_t> token_ids;
-  std::vector<TokenLogprobs> logprobs;
-  std::string text;
-  std::string finish_reason;
-};
-
-Result collect(RequestStream& s) {
-  Result r;
-  while (auto o = s.next()) {
-    REQUIRE(o->error.empty());
-    r.token_ids.insert(r.token_ids.end(), o->token_ids.begin(), o->token_ids.end());
-    r.logprobs.insert(r.logprobs.end(), o->logprobs.begin(), o->logprobs.end());
-    r.text += o->text;
-    if (o->finished) r.finish_reason = o->finish_reason;
-  }
-  return r;
-}
+using testing::collect;
+using testing::Result;
 
 void require_identical(const Result& a, const Result& b) {
-  REQUIRE(a.token_ids == b.token_ids);
-  REQUIRE(a.logprobs.size() == b.logprobs.size());
+  testing::require_same_logprobs(a, b);  // bitwise: the same float, not approximately
   for (size_t i = 0; i < a.logprobs.size(); ++i) {
     INFO("token " << i);
-    // Bitwise: the same float, not approximately.
-    CHECK(a.logprobs[i].logprob == b.logprobs[i].logprob);
     CHECK(a.logprobs[i].rank == b.logprobs[i].rank);
-    CHECK(a.logprobs[i].top == b.logprobs[i].top);
   }
   CHECK(a.text == b.text);
 }
@@ -78,13 +59,10 @@ SamplingParams params_for(int i) {
 }
 
 EngineArgs args_for(const std::string& dtype) {
-  EngineArgs a;
-  a.model = smollm2();
-  a.cache.kv_cache_dtype = dtype;
-  a.cache.calculate_kv_scales = true;
-  a.cache.kv_cache_memory_bytes = 64 << 20;
-  a.scheduler.max_model_len = 1024;
-  return a;
+  return testing::engine_args(smollm2(), {.kv_cache_dtype = dtype,
+                                          .calculate_kv_scales = true,
+                                          .kv_cache_memory_bytes = 64 << 20,
+                                          .max_model_len = 1024});
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine_test_support.h"
 #include "test_model_paths.h"
 
 namespace octet {
@@ -21,13 +22,9 @@ namespace {
 using testing::stories;
 
 std::unique_ptr<Engine> one_seq_engine() {
-  EngineArgs a;
-  a.model = stories();
-  a.quantization = "none";
-  a.scheduler.max_model_len = 512;
+  EngineArgs a = testing::engine_args(
+      stories(), {.quantization = "none", .num_kv_blocks = 64, .max_model_len = 512});
   a.scheduler.max_num_seqs = 1;  // everything but one request waits
-  a.cache.kv_cache_memory_bytes = 0;
-  a.cache.num_kv_blocks = 64;
   return Engine::create(a);
 }
 

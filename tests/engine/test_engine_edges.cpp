@@ -12,48 +12,21 @@
 #include <thread>
 
 #include "engine/engine.h"
+#include "engine_test_support.h"
 #include "test_model_paths.h"
 
 namespace octet {
 namespace {
 
+using testing::collect_outcome;
+using testing::random_prompt;
+using testing::Result;
 using testing::stories;
-
-struct Result {
-  std::vector<int32_t> token_ids;
-  std::vector<TokenLogprobs> logprobs, prompt_logprobs;
-  std::string text, finish_reason, error;
-};
-
-Result collect(RequestStream& s) {
-  Result r;
-  while (auto o = s.next()) {
-    r.token_ids.insert(r.token_ids.end(), o->token_ids.begin(), o->token_ids.end());
-    r.logprobs.insert(r.logprobs.end(), o->logprobs.begin(), o->logprobs.end());
-    r.prompt_logprobs.insert(r.prompt_logprobs.end(), o->prompt_logprobs.begin(),
-                             o->prompt_logprobs.end());
-    r.text += o->text;
-    if (o->finished) r.finish_reason = o->finish_reason, r.error = o->error;
-  }
-  return r;
-}
 
 // Unquantized stories260K, max_model_len 256, 64 blocks of 16.
 EngineArgs base_args() {
-  EngineArgs a;
-  a.model = stories();
-  a.quantization = "none";
-  a.scheduler.max_model_len = 256;
-  a.cache.kv_cache_memory_bytes = 0;
-  a.cache.num_kv_blocks = 64;
-  return a;
-}
-
-std::vector<int32_t> random_prompt(int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (int32_t& t : p) t = static_cast<int32_t>(3 + rng() % 500);
-  return p;
+  return testing::engine_args(stories(),
+                              {.quantization = "none", .num_kv_blocks = 64, .max_model_len = 256});
 }
 
 }  // namespace
@@ -66,14 +39,15 @@ TEST_CASE("engine edges: prompt_logprobs of a one-token prompt has its one entry
   for (int64_t max_tokens : {0, 1}) {
     INFO("max_tokens " << max_tokens);
     p.max_tokens = max_tokens;
-    const Result r = collect(*engine->add_request("one" + std::to_string(max_tokens), {1}, p));
+    const Result r =
+        collect_outcome(*engine->add_request("one" + std::to_string(max_tokens), {1}, p));
     // engine.h: entry 0 (the first prompt token) is there, without a logprob.
     REQUIRE(r.prompt_logprobs.size() == 1);
     CHECK(r.prompt_logprobs[0].token_id == 1);
     CHECK(r.prompt_logprobs[0].top.empty());
     CHECK(r.token_ids.size() == static_cast<size_t>(max_tokens));
   }
-  const Result three = collect(*engine->add_request("three", {1, 5, 6}, p));
+  const Result three = collect_outcome(*engine->add_request("three", {1, 5, 6}, p));
   REQUIRE(three.prompt_logprobs.size() == 3);
   CHECK(three.prompt_logprobs[0].token_id == 1);
   CHECK(three.prompt_logprobs[2].token_id == 6);
@@ -90,7 +64,7 @@ TEST_CASE("engine edges: abort_all ends every queued and running request", "[eng
   REQUIRE(streams[0]->next());  // running
   engine->abort_all();
   for (auto& s : streams) {
-    const Result r = collect(*s);
+    const Result r = collect_outcome(*s);
     CHECK(r.finish_reason == "abort");
     CHECK(r.token_ids.size() < 200);
   }
@@ -99,7 +73,7 @@ TEST_CASE("engine edges: abort_all ends every queued and running request", "[eng
   CHECK(st.num_free_kv_blocks == st.num_kv_blocks);
   // Still serving, and the ids are free again.
   p.max_tokens = 2;
-  CHECK(collect(*engine->add_request("r0", {1}, p)).token_ids.size() == 2);
+  CHECK(collect_outcome(*engine->add_request("r0", {1}, p)).token_ids.size() == 2);
 }
 
 TEST_CASE("engine: a request is validated once, at add_requests, with typed errors",
@@ -135,7 +109,8 @@ TEST_CASE("engine: a request is validated once, at add_requests, with typed erro
   CHECK(refused(std::vector<int32_t>(10, 5), longer) ==
         std::pair{K::ContextLengthExceeded, std::string("prompt")});
   longer.max_tokens = 246;  // exactly 256
-  CHECK(collect(*engine->add_request("fits", std::vector<int32_t>(10, 5), longer)).error == "");
+  CHECK(collect_outcome(*engine->add_request("fits", std::vector<int32_t>(10, 5), longer))
+            .error == "");
   // Nothing refused reached the engine.
   CHECK(engine->stats().num_requests_waiting == 0);
 }

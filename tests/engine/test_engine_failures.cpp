@@ -11,62 +11,31 @@
 #include <string>
 
 #include "engine/engine.h"
+#include "engine_test_support.h"
 #include "test_model_paths.h"
 
 namespace octet {
 namespace {
 
+using testing::collect_outcome;
+using testing::random_prompt;
+using testing::Result;
 using testing::stories;
-
-struct Result {
-  std::vector<int32_t> token_ids;
-  std::vector<TokenLogprobs> logprobs;
-  std::string text, finish_reason, error;
-  bool finished = false;
-};
-
-Result collect(RequestStream& s) {
-  Result r;
-  while (auto o = s.next()) {
-    r.token_ids.insert(r.token_ids.end(), o->token_ids.begin(), o->token_ids.end());
-    r.logprobs.insert(r.logprobs.end(), o->logprobs.begin(), o->logprobs.end());
-    r.text += o->text;
-    if (o->finished) r.finished = true, r.finish_reason = o->finish_reason, r.error = o->error;
-  }
-  return r;
-}
 
 void require_same(const Result& a, const Result& b) {
   REQUIRE(a.error.empty());
   REQUIRE(b.error.empty());
-  REQUIRE(a.token_ids == b.token_ids);
-  REQUIRE(a.logprobs.size() == b.logprobs.size());
-  for (size_t i = 0; i < a.logprobs.size(); ++i) {
-    CHECK(a.logprobs[i].logprob == b.logprobs[i].logprob);  // bitwise
-    CHECK(a.logprobs[i].top == b.logprobs[i].top);
-  }
+  testing::require_same_logprobs(a, b);
   CHECK(a.text == b.text);
   CHECK(a.finish_reason == b.finish_reason);
-}
-
-std::vector<int32_t> random_prompt(int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (int32_t& t : p) t = static_cast<int32_t>(3 + rng() % 500);
-  return p;
 }
 
 }  // namespace
 
 TEST_CASE("a request whose every logit is masked fails alone; the engine stays alive",
           "[engine][failures]") {
-  EngineArgs a;
-  a.model = stories();
-  a.quantization = "none";
-  a.scheduler.max_model_len = 256;
-  a.cache.kv_cache_memory_bytes = 0;
-  a.cache.num_kv_blocks = 64;
-  auto engine = Engine::create(a);
+  auto engine = Engine::create(testing::engine_args(
+      stories(), {.quantization = "none", .num_kv_blocks = 64, .max_model_len = 256}));
   const int64_t free_blocks = engine->stats().num_free_kv_blocks;
 
   SamplingParams normal;
@@ -76,7 +45,7 @@ TEST_CASE("a request whose every logit is masked fails alone; the engine stays a
   normal.logprobs = 2;
   normal.ignore_eos = true;
   const std::vector<int32_t> prompt = random_prompt(20, 1);
-  const Result solo = collect(*engine->add_request("solo", prompt, normal));
+  const Result solo = collect_outcome(*engine->add_request("solo", prompt, normal));
   REQUIRE(solo.token_ids.size() == 24);
 
   // min_tokens masks every stop token; listing every id as a stop token leaves no token to
@@ -93,9 +62,9 @@ TEST_CASE("a request whose every logit is masked fails alone; the engine stays a
   auto bad1 = engine->add_request("bad1", random_prompt(30, 2), masked);
   auto good = engine->add_request("good", prompt, normal);
   auto bad2 = engine->add_request("bad2", random_prompt(5, 3), masked_greedy);
-  const Result r1 = collect(*bad1);
-  const Result rg = collect(*good);
-  const Result r2 = collect(*bad2);
+  const Result r1 = collect_outcome(*bad1);
+  const Result rg = collect_outcome(*good);
+  const Result r2 = collect_outcome(*bad2);
   for (const Result* r : {&r1, &r2}) {
     CHECK(r->finished);
     CHECK(r->finish_reason == "abort");
@@ -113,20 +82,15 @@ TEST_CASE("a request whose every logit is masked fails alone; the engine stays a
   CHECK(s.num_free_kv_blocks == free_blocks);
 
   // A later request still succeeds, identical to the first solo run.
-  const Result later = collect(*engine->add_request("later", prompt, normal));
+  const Result later = collect_outcome(*engine->add_request("later", prompt, normal));
   require_same(later, solo);
   CHECK(engine->stats().alive);
 }
 
 TEST_CASE("out-of-range sampling parameters are rejected before they reach the engine loop",
           "[engine][failures]") {
-  EngineArgs a;
-  a.model = stories();
-  a.quantization = "none";
-  a.scheduler.max_model_len = 256;
-  a.cache.kv_cache_memory_bytes = 0;
-  a.cache.num_kv_blocks = 64;
-  auto engine = Engine::create(a);
+  auto engine = Engine::create(testing::engine_args(
+      stories(), {.quantization = "none", .num_kv_blocks = 64, .max_model_len = 256}));
   SamplingParams p;
   p.max_tokens = 3;
   p.repetition_penalty = 1e-40f;  // the issue's example: logits / 1e-40 overflow to inf

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "engine_test_support.h"
 #include "gguf_writer.h"
 #include "tiny_models.h"
 
@@ -51,14 +52,7 @@ Run run(Engine& e, const std::string& id, const std::vector<int32_t>& prompt,
   return r;
 }
 
-SamplingParams greedy(int64_t n, int64_t logprobs = -1) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  p.logprobs = logprobs;
-  return p;
-}
+using testing::greedy_params;
 
 // Checks logprobs of the reference's top-5 tokens at one position: differences of logprobs
 // are differences of logits, so they must match the reference logit differences.
@@ -120,12 +114,8 @@ std::string scaled_tiny_llama(const testing::TempDir& dir, float factor) {
 }
 
 EngineArgs tiny_args(const std::string& model, const std::string& dtype) {
-  EngineArgs a;
-  a.model = model;
-  a.cache.kv_cache_dtype = dtype;
-  a.cache.num_kv_blocks = 64;
-  a.scheduler.max_model_len = 256;
-  return a;
+  return testing::engine_args(model,
+                              {.kv_cache_dtype = dtype, .num_kv_blocks = 64, .max_model_len = 256});
 }
 
 }  // namespace
@@ -144,7 +134,7 @@ TEST_CASE("engine: paged sliding-window models match transformers", "[engine][sw
     for (size_t l = 0; l < ref["layer_sliding_window"].size(); ++l)
       CHECK(engine->kv_layers()[l].sliding_window == ref["layer_sliding_window"][l].get<int64_t>());
     const std::vector<int32_t> prompt = ref["prompt_token_ids"];
-    SamplingParams p = greedy(16, 5);
+    SamplingParams p = greedy_params(16, 5);
     p.prompt_logprobs = 5;
     const Run r = run(*engine, "r", prompt, p);
     CHECK(r.token_ids == ref["greedy_token_ids"].get<std::vector<int32_t>>());
@@ -169,7 +159,7 @@ TEST_CASE("engine: scaling every k_scale and v_scale by 0.01 changes the output"
   {
     auto engine = Engine::create(a);
     layers = engine->kv_layers();
-    base = run(*engine, "a", prompt, greedy(16, 1));
+    base = run(*engine, "a", prompt, greedy_params(16, 1));
   }
   testing::TempDir dir;
   auto write_scales = [&](float factor) {
@@ -189,14 +179,14 @@ TEST_CASE("engine: scaling every k_scale and v_scale by 0.01 changes the output"
   {
     auto engine = Engine::create(a);
     CHECK(engine->kv_layers()[0].scale_source == "file");
-    const Run same = run(*engine, "b", prompt, greedy(16, 1));
+    const Run same = run(*engine, "b", prompt, greedy_params(16, 1));
     CHECK(same.token_ids == base.token_ids);
     CHECK(same.logprobs.at(0).logprob == base.logprobs.at(0).logprob);
   }
   a.cache.kv_scales_path = write_scales(0.01f);
   auto engine = Engine::create(a);
   CHECK(engine->kv_layers()[0].k_scale[0] == Approx(layers[0].k_scale[0] * 0.01f));
-  const Run changed = run(*engine, "c", prompt, greedy(16, 1));
+  const Run changed = run(*engine, "c", prompt, greedy_params(16, 1));
   int64_t differ = 0;
   for (size_t i = 0; i < changed.logprobs.size(); ++i)
     differ += changed.logprobs[i].logprob != base.logprobs[i].logprob;
@@ -215,7 +205,7 @@ TEST_CASE("engine: K/V beyond FP8's range are wrecked by unit scales, restored b
     EngineArgs a = tiny_args(model, dtype);
     a.cache.calculate_kv_scales = calculate;
     auto engine = Engine::create(a);
-    return std::make_pair(run(*engine, "x", prompt, greedy(16, 1)), engine->kv_layers());
+    return std::make_pair(run(*engine, "x", prompt, greedy_params(16, 1)), engine->kv_layers());
   };
   const auto [bf16_orig, l0] = run_model(original, "bf16", false);
   const auto [bf16_scaled, l1] = run_model(scaled, "bf16", false);

@@ -8,6 +8,7 @@
 
 #include "engine/kv_accuracy.h"
 #include "engine/perplexity.h"
+#include "engine_test_support.h"
 
 namespace octet {
 namespace {
@@ -24,13 +25,10 @@ std::string text() {
 }
 
 EngineArgs args(const std::string& dtype, const std::string& quantization) {
-  EngineArgs a;
-  a.model = kStories;
-  a.quantization = quantization;
-  a.cache.kv_cache_dtype = dtype;
-  a.cache.calculate_kv_scales = true;
-  a.cache.kv_cache_memory_bytes = 16 << 20;
-  return a;
+  return testing::engine_args(kStories, {.quantization = quantization,
+                                         .kv_cache_dtype = dtype,
+                                         .calculate_kv_scales = true,
+                                         .kv_cache_memory_bytes = 16 << 20});
 }
 
 }  // namespace

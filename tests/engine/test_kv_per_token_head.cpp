@@ -8,27 +8,16 @@
 #include "engine/engine.h"
 #include "engine/kv_cache_setup.h"
 #include "engine/model_loader.h"
+#include "engine_test_support.h"
 #include "test_model_paths.h"
 
 namespace octet {
 namespace {
 
+using testing::collect;
+using testing::Result;
 using testing::stories;
-
-struct Result {
-  std::vector<int32_t> token_ids;
-  std::vector<TokenLogprobs> logprobs;
-};
-
-Result collect(RequestStream& s) {
-  Result r;
-  while (auto o = s.next()) {
-    REQUIRE(o->error.empty());
-    r.token_ids.insert(r.token_ids.end(), o->token_ids.begin(), o->token_ids.end());
-    r.logprobs.insert(r.logprobs.end(), o->logprobs.begin(), o->logprobs.end());
-  }
-  return r;
-}
+using testing::stories_model;
 
 std::vector<std::vector<int32_t>> make_prompts(int n, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -55,22 +44,13 @@ SamplingParams params_for(int i) {
   return p;
 }
 
-const LoadedModel& stories_model() {
-  static std::unique_ptr<LoadedModel> m =
-      load_model(stories(), make_load_options("auto", "channel"));
-  return *m;
-}
-
 }  // namespace
 
 TEST_CASE("per-token-head KV: a request is bit-identical alone and in a batch of 16",
           "[engine][token_scale]") {
-  EngineArgs a;
-  a.model = stories();
-  a.cache.kv_cache_dtype = "fp8_per_token_head";
-  a.cache.num_kv_blocks = 256;
-  a.scheduler.max_model_len = 512;
-  auto engine = Engine::create(a);
+  auto engine = Engine::create(testing::engine_args(
+      stories(),
+      {.kv_cache_dtype = "fp8_per_token_head", .num_kv_blocks = 256, .max_model_len = 512}));
   const auto prompts = make_prompts(16, 5);
   std::vector<Result> solo;
   for (int target : {2, 5, 9})
@@ -85,12 +65,7 @@ TEST_CASE("per-token-head KV: a request is bit-identical alone and in a batch of
   for (int target : {2, 5, 9}) {
     INFO("request " << target);
     const Result &x = solo[k++], &y = batch[target];
-    REQUIRE(x.token_ids == y.token_ids);
-    REQUIRE(x.logprobs.size() == y.logprobs.size());
-    for (size_t i = 0; i < x.logprobs.size(); ++i) {
-      CHECK(x.logprobs[i].logprob == y.logprobs[i].logprob);  // bitwise
-      CHECK(x.logprobs[i].top == y.logprobs[i].top);
-    }
+    testing::require_same_logprobs(x, y);
   }
   for (int i = 0; i < 16; ++i) CHECK(batch[i].token_ids.size() == 12u + i % 5);
 }

@@ -23,61 +23,30 @@
 #include "engine/kv_cache_setup.h"
 #include "engine/model_loader.h"
 #include "engine/sequence_forward.h"
+#include "engine_test_support.h"
 #include "gguf_writer.h"
 #include "test_model_paths.h"
 
 namespace octet {
 namespace {
 
+using testing::collect;
+using testing::random_prompt;
+using testing::Result;
 using testing::stories;
+using testing::stories_model;
 
-const LoadedModel& stories_model() {
-  static std::unique_ptr<LoadedModel> m =
-      load_model(stories(), make_load_options("auto", "channel"));
-  return *m;
-}
-
-std::vector<int32_t> prompt_ids(int n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int32_t> p(static_cast<size_t>(n));
-  for (int32_t& t : p) t = static_cast<int32_t>(3 + rng() % 500);
-  return p;
-}
-
-struct Result {
-  std::vector<int32_t> token_ids;
-  std::vector<TokenLogprobs> logprobs;
-};
-
-Result collect(RequestStream& s) {
-  Result r;
-  while (auto o = s.next()) {
-    REQUIRE(o->error.empty());
-    r.token_ids.insert(r.token_ids.end(), o->token_ids.begin(), o->token_ids.end());
-    r.logprobs.insert(r.logprobs.end(), o->logprobs.begin(), o->logprobs.end());
-  }
-  return r;
-}
-
-SamplingParams greedy_params(int64_t n) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  p.logprobs = 3;
-  return p;
-}
+SamplingParams greedy_params(int64_t n) { return testing::greedy_params(n, /*logprobs=*/3); }
 
 EngineArgs stories_args(const std::string& dtype, const std::string& rotation) {
-  EngineArgs a;
-  a.model = stories();
-  a.device = "cpu";
-  a.cache.kv_cache_dtype = dtype;
-  a.cache.kv_cache_rotation = rotation;
-  a.cache.calculate_kv_scales = dtype.rfind("fp8", 0) == 0 && dtype != kPerTokenHeadDtype;
-  a.cache.num_kv_blocks = 256;
-  a.scheduler.max_model_len = 512;
-  return a;
+  return testing::engine_args(
+      stories(),
+      {.device = "cpu",
+       .kv_cache_dtype = dtype,
+       .kv_cache_rotation = rotation,
+       .calculate_kv_scales = dtype.rfind("fp8", 0) == 0 && dtype != kPerTokenHeadDtype,
+       .num_kv_blocks = 256,
+       .max_model_len = 512});
 }
 
 }  // namespace
@@ -86,7 +55,7 @@ TEST_CASE("kv rotation: the cache holds H k / sqrt(head_dim) and V unrotated", "
   const LoadedModel& m = stories_model();
   const ModelConfig& c = m.model->config();
   REQUIRE(c.head_dim == 8);
-  const std::vector<int32_t> ids = prompt_ids(40, 1);
+  const std::vector<int32_t> ids = random_prompt(40, 1);
   const auto n = static_cast<int64_t>(ids.size());
   std::vector<SequenceKVCache> plain = new_sequence_caches(m, n, false);
   std::vector<SequenceKVCache> rotated = new_sequence_caches(m, n, true);
@@ -124,7 +93,7 @@ TEST_CASE("kv rotation: FP32 KV gives the same logits up to rounding and the sam
           "[kv][rotation]") {
   const LoadedModel& m = stories_model();
   const int64_t vocab = m.model->config().vocab_size;
-  const std::vector<int32_t> ids = prompt_ids(60, 2);
+  const std::vector<int32_t> ids = random_prompt(60, 2);
   const auto n = static_cast<int64_t>(ids.size());
   std::vector<SequenceKVCache> plain = new_sequence_caches(m, n + 20, false);
   std::vector<SequenceKVCache> rotated = new_sequence_caches(m, n + 20, true);
@@ -166,7 +135,7 @@ TEST_CASE("kv rotation: bf16 KV through the engine stays within bf16's own round
   // error is measured against fp16 KV (8x finer mantissa): the prompt logprobs of bf16 KV with
   // rotation may differ from bf16 without it by at most 3x the bf16 vs fp16 difference (a
   // wrong rotation moves logprobs by O(1)).
-  const std::vector<int32_t> ids = prompt_ids(200, 7);
+  const std::vector<int32_t> ids = random_prompt(200, 7);
   auto prompt_logprobs = [&](const char* dtype, const char* rotation) {
     auto engine = Engine::create(stories_args(dtype, rotation));
     SamplingParams p = greedy_params(1);
@@ -199,7 +168,7 @@ TEST_CASE("kv rotation: fp8_e4m3 with rotation is bit-identical alone and in a b
           "[kv][rotation]") {
   auto engine = Engine::create(stories_args("fp8_e4m3", "hadamard"));
   std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < 12; ++i) prompts.push_back(prompt_ids(3 + (i * 37) % 110, 100 + i));
+  for (int i = 0; i < 12; ++i) prompts.push_back(random_prompt(3 + (i * 37) % 110, 100 + i));
   std::vector<Result> solo;
   for (int target : {1, 6, 10})
     solo.push_back(collect(*engine->add_request("solo" + std::to_string(target), prompts[target],
@@ -214,12 +183,7 @@ TEST_CASE("kv rotation: fp8_e4m3 with rotation is bit-identical alone and in a b
   for (int target : {1, 6, 10}) {
     INFO("request " << target);
     const Result &x = solo[k++], &y = batch[target];
-    REQUIRE(x.token_ids == y.token_ids);
-    REQUIRE(x.logprobs.size() == y.logprobs.size());
-    for (size_t i = 0; i < x.logprobs.size(); ++i) {
-      CHECK(x.logprobs[i].logprob == y.logprobs[i].logprob);  // bitwise
-      CHECK(x.logprobs[i].top == y.logprobs[i].top);
-    }
+    testing::require_same_logprobs(x, y);
   }
 }
 
@@ -316,7 +280,7 @@ namespace octet {
 TEST_CASE("kv rotation: octet calibrate --kv-cache-rotation hadamard records rotated K amax",
           "[kv][rotation]") {
   const LoadedModel& m = stories_model();
-  const std::vector<std::vector<int32_t>> samples = {prompt_ids(64, 21), prompt_ids(90, 22)};
+  const std::vector<std::vector<int32_t>> samples = {random_prompt(64, 21), random_prompt(90, 22)};
   CalibrateOptions o;
   o.strategy = "attn_head";
   const KVCalibration plain = calibrate_kv_cache(m, samples, o, {});

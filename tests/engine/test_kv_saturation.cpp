@@ -22,16 +22,13 @@
 #include "gguf_writer.h"
 #include "models/kv_scales.h"
 #include "models/paged_kv_cache.h"
+#include "engine_test_support.h"
 #include "test_model_paths.h"
 
 namespace octet {
 namespace {
 
-const LoadedModel& stories_model() {
-  static std::unique_ptr<LoadedModel> m =
-      load_model(testing::stories(), make_load_options("auto", "channel"));
-  return *m;
-}
+using testing::stories_model;
 
 KVLayerSpec fp8_layer(DType d, float scale) {
   KVLayerSpec s;
@@ -194,13 +191,10 @@ TEST_CASE("kv saturation: the engine counts sampled K/V of its FP8 layers", "[kv
   testing::TempDir dir;
   const std::string path = dir.file("scales.json");
   std::ofstream(path) << scales_json(2, 1e-4f);  // layer 2's K: everything clips
-  EngineArgs a;
-  a.model = testing::stories();
-  a.cache.kv_cache_dtype = "fp8";
+  EngineArgs a = testing::engine_args(
+      testing::stories(), {.kv_cache_dtype = "fp8", .num_kv_blocks = 64, .max_model_len = 256});
   a.cache.kv_cache_dtype_skip_layers = "4";
   a.cache.kv_scales_path = path;
-  a.cache.num_kv_blocks = 64;
-  a.scheduler.max_model_len = 256;
   auto engine = Engine::create(a);
   REQUIRE(engine->stats().kv_saturation.size() == 4);  // layers 0-3 (4 is bf16), zero so far
   CHECK(engine->stats().kv_saturation[3].layer == 3);

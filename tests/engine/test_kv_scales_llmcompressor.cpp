@@ -33,6 +33,7 @@
 
 #include "engine/calibrate.h"
 #include "engine/engine.h"
+#include "engine_test_support.h"
 #include "kernels/common/weight_quant.h"
 #include "models/checkpoint_writer.h"
 #include "tiny_models.h"
@@ -153,13 +154,10 @@ void require_engine_scales(const Engine& e, const std::vector<GoldenLayer>& want
 }
 
 EngineArgs fp8_kv_args(const std::string& model) {
-  EngineArgs a;
-  a.model = model;
-  a.device = "cpu";
-  a.cache.kv_cache_dtype = "fp8_e4m3";
-  a.cache.kv_cache_memory_bytes = 16 << 20;
-  a.scheduler.max_model_len = 256;
-  return a;
+  return testing::engine_args(model, {.device = "cpu",
+                                      .kv_cache_dtype = "fp8_e4m3",
+                                      .kv_cache_memory_bytes = 16 << 20,
+                                      .max_model_len = 256});
 }
 
 std::vector<uint8_t> f32_bytes(const std::vector<float>& v) {

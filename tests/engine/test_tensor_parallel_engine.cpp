@@ -19,6 +19,7 @@
 #include "engine/model_loader.h"
 #include "engine/perplexity.h"
 #include "engine/sequence_forward.h"
+#include "engine_test_support.h"
 #include "tiny_models.h"
 
 namespace octet {
@@ -40,50 +41,22 @@ std::vector<int32_t> golden_ids() {
   return nlohmann::json::parse(in).at("expected_token_ids").get<std::vector<int32_t>>();
 }
 
-struct Result {
-  std::vector<int32_t> token_ids;
-  std::vector<TokenLogprobs> logprobs;
-};
-
-Result collect(RequestStream& s) {
-  Result r;
-  while (auto o = s.next()) {
-    REQUIRE(o->error.empty());
-    r.token_ids.insert(r.token_ids.end(), o->token_ids.begin(), o->token_ids.end());
-    r.logprobs.insert(r.logprobs.end(), o->logprobs.begin(), o->logprobs.end());
-  }
-  return r;
-}
-
-void require_identical(const Result& a, const Result& b) {
-  REQUIRE(a.token_ids == b.token_ids);
-  REQUIRE(a.logprobs.size() == b.logprobs.size());
-  for (size_t i = 0; i < a.logprobs.size(); ++i) {
-    INFO("token " << i);
-    CHECK(a.logprobs[i].logprob == b.logprobs[i].logprob);  // bitwise
-    CHECK(a.logprobs[i].top == b.logprobs[i].top);
-  }
-}
+using testing::collect;
+using testing::require_same_logprobs;
+using testing::Result;
 
 EngineArgs args(int64_t tp, const std::string& quantization = "auto",
                 const std::string& kv_dtype = "bf16") {
-  EngineArgs a;
-  a.model = kStories;
-  a.quantization = quantization;
-  a.tensor_parallel_size = tp;
-  a.cache.kv_cache_dtype = kv_dtype;
-  a.cache.calculate_kv_scales = true;
-  a.cache.kv_cache_memory_bytes = 8 << 20;
-  a.scheduler.max_model_len = 256;
-  return a;
+  return testing::engine_args(kStories, {.quantization = quantization,
+                                         .tensor_parallel_size = tp,
+                                         .kv_cache_dtype = kv_dtype,
+                                         .calculate_kv_scales = true,
+                                         .kv_cache_memory_bytes = 8 << 20,
+                                         .max_model_len = 256});
 }
 
 Result greedy(Engine& e, const std::vector<int32_t>& prompt, int64_t n) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return collect(*e.add_request("g", prompt, p));
+  return collect(*e.add_request("g", prompt, testing::greedy_params(n, /*logprobs=*/-1)));
 }
 
 }  // namespace
@@ -163,8 +136,8 @@ TEST_CASE("tp: a request is bit-identical alone and in a batch at each TP size, 
         streams.push_back(e->add_request("b" + std::to_string(i), prompts[i], params(i)));
       std::vector<Result> batch;
       for (auto& s : streams) batch.push_back(collect(*s));
-      require_identical(solo2, batch[2]);
-      require_identical(solo5, batch[5]);
+      require_same_logprobs(solo2, batch[2]);  // bitwise
+      require_same_logprobs(solo5, batch[5]);
     }
   }
 }

@@ -13,11 +13,11 @@
 #include <fstream>
 #include <string>
 
-#include <sys/wait.h>
-
 #include <nlohmann/json.hpp>
 
+#include "cli_run.h"
 #include "engine/engine.h"
+#include "engine_test_support.h"
 #include "test_model_paths.h"
 #include "engine/model_loader.h"
 #include "engine/sequence_forward.h"
@@ -33,43 +33,22 @@ namespace {
 // logits of O(30) (measured 3.5e-5). Tolerance 1e-2.
 constexpr float kFp32LogitTolerance = 1e-2f;
 
+using testing::collect;
+using testing::Result;
 using testing::smollm2;
-
-struct Result {
-  std::vector<int32_t> token_ids;
-  std::vector<TokenLogprobs> logprobs;
-};
-
-Result collect(RequestStream& s) {
-  Result r;
-  while (auto o = s.next()) {
-    REQUIRE(o->error.empty());
-    r.token_ids.insert(r.token_ids.end(), o->token_ids.begin(), o->token_ids.end());
-    r.logprobs.insert(r.logprobs.end(), o->logprobs.begin(), o->logprobs.end());
-  }
-  return r;
-}
 
 EngineArgs args(int64_t tp, const std::string& kv_dtype,
                 const std::string& quantization = "auto") {
-  EngineArgs a;
-  a.model = smollm2();
-  a.quantization = quantization;
-  a.tensor_parallel_size = tp;
-  a.cache.kv_cache_dtype = kv_dtype;
-  a.cache.calculate_kv_scales = true;
-  a.cache.kv_cache_memory_bytes = 32 << 20;
-  a.scheduler.max_model_len = 256;
-  return a;
+  return testing::engine_args(smollm2(), {.quantization = quantization,
+                                          .tensor_parallel_size = tp,
+                                          .kv_cache_dtype = kv_dtype,
+                                          .calculate_kv_scales = true,
+                                          .kv_cache_memory_bytes = 32 << 20,
+                                          .max_model_len = 256});
 }
 
 SamplingParams greedy32(int64_t max_tokens = 32) {
-  SamplingParams p;
-  p.temperature = 0.0f;
-  p.max_tokens = max_tokens;
-  p.ignore_eos = true;
-  p.logprobs = 2;
-  return p;
+  return testing::greedy_params(max_tokens, /*logprobs=*/2);
 }
 
 std::vector<Result> run_all(Engine& e, const std::vector<std::vector<int32_t>>& prompts,
@@ -135,12 +114,7 @@ TEST_CASE("tp smollm2: at size 3 a request is bit-identical alone and in a batch
     const std::vector<std::vector<int32_t>> ps = prompts(*e3);
     const Result solo = collect(*e3->add_request("solo", ps[2], greedy32(12)));
     const std::vector<Result> batch = run_all(*e3, ps, 12);
-    REQUIRE(solo.token_ids == batch[2].token_ids);
-    REQUIRE(solo.logprobs.size() == batch[2].logprobs.size());
-    for (size_t i = 0; i < solo.logprobs.size(); ++i) {
-      CHECK(solo.logprobs[i].logprob == batch[2].logprobs[i].logprob);  // bitwise
-      CHECK(solo.logprobs[i].top == batch[2].logprobs[i].top);
-    }
+    testing::require_same_logprobs(solo, batch[2]);
   }
 }
 
@@ -186,17 +160,11 @@ TEST_CASE("tp smollm2: size 2 fails at start-up naming the head counts", "[tp][h
                     Catch::Contains("tensor_parallel_size 2 does not divide "
                                     "num_attention_heads 9 (num_key_value_heads 3)"));
   // The CLI: a clear message and a failing exit status.
-  const std::string cmd = std::string(OCTET_BINARY) + " generate --model " + smollm2() +
-                          " --prompt hi --max-tokens 1 --tensor-parallel-size 2 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  REQUIRE(f);
-  std::string out;
-  char buf[4096];
-  while (size_t k = fread(buf, 1, sizeof buf, f)) out.append(buf, k);
-  const int status = pclose(f);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) != 0);
-  CHECK_THAT(out, Catch::Contains("num_attention_heads 9 (num_key_value_heads 3)"));
+  const testing::RunResult r = testing::run_octet(
+      "generate --model " + smollm2() + " --prompt hi --max-tokens 1 --tensor-parallel-size 2");
+  CHECK(r.exit_code != -1);  // exited, not killed
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.output, Catch::Contains("num_attention_heads 9 (num_key_value_heads 3)"));
 }
 
 }  // namespace octet

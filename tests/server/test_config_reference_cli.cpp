@@ -4,16 +4,15 @@
 // the page gives, and leaves the config at its defaults.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "cli_run.h"
 #include "config/config_reference.h"
 #include "config/serve_config.h"
 #include "server/cli.h"
@@ -22,19 +21,6 @@ using octet::OptionDoc;
 using octet::ServeConfig;
 
 namespace {
-
-/// stdout of `command`, and its exit code.
-std::string run(const std::string& command, int* exit_code) {
-  FILE* p = popen(command.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::string out;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  const int status = pclose(p);
-  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -87,11 +73,11 @@ std::string typed(const OptionDoc& o) { return o.default_value == "\"\"" ? "" : 
 TEST_CASE("docs/config.md is what octet serve --help-config-markdown prints",
           "[server][config][reference]") {
   // A set OCTET_ variable must not change the page.
-  int rc = -1;
-  const std::string out = run("OCTET_PORT=1234 OCTET_KV_CACHE_DTYPE=fp8 " +
-                                  std::string(OCTET_BINARY) + " serve --help-config-markdown",
-                              &rc);
-  REQUIRE(rc == 0);
+  const octet::testing::RunResult r = octet::testing::run_command(
+      "OCTET_PORT=1234 OCTET_KV_CACHE_DTYPE=fp8 " + std::string(OCTET_BINARY) +
+      " serve --help-config-markdown");  // stdout only
+  REQUIRE(r.exit_code == 0);
+  const std::string& out = r.output;
   const std::string committed = read_file(std::string(OCTET_SOURCE_DIR) + "/docs/config.md");
   if (out != committed)
     FAIL("docs/config.md is out of date: regenerate it from the repository root with\n"

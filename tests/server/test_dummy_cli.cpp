@@ -3,33 +3,22 @@
 // line; one completion over HTTP.
 #include <catch2/catch.hpp>
 
-#include <array>
 #include <cstdio>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "cli_run.h"
 #include "serve_process.h"
 
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout
-};
+using octet::testing::RunResult;
 
-// Runs octet with `args`; stderr goes to `err_file` when given, else is dropped.
+// Runs octet with `args`; its stdout is the output, stderr goes to `err_file` when given, else
+// is dropped.
 RunResult run(const std::string& args, const std::string& err_file = "/dev/null") {
-  const std::string cmd = octet_binary() + " " + args + " 2>" + err_file;
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return octet::testing::run_command(octet_binary() + " " + args + " 2>" + err_file);
 }
 
 const std::string kDummy = "--load-format dummy --model tiny-llama --tokenizer " + kStories +

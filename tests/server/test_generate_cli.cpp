@@ -2,10 +2,8 @@
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -14,25 +12,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli_run.h"
+
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using octet::testing::RunResult;
 
-RunResult run(const std::string& args) {
-  const std::string cmd = std::string(OCTET_BINARY) + " " + args + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+/// `octet ARGS`, stdout and stderr together.
+RunResult run(const std::string& args) { return octet::testing::run_octet(args); }
 
 const std::string kStories = std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf";
 

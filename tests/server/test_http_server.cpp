@@ -5,6 +5,7 @@
 // ByteBudget, constant_time_equals) are tested directly.
 #include <catch2/catch.hpp>
 
+#include "cli_run.h"
 #include "serve_process.h"
 
 #include <arpa/inet.h>
@@ -57,23 +58,11 @@ int count_of(const std::string& haystack, const std::string& needle) {
   return n;
 }
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;
-};
+using octet::testing::RunResult;
 
 RunResult run_octet(const std::string& args) {
   // Bounded: a binary that wrongly accepts the options would serve forever.
-  const std::string cmd = "timeout 30 " + octet_binary() + " " + args + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return octet::testing::run_command("timeout 30 " + octet_binary() + " " + args + " 2>&1");
 }
 
 http::request_header<> head(const std::string& raw) {
