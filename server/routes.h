@@ -1,7 +1,7 @@
 #pragma once
 // The endpoints that answer at once (no engine request): /health, /metrics, /version,
 // /v1/models, /tokenize, /detokenize, and the start of the two generation endpoints. Pure
-// request -> reply functions over the ServerContext; the HTTP session (http_server.cpp) owns
+// request -> reply functions over the ServerContext; the HTTP session (http_routing.cpp) owns
 // sockets and streaming.
 #include <memory>
 #include <string>

@@ -1,6 +1,6 @@
 // fuzz-layer: server
 // libFuzzer harness: bytes off the socket -> Boost.Beast http::request_parser<string_body> with
-// octet's limits (ServeConfig's max_header_bytes and max_body_bytes, as http_server.cpp sets
+// octet's limits (ServeConfig's max_header_bytes and max_body_bytes, as http_connection.cpp sets
 // them), fed in pieces as async reads deliver them; then octet's head validation (validate_request_head), routing (route_for, authorized)
 // on every request that parsed, and the next request on the same buffer (keep-alive
 // pipelining). Beast's parse errors are expected; a crash or sanitizer report is a finding.
@@ -36,7 +36,7 @@ octet::server::ServerContext& context() {
   return *ctx;
 }
 
-// What the session does with a request that parsed (http_server.cpp's Session::handle, up to
+// What the session does with a request that parsed (http_routing.cpp's Session::handle, up to
 // the point where a handler would run).
 void route(const http::request<http::string_body>& req) {
   const octet::server::ServerContext& ctx = context();

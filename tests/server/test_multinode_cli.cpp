@@ -6,33 +6,17 @@
 // node; a node other than 0 fails on a missing model at once instead of waiting for node 0.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-
-#include <array>
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <string>
 
+#include "cli_run.h"
+
 namespace {
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
+using octet::testing::RunResult;
 
-RunResult run(const std::string& args) {
-  const std::string cmd = std::string(OCTET_BINARY) + " " + args + " 2>&1";
-  RunResult r;
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p != nullptr);
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+RunResult run(const std::string& args) { return octet::testing::run_octet(args); }
 
 // A model path that does not exist: validation must fail before anything opens it.
 const std::string kModel = "/nonexistent/model.gguf";
