@@ -11,8 +11,9 @@
 # OUTPUT_LEN (64), ROUNDS (2), LOADGEN_VENV (~/.cache/octet/loadgen-venv; made with pip if
 # missing), GUIDELLM=1 (a third column), SERVER_CPUS / CLIENT_CPUS (taskset lists, e.g. 0 and 1:
 # the server with one kernel thread per CPU given, the load testers apart), PARALLEL=1 (two
-# identical servers, two tools at once, swapping servers every round), KEEP_DIR=DIR (keep every
-# raw result there).
+# identical servers, two tools at once, swapping servers every round), SHARED=1 (one server with
+# max-num-seqs 2 x CONCURRENCY, bench serve and each other tool at once, CONCURRENCY each: the
+# same server at the same moments), KEEP_DIR=DIR (keep every raw result there).
 # The server is warmed up once (an untimed run) and prefix caching is off, so no tool's run
 # sees prompts cached by another's; the tools then run without warm-ups of their own.
 # Besides each tool's figures it prints the server's own view of each run (mean TTFT, ITL and
@@ -73,8 +74,8 @@ start_server 18533
 urls=("http://127.0.0.1:18533")
 if [ "${PARALLEL:-0}" = 1 ]; then start_server 18534; urls+=("http://127.0.0.1:18534"); fi
 
-run_tool() {  # TOOL URL ROUND: one measured run, with the server's /metrics before and after
-  local tool=$1 url=$2 r=$3 out="$work/$1_$3"
+run_tool() {  # TOOL URL ROUND [NAME]: one measured run, the server's /metrics before and after
+  local tool=$1 url=$2 r=$3 out="$work/$1_${4:-$3}"
   curl -sf "$url/metrics" > "$out.metrics0"
   case $tool in
     octet) bench_serve "$url" "$r" "$out.json" "$n" ;;
@@ -107,7 +108,7 @@ for round in $(seq "$rounds"); do
     for t in "${others[@]}"; do
       run_tool "$t" "${urls[0]}" "$round" & bg=$!
       for _ in $(seq 1200); do [ "$(running "${urls[0]}")" -gt 0 ] 2>/dev/null && break; sleep 0.1; done
-      run_tool octet "${urls[0]}" "${round}_$t"
+      run_tool octet "${urls[0]}" "$round" "${round}_$t"
       wait $bg
     done
   elif [ "${PARALLEL:-0}" = 1 ]; then
