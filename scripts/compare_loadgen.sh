@@ -19,8 +19,8 @@
 # Besides each tool's figures it prints the server's own view of each run (mean TTFT, ITL and
 # E2EL from the deltas of its /metrics histograms, which no client can skew), each tool's
 # client-side excess over it (client mean - server mean) and the CPU each tool used: a tool that
-# reports a slower server than another must either see a slower server (its own CPU use slowed
-# it: compare the server rows) or add time of its own (the excess rows).
+# reports a slower server than another either saw a slower server (something slowed the server
+# while it ran: compare the server rows) or added time of its own (the excess rows).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 model="${1:-$HOME/.cache/octet/SmolLM2-135M-Instruct.Q4_1.gguf}"
