@@ -1,9 +1,6 @@
 // `octet bench serve` and `octet plan` as a user runs them: bad options give one clear line and
 // a non-zero exit; a run against a scripted server prints vLLM's table and writes its JSON;
 // `octet plan` reproduces figures worked out by hand below.
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -11,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli_run.h"
 #include "fake_openai_server.h"
 #include "test_model_paths.h"
 
@@ -19,23 +17,7 @@ using octet::testing::FakeServer;
 
 namespace {
 
-struct Run {
-  int code;
-  std::string out;
-};
-
-// Runs `octet ARGS` with stdout and stderr together.
-Run run_octet(const std::string& args) {
-  const std::string cmd = std::string(OCTET_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using octet::testing::run_octet;
 
 // An OpenAI-like server: one model, streams "hi" x3 100 ms apart, or 500 for prompt "boom".
 FakeServer::Handler openai_like() {
@@ -57,27 +39,27 @@ FakeServer::Handler openai_like() {
 }  // namespace
 
 TEST_CASE("bench serve: bad options are one clear line and exit 2") {
-  Run r = run_octet("bench serve --request-rate -1");
-  CHECK(r.code == 2);
-  CHECK_THAT(r.out, Catch::Contains("--request-rate must be a positive number"));
+  octet::testing::RunResult r = run_octet("bench serve --request-rate -1");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("--request-rate must be a positive number"));
   r = run_octet("bench serve --request-rate fast");
-  CHECK(r.code == 2);
-  CHECK_THAT(r.out, Catch::Contains("'fast' is not a number"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("'fast' is not a number"));
   r = run_octet("bench serve --dataset-name imagenet");
-  CHECK(r.code == 2);
-  CHECK_THAT(r.out, Catch::Contains("--dataset-name must be random, sharegpt or jsonl"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("--dataset-name must be random, sharegpt or jsonl"));
   r = run_octet("bench serve --dataset-name sharegpt --dataset-path /nonexistent/sharegpt.json");
-  CHECK(r.code == 2);
-  CHECK_THAT(r.out, Catch::Contains("'/nonexistent/sharegpt.json' cannot be read"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("'/nonexistent/sharegpt.json' cannot be read"));
   r = run_octet("bench serve --goodput ttft:fast");
-  CHECK(r.code == 2);
-  CHECK_THAT(r.out, Catch::Contains("--goodput ttft"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("--goodput ttft"));
   r = run_octet("bench serve --goodput latency:5");
-  CHECK(r.code == 2);
-  CHECK_THAT(r.out, Catch::Contains("'latency' is not one of ttft, tpot, e2el"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("'latency' is not one of ttft, tpot, e2el"));
   r = run_octet("bench serve --base-url https://127.0.0.1:1");
-  CHECK(r.code == 2);
-  CHECK_THAT(r.out, Catch::Contains("is not http://HOST[:PORT][/PATH]"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("is not http://HOST[:PORT][/PATH]"));
 }
 
 TEST_CASE("bench serve: an unreachable server and URLs that are not servers") {
@@ -86,19 +68,19 @@ TEST_CASE("bench serve: an unreachable server and URLs that are not servers") {
     FakeServer gone([](const FakeRequest&, int) {});
     port = gone.port();
   }
-  Run r = run_octet("bench serve --base-url http://127.0.0.1:" + std::to_string(port) + " --num-prompts 1");
-  CHECK(r.code == 1);
-  CHECK_THAT(r.out, Catch::Contains("cannot connect to 127.0.0.1:" + std::to_string(port)));
+  octet::testing::RunResult r = run_octet("bench serve --base-url http://127.0.0.1:" + std::to_string(port) + " --num-prompts 1");
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("cannot connect to 127.0.0.1:" + std::to_string(port)));
 
   FakeServer not_http([](const FakeRequest&, int fd) { FakeServer::send_all(fd, "hello there\n"); });
   r = run_octet("bench serve --base-url " + not_http.url() + " --num-prompts 1");
-  CHECK(r.code == 1);
-  CHECK_THAT(r.out, Catch::Contains("did not get an HTTP reply"));
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("did not get an HTTP reply"));
 
   FakeServer web([](const FakeRequest&, int fd) { FakeServer::reply(fd, 404, "<html>no</html>"); });
   r = run_octet("bench serve --base-url " + web.url() + " --num-prompts 1");
-  CHECK(r.code == 1);
-  CHECK_THAT(r.out, Catch::Contains("is not an OpenAI-compatible server: GET /v1/models gave HTTP 404"));
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("is not an OpenAI-compatible server: GET /v1/models gave HTTP 404"));
 }
 
 TEST_CASE("bench serve against a scripted server: table, failures and result JSON") {
@@ -107,19 +89,19 @@ TEST_CASE("bench serve against a scripted server: table, failures and result JSO
   const std::string jsonl = "/tmp/octet_bench_cli_" + std::to_string(getpid()) + ".jsonl";
   const std::string result = jsonl + ".result.json";
   std::ofstream(jsonl) << "\"a cat\"\n\"boom\"\n\"a dog\"\n";
-  const Run r = run_octet("bench serve --base-url " + server.url() + " --tokenizer " + stories +
+  const octet::testing::RunResult r = run_octet("bench serve --base-url " + server.url() + " --tokenizer " + stories +
                       " --dataset-name jsonl --dataset-path " + jsonl +
                       " --num-prompts 3 --max-concurrency 1 --goodput ttft:5000 tpot:5000"
                       " --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99"
                       " --result-json " + result);
-  INFO(r.out);
-  REQUIRE(r.code == 0);
-  CHECK_THAT(r.out, Catch::Contains("Successful requests:                     2         \n"));
-  CHECK_THAT(r.out, Catch::Contains("Failed requests:                         1         \n"));
-  CHECK_THAT(r.out, Catch::Contains("Maximum request concurrency:             1         \n"));
-  CHECK_THAT(r.out, Catch::Contains("Total generated tokens:                  6         \n"));
-  CHECK_THAT(r.out, Catch::Contains("Error 0: HTTP 500"));
-  CHECK_THAT(r.out, Catch::Contains("P50 E2EL (ms):"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("Successful requests:                     2         \n"));
+  CHECK_THAT(r.output, Catch::Contains("Failed requests:                         1         \n"));
+  CHECK_THAT(r.output, Catch::Contains("Maximum request concurrency:             1         \n"));
+  CHECK_THAT(r.output, Catch::Contains("Total generated tokens:                  6         \n"));
+  CHECK_THAT(r.output, Catch::Contains("Error 0: HTTP 500"));
+  CHECK_THAT(r.output, Catch::Contains("P50 E2EL (ms):"));
   std::ifstream in(result);
   const nlohmann::json j = nlohmann::json::parse(in);
   CHECK(j["completed"] == 2);
@@ -139,12 +121,12 @@ TEST_CASE("bench serve against a scripted server: table, failures and result JSO
 }
 
 TEST_CASE("plan: Llama-3.1-8B on an H100 at 128K context, by hand") {
-  const Run r = run_octet("plan --model llama-3.1-8b --device h100-sxm-80gb --max-model-len 131072 "
+  const octet::testing::RunResult r = run_octet("plan --model llama-3.1-8b --device h100-sxm-80gb --max-model-len 131072 "
                       "--device-memory-gib 80 --gpu-memory-utilization 0.9 --reserved-memory-gib 2 "
                       "--json");
-  INFO(r.out);
-  REQUIRE(r.code == 0);
-  const nlohmann::json j = nlohmann::json::parse(r.out);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.output);
   REQUIRE(j["plans"].size() == 4);
   const nlohmann::json& bb = j["plans"][0];  // bf16 weights, bf16 KV
   const nlohmann::json& bf = j["plans"][1];  // bf16 weights, fp8 KV
@@ -192,10 +174,10 @@ TEST_CASE("plan: Llama-3.1-8B on an H100 at 128K context, by hand") {
 
 TEST_CASE("plan: batch, tensor parallelism, skip layers and the table") {
   // Batch 3 at fp8/fp8: 9086705664 + 3 x 8589934592 = 34856509440 B -> 10.40493 ms -> 288.32/s.
-  Run r = run_octet("plan --model llama-3.1-8b --device h100-sxm-80gb --max-model-len 131072 "
+  octet::testing::RunResult r = run_octet("plan --model llama-3.1-8b --device h100-sxm-80gb --max-model-len 131072 "
                 "--batch-size 3 --json");
-  REQUIRE(r.code == 0);
-  nlohmann::json j = nlohmann::json::parse(r.out);
+  REQUIRE(r.exit_code == 0);
+  nlohmann::json j = nlohmann::json::parse(r.output);
   CHECK(j["plans"][3]["bytes_per_decode_step"] == 34856509440LL);
   CHECK(j["plans"][3]["decode_tokens_per_s_floor"].get<double>() == Approx(288.32).epsilon(1e-4));
   // Defaults: 81559 MiB x 0.9 - 1024 MiB = 72379.1 MiB; minus 15316.5 MiB of BF16 weights =
@@ -206,41 +188,41 @@ TEST_CASE("plan: batch, tensor parallelism, skip layers and the table") {
   // 9086705664 / 2 = 4543352832 per device.
   r = run_octet("plan --model llama-3.1-8b --device h100-sxm-80gb --max-model-len 131072 "
             "--tensor-parallel-size 2 --json");
-  REQUIRE(r.code == 0);
-  j = nlohmann::json::parse(r.out);
+  REQUIRE(r.exit_code == 0);
+  j = nlohmann::json::parse(r.output);
   CHECK(j["plans"][3]["kv_bytes_per_sequence_per_device"] == 4294967296LL);
   CHECK(j["plans"][3]["weight_bytes_per_device"] == 4543352832LL);
   // Two layers kept 16-bit under FP8: 30 x 8 x 128 x 2 x 1 + 2 x 8 x 128 x 2 x 2 = 69632 B.
   r = run_octet("plan --model llama-3.1-8b --device h100-sxm-80gb --max-model-len 1024 "
             "--kv-cache-dtype-skip-layers 0,31 --json");
-  REQUIRE(r.code == 0);
-  j = nlohmann::json::parse(r.out);
+  REQUIRE(r.exit_code == 0);
+  j = nlohmann::json::parse(r.output);
   CHECK(j["plans"][3]["kv_bytes_per_token"] == 69632);
   // The table prints the same figures.
   r = run_octet("plan --model llama-3.1-8b --device h100-sxm-80gb --max-model-len 131072");
-  REQUIRE(r.code == 0);
-  CHECK_THAT(r.out, Catch::Contains("KV per token (KiB)                           128.0            64.0"));
-  CHECK_THAT(r.out, Catch::Contains("KV per sequence (GiB)                       16.000           8.000"));
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("KV per token (KiB)                           128.0            64.0"));
+  CHECK_THAT(r.output, Catch::Contains("KV per sequence (GiB)                       16.000           8.000"));
   // Errors.
   r = run_octet("plan --model llama-9-1t --device h100-sxm-80gb");
-  CHECK(r.code == 2);
-  CHECK_THAT(r.out, Catch::Contains("neither a preset"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("neither a preset"));
   r = run_octet("plan --model llama-3.1-8b --device tpu-v5");
-  CHECK(r.code == 2);
-  CHECK_THAT(r.out, Catch::Contains("--device must be"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("--device must be"));
   r = run_octet("plan --model llama-3.1-8b --kv-cache-dtype-skip-layers 40");
-  CHECK(r.code == 2);
-  CHECK_THAT(r.out, Catch::Contains("layer 40 is outside"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("layer 40 is outside"));
 }
 
 TEST_CASE("plan reads a GGUF's shapes") {
   // stories260K: 5 layers, 4 KV heads x head_dim 8 (dim 64, 8 heads): BF16 KV
   // 2 x 5 x 4 x 8 x 2 = 640 bytes per token.
-  const Run r = run_octet("plan --model " + octet::testing::stories() + " --device cpu "
+  const octet::testing::RunResult r = run_octet("plan --model " + octet::testing::stories() + " --device cpu "
                       "--device-memory-gib 1 --bandwidth-gbs 10 --max-model-len 512 --json");
-  INFO(r.out);
-  REQUIRE(r.code == 0);
-  const nlohmann::json j = nlohmann::json::parse(r.out);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const nlohmann::json j = nlohmann::json::parse(r.output);
   CHECK(j["model"]["num_hidden_layers"] == 5);
   CHECK(j["plans"][0]["kv_bytes_per_token"] == 640);
   CHECK(j["plans"][0]["kv_bytes_per_sequence"] == 640 * 512);

@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "bench/sweep.h"
+#include "cli_run.h"
 #include "test_model_paths.h"
 
 using namespace octet::bench;
@@ -71,15 +72,9 @@ TEST_CASE("a real sweep starts octet serve per kv dtype and writes every point")
                           " --max-concurrency 1,2 --random-input-len 16,48 --random-output-len 8"
                           " --kv-cache-dtype bf16,fp8_e4m3 --serve-args '--calculate-kv-scales'"
                           " --num-prompts 4 --output-dir " + dir + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  REQUIRE(p);
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = pclose(p);
-  INFO(out);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  const octet::testing::RunResult r = octet::testing::run_command(cmd);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
   std::ifstream csv(dir + "/results.csv");
   std::string line;
   std::getline(csv, line);
@@ -90,14 +85,14 @@ TEST_CASE("a real sweep starts octet serve per kv dtype and writes every point")
     CHECK(line.find(",4,0,") != std::string::npos);  // completed 4, failed 0
   }
   CHECK(rows == 8);  // 2 kv dtypes x 2 input lengths x 1 output length x 2 concurrencies
-  CHECK_THAT(out, Catch::Contains("decode ITL fit (kv=bf16)"));
-  CHECK_THAT(out, Catch::Contains("decode ITL fit (kv=fp8_e4m3)"));
+  CHECK_THAT(r.output, Catch::Contains("decode ITL fit (kv=bf16)"));
+  CHECK_THAT(r.output, Catch::Contains("decode ITL fit (kv=fp8_e4m3)"));
   // Plots when gnuplot is installed; otherwise a message that says how to get them.
-  if (out.find("gnuplot not found") == std::string::npos) {
+  if (r.output.find("gnuplot not found") == std::string::npos) {
     CHECK(std::filesystem::file_size(dir + "/throughput_vs_concurrency.png") > 0);
     CHECK(std::filesystem::file_size(dir + "/itl_vs_context.png") > 0);
   } else {
-    CHECK_THAT(out, Catch::Contains("apt-get install gnuplot-nox"));
+    CHECK_THAT(r.output, Catch::Contains("apt-get install gnuplot-nox"));
   }
   std::filesystem::remove_all(dir);
 }
