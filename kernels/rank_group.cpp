@@ -35,7 +35,9 @@ class SocketRankGroup final : public RankGroup {
   explicit SocketRankGroup(const RankPlacement& p)
       : comm_(p.master_addr, p.cpu_collective_port, p.node_rank, p.nnodes,
               std::chrono::milliseconds(kMultiNodeConnectTimeoutMs),
-              "tensor-parallel collectives") {}
+              "tensor-parallel collectives") {
+    comm_.set_silence_timeout(std::chrono::milliseconds(kMultiNodeSilenceTimeoutMs));
+  }
   int world_size() const override { return 1; }
   void run(const std::function<void(int rank, Communicator& comm)>& fn) override {
     fn(0, comm_);
@@ -130,7 +132,10 @@ class SocketHostChannel final : public HostChannel {
  public:
   SocketHostChannel(const std::string& addr, int port, int node_rank, int nnodes,
                     int64_t timeout_ms, const std::string& what)
-      : comm_(addr, port, node_rank, nnodes, std::chrono::milliseconds(timeout_ms), what) {}
+      : comm_(addr, port, node_rank, nnodes, std::chrono::milliseconds(timeout_ms), what) {
+    if (node_rank == 0)  // node 0 only hears back at start-up; followers idle with node 0
+      comm_.set_silence_timeout(std::chrono::milliseconds(kMultiNodeSilenceTimeoutMs));
+  }
   int rank() const override { return comm_.rank(); }
   int world_size() const override { return comm_.world_size(); }
   void broadcast_bytes(std::vector<uint8_t>& bytes, int root) override {

@@ -57,6 +57,11 @@ struct RankPlacement {
 
 /// How long a multi-node start waits for every node to connect (as the rendezvous does).
 inline constexpr int64_t kMultiNodeConnectTimeoutMs = 300000;
+/// How long a multi-node receive waits for a live peer that sends nothing (a stopped, swapping
+/// or hung process; keep-alive only finds dead ones) before the peer counts as lost: in the
+/// CPU's collectives, and on node 0's side of the step channel (the others wait for steps as
+/// long as node 0 is idle). Ten minutes, torch.distributed's default collective timeout.
+inline constexpr int64_t kMultiNodeSilenceTimeoutMs = 600000;
 
 /// Host bytes between the processes of a multi-node run, one per node (vLLM's gloo CPU group
 /// for metadata): the engine's per-step broadcast from node 0 on every device. Blocking; a

@@ -268,6 +268,14 @@ void SocketCommunicator::recv_all(int peer, void* data, int64_t bytes) {
   auto* p = static_cast<uint8_t*>(data);
   auto n = static_cast<size_t>(bytes);
   while (n > 0) {
+    if (silence_timeout_.count() > 0) {
+      pollfd pfd{fd, POLLIN, 0};
+      const int ready = poll(&pfd, 1, static_cast<int>(silence_timeout_.count()));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0)
+        lost(peer, "no data for " + std::to_string(silence_timeout_.count() / 1000.0) +
+                       " s: the peer is alive but not answering (stopped, swapping or hung)");
+    }
     const ssize_t got = recv(fd, p, n, 0);
     if (got < 0 && errno == EINTR) continue;
     if (got == 0) lost(peer, "the peer closed the connection");

@@ -66,6 +66,12 @@ class SocketCommunicator final : public Communicator {
   /// Root's `bytes` (any length) to every rank: the others' `bytes` are replaced by them.
   void broadcast_bytes(std::vector<uint8_t>& bytes, int root);
 
+  /// The longest a receive may wait for a peer's next bytes before the peer counts as lost
+  /// (PeerLost, and the group is broken as for a closed connection): a peer that is alive but
+  /// not answering (stopped, swapping, deadlocked), which TCP keep-alive cannot see because its
+  /// kernel still acknowledges. 0 (the default): wait as long as it takes.
+  void set_silence_timeout(std::chrono::milliseconds timeout) { silence_timeout_ = timeout; }
+
  private:
   enum class Op : uint32_t { Sum = 1, Max = 2, Gather = 3, Broadcast = 4 };
   struct Header;
@@ -86,6 +92,7 @@ class SocketCommunicator final : public Communicator {
   bool broken_ = false;
   std::string broken_why_;
   std::vector<float> scratch_;  // rank 0: one peer's buffer in a reduction
+  std::chrono::milliseconds silence_timeout_{0};  // 0: none
 };
 
 }  // namespace octet::cpu

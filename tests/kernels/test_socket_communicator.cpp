@@ -183,6 +183,38 @@ TEST_CASE("socket communicator: a lost peer fails the others at once and on ever
   }
 }
 
+TEST_CASE("socket communicator: a live peer that stops answering is lost after the silence "
+          "timeout") {
+  // Rank 1 stays connected but never joins the second collective (a stopped process: its
+  // kernel keeps the connection up). Rank 0 must give up after its silence timeout instead of
+  // waiting for ever; rank 1 then finds the group broken.
+  std::string error = "(no error)";
+  std::chrono::steady_clock::duration waited{};
+  run_socket_ranks(2, [&](int r, SocketCommunicator& comm) {
+    comm.set_silence_timeout(300ms);
+    std::vector<float> b(16, 1.0f);
+    comm.all_reduce_sum(b.data(), 16);
+    CHECK(b[0] == 2.0f);
+    if (r == 1) {
+      std::this_thread::sleep_for(1500ms);
+      CHECK_THROWS_AS(comm.all_reduce_sum(b.data(), 16), PeerLost);
+      return;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      comm.all_reduce_sum(b.data(), 16);
+    } catch (const PeerLost& e) {
+      error = e.what();
+    }
+    waited = std::chrono::steady_clock::now() - t0;
+  });
+  INFO(error);
+  CHECK_THAT(error, Catch::Contains("lost its connection to rank 1"));
+  CHECK_THAT(error, Catch::Contains("alive but not answering"));
+  CHECK(waited >= 250ms);
+  CHECK(waited < 1400ms);  // gave up before rank 1 came back
+}
+
 TEST_CASE("socket communicator: joins that are refused or time out say why") {
   const int port = free_port();
   std::string node0_error, node2_error;
