@@ -42,6 +42,29 @@ std::string slurp(const std::string& path) {
   return os.str();
 }
 
+/// Starts argv[0] with argv in a child process, its stdout and stderr in the file `log`
+/// (created or truncated), with RLIMIT_NOFILE set to nofile when non-zero. Returns the pid.
+pid_t spawn_logged(std::vector<std::string> argv, const std::string& log, rlim_t nofile = 0) {
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    close(fd);
+    if (nofile) {
+      rlimit r{nofile, nofile};
+      setrlimit(RLIMIT_NOFILE, &r);
+    }
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
 /// `octet serve` on stories260K (or `model`) in a child process; its log goes to a file.
 class ServeProcess {
  public:
@@ -53,23 +76,7 @@ class ServeProcess {
     std::vector<std::string> args = {octet_binary(), "serve", "--model", model, "--host",
                                      "127.0.0.1", "--port", "0"};
     args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-      if (nofile) {
-        rlimit r{nofile, nofile};
-        setrlimit(RLIMIT_NOFILE, &r);
-      }
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    pid_ = spawn_logged(args, log_, nofile);
     const auto deadline = std::chrono::steady_clock::now() + 60s;
     const std::regex listening("listening on http://127\\.0\\.0\\.1:([0-9]+)");
     while (std::chrono::steady_clock::now() < deadline) {

@@ -44,19 +44,7 @@ class Node {
            std::to_string(counter++) + ".log";
     std::vector<std::string> argv_s = {octet_binary()};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
-    pid_ = fork();
-    REQUIRE(pid_ >= 0);
-    if (pid_ == 0) {
-      const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      close(fd);
-      std::vector<char*> argv;
-      for (auto& a : argv_s) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
+    pid_ = spawn_logged(argv_s, log_);
   }
   ~Node() {
     if (pid_ > 0) {
@@ -136,6 +124,15 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
+/// Node 1 then node 0 of a two-node `octet serve` on stories260K (node 0 on a free HTTP port),
+/// over a free port triple.
+struct ServingNodes {
+  const int port = free_port_triple();
+  Node node1{concat({"serve", "--model", kStories}, node_flags(port, 1))};
+  Node node0{concat({"serve", "--model", kStories, "--host", "127.0.0.1", "--port", "0"},
+                    node_flags(port, 0))};
+};
+
 /// The last line of a log that parses as a JSON object with token_ids (generate --json).
 json generate_json(const std::string& log) {
   std::istringstream in(log);
@@ -208,10 +205,9 @@ TEST_CASE("multi-node serve answers as single-node tensor parallelism, node 1 ex
   REQUIRE(expect_sampled.is_array());
   REQUIRE(expect_greedy[0].contains("logprobs"));
 
-  const int port = free_port_triple();
-  Node node1(concat({"serve", "--model", kStories}, node_flags(port, 1)));
-  Node node0(concat({"serve", "--model", kStories, "--host", "127.0.0.1", "--port", "0"},
-                    node_flags(port, 0)));
+  ServingNodes nodes;
+  Node& node0 = nodes.node0;
+  Node& node1 = nodes.node1;
   const int http = node0.serve_port(40);
   INFO("node 0:\n" << node0.log() << "\nnode 1:\n" << node1.log());
   REQUIRE(http > 0);
@@ -225,10 +221,9 @@ TEST_CASE("multi-node serve answers as single-node tensor parallelism, node 1 ex
 
 TEST_CASE("multi-node serve: a killed node 1 fails node 0's request and node 0 exits 1",
           "[multinode]") {
-  const int port = free_port_triple();
-  Node node1(concat({"serve", "--model", kStories}, node_flags(port, 1)));
-  Node node0(concat({"serve", "--model", kStories, "--host", "127.0.0.1", "--port", "0"},
-                    node_flags(port, 0)));
+  ServingNodes nodes;
+  Node& node0 = nodes.node0;
+  Node& node1 = nodes.node1;
   const int http = node0.serve_port(40);
   INFO("node 0:\n" << node0.log() << "\nnode 1:\n" << node1.log());
   REQUIRE(http > 0);
@@ -248,10 +243,9 @@ TEST_CASE("multi-node serve: a killed node 1 fails node 0's request and node 0 e
 
 TEST_CASE("multi-node: a killed node 0 ends node 1 with exit code 1 and the reason",
           "[multinode]") {
-  const int port = free_port_triple();
-  Node node1(concat({"serve", "--model", kStories}, node_flags(port, 1)));
-  Node node0(concat({"serve", "--model", kStories, "--host", "127.0.0.1", "--port", "0"},
-                    node_flags(port, 0)));
+  ServingNodes nodes;
+  Node& node0 = nodes.node0;
+  Node& node1 = nodes.node1;
   REQUIRE(node0.serve_port(40) > 0);
   REQUIRE(node1.wait_log("following node 0", 10));
   node0.signal(SIGKILL);
