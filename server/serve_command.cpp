@@ -196,11 +196,13 @@ void serve(ServeConfig& cfg) {
 
   {
     // Multi-node: a lost node stops the engine (its requests fail with 5xx), and the server
-    // exits 1 rather than answer 503 forever (docs/cuda.md "Multi-node").
+    // exits 1 rather than answer 503 forever (docs/cuda.md "Multi-node"); one node only waits
+    // for the stop signal.
     const bool multinode = cfg.engine.multinode.nnodes > 1;
     std::unique_lock<std::mutex> lock(mu);
+    if (!multinode) cv.wait(lock, [&] { return stop_requested; });
     while (!cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_requested; })) {
-      if (multinode && !engine->stats().alive) {
+      if (!engine->stats().alive) {
         lock.unlock();
         std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the errors go out
         throw std::runtime_error("the engine stopped (a node was lost, see the error above); "

@@ -125,12 +125,13 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
 }
 
 /// Node 1 then node 0 of a two-node `octet serve` on stories260K (node 0 on a free HTTP port),
-/// over a free port triple.
+/// over a free port triple, once node 0 serves (or has given up).
 struct ServingNodes {
   const int port = free_port_triple();
   Node node1{concat({"serve", "--model", kStories}, node_flags(port, 1))};
   Node node0{concat({"serve", "--model", kStories, "--host", "127.0.0.1", "--port", "0"},
                     node_flags(port, 0))};
+  const int http = node0.serve_port(40);  // 0 when node 0 did not come up serving
 };
 
 /// The last line of a log that parses as a JSON object with token_ids (generate --json).
@@ -208,7 +209,7 @@ TEST_CASE("multi-node serve answers as single-node tensor parallelism, node 1 ex
   ServingNodes nodes;
   Node& node0 = nodes.node0;
   Node& node1 = nodes.node1;
-  const int http = node0.serve_port(40);
+  const int http = nodes.http;
   INFO("node 0:\n" << node0.log() << "\nnode 1:\n" << node1.log());
   REQUIRE(http > 0);
   CHECK(completion_choices(http, kGreedy) == expect_greedy);  // text and logprobs exactly
@@ -224,7 +225,7 @@ TEST_CASE("multi-node serve: a killed node 1 fails node 0's request and node 0 e
   ServingNodes nodes;
   Node& node0 = nodes.node0;
   Node& node1 = nodes.node1;
-  const int http = node0.serve_port(40);
+  const int http = nodes.http;
   INFO("node 0:\n" << node0.log() << "\nnode 1:\n" << node1.log());
   REQUIRE(http > 0);
   REQUIRE(completion_choices(http, kGreedy).is_array());
@@ -246,7 +247,7 @@ TEST_CASE("multi-node: a killed node 0 ends node 1 with exit code 1 and the reas
   ServingNodes nodes;
   Node& node0 = nodes.node0;
   Node& node1 = nodes.node1;
-  REQUIRE(node0.serve_port(40) > 0);
+  REQUIRE(nodes.http > 0);
   REQUIRE(node1.wait_log("following node 0", 10));
   node0.signal(SIGKILL);
   INFO("node 1:\n" << node1.log());
