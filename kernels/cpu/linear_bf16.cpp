@@ -149,7 +149,13 @@ void linear_bf16_avx2(const float* x, const uint16_t* w, float* y, int64_t m, in
   OCTET_CHECK(false, "octet: linear_bf16_avx2 needs AVX2+FMA, which this build/CPU lacks");
 }
 
+void linear_bf16_avx512_unavailable() {
+  OCTET_CHECK(false, "octet: linear_bf16_avx512 needs AVX-512F, which this build/CPU lacks");
+  std::abort();
+}
+
 void linear_bf16(const float* x, const uint16_t* w, float* y, int64_t m, int64_t n, int64_t k) {
+  if (linear_bf16_avx512_available()) return linear_bf16_avx512(x, w, y, m, n, k);
   if (linear_bf16_avx2_available()) return linear_bf16_avx2(x, w, y, m, n, k);
   linear_bf16_scalar(x, w, y, m, n, k);
 }

@@ -186,7 +186,7 @@ ThreadTeam* thread_team() { return t_team; }
 
 namespace detail {
 
-void parallel_for_impl(int64_t begin, int64_t end, bool parallel,
+void parallel_for_impl(int64_t begin, int64_t end, bool parallel, int64_t chunks,
                        void (*fn)(void*, int64_t, int64_t), void* ctx) {
   const int64_t n = end - begin;
   if (n <= 0) return;
@@ -200,8 +200,9 @@ void parallel_for_impl(int64_t begin, int64_t end, bool parallel,
     fn(ctx, begin, end);
     return;
   }
-  const int64_t chunks = std::min<int64_t>({n, width * kChunksPerThread, 0xFFFF});
-  team.run(begin, end, chunks, fn, ctx);
+  team.run(begin, end,
+           std::min<int64_t>({n, chunks > 0 ? chunks : width * kChunksPerThread, 0xFFFF}), fn,
+           ctx);
 }
 
 }  // namespace detail

@@ -55,31 +55,34 @@ void set_thread_team(ThreadTeam* team);
 ThreadTeam* thread_team();
 
 namespace detail {
-void parallel_for_impl(int64_t begin, int64_t end, bool parallel,
+void parallel_for_impl(int64_t begin, int64_t end, bool parallel, int64_t chunks,
                        void (*fn)(void*, int64_t, int64_t), void* ctx);
 }  // namespace detail
 
 /// Runs fn(lo, hi) over disjoint contiguous pieces [lo, hi) covering [begin, end), spread over
 /// parallel_width() threads when parallel is true (else once, in order, on the caller). A
-/// parallel_for inside another runs in order on its thread. fn must not throw.
+/// parallel_for inside another runs in order on its thread. fn must not throw. chunks: how many
+/// pieces (capped by the range); 0 = 4 per thread. Compute-bound loops over many equal items
+/// pass more, so that the last piece claimed leaves the other threads idle for less time.
 template <class F>
-void parallel_for(int64_t begin, int64_t end, F&& fn, bool parallel = true) {
+void parallel_for(int64_t begin, int64_t end, F&& fn, bool parallel = true, int64_t chunks = 0) {
   using Fn = std::remove_reference_t<F>;
   detail::parallel_for_impl(
-      begin, end, parallel,
+      begin, end, parallel, chunks,
       [](void* ctx, int64_t lo, int64_t hi) { (*static_cast<Fn*>(ctx))(lo, hi); },
       const_cast<void*>(static_cast<const void*>(&fn)));
 }
 
 /// parallel_for calling fn(i) for every i in [begin, end).
 template <class F>
-void parallel_for_each(int64_t begin, int64_t end, F&& fn, bool parallel = true) {
+void parallel_for_each(int64_t begin, int64_t end, F&& fn, bool parallel = true,
+                       int64_t chunks = 0) {
   parallel_for(
       begin, end,
       [&](int64_t lo, int64_t hi) {
         for (int64_t i = lo; i < hi; ++i) fn(i);
       },
-      parallel);
+      parallel, chunks);
 }
 
 }  // namespace octet::cpu

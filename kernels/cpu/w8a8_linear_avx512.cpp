@@ -65,25 +65,6 @@ const Bf16Tables& tables() {
   return t;
 }
 
-// One activation row in bf16, laid out as the weight words come out of the unpacks: for each
-// 64-code chunk, 32 words of "low halves" (bytes 0-7 of every 16-byte lane) then 32 of "high
-// halves" (bytes 8-15). qa: [k] codes -> out: [k64] words, zero-padded.
-void activation_words(const uint8_t* qa, int64_t k, int64_t k64, uint16_t* out) {
-  std::fill(out, out + k64, uint16_t{0});
-  const Bf16Tables& t = tables();
-  for (int64_t b = 0; b < k64; b += 64)
-    for (int lane = 0; lane < 4; ++lane)
-      for (int i = 0; i < 16; ++i) {
-        const int64_t src = b + lane * 16 + i;
-        if (src >= k) continue;
-        const uint8_t c = qa[src];
-        const uint16_t w = static_cast<uint16_t>(((t.hi[c & 0x7F] | (c & 0x80)) << 8) |
-                                                 t.lo[c & 0x7F]);
-        const int64_t dst = b + (i < 8 ? 0 : 32) + lane * 8 + (i % 8);
-        out[dst] = w;
-      }
-}
-
 OCTET_AVX512 inline void decode64(__m512i codes, __m512i thi0, __m512i thi1, __m512i tlo0,
                                   __m512i tlo1, __m512i* words_lo, __m512i* words_hi) {
   __m512i hi = _mm512_permutex2var_epi8(thi0, codes, thi1);
@@ -150,12 +131,26 @@ OCTET_AVX512 void decode_rows(const uint8_t* w, int64_t ldw, int64_t k, int64_t 
     for (int64_t b = 0; b < k64; b += 64) {
       const int64_t left = k - b;
       const __mmask64 mask = left >= 64 ? ~__mmask64{0} : ((__mmask64{1} << left) - 1);
+      // The next block of rows (a thread's next work item, usually): its codes arrive from
+      // DRAM while this block is multiplied. Harmless past the end (a prefetch never faults).
+      _mm_prefetch(reinterpret_cast<const char*>(w + (r + rows) * ldw + b), _MM_HINT_T0);
       __m512i wlo, whi;
       decode64(_mm512_maskz_loadu_epi8(mask, w + r * ldw + b), thi0, thi1, tlo0, tlo1, &wlo,
                &whi);
       _mm512_storeu_si512(words + r * ldo + b, wlo);
       _mm512_storeu_si512(words + r * ldo + b + 32, whi);
     }
+}
+
+// Activation rows in bf16 words, laid out as the weight words come out of decode64 (each
+// 64-code chunk: 32 words of the low halves of its 16-byte lanes, then 32 of the high halves),
+// zero-padded: qa: [m, k] codes (part g of a row at g * kg) -> xw: [m, p.kp] words, part g at
+// g * kg64. The same decode as the weights' (decode_rows), so it costs one pass at memory speed.
+OCTET_AVX512 void activation_words(const uint8_t* qa, int64_t m, int64_t k, int64_t groups,
+                                   int64_t kg, int64_t kg64, int64_t kp, uint16_t* xw) {
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t g = 0; g < groups; ++g)
+      decode_rows(qa + i * k + g * kg, k, kg, 1, kg64, xw + i * kp + g * kg64, kp);
 }
 
 // tile_codes on pre-decoded weight words (decode_rows; NR rows at wt, row stride ldw): the
@@ -246,6 +241,14 @@ OCTET_AVX512 void block_rows(const Fp8WeightView& w, const Parts& p, int64_t j0,
       for (int64_t r = j1 - j0; r < kBlock; ++r) acc[g].v[i][r] = _mm512_setzero_ps();
 }
 
+// count words of buf, 64-byte aligned (rows of kp words then start on cache lines: no 512-bit
+// load of the inner loops splits a line).
+uint16_t* aligned_words(std::vector<uint16_t>& buf, int64_t count) {
+  buf.resize(static_cast<size_t>(count + 32));
+  const auto addr = reinterpret_cast<uintptr_t>(buf.data());
+  return buf.data() + ((64 - addr % 64) % 64) / sizeof(uint16_t);
+}
+
 // Batches of at least this many rows decode each block of weights once into words and reuse
 // them for every tile of rows; smaller ones decode in registers (the result is the same).
 constexpr int64_t kPredecodeRows = 8;
@@ -254,26 +257,32 @@ OCTET_AVX512 void linear_impl(const uint8_t* qa, const Fp8WeightView& w,
                               const w8a8_detail::Sink& sink, int64_t m) {
   const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
   const Parts p{groups, kg, (kg + 63) / 64 * 64, groups * ((kg + 63) / 64 * 64)};
-  std::vector<uint16_t> xw(static_cast<size_t>(m * p.kp));  // [m, kp] activation words
-  for (int64_t i = 0; i < m; ++i)
-    for (int64_t g = 0; g < groups; ++g)
-      activation_words(qa + i * k + g * kg, kg, p.kg64, xw.data() + i * p.kp + g * p.kg64);
+  // Scratch reused across calls (a fresh vector of this size is an mmap and page faults).
+  thread_local std::vector<uint16_t> xw_buf;
+  uint16_t* xw = aligned_words(xw_buf, m * p.kp);  // [m, kp] activation words
+  activation_words(qa, m, k, groups, kg, p.kg64, p.kp, xw);
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const bool predecode = m >= kPredecodeRows;
+  // Compute-bound batches: one block per piece, so the threads finish within a block of each
+  // other (4 pieces per thread left one idle for up to a quarter of its share).
+  const int64_t pieces = predecode ? blocks : 0;
   cpu::parallel_for(0, blocks, [&](int64_t blk_lo, int64_t blk_hi) {
-    std::vector<uint16_t> wt(predecode ? static_cast<size_t>(kBlock * p.kp) : 0);
+    thread_local std::vector<uint16_t> wt;
     // [groups][kTileRows][kBlock]: each part's lane sums, then emitted per row
-    std::vector<float> parts(static_cast<size_t>(groups * kTileRows * kBlock));
-    std::vector<BlockAcc> acc(static_cast<size_t>(groups));
+    thread_local std::vector<float> parts;
+    thread_local std::vector<BlockAcc> acc;
+    uint16_t* wt_words = predecode ? aligned_words(wt, kBlock * p.kp) : nullptr;
+    parts.resize(static_cast<size_t>(groups * kTileRows * kBlock));
+    acc.resize(static_cast<size_t>(groups));
     for (int64_t blk = blk_lo; blk < blk_hi; ++blk) {
       const int64_t j0 = blk * kBlock, j1 = std::min(n, j0 + kBlock);
       if (predecode)
         for (int64_t g = 0; g < groups; ++g)
-          decode_rows(w.data + j0 * k + g * kg, k, kg, j1 - j0, p.kg64, wt.data() + g * p.kg64,
+          decode_rows(w.data + j0 * k + g * kg, k, kg, j1 - j0, p.kg64, wt_words + g * p.kg64,
                       p.kp);
-      const uint16_t* wt_block = predecode ? wt.data() : nullptr;
+      const uint16_t* wt_block = wt_words;
       for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
-        const uint16_t* x = xw.data() + i0 * p.kp;
+        const uint16_t* x = xw + i0 * p.kp;
         const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
         switch (rows) {
           case 4: block_rows<4>(w, p, j0, j1, x, wt_block, acc.data()); break;
@@ -288,7 +297,7 @@ OCTET_AVX512 void linear_impl(const uint8_t* qa, const Fp8WeightView& w,
           sink.emit(w, i0 + i, j0, j1, parts.data() + i * kBlock, kTileRows * kBlock);
       }
     }
-  }, n * k * m >= 131072);
+  }, n * k * m >= 131072, pieces);
 }
 
 }  // namespace

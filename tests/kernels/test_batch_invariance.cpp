@@ -266,6 +266,11 @@ TEST_CASE("linear_bf16 avx2 path is batch invariant", "[batch_invariance][bf16]"
   check_bf16_path("bf16 avx2", &linear_bf16_avx2);
 }
 
+TEST_CASE("linear_bf16 avx512 path is batch invariant", "[batch_invariance][bf16]") {
+  if (!linear_bf16_avx512_available()) skip("this CPU lacks AVX-512F");
+  check_bf16_path("bf16 avx512", &linear_bf16_avx512);
+}
+
 TEST_CASE("linear_bf16 dispatch is batch invariant", "[batch_invariance][bf16]") {
   check_bf16_path("bf16 dispatch", &linear_bf16);
 }
