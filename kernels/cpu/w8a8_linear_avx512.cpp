@@ -122,8 +122,9 @@ OCTET_AVX512 inline void tile_codes(const uint8_t* w, int64_t ldw, int64_t k, co
 
 // rows weight rows (k codes each, row stride ldw) -> words: rows x k64 (row stride ldo), each
 // 64-code chunk as the decode64 pair (32 low-half words, then 32 high-half words), zero-padded.
+// Prefetches the same rows `ahead` x rows further on.
 OCTET_AVX512 void decode_rows(const uint8_t* w, int64_t ldw, int64_t k, int64_t rows, int64_t k64,
-                              uint16_t* words, int64_t ldo) {
+                              uint16_t* words, int64_t ldo, int64_t ahead) {
   const Bf16Tables& t = tables();
   const __m512i thi0 = _mm512_load_si512(t.hi), thi1 = _mm512_load_si512(t.hi + 64);
   const __m512i tlo0 = _mm512_load_si512(t.lo), tlo1 = _mm512_load_si512(t.lo + 64);
@@ -131,9 +132,9 @@ OCTET_AVX512 void decode_rows(const uint8_t* w, int64_t ldw, int64_t k, int64_t 
     for (int64_t b = 0; b < k64; b += 64) {
       const int64_t left = k - b;
       const __mmask64 mask = left >= 64 ? ~__mmask64{0} : ((__mmask64{1} << left) - 1);
-      // The next block of rows (a thread's next work item, usually): its codes arrive from
-      // DRAM while this block is multiplied. Harmless past the end (a prefetch never faults).
-      _mm_prefetch(reinterpret_cast<const char*>(w + (r + rows) * ldw + b), _MM_HINT_T0);
+      // The block `ahead` blocks on (this thread's next work item, usually): its codes arrive
+      // from DRAM while this block is multiplied. Harmless past the end (never faults).
+      _mm_prefetch(reinterpret_cast<const char*>(w + (r + ahead * rows) * ldw + b), _MM_HINT_T0);
       __m512i wlo, whi;
       decode64(_mm512_maskz_loadu_epi8(mask, w + r * ldw + b), thi0, thi1, tlo0, tlo1, &wlo,
                &whi);
@@ -150,34 +151,7 @@ OCTET_AVX512 void activation_words(const uint8_t* qa, int64_t m, int64_t k, int6
                                    int64_t kg, int64_t kg64, int64_t kp, uint16_t* xw) {
   for (int64_t i = 0; i < m; ++i)
     for (int64_t g = 0; g < groups; ++g)
-      decode_rows(qa + i * k + g * kg, k, kg, 1, kg64, xw + i * kp + g * kg64, kp);
-}
-
-// tile_codes on pre-decoded weight words (decode_rows; NR rows at wt, row stride ldw): the
-// same VDPBF16PS sequence per accumulator, for batches large enough to amortise one decode.
-template <int MR, int NR>
-OCTET_AVX512 inline void tile_words(const uint16_t* wt, int64_t ldw, const uint16_t* xw,
-                                    int64_t ldx, int64_t k64, __m512 (*out)[kBlock]) {
-  __m512 acc[MR][NR];
-  for (int i = 0; i < MR; ++i)
-    for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < k64; b += 64) {
-    __m512i xlo[MR], xhi[MR];
-    for (int i = 0; i < MR; ++i) {
-      xlo[i] = _mm512_loadu_si512(xw + i * ldx + b);
-      xhi[i] = _mm512_loadu_si512(xw + i * ldx + b + 32);
-    }
-    for (int r = 0; r < NR; ++r) {
-      const __m512i wlo = _mm512_loadu_si512(wt + r * ldw + b);
-      const __m512i whi = _mm512_loadu_si512(wt + r * ldw + b + 32);
-      for (int i = 0; i < MR; ++i) {
-        acc[i][r] = _mm512_dpbf16_ps(acc[i][r], (__m512bh)wlo, (__m512bh)xlo[i]);
-        acc[i][r] = _mm512_dpbf16_ps(acc[i][r], (__m512bh)whi, (__m512bh)xhi[i]);
-      }
-    }
-  }
-  for (int i = 0; i < MR; ++i)
-    for (int r = 0; r < NR; ++r) out[i][r] = acc[i][r];
+      decode_rows(qa + i * k + g * kg, k, kg, 1, kg64, xw + i * kp + g * kg64, kp, 1);
 }
 
 // One level of reduce16 at distance d: in every aligned block of 2d lanes, x's block sums its
@@ -207,6 +181,44 @@ OCTET_AVX512 inline void reduce16(const __m512* v, float* out) {
   _mm512_storeu_ps(out, _mm512_maskz_permutexvar_ps(0xFFFF, bitrev, sums));
 }
 
+// tile_codes on pre-decoded weight words (decode_rows; NR rows at wt, row stride ldw): the
+// same VDPBF16PS sequence per accumulator, for batches large enough to amortise one decode.
+// The MR x NR accumulators are summed at once, in registers, by one reduce16 (the same tree
+// per accumulator as every other path): sums[i * lds + r] = the sum of row i, output r.
+template <int MR, int NR>
+OCTET_AVX512 inline void tile_words(const uint16_t* wt, int64_t ldw, const uint16_t* xw,
+                                    int64_t ldx, int64_t k64, float* sums, int64_t lds) {
+  static_assert(MR * NR <= 16);
+  __m512 acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) acc[i][r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < k64; b += 64) {
+    __m512i xlo[MR], xhi[MR];
+    for (int i = 0; i < MR; ++i) {
+      xlo[i] = _mm512_load_si512(xw + i * ldx + b);
+      xhi[i] = _mm512_load_si512(xw + i * ldx + b + 32);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; ++r) {
+      const __m512i wlo = _mm512_load_si512(wt + r * ldw + b);
+      const __m512i whi = _mm512_load_si512(wt + r * ldw + b + 32);
+      for (int i = 0; i < MR; ++i) {
+        acc[i][r] = _mm512_dpbf16_ps(acc[i][r], (__m512bh)wlo, (__m512bh)xlo[i]);
+        acc[i][r] = _mm512_dpbf16_ps(acc[i][r], (__m512bh)whi, (__m512bh)xhi[i]);
+      }
+    }
+  }
+  __m512 v[16];
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) v[i * NR + r] = acc[i][r];
+  for (int q = MR * NR; q < 16; ++q) v[q] = _mm512_setzero_ps();
+  alignas(64) float s[16];
+  reduce16(v, s);
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < NR; ++r) sums[i * lds + r] = s[i * NR + r];
+}
+
+
 // The shape of one call: k split in `groups` parts of kg codes; each part's words are padded to
 // kg64, so an activation or pre-decoded weight row is kp = groups * kg64 words, part g at
 // g * kg64. One group (k_groups 1) is the unsplit layout.
@@ -214,21 +226,23 @@ struct Parts {
   int64_t groups, kg, kg64, kp;
 };
 
-// Raw accumulators of MR rows (words at xw, row stride p.kp) x outputs [j0, j1), one BlockAcc
-// per part (acc[g]); outputs past j1 zero. The parts of each 4-row step run back to back, so the
-// weight rows stream in order. pre-decoded: wt holds the block's weight rows (decode_rows), else
-// codes are decoded here.
+// MR rows (words at xw, row stride p.kp) x outputs [j0, j1). The parts of each 4-row step run
+// back to back, so the weight rows stream in order. pre-decoded (wt holds the block's weight
+// rows, decode_rows): the lane sums go to parts[(g * kTileRows + i) * kBlock + j - j0]; else
+// codes are decoded here and the raw accumulators go to acc[g] (outputs past j1 zero).
 template <int MR>
 OCTET_AVX512 void block_rows(const Fp8WeightView& w, const Parts& p, int64_t j0, int64_t j1,
-                             const uint16_t* xw, const uint16_t* wt, BlockAcc* acc) {
+                             const uint16_t* xw, const uint16_t* wt, BlockAcc* acc,
+                             float* parts) {
   const int64_t k = w.k;
   const auto step = [&]<int NR>(int64_t j) {
     for (int64_t g = 0; g < p.groups; ++g) {
-      __m512 (*out)[kBlock] = reinterpret_cast<__m512 (*)[kBlock]>(&acc[g].v[0][j - j0]);
       const uint16_t* xg = xw + g * p.kg64;
       if (wt) {
-        tile_words<MR, NR>(wt + (j - j0) * p.kp + g * p.kg64, p.kp, xg, p.kp, p.kg64, out);
+        tile_words<MR, NR>(wt + (j - j0) * p.kp + g * p.kg64, p.kp, xg, p.kp, p.kg64,
+                           parts + g * kTileRows * kBlock + (j - j0), kBlock);
       } else {
+        __m512 (*out)[kBlock] = reinterpret_cast<__m512 (*)[kBlock]>(&acc[g].v[0][j - j0]);
         tile_codes<MR, NR>(w.data + j * k + g * p.kg, k, p.kg, xg, p.kp, p.kg64, out);
       }
     }
@@ -236,6 +250,7 @@ OCTET_AVX512 void block_rows(const Fp8WeightView& w, const Parts& p, int64_t j0,
   int64_t j = j0;
   for (; j + 4 <= j1; j += 4) step.template operator()<4>(j);
   for (; j < j1; ++j) step.template operator()<1>(j);
+  if (wt) return;
   for (int64_t g = 0; g < p.groups; ++g)
     for (int i = 0; i < MR; ++i)
       for (int64_t r = j1 - j0; r < kBlock; ++r) acc[g].v[i][r] = _mm512_setzero_ps();
@@ -266,6 +281,10 @@ OCTET_AVX512 void linear_impl(const uint8_t* qa, const Fp8WeightView& w,
   // Compute-bound batches: one block per piece, so the threads finish within a block of each
   // other (4 pieces per thread left one idle for up to a quarter of its share).
   const int64_t pieces = predecode ? blocks : 0;
+  // The threads claim the pieces in turn, so a thread's next block is usually `width` blocks
+  // on: its weights are prefetched while this one is decoded (measured: 1 block ahead, i.e.
+  // another thread's, gained less at m = 16; contiguous runs of blocks lost more at the tail).
+  const int64_t ahead = cpu::parallel_width();
   cpu::parallel_for(0, blocks, [&](int64_t blk_lo, int64_t blk_hi) {
     thread_local std::vector<uint16_t> wt;
     // [groups][kTileRows][kBlock]: each part's lane sums, then emitted per row
@@ -279,20 +298,22 @@ OCTET_AVX512 void linear_impl(const uint8_t* qa, const Fp8WeightView& w,
       if (predecode)
         for (int64_t g = 0; g < groups; ++g)
           decode_rows(w.data + j0 * k + g * kg, k, kg, j1 - j0, p.kg64, wt_words + g * p.kg64,
-                      p.kp);
+                      p.kp, ahead);
       const uint16_t* wt_block = wt_words;
       for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
         const uint16_t* x = xw + i0 * p.kp;
         const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
+        float* pt = parts.data();
         switch (rows) {
-          case 4: block_rows<4>(w, p, j0, j1, x, wt_block, acc.data()); break;
-          case 3: block_rows<3>(w, p, j0, j1, x, wt_block, acc.data()); break;
-          case 2: block_rows<2>(w, p, j0, j1, x, wt_block, acc.data()); break;
-          default: block_rows<1>(w, p, j0, j1, x, wt_block, acc.data()); break;
+          case 4: block_rows<4>(w, p, j0, j1, x, wt_block, acc.data(), pt); break;
+          case 3: block_rows<3>(w, p, j0, j1, x, wt_block, acc.data(), pt); break;
+          case 2: block_rows<2>(w, p, j0, j1, x, wt_block, acc.data(), pt); break;
+          default: block_rows<1>(w, p, j0, j1, x, wt_block, acc.data(), pt); break;
         }
-        for (int64_t g = 0; g < groups; ++g)
-          for (int64_t i = 0; i < rows; ++i)
-            reduce16(acc[g].v[i], parts.data() + (g * kTileRows + i) * kBlock);
+        if (!wt_block)
+          for (int64_t g = 0; g < groups; ++g)
+            for (int64_t i = 0; i < rows; ++i)
+              reduce16(acc[g].v[i], pt + (g * kTileRows + i) * kBlock);
         for (int64_t i = 0; i < rows; ++i)
           sink.emit(w, i0 + i, j0, j1, parts.data() + i * kBlock, kTileRows * kBlock);
       }
