@@ -54,7 +54,10 @@ concurrencies="${CONCURRENCY:-1,4,16}"
 parts="${PARTS:-kernels served}"
 threads="${THREADS:-$(nproc)}"
 octet="${OCTET:-$here/build/octet}"
-export OMP_WAIT_POLICY=passive
+# Each program with its own defaults: llama.cpp's ggml threads are OpenMP's (libgomp spins between
+# its per-op barriers; OMP_WAIT_POLICY=passive made its decode ~40% slower on a quiet machine),
+# octet's kernels run on its own thread team, which OMP_WAIT_POLICY does not touch.
+unset OMP_WAIT_POLICY
 build_llamacpp
 
 q8="$cache/$(basename "${model%.gguf}").Q8_0.gguf"
