@@ -81,6 +81,9 @@ void BenchLatencyConfig::validate() const {
   validate_lm_head_dtype(lm_head_dtype);
   if (input_len <= 0 || output_len <= 0 || num_iters <= 0)
     throw std::invalid_argument("--input-len, --output-len and --num-iters must be positive");
+  if (num_iters_warmup < 0 || num_iters_warmup > 1000)
+    throw std::invalid_argument("--num-iters-warmup must be in [0, 1000], got " +
+                                std::to_string(num_iters_warmup));
   if (input_len > SchedulerConfig::kMaxTokens || output_len > SchedulerConfig::kMaxTokens -
                                                                    input_len)
     throw std::invalid_argument("--input-len + --output-len must be at most " +

@@ -148,6 +148,7 @@ struct BenchLatencyConfig {
   // Added last, so that positional aggregate initialisation keeps its meaning.
   int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
   std::string lm_head_dtype = "bf16";
+  int64_t num_iters_warmup = 1;  // untimed runs first (vLLM's --num-iters-warmup)
 
   template <class Visitor>
   static void visit(BenchLatencyConfig& c, Visitor&& v) {
@@ -165,6 +166,8 @@ struct BenchLatencyConfig {
     v(c.input_len, "input_len", "prompt tokens per prefill (random ids)");
     v(c.output_len, "output_len", "greedy decode steps after the prefill");
     v(c.num_iters, "num_iters", "repetitions; the best run is reported");
+    v(c.num_iters_warmup, "num_iters_warmup",
+      "untimed runs before them (first-touch page faults, scratch buffers growing)");
     v(c.max_model_len, "max_model_len",
       "the engine's max_model_len, which the KV budget must hold once (0 = input_len + "
       "output_len + 1)");

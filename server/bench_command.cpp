@@ -44,6 +44,8 @@ int run_bench_latency(int argc, const char* const* argv) {
                                   " + --output-len " + std::to_string(cfg.output_len) +
                                   " + 1 do not fit: " + e.what());
     }
+    for (int64_t i = 0; i < cfg.num_iters_warmup; ++i)
+      bench_latency(*engine, cfg.input_len, cfg.output_len);
     LatencyResult best;
     for (int64_t i = 0; i < cfg.num_iters; ++i) {
       LatencyResult r = bench_latency(*engine, cfg.input_len, cfg.output_len);

@@ -131,6 +131,8 @@ void linear_bf16_avx512(const float* x, const uint16_t* w, float* y, int64_t m, 
                         int64_t k) {
 #ifdef OCTET_BF16_AVX512
   if (linear_bf16_avx512_available()) return impl(x, w, y, m, n, k);
+#else
+  (void)x, (void)w, (void)y, (void)m, (void)n, (void)k;
 #endif
   linear_bf16_avx512_unavailable();
 }

@@ -36,3 +36,18 @@ TEST_CASE("the device option: an unknown device is a clear error naming it", "[c
   a.device = "tpu";
   CHECK_THROWS_WITH(a.validate(), "--device must be cpu, cuda, cuda:N or auto, got 'tpu'");
 }
+
+TEST_CASE("bench latency: --num-iters-warmup defaults to 1, 0 allowed, out of range is an error",
+          "[config]") {
+  BenchLatencyConfig c;
+  c.model = "m.gguf";
+  CHECK(c.num_iters_warmup == 1);
+  CHECK_NOTHROW(c.validate());
+  c.num_iters_warmup = 0;
+  CHECK_NOTHROW(c.validate());
+  for (int64_t bad : {int64_t{-1}, int64_t{1001}}) {
+    c.num_iters_warmup = bad;
+    CHECK_THROWS_WITH(c.validate(), "--num-iters-warmup must be in [0, 1000], got " +
+                                        std::to_string(bad));
+  }
+}
