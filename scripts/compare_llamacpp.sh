@@ -2,7 +2,8 @@
 # octet against llama.cpp on the same machine and threads (issue 12's table), two parts:
 #  1. kernels: `llama-bench -p IN -n OUT` (Q8_0: the same bytes per weight as octet's FP8 W8A8;
 #     and the Q4_1 file itself) against `octet bench latency --input-len IN --output-len OUT`
-#     (FP8 W8A8 from the same GGUF), ROUNDS alternating rounds, best of each;
+#     (FP8 W8A8 from the same GGUF; its default BF16 lm_head, and --lm-head-dtype fp8, which
+#     reads the same bytes per weight as Q8_0), ROUNDS alternating rounds, best of each;
 #  2. served: octet serve against llama-server on the Q8_0 file, both measured by
 #     `octet bench serve` (closed loop, random IN-token prompts, OUT output tokens with
 #     ignore_eos, vLLM's metric definitions) at each concurrency of CONCURRENCY.
@@ -96,11 +97,18 @@ results="$work/results.jsonl"
 : > "$results"
 if [[ " $parts " == *" kernels "* ]]; then
   for r in $(seq "$rounds"); do
-    "$octet" bench latency --model "$model" --quantization fp8 --threads "$threads" \
-      --input-len "$input_len" --output-len "$output_len" --num-iters 1 --json 2>/dev/null |
-      python3 -c 'import json,sys; j=json.load(sys.stdin); print(json.dumps({"who":"octet fp8",
-        "prefill":j["prefill_tokens_per_second"],"decode":j["decode_tokens_per_second"]}))' |
-      tee -a "$results"
+    # The default (BF16 lm_head, 163 MB per token) and --lm-head-dtype fp8 (135 MB: the same
+    # bytes per weight as Q8_0, whose tied output matrix is Q8_0 too). One warm-up run each, as
+    # llama-bench does.
+    for head in bf16 fp8; do
+      "$octet" bench latency --model "$model" --quantization fp8 --threads "$threads" \
+        --lm-head-dtype "$head" --input-len "$input_len" --output-len "$output_len" \
+        --num-iters 1 --num-iters-warmup 1 --json 2>/dev/null |
+        HEAD="$head" python3 -c 'import json,os,sys; j=json.load(sys.stdin)
+who = "octet fp8" + ("" if os.environ["HEAD"] == "bf16" else " lm_head fp8")
+print(json.dumps({"who": who, "prefill": j["prefill_tokens_per_second"],
+                  "decode": j["decode_tokens_per_second"]}))' | tee -a "$results"
+    done
     for f in "$q8" "$model"; do
       "$bin_dir/llama-bench" -m "$f" -t "$threads" -p "$input_len" -n "$output_len" -r 1 \
         -o json 2>/dev/null | python3 -c 'import json,sys
@@ -152,10 +160,15 @@ print("\n%s threads, %s-token prompts, %s output tokens" % (threads, n_in, n_out
 print("| figure | octet FP8 W8A8 | llama.cpp Q8_0 | octet / Q8_0 | llama.cpp Q4_1 |")
 print("|---|---|---|---|---|")
 o, q8, q4 = (best.get(k) for k in ("octet fp8", "llama.cpp Q8_0", "llama.cpp Q4_1"))
+o8 = best.get("octet fp8 lm_head fp8")
 if o and q8:
     for k, name in (("prefill", "prefill tok/s (best of %d)"), ("decode", "decode batch 1 tok/s (best of %d)")):
         print("| %s | %.1f | %.1f | %.3f | %s |" % (name % o["n"], o[k], q8[k], o[k] / q8[k],
                                                    "%.1f" % q4[k] if q4 else ""))
+    if o8:
+        for k in ("prefill", "decode"):
+            print("| %s tok/s, octet --lm-head-dtype fp8 | %.1f | %.1f | %.3f | |" % (
+                k, o8[k], q8[k], o8[k] / q8[k]))
 for r in rows:
     if "served" in r:
         a, b = r["octet"]["output_throughput"], r["llama"]["output_throughput"]
