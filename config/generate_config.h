@@ -167,7 +167,8 @@ struct BenchLatencyConfig {
     v(c.output_len, "output_len", "greedy decode steps after the prefill");
     v(c.num_iters, "num_iters", "repetitions; the best run is reported");
     v(c.num_iters_warmup, "num_iters_warmup",
-      "untimed runs before them (first-touch page faults, scratch buffers growing)");
+      "untimed runs before the --num-iters timed ones (first-touch page faults, scratch "
+      "buffers growing)");
     v(c.max_model_len, "max_model_len",
       "the engine's max_model_len, which the KV budget must hold once (0 = input_len + "
       "output_len + 1)");

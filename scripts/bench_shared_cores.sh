@@ -10,7 +10,8 @@
 #        default 0,1), OUTPUT_LEN (decode steps per process, default 192), QUANT (fp8),
 #        EXTRA (more bench flags, e.g. "--threads 1").
 # Each process runs one iteration (--num-iters 1) so that no process times an iteration
-# after its peers have finished; all start together and load the same model.
+# after its peers have finished; all start together and load the same model. Binaries that have
+# --num-iters-warmup (default 1) run one untimed iteration before it, all at once as well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODEL=${MODEL:-$HOME/.cache/octet/hf/SmolLM2-135M-Instruct-bf16}

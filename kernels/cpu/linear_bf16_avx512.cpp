@@ -10,6 +10,10 @@
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// GCC 12 warns that the AVX-512 intrinsics' own _mm512_undefined_* sources are uninitialized
+// (a false positive inside <immintrin.h>, whatever masked form is used).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #define OCTET_BF16_AVX512 1
 #define OCTET_TARGET_AVX512 __attribute__((target("avx512f")))

@@ -3,9 +3,10 @@
 // OpenMP's fork/join). Workers spin briefly (kSpinMicros) after each loop, then sleep on a
 // futex, so that cores shared with other processes are handed back at once instead of being
 // burnt by spin-waiting. parallel_for cuts [begin, end) into fixed contiguous chunks (a function
-// of the range and the width alone) that the calling thread and the awake workers claim in
-// turn: a worker that is descheduled delays nobody unless it holds a chunk. The split decides
-// which thread computes an output, never how: every kernel's batch invariance holds.
+// of the range, the width and the caller's chunk count) that the calling thread and the awake
+// workers claim in turn: a worker that is descheduled delays nobody unless it holds a chunk. The
+// split decides which thread computes an output, never how: every kernel's batch invariance
+// holds.
 #include <cstdint>
 #include <type_traits>
 

@@ -264,6 +264,10 @@ uint16_t* aligned_words(std::vector<uint16_t>& buf, int64_t count) {
   return buf.data() + ((64 - addr % 64) % 64) / sizeof(uint16_t);
 }
 
+// Activation words kept per thread between calls (8 MiB): SmolLM2's largest prefill chunk
+// (2048 x 1536) fits; larger ones are allocated per call.
+constexpr int64_t kKeptScratchWords = int64_t{4} << 20;
+
 // Batches of at least this many rows decode each block of weights once into words and reuse
 // them for every tile of rows; smaller ones decode in registers (the result is the same).
 constexpr int64_t kPredecodeRows = 8;
@@ -272,9 +276,12 @@ OCTET_AVX512 void linear_impl(const uint8_t* qa, const Fp8WeightView& w,
                               const w8a8_detail::Sink& sink, int64_t m) {
   const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
   const Parts p{groups, kg, (kg + 63) / 64 * 64, groups * ((kg + 63) / 64 * 64)};
-  // Scratch reused across calls (a fresh vector of this size is an mmap and page faults).
-  thread_local std::vector<uint16_t> xw_buf;
-  uint16_t* xw = aligned_words(xw_buf, m * p.kp);  // [m, kp] activation words
+  // Scratch reused across calls (a fresh vector of this size is an mmap and page faults), up to
+  // kKeptScratchWords; a larger batch (a long prefill of a big model) gets its own, freed after.
+  thread_local std::vector<uint16_t> xw_kept;
+  std::vector<uint16_t> xw_once;
+  uint16_t* xw = aligned_words(m * p.kp <= kKeptScratchWords ? xw_kept : xw_once,
+                               m * p.kp);  // [m, kp] activation words
   activation_words(qa, m, k, groups, kg, p.kg64, p.kp, xw);
   const int64_t blocks = (n + kBlock - 1) / kBlock;
   const bool predecode = m >= kPredecodeRows;
