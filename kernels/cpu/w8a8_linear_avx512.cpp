@@ -218,7 +218,6 @@ OCTET_AVX512 inline void tile_words(const uint16_t* wt, int64_t ldw, const uint1
     for (int r = 0; r < NR; ++r) sums[i * lds + r] = s[i * NR + r];
 }
 
-
 // The shape of one call: k split in `groups` parts of kg codes; each part's words are padded to
 // kg64, so an activation or pre-decoded weight row is kp = groups * kg64 words, part g at
 // g * kg64. One group (k_groups 1) is the unsplit layout.
