@@ -9,31 +9,49 @@ namespace octet::tokenizer_detail {
 
 void AddedTokenMatcher::add(int32_t id, const std::string& text, bool special) {
   if (text.empty()) return;
-  auto& bucket = by_first_byte_[static_cast<uint8_t>(text[0])];
-  bucket.push_back({id, text, special});
-  // Longest first, so the first hit at a position is the longest (LeftmostLongest).
-  std::stable_sort(bucket.begin(), bucket.end(),
-                   [](const Entry& a, const Entry& b) { return a.text.size() > b.text.size(); });
+  starts_[static_cast<uint8_t>(text[0])] = true;
+  int32_t node = 0;
+  for (char c : text) {
+    int32_t next = child(node, static_cast<uint8_t>(c));
+    if (next < 0) {
+      next = int32_t(nodes_.size());
+      nodes_.emplace_back();
+      edges_.emplace(edge(node, static_cast<uint8_t>(c)), next);
+    }
+    node = next;
+  }
+  Node& n = nodes_[size_t(node)];
+  if (n.any_id < 0) n.any_id = id;
+  if (!special && n.plain_id < 0) n.plain_id = id;
 }
 
 std::vector<Fragment> AddedTokenMatcher::split(std::string_view text, bool parse_special) const {
   std::vector<Fragment> out;
   size_t plain_begin = 0;
   for (size_t i = 0; i < text.size();) {
-    const Entry* hit = nullptr;
-    for (const Entry& e : by_first_byte_[static_cast<uint8_t>(text[i])]) {
-      if ((parse_special || !e.special) && text.compare(i, e.text.size(), e.text) == 0) {
-        hit = &e;
-        break;
+    // The longest text that matches at i and may be used (LeftmostLongest).
+    int32_t hit_id = -1;
+    size_t hit_len = 0;
+    if (starts_[static_cast<uint8_t>(text[i])]) {
+      int32_t node = 0;
+      for (size_t j = i; j < text.size(); ++j) {
+        node = child(node, static_cast<uint8_t>(text[j]));
+        if (node < 0) break;
+        const Node& n = nodes_[size_t(node)];
+        const int32_t id = parse_special ? n.any_id : n.plain_id;
+        if (id >= 0) {
+          hit_id = id;
+          hit_len = j + 1 - i;
+        }
       }
     }
-    if (!hit) {
+    if (hit_id < 0) {
       ++i;
       continue;
     }
     if (i > plain_begin) out.push_back({-1, plain_begin, i});
-    out.push_back({hit->id, i, i + hit->text.size()});
-    i += hit->text.size();
+    out.push_back({hit_id, i, i + hit_len});
+    i += hit_len;
     plain_begin = i;
   }
   if (plain_begin < text.size()) out.push_back({-1, plain_begin, text.size()});

@@ -18,14 +18,15 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <stdexcept>
 
+#include "config/file_read.h"
 #include "models/model_file_error.h"
 #include "models/tokenizer.h"
 #include "models/tokenizer_impl.h"
+#include "models/tokenizer_json.h"
 #include "models/tokenizer_pretokenize.h"
 #include "models/unicode_utf8.h"
 
@@ -62,41 +63,39 @@ struct Pipeline {
   bool decoder_strips_space = false;
 };
 
+/// How deep Sequence normalizers / pre_tokenizers / decoders / post_processors may nest
+/// (real files: 1 level). Deeper: ModelFileError naming the component.
+constexpr int kMaxSequenceDepth = 16;
+
+/// Token ids may leave gaps (padded vocabularies): every id in model.vocab / added_tokens must
+/// be below (model.vocab entries + added_tokens entries + kTokenIdSlack). Bounds the dense
+/// id tables by the file's own size.
+constexpr int64_t kTokenIdSlack = 65536;
+
 [[noreturn]] void fail(const std::string& path, const std::string& problem) {
   throw ModelFileError(path, problem);
 }
 
 std::string type_of(const json& j) {
+  if (!j.is_object()) return "";
   const auto it = j.find("type");
   return it != j.end() && it->is_string() ? it->get<std::string>() : "";
 }
 
-/// A string field, or `fallback` when absent/null.
-std::string str(const json& j, const char* key, const std::string& fallback = "") {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
-}
-
-bool flag(const json& j, const char* key, bool fallback) {
-  const auto it = j.find(key);
-  return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
-}
-
 /// Replace/Split patterns are {"String": s} or {"Regex": r}.
-std::string pattern_text(const std::string& path, const json& j, const std::string& where,
-                         bool* is_regex) {
-  const auto p = j.find("pattern");
-  if (p != j.end() && p->is_object()) {
-    if (p->contains("String") && (*p)["String"].is_string()) {
+std::string pattern_text(const JsonFields& f, bool* is_regex) {
+  if (const json* p = f.find("pattern"); p && p->is_object()) {
+    const JsonFields pf(f.path(), *p, f.name("pattern"));
+    if (const json* s = pf.find("String"); s && s->is_string()) {
       *is_regex = false;
-      return (*p)["String"];
+      return s->get<std::string>();
     }
-    if (p->contains("Regex") && (*p)["Regex"].is_string()) {
+    if (const json* r = pf.find("Regex"); r && r->is_string()) {
       *is_regex = true;
-      return (*p)["Regex"];
+      return r->get<std::string>();
     }
   }
-  fail(path, where + " has no pattern {\"String\"|\"Regex\": ...}");
+  f.fail(f.name("pattern") + " is not {\"String\"|\"Regex\": string}");
 }
 
 std::string escape_regex(const std::string& s) {
@@ -108,69 +107,85 @@ std::string escape_regex(const std::string& s) {
   return out;
 }
 
-void parse_normalizer(const std::string& path, const json& n, Pipeline& p) {
-  if (n.is_null()) return;
-  const std::string t = type_of(n);
+/// The components of a Sequence at `where` (normalizers / pretokenizers / decoders /
+/// processors), after checking the nesting depth.
+const json& sequence_steps(const JsonFields& f, const char* key, int depth) {
+  if (depth >= kMaxSequenceDepth)
+    f.fail(f.name(key) + ": Sequence nested deeper than " + std::to_string(kMaxSequenceDepth) +
+           " levels");
+  return f.array(key);
+}
+
+std::string step_name(const JsonFields& f, const char* key, size_t i) {
+  return f.name(key) + "[" + std::to_string(i) + "]";
+}
+
+void parse_normalizer(const JsonFields& f, Pipeline& p, int depth) {
+  const std::string t = type_of(f.object());
   if (t == "Sequence") {
-    for (const json& s : n.value("normalizers", json::array())) parse_normalizer(path, s, p);
+    const json& steps = sequence_steps(f, "normalizers", depth);
+    for (size_t i = 0; i < steps.size(); ++i)
+      parse_normalizer(JsonFields(f.path(), steps[i], step_name(f, "normalizers", i)), p,
+                       depth + 1);
   } else if (t == "Prepend") {
-    p.normalizer.push_back({true, "", str(n, "prepend")});
+    p.normalizer.push_back({true, "", f.str("prepend")});
   } else if (t == "Replace") {
     bool regex = false;
-    const std::string from = pattern_text(path, n, "normalizer Replace", &regex);
-    if (regex || from.empty()) fail(path, "unsupported normalizer Replace with a regex pattern");
-    p.normalizer.push_back({false, from, str(n, "content")});
+    const std::string from = pattern_text(f, &regex);
+    if (regex || from.empty()) f.fail("unsupported normalizer Replace with a regex pattern");
+    p.normalizer.push_back({false, from, f.str("content")});
   } else {
-    fail(path, "unsupported normalizer '" + t + "' (supported: Prepend, Replace, Sequence)");
+    f.fail("unsupported normalizer '" + t + "' (supported: Prepend, Replace, Sequence)");
   }
 }
 
-void parse_pre_tokenizer(const std::string& path, const json& pt, Pipeline& p, bool last) {
-  if (pt.is_null()) return;
-  const std::string t = type_of(pt);
+void parse_pre_tokenizer(const JsonFields& f, Pipeline& p, bool last, int depth) {
+  const std::string t = type_of(f.object());
   if (t == "Sequence") {
-    const json steps = pt.value("pretokenizers", json::array());
+    const json& steps = sequence_steps(f, "pretokenizers", depth);
     for (size_t i = 0; i < steps.size(); ++i)
-      parse_pre_tokenizer(path, steps[i], p, last && i + 1 == steps.size());
+      parse_pre_tokenizer(JsonFields(f.path(), steps[i], step_name(f, "pretokenizers", i)), p,
+                          last && i + 1 == steps.size(), depth + 1);
   } else if (t == "ByteLevel") {
-    if (!last) fail(path, "pre_tokenizer ByteLevel must be the last step of the Sequence");
+    if (!last) f.fail("pre_tokenizer ByteLevel must be the last step of the Sequence");
     p.byte_level = true;
-    p.prefix_space = flag(pt, "add_prefix_space", true);
-    if (flag(pt, "use_regex", true)) p.split_patterns.push_back(byte_level_pattern());
+    p.prefix_space = f.flag("add_prefix_space", true);
+    if (f.flag("use_regex", true)) p.split_patterns.push_back(byte_level_pattern());
   } else if (t == "Split") {
     bool regex = false;
-    const std::string pat = pattern_text(path, pt, "pre_tokenizer Split", &regex);
-    if (str(pt, "behavior") != "Isolated" || flag(pt, "invert", false))
-      fail(path, "unsupported pre_tokenizer Split behavior '" + str(pt, "behavior") +
-                     "' (supported: Isolated, invert false)");
+    const std::string pat = pattern_text(f, &regex);
+    if (f.str("behavior") != "Isolated" || f.flag("invert", false))
+      f.fail("unsupported pre_tokenizer Split behavior '" + f.str("behavior") +
+             "' (supported: Isolated, invert false)");
     p.split_patterns.push_back(regex ? pat : escape_regex(pat));
   } else if (t == "Digits") {
-    p.split_patterns.push_back(flag(pt, "individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)");
+    p.split_patterns.push_back(f.flag("individual_digits", false) ? R"(\p{N})" : R"(\p{N}+)");
   } else if (t == "Metaspace") {
     p.metaspace = true;
-    p.replacement = str(pt, "replacement", std::string(kSpm));
-    if (p.replacement.empty()) fail(path, "pre_tokenizer Metaspace has an empty replacement");
-    const std::string scheme = str(pt, "prepend_scheme",
-                                   flag(pt, "add_prefix_space", true) ? "always" : "never");
+    p.replacement = f.str("replacement", std::string(kSpm));
+    if (p.replacement.empty()) f.fail("pre_tokenizer Metaspace has an empty replacement");
+    const std::string scheme =
+        f.str("prepend_scheme", f.flag("add_prefix_space", true) ? "always" : "never");
     if (scheme == "always") p.prepend_scheme = Pipeline::Prepend::Always;
     else if (scheme == "first") p.prepend_scheme = Pipeline::Prepend::First;
     else if (scheme == "never") p.prepend_scheme = Pipeline::Prepend::Never;
-    else fail(path, "unsupported Metaspace prepend_scheme '" + scheme + "'");
-    p.metaspace_split = flag(pt, "split", true);
+    else f.fail("unsupported Metaspace prepend_scheme '" + scheme + "'");
+    p.metaspace_split = f.flag("split", true);
   } else {
-    fail(path, "unsupported pre_tokenizer '" + t +
-                   "' (supported: ByteLevel, Split, Digits, Metaspace, Sequence)");
+    f.fail("unsupported pre_tokenizer '" + t +
+           "' (supported: ByteLevel, Split, Digits, Metaspace, Sequence)");
   }
 }
 
 /// Decoders: ByteLevel (byte-level) or the SentencePiece set; sets decoder_strips_space.
-void parse_decoder(const std::string& path, const json& d, Pipeline& p) {
-  if (d.is_null()) return;
-  const std::string t = type_of(d);
+void parse_decoder(const JsonFields& f, Pipeline& p, int depth) {
+  const std::string t = type_of(f.object());
   if (t == "Sequence") {
-    for (const json& s : d.value("decoders", json::array())) parse_decoder(path, s, p);
+    const json& steps = sequence_steps(f, "decoders", depth);
+    for (size_t i = 0; i < steps.size(); ++i)
+      parse_decoder(JsonFields(f.path(), steps[i], step_name(f, "decoders", i)), p, depth + 1);
   } else if (t == "ByteLevel") {
-    if (!p.byte_level) fail(path, "decoder ByteLevel without a ByteLevel pre_tokenizer");
+    if (!p.byte_level) f.fail("decoder ByteLevel without a ByteLevel pre_tokenizer");
   } else if (t == "Replace" || t == "ByteFallback" || t == "Fuse") {
     // transformers' GGUF conversion (5.x) writes Sequence[ByteFallback, Fuse, Replace("▁"," "),
     // ByteLevel] for byte-level vocabularies. With a byte-level alphabet no token is "<0xNN>"
@@ -178,22 +193,22 @@ void parse_decoder(const std::string& path, const json& d, Pipeline& p) {
     if (p.byte_level) return;
     if (t == "Replace") {
       bool regex = false;
-      const std::string from = pattern_text(path, d, "decoder Replace", &regex);
-      if (regex || from != p.replacement || str(d, "content") != " ")
-        fail(path, "unsupported decoder Replace (supported: \"" + p.replacement + "\" -> \" \")");
+      const std::string from = pattern_text(f, &regex);
+      if (regex || from != p.replacement || f.str("content") != " ")
+        f.fail("unsupported decoder Replace (supported: \"" + p.replacement + "\" -> \" \")");
     }
   } else if (t == "Strip") {
-    if (str(d, "content") != " " || d.value("start", 0) > 1 || d.value("stop", 0) != 0)
-      fail(path, "unsupported decoder Strip (supported: content \" \", start 0|1, stop 0)");
-    p.decoder_strips_space = d.value("start", 0) == 1;
+    if (f.str("content") != " " || f.integer("start", 0) > 1 || f.integer("stop", 0) != 0)
+      f.fail("unsupported decoder Strip (supported: content \" \", start 0|1, stop 0)");
+    p.decoder_strips_space = f.integer("start", 0) == 1;
   } else if (t == "Metaspace") {
-    if (p.byte_level) fail(path, "decoder Metaspace with a ByteLevel pre_tokenizer");
-    const std::string scheme = str(d, "prepend_scheme",
-                                   flag(d, "add_prefix_space", true) ? "always" : "never");
+    if (p.byte_level) f.fail("decoder Metaspace with a ByteLevel pre_tokenizer");
+    const std::string scheme =
+        f.str("prepend_scheme", f.flag("add_prefix_space", true) ? "always" : "never");
     p.decoder_strips_space = scheme != "never";
   } else {
-    fail(path, "unsupported decoder '" + t +
-                   "' (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace)");
+    f.fail("unsupported decoder '" + t +
+           "' (supported: ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace)");
   }
 }
 
@@ -215,16 +230,58 @@ std::string spell(std::string_view bytes) {
   return out;
 }
 
-void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t i = s.find(from); i != std::string::npos; i = s.find(from, i + to.size()))
-    s.replace(i, from.size(), to);
+/// Calls match(pos) for each occurrence of `pattern` (non-empty) in `text`, left to right,
+/// non-overlapping (as std::string::find stepping past each match). Knuth-Morris-Pratt:
+/// O(text + pattern) whatever the pattern (std::string::find is O(text * pattern)).
+template <typename Match>
+void for_each_match(std::string_view text, std::string_view pattern, Match match) {
+  const size_t m = pattern.size();
+  if (m == 0) return;
+  std::vector<size_t> fail_to(m, 0);  // longest proper border of pattern[0..i]
+  for (size_t i = 1, k = 0; i < m; ++i) {
+    while (k > 0 && pattern[i] != pattern[k]) k = fail_to[k - 1];
+    if (pattern[i] == pattern[k]) ++k;
+    fail_to[i] = k;
+  }
+  for (size_t i = 0, k = 0; i < text.size(); ++i) {
+    while (k > 0 && text[i] != pattern[k]) k = fail_to[k - 1];
+    if (text[i] == pattern[k]) ++k;
+    if (k == m) {
+      match(i + 1 - m);
+      k = 0;  // non-overlapping: start afresh after the match
+    }
+  }
+}
+
+/// `s` with every non-overlapping `from` (non-empty) replaced by `to`, left to right. Linear.
+std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
+  std::string out;
+  out.reserve(s.size());
+  size_t done = 0;
+  for_each_match(s, from, [&](size_t pos) {
+    out.append(s.substr(done, pos - done));
+    out.append(to);
+    done = pos + from.size();
+  });
+  out.append(s.substr(done));
+  return out;
+}
+
+/// The Split/ByteLevel regex stages; a pattern PCRE2 rejects is a ModelFileError.
+PreTokenizer make_pre_tokenizer(const std::string& path, const std::vector<std::string>& patterns) {
+  try {
+    return PreTokenizer(patterns);
+  } catch (const std::invalid_argument& e) {
+    fail(path, std::string("pre_tokenizer: ") + e.what());
+  }
 }
 
 class HFBpeTokenizer final : public TokenizerBase {
  public:
   HFBpeTokenizer(TokenizerData&& data, Pipeline pipeline,
                  const std::vector<std::pair<std::string, std::string>>& merges)
-      : TokenizerBase(std::move(data)), p_(std::move(pipeline)), pre_(p_.split_patterns) {
+      : TokenizerBase(std::move(data)), p_(std::move(pipeline)),
+        pre_(make_pre_tokenizer(data_.path, p_.split_patterns)) {
     const size_t n = data_.tokens.size();
     bytes_.resize(n);
     for (size_t id = 0; id < n; ++id) {
@@ -234,8 +291,7 @@ class HFBpeTokenizer final : public TokenizerBase {
       } else if (const int b = byte_token_value(t); b >= 0) {
         bytes_[id] = std::string(1, char(b));
       } else {
-        bytes_[id] = t;
-        replace_all(bytes_[id], p_.replacement, " ");
+        bytes_[id] = replace_all(t, p_.replacement, " ");
       }
     }
     for (int b = 0; b < 256; ++b) {
@@ -251,8 +307,8 @@ class HFBpeTokenizer final : public TokenizerBase {
       const auto& [a, b] = merges[i];
       const int32_t l = token_to_id(a), r = token_to_id(b), m = token_to_id(a + b);
       if (l < 0 || r < 0 || m < 0)
-        fail(data_.path, "model.merges[" + std::to_string(i) + "] '" + a + " " + b +
-                             "' uses a token not in the vocabulary");
+        fail(data_.path, "model.merges[" + std::to_string(i) + "] " + quote(a + " " + b) +
+                             " uses a token not in the vocabulary");
       merges_.add(l, r, m);
     }
   }
@@ -267,7 +323,7 @@ class HFBpeTokenizer final : public TokenizerBase {
       if (step.prepend) {
         if (!s.empty()) s.insert(0, step.to);
       } else {
-        replace_all(s, step.from, step.to);
+        s = replace_all(s, step.from, step.to);
       }
     }
     if (p_.byte_level) {
@@ -276,18 +332,19 @@ class HFBpeTokenizer final : public TokenizerBase {
       return;
     }
     if (p_.metaspace) {
-      replace_all(s, " ", p_.replacement);
+      s = replace_all(s, " ", p_.replacement);
       const bool starts = s.compare(0, p_.replacement.size(), p_.replacement) == 0;
       if (!starts && (p_.prepend_scheme == Pipeline::Prepend::Always ||
                       (p_.prepend_scheme == Pipeline::Prepend::First && at_text_start)))
         s.insert(0, p_.replacement);
       if (p_.metaspace_split) {  // MergedWithNext: each piece starts at a replacement
         size_t begin = 0;
-        for (size_t i = s.find(p_.replacement, 1); i != std::string::npos;
-             i = s.find(p_.replacement, i + p_.replacement.size())) {
-          encode_piece_chars(std::string_view(s).substr(begin, i - begin), out);
-          begin = i;
-        }
+        // Occurrences after byte 0, as find(replacement, 1) stepping past each one.
+        const std::string_view rest = std::string_view(s).substr(s.empty() ? 0 : 1);
+        for_each_match(rest, p_.replacement, [&](size_t pos) {
+          encode_piece_chars(std::string_view(s).substr(begin, pos + 1 - begin), out);
+          begin = pos + 1;
+        });
         encode_piece_chars(std::string_view(s).substr(begin), out);
         return;
       }
@@ -357,47 +414,123 @@ class HFBpeTokenizer final : public TokenizerBase {
   MergeTable merges_;
 };
 
-json read_json(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail(path, "cannot open");
-  json j = json::parse(f, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) fail(path, "not valid JSON");
-  if (!j.is_object()) fail(path, "not a JSON object");
-  return j;
-}
-
 /// tokenizer_config.json's "bos_token" etc.: a string, {"content": ...} or null.
-std::optional<std::string> special_text(const std::string& path, const json& cfg, const char* key) {
-  const auto it = cfg.find(key);
-  if (it == cfg.end() || it->is_null()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
-    return (*it)["content"].get<std::string>();
-  fail(path, std::string(key) + " must be a string or {\"content\": string}");
+std::optional<std::string> special_text(const JsonFields& cfg, const char* key) {
+  const json* v = cfg.find(key);
+  if (!v) return std::nullopt;
+  if (v->is_string()) return v->get<std::string>();
+  if (v->is_object()) {
+    if (const json* c = JsonFields(cfg.path(), *v, key).find("content"); c && c->is_string())
+      return c->get<std::string>();
+  }
+  cfg.fail(std::string(key) + " must be a string or {\"content\": string}");
 }
 
-/// TemplateProcessing "single": the special token ids before and after $A.
-void template_specials(const json& pp, std::vector<int32_t>& before, std::vector<int32_t>& after) {
-  if (pp.is_null()) return;
-  const std::string t = type_of(pp);
+/// TemplateProcessing "single": the special token ids before and after $A, each checked to be
+/// in [0, vocab).
+void template_specials(const JsonFields& f, size_t vocab, std::vector<int32_t>& before,
+                       std::vector<int32_t>& after, int depth) {
+  const std::string t = type_of(f.object());
   if (t == "Sequence") {
-    for (const json& s : pp.value("processors", json::array())) template_specials(s, before, after);
+    const json& steps = sequence_steps(f, "processors", depth);
+    for (size_t i = 0; i < steps.size(); ++i)
+      template_specials(JsonFields(f.path(), steps[i], step_name(f, "processors", i)), vocab,
+                        before, after, depth + 1);
     return;
   }
   if (t != "TemplateProcessing") return;  // ByteLevel etc. add no tokens
+  const json* specials = f.find("special_tokens");
+  if (specials && !specials->is_object()) f.fail(f.name("special_tokens") + " is not an object");
   bool seen_a = false;
-  for (const json& piece : pp.value("single", json::array())) {
-    if (piece.contains("Sequence")) {
+  const json& single = f.array("single");
+  for (size_t i = 0; i < single.size(); ++i) {
+    const JsonFields piece(f.path(), single[i], step_name(f, "single", i));
+    if (piece.find("Sequence")) {
       seen_a = true;
-    } else if (piece.contains("SpecialToken")) {
-      const std::string id = piece["SpecialToken"].value("id", "");
-      const json& st = pp.value("special_tokens", json::object());
-      if (!st.contains(id)) continue;
-      for (const json& x : st[id].value("ids", json::array())) {
-        if (x.is_number_integer()) (seen_a ? after : before).push_back(x.get<int32_t>());
+    } else if (const json* st = piece.find("SpecialToken")) {
+      if (!st->is_object()) piece.fail(piece.name("SpecialToken") + " is not an object");
+      const std::string name =
+          JsonFields(f.path(), *st, piece.name("SpecialToken")).str("id");
+      if (!specials) continue;
+      const auto it = specials->find(name);
+      if (it == specials->end()) continue;
+      const JsonFields entry(f.path(), *it, f.name("special_tokens") + "[" + quote(name) + "]");
+      const json& ids = entry.array("ids");
+      for (size_t k = 0; k < ids.size(); ++k) {
+        const json& x = ids[k];
+        const std::string where = step_name(entry, "ids", k);
+        if (!x.is_number_integer()) entry.fail(where + " is not an integer id");
+        const bool in_vocab = x.is_number_unsigned() ? x.get<uint64_t>() < vocab
+                                                     : x.get<int64_t>() >= 0 &&
+                                                           uint64_t(x.get<int64_t>()) < vocab;
+        if (!in_vocab)
+          entry.fail(where + ": id " + x.dump() + " outside the vocabulary [0, " +
+                     std::to_string(vocab) + ")");
+        (seen_a ? after : before).push_back(int32_t(x.get<int64_t>()));
       }
     }
   }
+}
+
+/// model.vocab {text: id} and added_tokens [{id, content, special}] into d.tokens / d.types.
+/// Ids are bounded by the entry count + kTokenIdSlack (the dense tables are sized by them).
+void read_vocabulary(const JsonFields& model, const JsonFields& top, TokenizerData& d) {
+  const json* vocab = model.find("vocab");
+  if (!vocab || !vocab->is_object() || vocab->empty()) model.fail("model.vocab is missing or empty");
+  const json& added = top.array("added_tokens");
+  const int64_t max_id = int64_t(vocab->size() + added.size()) + kTokenIdSlack;
+  auto place = [&](const json& id_json, const std::string& text, auto where) -> size_t {
+    if (!id_json.is_number_integer()) model.fail(where() + " is not an integer id");
+    const bool ok = id_json.is_number_unsigned() ? id_json.get<uint64_t>() < uint64_t(max_id)
+                                                 : id_json.get<int64_t>() >= 0 &&
+                                                       id_json.get<int64_t>() < max_id;
+    if (!ok)
+      model.fail(where() + ": id " + id_json.dump() + " is negative or beyond the " +
+                 std::to_string(max_id - kTokenIdSlack) + " entries of model.vocab and " +
+                 "added_tokens (+" + std::to_string(kTokenIdSlack) + ")");
+    const size_t id = id_json.get<size_t>();
+    if (id >= d.tokens.size()) {
+      d.tokens.resize(id + 1);
+      d.types.resize(id + 1, kUnused);
+    }
+    d.tokens[id] = text;
+    if (d.types[id] == kUnused) d.types[id] = kNormal;
+    return id;
+  };
+  for (const auto& [text, id] : vocab->items())
+    place(id, text, [&, &text = text] { return "model.vocab[" + quote(text) + "]"; });
+  for (size_t i = 0; i < added.size(); ++i) {
+    const JsonFields a(top.path(), added[i], "added_tokens[" + std::to_string(i) + "]");
+    const json* id = a.find("id");
+    const json* content = a.find("content");
+    if (!added[i].is_object() || !id || !content || !content->is_string())
+      a.fail("added_tokens[" + std::to_string(i) + "] needs an integer id and a string content");
+    const size_t at = place(*id, content->get<std::string>(), [&] { return a.name("id"); });
+    d.types[at] = a.flag("special", false) ? kControl : kUserDefined;
+  }
+}
+
+/// model.merges: "left right" strings or [left, right] pairs.
+std::vector<std::pair<std::string, std::string>> read_merges(const JsonFields& model) {
+  std::vector<std::pair<std::string, std::string>> merges;
+  const json& mj = model.array("merges");
+  merges.reserve(mj.size());
+  for (size_t i = 0; i < mj.size(); ++i) {
+    const json& m = mj[i];
+    const std::string where = "model.merges[" + std::to_string(i) + "]";
+    if (m.is_string()) {
+      const std::string& s = m.get_ref<const std::string&>();
+      const size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+        model.fail(where + " is not 'left right': " + quote(s));
+      merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      model.fail(where + " is neither 'a b' nor [a, b]");
+    }
+  }
+  return merges;
 }
 
 }  // namespace
@@ -408,27 +541,28 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& dir) {
   using namespace tokenizer_detail;
   const std::string path = dir + "/tokenizer.json";
   if (!std::filesystem::is_regular_file(path)) fail(dir, "missing tokenizer.json");
-  const json tj = read_json(path);
+  const json tj = read_json_file(path, kMaxTokenizerJsonBytes);
+  const JsonFields top(path, tj, "");
 
-  const auto mi = tj.find("model");
-  if (mi == tj.end() || !mi->is_object()) fail(path, "missing model");
-  const json& model = *mi;
-  const std::string model_type = model.contains("type") ? type_of(model) : "BPE";
+  const json* mi = top.find("model");
+  if (!mi || !mi->is_object()) fail(path, "missing model");
+  const JsonFields model(path, *mi, "model");
+  const std::string model_type = model.find("type") ? type_of(*mi) : "BPE";
   if (model_type != "BPE")
     fail(path, "unsupported model type '" + model_type + "' (supported: BPE)");
-  if (model.contains("dropout") && !model["dropout"].is_null())
-    fail(path, "unsupported model.dropout (BPE dropout)");
+  if (model.find("dropout")) fail(path, "unsupported model.dropout (BPE dropout)");
   for (const char* k : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (!str(model, k).empty()) fail(path, std::string("unsupported model.") + k);
+    if (!model.str(k).empty()) fail(path, std::string("unsupported model.") + k);
   }
 
   Pipeline p;
-  p.byte_fallback = flag(model, "byte_fallback", false);
-  p.ignore_merges = flag(model, "ignore_merges", false);
-  p.fuse_unk = flag(model, "fuse_unk", false);
-  parse_normalizer(path, tj.value("normalizer", json()), p);
-  parse_pre_tokenizer(path, tj.value("pre_tokenizer", json()), p, true);
-  parse_decoder(path, tj.value("decoder", json()), p);
+  p.byte_fallback = model.flag("byte_fallback", false);
+  p.ignore_merges = model.flag("ignore_merges", false);
+  p.fuse_unk = model.flag("fuse_unk", false);
+  if (const json* n = top.find("normalizer")) parse_normalizer(JsonFields(path, *n, "normalizer"), p, 0);
+  if (const json* pt = top.find("pre_tokenizer"))
+    parse_pre_tokenizer(JsonFields(path, *pt, "pre_tokenizer"), p, true, 0);
+  if (const json* dec = top.find("decoder")) parse_decoder(JsonFields(path, *dec, "decoder"), p, 0);
   if (!p.byte_level && !p.metaspace && p.normalizer.empty())
     fail(path, "unsupported pipeline: neither a ByteLevel pre_tokenizer nor a SentencePiece-style "
                "Metaspace pre_tokenizer or Prepend/Replace normalizer");
@@ -436,74 +570,27 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& dir) {
   // GGUF conversion sets it anyway): ignore it.
   if (p.byte_level) p.byte_fallback = false;
 
-  // Vocabulary: model.vocab {text: id} plus added_tokens [{id, content, special}].
-  const auto vi = model.find("vocab");
-  if (vi == model.end() || !vi->is_object() || vi->empty())
-    fail(path, "model.vocab is missing or empty");
   TokenizerData d;
   d.path = path;
   d.model = p.byte_level ? "gpt2" : "llama";
-  auto place = [&](int64_t id, const std::string& text, const std::string& where) {
-    if (id < 0 || id >= int64_t(INT32_MAX)) fail(path, where + " has an invalid id " + std::to_string(id));
-    if (size_t(id) >= d.tokens.size()) {
-      d.tokens.resize(size_t(id) + 1);
-      d.types.resize(size_t(id) + 1, kUnused);
-    }
-    d.tokens[size_t(id)] = text;
-    if (d.types[size_t(id)] == kUnused) d.types[size_t(id)] = kNormal;
-  };
-  for (const auto& [text, id] : vi->items()) {
-    if (!id.is_number_integer()) fail(path, "model.vocab[" + json(text).dump() + "] is not an integer id");
-    place(id.get<int64_t>(), text, "model.vocab[" + json(text).dump() + "]");
-  }
-  const json added = tj.value("added_tokens", json::array());
-  if (!added.is_array()) fail(path, "added_tokens is not an array");
-  for (size_t i = 0; i < added.size(); ++i) {
-    const json& a = added[i];
-    const std::string where = "added_tokens[" + std::to_string(i) + "]";
-    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
-        !a.contains("content") || !a["content"].is_string())
-      fail(path, where + " needs an integer id and a string content");
-    place(a["id"].get<int64_t>(), a["content"], where);
-    d.types[a["id"].get<size_t>()] = flag(a, "special", false) ? kControl : kUserDefined;
-  }
-
-  std::vector<std::pair<std::string, std::string>> merges;
-  const json mj = model.value("merges", json::array());
-  if (!mj.is_array()) fail(path, "model.merges is not an array");
-  merges.reserve(mj.size());
-  for (size_t i = 0; i < mj.size(); ++i) {
-    const json& m = mj[i];
-    if (m.is_string()) {
-      const std::string s = m;
-      const size_t sp = s.find(' ');
-      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-        fail(path, "model.merges[" + std::to_string(i) + "] is not 'left right': '" + s + "'");
-      merges.emplace_back(s.substr(0, sp), s.substr(sp + 1));
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      merges.emplace_back(m[0], m[1]);
-    } else {
-      fail(path, "model.merges[" + std::to_string(i) + "] is neither 'a b' nor [a, b]");
-    }
-  }
+  read_vocabulary(model, top, d);
+  const std::vector<std::pair<std::string, std::string>> merges = read_merges(model);
 
   auto id_of = [&](const std::string& text) -> int32_t {
     for (size_t id = 0; id < d.tokens.size(); ++id)  // once per special token; vocab order
       if (d.types[id] != kUnused && d.tokens[id] == text) return int32_t(id);
     return -1;
   };
-  if (const std::string unk = str(model, "unk_token"); !unk.empty()) {
+  if (const std::string unk = model.str("unk_token"); !unk.empty()) {
     d.unk_id = p.unk_id = id_of(unk);
-    if (d.unk_id < 0) fail(path, "model.unk_token '" + unk + "' is not in the vocabulary");
+    if (d.unk_id < 0) fail(path, "model.unk_token " + quote(unk) + " is not in the vocabulary");
   }
 
   // Special tokens and BOS/EOS: tokenizer_config.json, else the post-processor's template.
   std::vector<int32_t> tmpl_before, tmpl_after;
-  template_specials(tj.value("post_processor", json()), tmpl_before, tmpl_after);
-  for (int32_t id : tmpl_before)
-    if (id < 0 || size_t(id) >= d.tokens.size()) fail(path, "post_processor names id " + std::to_string(id) + " outside the vocabulary");
-  for (int32_t id : tmpl_after)
-    if (id < 0 || size_t(id) >= d.tokens.size()) fail(path, "post_processor names id " + std::to_string(id) + " outside the vocabulary");
+  if (const json* pp = top.find("post_processor"))
+    template_specials(JsonFields(path, *pp, "post_processor"), d.tokens.size(), tmpl_before,
+                      tmpl_after, 0);
   d.add_bos = !tmpl_before.empty();
   d.add_eos = !tmpl_after.empty();
   if (!tmpl_before.empty()) d.bos_id = tmpl_before.front();
@@ -513,24 +600,24 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& dir) {
   int32_t pad_id = -1;
   const std::string cfg_path = dir + "/tokenizer_config.json";
   if (std::filesystem::is_regular_file(cfg_path)) {
-    const json cfg = read_json(cfg_path);
+    const json cfg_json = read_json_file(cfg_path, kMaxJsonConfigBytes);
+    const JsonFields cfg(cfg_path, cfg_json, "");
     auto named = [&](const char* key) -> int32_t {
-      const auto text = special_text(cfg_path, cfg, key);
+      const auto text = special_text(cfg, key);
       if (!text) return -1;
       const int32_t id = id_of(*text);
-      if (id < 0) fail(cfg_path, std::string(key) + " '" + *text + "' is not in the vocabulary");
+      if (id < 0) cfg.fail(std::string(key) + " " + quote(*text) + " is not in the vocabulary");
       return id;
     };
     if (const int32_t id = named("bos_token"); id >= 0) d.bos_id = id;
     if (const int32_t id = named("eos_token"); id >= 0) d.eos_id = id;
     if (const int32_t id = named("unk_token"); id >= 0) d.unk_id = id;
     pad_id = named("pad_token");
-    if (cfg.contains("add_bos_token") && cfg["add_bos_token"].is_boolean()) {
-      d.add_bos = cfg["add_bos_token"].get<bool>();
+    if (const json* v = cfg.find("add_bos_token"); v && v->is_boolean()) {
+      d.add_bos = v->get<bool>();
       bos_decided = true;
     }
-    if (cfg.contains("add_eos_token") && cfg["add_eos_token"].is_boolean())
-      d.add_eos = cfg["add_eos_token"].get<bool>();
+    if (const json* v = cfg.find("add_eos_token"); v && v->is_boolean()) d.add_eos = v->get<bool>();
   }
   if (!bos_decided) d.add_bos = !p.byte_level;  // LlamaTokenizer's default; byte-level: no
   // As HF: the named BOS/EOS/UNK/PAD tokens are special whatever added_tokens says.

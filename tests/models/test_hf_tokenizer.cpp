@@ -251,7 +251,7 @@ TEST_CASE("hf tokenizer: malformed and unsupported tokenizer files", "[hf][token
     json t = tiny_byte_level();
     t["model"]["merges"] = json::array({json::array({"a", "b"}), json::array({"b", "q"})});
     expect_error(make_dir("bad_merge", t), "tokenizer.json",
-                 "model.merges[1] 'b q' uses a token not in the vocabulary");
+                 "model.merges[1] \"b q\" uses a token not in the vocabulary");
     t["model"]["merges"] = json::array({"a b c"});
     expect_error(make_dir("bad_merge_str", t), "tokenizer.json", "model.merges[0] is not 'left right'");
   }

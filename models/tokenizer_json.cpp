@@ -1,0 +1,92 @@
+#include "models/tokenizer_json.h"
+
+#include "config/file_read.h"
+#include "models/model_file_error.h"
+
+namespace octet::tokenizer_detail {
+
+using nlohmann::json;
+
+int json_nesting_depth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') ++i;  // the escaped character cannot end the string
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > deepest && (deepest = depth) > limit) return limit + 1;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+json read_json_file(const std::string& path, std::size_t max_bytes) {
+  std::string text;
+  try {
+    text = read_file_bounded(path, max_bytes);
+  } catch (const FileReadError& e) {
+    throw ModelFileError(path, e.problem());
+  }
+  if (json_nesting_depth(text, kMaxTokenizerJsonDepth) > kMaxTokenizerJsonDepth)
+    throw ModelFileError(path, "arrays/objects nested deeper than " +
+                                   std::to_string(kMaxTokenizerJsonDepth) + " levels");
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw ModelFileError(path, "not valid JSON");
+  if (!j.is_object()) throw ModelFileError(path, "not a JSON object");
+  return j;
+}
+
+const json* JsonFields::find(const char* key) const {
+  if (!j_.is_object()) return nullptr;
+  const auto it = j_.find(key);
+  return it == j_.end() || it->is_null() ? nullptr : &*it;
+}
+
+void JsonFields::fail(const std::string& problem) const { throw ModelFileError(path_, problem); }
+
+std::string JsonFields::str(const char* key, const std::string& fallback) const {
+  const json* v = find(key);
+  if (!v) return fallback;
+  if (!v->is_string()) fail(name(key) + " is not a string");
+  return v->get<std::string>();
+}
+
+bool JsonFields::flag(const char* key, bool fallback) const {
+  const json* v = find(key);
+  if (!v) return fallback;
+  if (!v->is_boolean()) fail(name(key) + " is not a boolean");
+  return v->get<bool>();
+}
+
+int64_t JsonFields::integer(const char* key, int64_t fallback) const {
+  const json* v = find(key);
+  if (!v) return fallback;
+  if (!v->is_number_integer()) fail(name(key) + " is not an integer");
+  if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(INT64_MAX))
+    fail(name(key) + " is out of range");
+  return v->get<int64_t>();
+}
+
+const json& JsonFields::array(const char* key) const {
+  static const json kEmpty = json::array();
+  const json* v = find(key);
+  if (!v) return kEmpty;
+  if (!v->is_array()) fail(name(key) + " is not an array");
+  return *v;
+}
+
+std::string quote(std::string_view s) {
+  const bool cut = s.size() > 64;
+  std::string out = json(std::string(s.substr(0, 64)))
+                        .dump(-1, ' ', false, json::error_handler_t::replace);
+  if (cut) out += "...";
+  return out;
+}
+
+}  // namespace octet::tokenizer_detail
