@@ -278,7 +278,7 @@ TEST_CASE("hf tokenizer: malformed and unsupported tokenizer files", "[hf][token
     t["added_tokens"][0].erase("id");
     expect_error(make_dir("bad_added", t), "tokenizer.json", "added_tokens[0] needs an integer id");
     expect_error(make_dir("bad_bos", tiny_byte_level(), {{"bos_token", "<nope>"}}),
-                 "tokenizer_config.json", "bos_token '<nope>' is not in the vocabulary");
+                 "tokenizer_config.json", "bos_token \"<nope>\" is not in the vocabulary");
     expect_error(make_dir("bad_eos", tiny_byte_level(), {{"eos_token", 5}}),
                  "tokenizer_config.json", "eos_token must be a string");
   }
