@@ -110,9 +110,11 @@ std::string escape_regex(const std::string& s) {
 /// The components of a Sequence at `where` (normalizers / pretokenizers / decoders /
 /// processors), after checking the nesting depth.
 const json& sequence_steps(const JsonFields& f, const char* key, int depth) {
-  if (depth >= kMaxSequenceDepth)
-    f.fail(f.name(key) + ": Sequence nested deeper than " + std::to_string(kMaxSequenceDepth) +
+  if (depth >= kMaxSequenceDepth) {
+    const std::string component = f.name(key).substr(0, f.name(key).find('.'));
+    f.fail(component + ": Sequence nested deeper than " + std::to_string(kMaxSequenceDepth) +
            " levels");
+  }
   return f.array(key);
 }
 

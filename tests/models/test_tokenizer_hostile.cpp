@@ -122,8 +122,7 @@ TEST_CASE("tokenizer hostile: Sequence nesting is bounded below the JSON depth l
   const std::string dir = make_dir(
       "deep40", stories_with("decoder", nested("decoders", 40, R"({"type": "Fuse"})")));
   const std::string msg = load_error(dir);
-  CHECK_THAT(msg, Catch::Contains("decoder.decoders[0]"));
-  CHECK_THAT(msg, Catch::Contains("Sequence nested deeper than 16 levels"));
+  CHECK_THAT(msg, Catch::Contains("decoder: Sequence nested deeper than 16 levels"));
   // A few levels are fine and mean the same as one.
   const auto tok = Tokenizer::from_hf_dir(make_dir(
       "deep3", stories_with("decoder", nested("decoders", 3, stories_json()["decoder"].dump()))));
