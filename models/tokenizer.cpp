@@ -1,6 +1,8 @@
 // Tokenizer::from_gguf (reads and validates tokenizer.ggml.*) and StreamingDetokenizer.
 #include "models/tokenizer.h"
 
+#include <cmath>
+
 #include "models/gguf.h"
 #include "models/model_file_error.h"
 #include "models/tokenizer_impl.h"
@@ -65,7 +67,15 @@ class MetadataReader {
                           "integers");
     if (!a) return out;
     out.reserve(a->size());
-    for (const GGUFValue& e : *a) out.push_back(int32_t(e.as_int()));
+    for (size_t i = 0; i < a->size(); ++i) {
+      const GGUFValue& e = (*a)[i];
+      const auto* u = std::get_if<uint64_t>(&e.value);
+      const int64_t v = u ? (*u > uint64_t(INT32_MAX) ? int64_t(INT32_MAX) + 1 : int64_t(*u))
+                          : e.as_int();
+      if (v < INT32_MIN || v > INT32_MAX)
+        fail(key + "[" + std::to_string(i) + "] = " + std::to_string(v) + " is out of range");
+      out.push_back(int32_t(v));
+    }
     return out;
   }
 
@@ -124,6 +134,9 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GGUFFile& file) {
   if (!d.scores.empty() && d.scores.size() != n) {
     md.fail("tokenizer.ggml.scores has " + std::to_string(d.scores.size()) + " entries for " +
             std::to_string(n) + " tokens");
+  }
+  for (size_t i = 0; i < d.scores.size(); ++i) {  // NaN breaks the merge order's sort
+    if (std::isnan(d.scores[i])) md.fail("tokenizer.ggml.scores[" + std::to_string(i) + "] is NaN");
   }
   d.types = md.ints("tokenizer.ggml.token_type");
   if (d.types.empty()) d.types.assign(n, tokenizer_detail::kNormal);

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <unordered_set>
 
+#include "models/model_file_error.h"
 #include "models/tokenizer_impl.h"
 #include "models/unicode_utf8.h"
 
@@ -28,6 +29,10 @@ namespace octet::tokenizer_detail {
 namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581 "▁"
+// Bound on the merge derivation's work (sum over tokens of length^2 in bytes): real
+// SentencePiece vocabularies (32k-256k pieces of at most a few dozen bytes) stay below 10^8; a
+// file of a few very long tokens would otherwise take hours to load.
+constexpr uint64_t kMaxMergeWork = uint64_t{1} << 28;
 
 class LlamaTokenizer final : public TokenizerBase {
  public:
@@ -101,8 +106,16 @@ class LlamaTokenizer final : public TokenizerBase {
     out.insert(out.end(), ids.begin(), ids.end());
   }
 
-  /// transformers' generate_merges(vocab, scores), reproduced rank for rank.
+  /// transformers' generate_merges(vocab, scores), reproduced rank for rank. It tries every
+  /// cut of every token: O(sum of squared token lengths), bounded by kMaxMergeWork.
   void derive_merges() {
+    uint64_t work = 0;
+    for (const std::string& t : data_.tokens) work += uint64_t(t.size()) * t.size();
+    if (work > kMaxMergeWork) {
+      throw ModelFileError(data_.path, "tokenizer.ggml.tokens: tokens too long to derive merges "
+                                       "(sum of squared lengths " + std::to_string(work) +
+                                       " > " + std::to_string(kMaxMergeWork) + ")");
+    }
     struct Candidate {
       int32_t left, right, merged;
       float score;

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -454,4 +455,44 @@ TEST_CASE("tokenizer: StreamingDetokenizer after a prompt keeps the first space"
   // From BOS alone the first word is at the start of the text: its space is stripped.
   StreamingDetokenizer from_bos(tok, true, {tok.bos_id()});
   CHECK(from_bos.push(generated[0]) == "a");
+}
+
+TEST_CASE("tokenizer: hostile GGUF tokenizer arrays -> ModelFileError", "[tokenizer][errors][hostile]") {
+  using Catch::Matchers::Contains;
+  SECTION("a NaN score (it would break the merge order's sort)") {
+    std::vector<float> scores = kLlamaScores;
+    scores[7] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_THAT(tokenizer_error([&](GGUFWriter& w) {
+                 w.kv_str("tokenizer.ggml.model", "llama");
+                 w.kv("tokenizer.ggml.tokens", kArr, strings(kLlamaTokens));
+                 w.kv("tokenizer.ggml.scores", kArr, floats(scores));
+               }),
+               Contains("tokenizer.ggml.scores[7] is NaN"));
+  }
+  SECTION("a token type beyond int64 (once an uncaught std::runtime_error)") {
+    Bytes types;
+    for (size_t i = 0; i < kLlamaTokens.size(); ++i) types.u64(i == 3 ? ~uint64_t{0} : 1);
+    CHECK_THAT(tokenizer_error([&](GGUFWriter& w) {
+                 w.kv_str("tokenizer.ggml.model", "llama");
+                 w.kv("tokenizer.ggml.tokens", kArr, strings(kLlamaTokens));
+                 w.kv("tokenizer.ggml.scores", kArr, floats(kLlamaScores));
+                 w.kv("tokenizer.ggml.token_type", kArr,
+                      array_value(kU64, kLlamaTokens.size(), types));
+               }),
+               Contains("tokenizer.ggml.token_type[3]"));
+  }
+  SECTION("tokens too long to derive merges from (each cut of each token is tried)") {
+    // Two tokens of 20,000 bytes: 8e8 > 2^28 steps of the derivation.
+    std::vector<std::string> tokens = kLlamaTokens;
+    tokens.push_back(std::string(20000, 'a'));
+    tokens.push_back(std::string(20000, 'b'));
+    std::vector<float> scores = kLlamaScores;
+    scores.resize(tokens.size(), -20);
+    CHECK_THAT(tokenizer_error([&](GGUFWriter& w) {
+                 w.kv_str("tokenizer.ggml.model", "llama");
+                 w.kv("tokenizer.ggml.tokens", kArr, strings(tokens));
+                 w.kv("tokenizer.ggml.scores", kArr, floats(scores));
+               }),
+               Contains("tokenizer.ggml.tokens: tokens too long to derive merges"));
+  }
 }
