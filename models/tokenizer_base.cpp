@@ -8,40 +8,50 @@
 namespace octet::tokenizer_detail {
 
 void AddedTokenMatcher::add(int32_t id, const std::string& text, bool special) {
-  if (text.empty()) return;
-  starts_[static_cast<uint8_t>(text[0])] = true;
-  int32_t node = 0;
-  for (char c : text) {
-    int32_t next = child(node, static_cast<uint8_t>(c));
-    if (next < 0) {
-      next = int32_t(nodes_.size());
-      nodes_.emplace_back();
-      edges_.emplace(edge(node, static_cast<uint8_t>(c)), next);
+  if (!text.empty()) added_.push_back({text, id, special});
+}
+
+void AddedTokenMatcher::finish() {
+  std::stable_sort(added_.begin(), added_.end(),
+                   [](const Added& a, const Added& b) { return a.text < b.text; });
+  sorted_.clear();
+  for (Added& a : added_) {
+    if (sorted_.empty() || sorted_.back().text != a.text) {
+      starts_[static_cast<uint8_t>(a.text[0])] = true;
+      sorted_.push_back({std::move(a.text), -1, -1});
     }
-    node = next;
+    Entry& e = sorted_.back();
+    if (e.any_id < 0) e.any_id = a.id;
+    if (!a.special && e.plain_id < 0) e.plain_id = a.id;
   }
-  Node& n = nodes_[size_t(node)];
-  if (n.any_id < 0) n.any_id = id;
-  if (!special && n.plain_id < 0) n.plain_id = id;
+  added_ = {};
 }
 
 std::vector<Fragment> AddedTokenMatcher::split(std::string_view text, bool parse_special) const {
   std::vector<Fragment> out;
   size_t plain_begin = 0;
   for (size_t i = 0; i < text.size();) {
-    // The longest text that matches at i and may be used (LeftmostLongest).
+    // The longest usable text that matches at i (LeftmostLongest). Invariant: the entries in
+    // [lo, hi) all start with text[i, i + k); one equal to it sorts first.
     int32_t hit_id = -1;
     size_t hit_len = 0;
     if (starts_[static_cast<uint8_t>(text[i])]) {
-      int32_t node = 0;
-      for (size_t j = i; j < text.size(); ++j) {
-        node = child(node, static_cast<uint8_t>(text[j]));
-        if (node < 0) break;
-        const Node& n = nodes_[size_t(node)];
-        const int32_t id = parse_special ? n.any_id : n.plain_id;
-        if (id >= 0) {
-          hit_id = id;
-          hit_len = j + 1 - i;
+      auto lo = sorted_.begin(), hi = sorted_.end();
+      for (size_t k = 0; i + k < text.size() && lo != hi; ++k) {
+        if (lo->text.size() == k) ++lo;
+        const auto c = static_cast<uint8_t>(text[i + k]);
+        lo = std::lower_bound(lo, hi, c, [k](const Entry& e, uint8_t v) {
+          return static_cast<uint8_t>(e.text[k]) < v;
+        });
+        hi = std::upper_bound(lo, hi, c, [k](uint8_t v, const Entry& e) {
+          return v < static_cast<uint8_t>(e.text[k]);
+        });
+        if (lo != hi && lo->text.size() == k + 1) {
+          const int32_t id = parse_special ? lo->any_id : lo->plain_id;
+          if (id >= 0) {
+            hit_id = id;
+            hit_len = k + 1;
+          }
         }
       }
     }
@@ -67,6 +77,7 @@ TokenizerBase::TokenizerBase(TokenizerData&& data) : data_(std::move(data)) {
     if (type == kControl || type == kUnknown) added_.add(id, data_.tokens[size_t(id)], true);
     if (type == kUserDefined) added_.add(id, data_.tokens[size_t(id)], false);
   }
+  added_.finish();
 }
 
 void TokenizerBase::check_id(int32_t id) const {

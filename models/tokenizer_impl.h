@@ -70,28 +70,32 @@ struct Fragment {
 
 /// Finds added-token texts (CONTROL, UNKNOWN: "special"; USER_DEFINED: always) in input text,
 /// leftmost first, longest at a position (HF's AddedVocabulary, aho-corasick LeftmostLongest).
-/// A byte trie of the texts: split() costs O(text bytes x the longest text's bytes) at worst,
-/// one hash lookup per byte for text without added-token prefixes.
+/// The texts are kept sorted; at each input position the range of texts sharing the bytes read
+/// so far narrows by binary search, so split() costs O(text bytes x longest text x log texts)
+/// at worst and one table lookup per byte of text that starts no added token. Memory: the texts.
 class AddedTokenMatcher {
  public:
-  /// The first add() of a text wins (for parse_special and, separately, for non-special ones).
+  /// Collects a text; the first add() of a text wins (for parse_special and, separately, for
+  /// non-special use). Call finish() once after the last add().
   void add(int32_t id, const std::string& text, bool special);
+  void finish();
   /// Splits text; special tokens are matched only when parse_special. Empty text: no fragments.
   std::vector<Fragment> split(std::string_view text, bool parse_special) const;
 
  private:
-  struct Node {
+  struct Entry {
+    std::string text;
     int32_t any_id = -1;    // the first token with this text
     int32_t plain_id = -1;  // the first non-special token with this text
   };
-  static uint64_t edge(int32_t node, uint8_t byte) { return (uint64_t(uint32_t(node)) << 8) | byte; }
-  int32_t child(int32_t node, uint8_t byte) const {
-    const auto it = edges_.find(edge(node, byte));
-    return it == edges_.end() ? -1 : it->second;
-  }
-  std::vector<Node> nodes_{Node{}};                 // [0] = root (the empty text)
-  std::unordered_map<uint64_t, int32_t> edges_;     // (node, byte) -> child node
-  bool starts_[256] = {};                           // a text begins with this byte
+  struct Added {
+    std::string text;
+    int32_t id;
+    bool special;
+  };
+  std::vector<Added> added_;   // until finish()
+  std::vector<Entry> sorted_;  // unique texts, bytewise order
+  bool starts_[256] = {};      // a text begins with this byte
 };
 
 /// State and behaviour common to both tokenizer kinds. Subclasses fill bytes_ in their

@@ -60,7 +60,12 @@ class RegexSplitter {
     while (start < text.size()) {
       const int rc = pcre2_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, md, nullptr);
       if (rc == PCRE2_ERROR_NOMATCH) break;
-      if (rc < 0) throw std::runtime_error("pre-tokenizer regex failed: " + std::to_string(rc));
+      if (rc < 0) {  // e.g. PCRE2_ERROR_MATCHLIMIT: a backtracking pattern from the file
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(rc, msg, sizeof msg);
+        throw std::runtime_error(std::string("pre-tokenizer regex failed: ") +
+                                 reinterpret_cast<const char*>(msg));
+      }
       const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
       const size_t begin = ov[0], end = ov[1];
       if (end == begin) {  // an empty match: step over one character
