@@ -6,6 +6,7 @@
 #include "models/gguf.h"
 #include "models/model_file_error.h"
 #include "models/tokenizer_impl.h"
+#include "models/tokenizer_json.h"
 #include "models/unicode_utf8.h"
 
 namespace octet {
@@ -19,7 +20,7 @@ class MetadataReader {
   explicit MetadataReader(const GGUFFile& file) : file_(file) {}
 
   [[noreturn]] void fail(const std::string& problem) const {
-    throw ModelFileError(file_.path(), problem);
+    throw ModelFileError(file_.path(), tokenizer_detail::one_line(problem));
   }
 
   /// The array at `key` with elements of a kind accepted by `ok`; nullptr when absent.

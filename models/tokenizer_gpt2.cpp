@@ -12,6 +12,7 @@
 
 #include "models/model_file_error.h"
 #include "models/tokenizer_impl.h"
+#include "models/tokenizer_json.h"
 #include "models/tokenizer_pretokenize.h"
 #include "models/unicode_utf8.h"
 
@@ -57,16 +58,16 @@ class Gpt2Tokenizer final : public TokenizerBase {
     const std::string& m = data_.merges[index];
     const size_t space = m.find(' ');
     if (space == std::string::npos || m.find(' ', space + 1) != std::string::npos) {
-      throw ModelFileError(data_.path, "tokenizer.ggml.merges[" + std::to_string(index) +
-                                           "] is not 'left right': '" + m + "'");
+      throw ModelFileError(data_.path, one_line("tokenizer.ggml.merges[" + std::to_string(index) +
+                                                "] is not 'left right': '" + m + "'"));
     }
     const std::string left = unspell(std::string_view(m).substr(0, space));
     const std::string right = unspell(std::string_view(m).substr(space + 1));
     const auto l = bytes_to_id_.find(left), r = bytes_to_id_.find(right),
                merged = bytes_to_id_.find(left + right);
     if (l == bytes_to_id_.end() || r == bytes_to_id_.end() || merged == bytes_to_id_.end()) {
-      throw ModelFileError(data_.path, "tokenizer.ggml.merges[" + std::to_string(index) + "] '" +
-                                           m + "' uses a token not in the vocabulary");
+      throw ModelFileError(data_.path, one_line("tokenizer.ggml.merges[" + std::to_string(index) +
+                                                "] '" + m + "' uses a token not in the vocabulary"));
     }
     merges_.add(l->second, r->second, merged->second);
   }
@@ -98,7 +99,7 @@ std::unique_ptr<Tokenizer> make_gpt2_tokenizer(TokenizerData data) {
     try {
       return PreTokenizer::for_pre(data.pre);
     } catch (const std::invalid_argument& e) {
-      throw ModelFileError(data.path, e.what());
+      throw ModelFileError(data.path, one_line(e.what()));
     }
   }();
   return std::make_unique<Gpt2Tokenizer>(std::move(data), std::move(pre));

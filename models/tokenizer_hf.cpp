@@ -73,7 +73,7 @@ constexpr int kMaxSequenceDepth = 16;
 constexpr int64_t kTokenIdSlack = 65536;
 
 [[noreturn]] void fail(const std::string& path, const std::string& problem) {
-  throw ModelFileError(path, problem);
+  throw ModelFileError(path, one_line(problem));
 }
 
 std::string type_of(const json& j) {

@@ -1,5 +1,7 @@
 #include "models/tokenizer_json.h"
 
+#include <cstdio>
+
 #include "config/file_read.h"
 #include "models/model_file_error.h"
 
@@ -48,7 +50,9 @@ const json* JsonFields::find(const char* key) const {
   return it == j_.end() || it->is_null() ? nullptr : &*it;
 }
 
-void JsonFields::fail(const std::string& problem) const { throw ModelFileError(path_, problem); }
+void JsonFields::fail(const std::string& problem) const {
+  throw ModelFileError(path_, one_line(problem));
+}
 
 std::string JsonFields::str(const char* key, const std::string& fallback) const {
   const json* v = find(key);
@@ -79,6 +83,23 @@ const json& JsonFields::array(const char* key) const {
   if (!v) return kEmpty;
   if (!v->is_array()) fail(name(key) + " is not an array");
   return *v;
+}
+
+std::string one_line(std::string_view problem) {
+  constexpr size_t kMax = 512;
+  std::string out;
+  for (size_t i = 0; i < problem.size() && out.size() < kMax; ++i) {
+    const auto c = static_cast<unsigned char>(problem[i]);
+    if (c < 0x20 || c == 0x7F) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\x%02X", c);
+      out += esc;
+    } else {
+      out += char(c);
+    }
+  }
+  if (out.size() >= kMax) out += "...";
+  return out;
 }
 
 std::string quote(std::string_view s) {

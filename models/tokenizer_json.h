@@ -48,6 +48,9 @@ class JsonFields {
   std::string where_;
 };
 
+/// `problem` made one line for a ModelFileError: control bytes as \xNN, cut to 512 bytes.
+std::string one_line(std::string_view problem);
+
 /// `s` as a JSON string literal (quotes, escapes: one line), cut to its first 64 bytes.
 std::string quote(std::string_view s);
 

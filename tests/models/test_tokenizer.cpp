@@ -481,6 +481,15 @@ TEST_CASE("tokenizer: hostile GGUF tokenizer arrays -> ModelFileError", "[tokeni
                }),
                Contains("tokenizer.ggml.token_type[3]"));
   }
+  SECTION("file text in a message stays on one line") {
+    const std::string msg = tokenizer_error([](GGUFWriter& w) {
+      w.kv_str("tokenizer.ggml.model", "gpt2");
+      w.kv("tokenizer.ggml.tokens", kArr, strings(kGpt2Tokens));
+      w.kv("tokenizer.ggml.merges", kArr, strings({"a b", "a\nz"}));
+    });
+    CHECK_THAT(msg, Contains("tokenizer.ggml.merges[1] is not 'left right': 'a\\x0Az'"));
+    CHECK(msg.find('\n') == std::string::npos);
+  }
   SECTION("tokens too long to derive merges from (each cut of each token is tried)") {
     // Two tokens of 20,000 bytes: 8e8 > 2^28 steps of the derivation.
     std::vector<std::string> tokens = kLlamaTokens;

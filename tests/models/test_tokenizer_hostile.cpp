@@ -179,6 +179,10 @@ TEST_CASE("tokenizer hostile: fields of the wrong JSON type are ModelFileErrors"
   CHECK_THAT(load_error(make_dir("special_token_int", t.dump())),
              Catch::Contains("post_processor.single[0].SpecialToken"));
   t = stories_json();
+  t["normalizer"] = {{"type", "NF\nKC"}};  // file text in a message stays on one line
+  CHECK_THAT(load_error(make_dir("newline_type", t.dump())),
+             Catch::Contains("unsupported normalizer 'NF\\x0AKC'"));
+  t = stories_json();
   t["model"]["merges"] = "a b";
   CHECK_THAT(load_error(make_dir("merges_str", t.dump())),
              Catch::Contains("model.merges is not an array"));
