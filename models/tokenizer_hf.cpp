@@ -542,7 +542,8 @@ std::vector<std::pair<std::string, std::string>> read_merges(const JsonFields& m
 std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& dir) {
   using namespace tokenizer_detail;
   const std::string path = dir + "/tokenizer.json";
-  if (!std::filesystem::is_regular_file(path)) fail(dir, "missing tokenizer.json");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) fail(dir, "missing tokenizer.json");
   const json tj = read_json_file(path, kMaxTokenizerJsonBytes);
   const JsonFields top(path, tj, "");
 
@@ -601,7 +602,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& dir) {
 
   int32_t pad_id = -1;
   const std::string cfg_path = dir + "/tokenizer_config.json";
-  if (std::filesystem::is_regular_file(cfg_path)) {
+  if (std::filesystem::is_regular_file(cfg_path, ec)) {
     const json cfg_json = read_json_file(cfg_path, kMaxJsonConfigBytes);
     const JsonFields cfg(cfg_path, cfg_json, "");
     auto named = [&](const char* key) -> int32_t {
