@@ -200,11 +200,11 @@ GGUFFile GGUFFile::open(const std::string& path) {
   const uint64_t n_kv = r.u64("metadata count");
   // Smallest possible entries: a key/value is 8 + 4 + 1 bytes, a tensor info 8 + 4 + 8 + 4 + 8.
   r.check_count(n_kv, 13, "metadata entries");
-  if (n_kv > UINT32_MAX || n_tensors > UINT32_MAX)  // the indices are uint32 (files < 52 GB)
-    r.fail("more than 2^32 metadata entries or tensors");
+  if (n_kv > UINT32_MAX) r.fail("more than 2^32 metadata entries");  // the index is uint32
   read_metadata(r, impl.get(), n_kv);
 
   r.check_count(n_tensors, 32, "tensor infos");
+  if (n_tensors > UINT32_MAX) r.fail("more than 2^32 tensors");  // the index is uint32
   impl->tensors.reserve(size_t(n_tensors));
   for (uint64_t i = 0; i < n_tensors; ++i) {
     impl->tensors.push_back(read_tensor_info(r, i, impl->alignment));

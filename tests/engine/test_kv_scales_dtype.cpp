@@ -23,7 +23,8 @@ const LoadedModel& stories() {
 }
 
 std::string scales_file(const testing::TempDir& dir, const std::string& dtype_field) {
-  const std::string path = dir.file("scales.json");
+  static int n = 0;
+  const std::string path = dir.file("scales" + std::to_string(n++) + ".json");
   std::ofstream(path) << "{" << dtype_field << R"("layers": {
       "0": {"k_scale": 1, "v_scale": 1}, "1": {"k_scale": 1, "v_scale": 1},
       "2": {"k_scale": 1, "v_scale": 1}, "3": {"k_scale": 1, "v_scale": 1},

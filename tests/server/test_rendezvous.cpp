@@ -27,6 +27,8 @@
 using namespace std::chrono_literals;
 using octet::server::exchange_rendezvous_id;
 using octet::server::fetch_rendezvous_id;
+using octet::server::kHelloTimeout;
+using octet::server::kMaxPendingHellos;
 using octet::server::RendezvousError;
 using octet::server::RendezvousId;
 using octet::server::RendezvousServer;
