@@ -2,8 +2,9 @@
 // Format: https://huggingface.co/docs/safetensors/index#format (see models/checkpoint.h).
 // What is checked (each failure is ModelFileError(path, problem naming the tensor or key)):
 //   header length: 8 bytes present, N <= kMaxHeaderBytes, N <= file size - 8;
-//   header: a JSON object nested at most 3 deep; "__metadata__" an object of strings; every other entry an object
-//   with a known "dtype", "shape" of non-negative integers and "data_offsets" [begin, end],
+//   header: a JSON object nested at most 3 deep; "__metadata__" an object of strings; every
+//   other entry an object with a known "dtype", "shape" of non-negative integers and
+//   "data_offsets" [begin, end],
 //   begin <= end <= data size, (end - begin) == product(shape) x dtype size; no two tensors'
 //   byte ranges overlap. Gaps between tensors are allowed (the Rust crate rejects them).
 

@@ -10,7 +10,8 @@
 // or duplicate), its world_size u32. Rank 0 reads the hellos of all connections at once, giving
 // each 2 s, so that idle connections (a port scanner) never delay the real peers.
 // Every collective starts with each rank sending rank 0 a header [24] (op u32, root u32,
-// count i64, sequence number u64; rank 0 checks they all match: OCTET_CHECK), then rank 0 gathers the data from ranks 1..N-1 in rank order and sends the result back.
+// count i64, sequence number u64; rank 0 checks they all match: OCTET_CHECK), then rank 0
+// gathers the data from ranks 1..N-1 in rank order and sends the result back.
 //
 // all_reduce_sum / _max reduce in rank order on rank 0 (out = b0; out = out op b_r for r = 1..N-1,
 // element by element), the same expression as ThreadCommunicator's, so the results are bit

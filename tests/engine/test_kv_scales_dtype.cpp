@@ -17,8 +17,9 @@ using namespace octet;
 namespace {
 
 const LoadedModel& stories() {
-  static const std::unique_ptr<LoadedModel> m = load_model(
-      std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf", make_load_options("auto", "channel"));
+  static const std::unique_ptr<LoadedModel> m =
+      load_model(std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf",
+                 make_load_options("auto", "channel"));
   return *m;
 }
 

@@ -2,9 +2,10 @@
 // libFuzzer harness: bytes -> a temporary file -> GGUFFile::open (models/gguf.h: mmap, header,
 // metadata, tensor infos, placement), the typed metadata getters on the keys a loader reads,
 // GGUFArray's typed reads of each array's first and last element, get_token_id on the
-// tokenizer's id keys, and dequantize() of every tensor of at most 64 Ki elements. The expected failure is
-// ModelFileError from open() and from the getters (std::runtime_error from the checked
-// accessors); a crash, a sanitizer report or any other exception is a finding.
+// tokenizer's id keys, and dequantize() of every tensor of at most 64 Ki elements. The expected
+// failure is ModelFileError from open() and from the getters (std::runtime_error from the
+// checked accessors); a crash, a sanitizer report, an array holding more than 16x the file's
+// bytes or any other exception is a finding.
 #include <unistd.h>
 
 #include <cstddef>
