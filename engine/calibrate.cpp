@@ -9,6 +9,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "config/file_read.h"
 #include "engine/kv_cache_setup.h"
 #include "engine/model_loader.h"
 #include "engine/sequence_forward.h"
@@ -126,11 +127,12 @@ float fp8_range(DType d) { return fp8_max_value(d == DType::FP8_E5M2 ? d : DType
 std::vector<CalibrationSample> read_calibration_dataset(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) bad_file(path, "not a readable regular file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) bad_file(path, "cannot open the dataset");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
+  std::string text;
+  try {
+    text = read_file_bounded(path, kMaxDatasetFileBytes);
+  } catch (const FileReadError& e) {
+    bad_file(path, "cannot read the dataset: " + e.problem());
+  }
   if (blank(text)) bad_file(path, "empty dataset (no text)");
   std::vector<CalibrationSample> out;
   const size_t first = text.find_first_not_of(" \t\r\n");

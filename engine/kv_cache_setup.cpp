@@ -262,7 +262,10 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   // Scales for FP8 layers, first source that has them.
   std::vector<LayerKVScales> from_file;
   if (!cache.kv_scales_path.empty())
-    from_file = load_kv_scales_file(cache.kv_scales_path, L, nkv).layers;
+    from_file = load_kv_scales_file(cache.kv_scales_path, L, nkv,
+                                    dtype_is_fp8(dtype) ? std::optional<DType>(dtype)
+                                                        : std::nullopt)
+                    .layers;
   std::vector<std::optional<LayerKVScales>> from_ckpt(static_cast<size_t>(L));
   if (loaded.hf) from_ckpt = load_checkpoint_kv_scales(*loaded.hf, model.quant_config(), L, nkv);
   std::vector<LayerKVScales> calculated;

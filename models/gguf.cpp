@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
-#include <map>
 #include <stdexcept>
 #include <utility>
 
@@ -16,65 +15,6 @@
 #include "models/mapped_file.h"
 
 namespace octet {
-
-// --- GGUFValue ---------------------------------------------------------------------------------
-
-bool GGUFValue::is_integer() const {
-  switch (type) {
-    case GGUFValueType::UINT8: case GGUFValueType::INT8: case GGUFValueType::UINT16:
-    case GGUFValueType::INT16: case GGUFValueType::UINT32: case GGUFValueType::INT32:
-    case GGUFValueType::UINT64: case GGUFValueType::INT64:
-      return true;
-    default:
-      return false;
-  }
-}
-
-bool GGUFValue::is_float() const {
-  return type == GGUFValueType::FLOAT32 || type == GGUFValueType::FLOAT64;
-}
-
-namespace {
-[[noreturn]] void wrong_type(const GGUFValue& v, const char* expected) {
-  throw std::runtime_error(std::string("expected ") + expected + ", got " +
-                           gguf_value_type_name(v.type));
-}
-}  // namespace
-
-int64_t GGUFValue::as_int() const {
-  if (!is_integer()) wrong_type(*this, "an integer");
-  if (const auto* u = std::get_if<uint64_t>(&value)) {
-    if (*u > uint64_t(std::numeric_limits<int64_t>::max())) {
-      throw std::runtime_error("uint64 value " + std::to_string(*u) + " does not fit in int64");
-    }
-    return int64_t(*u);
-  }
-  return std::get<int64_t>(value);
-}
-
-double GGUFValue::as_float() const {
-  if (is_float()) return std::get<double>(value);
-  if (is_integer()) {
-    if (const auto* u = std::get_if<uint64_t>(&value)) return double(*u);
-    return double(std::get<int64_t>(value));
-  }
-  wrong_type(*this, "a number");
-}
-
-bool GGUFValue::as_bool() const {
-  if (type != GGUFValueType::BOOL) wrong_type(*this, "bool");
-  return std::get<bool>(value);
-}
-
-const std::string& GGUFValue::as_string() const {
-  if (type != GGUFValueType::STRING) wrong_type(*this, "string");
-  return std::get<std::string>(value);
-}
-
-const std::vector<GGUFValue>& GGUFValue::as_array() const {
-  if (type != GGUFValueType::ARRAY) wrong_type(*this, "array");
-  return std::get<std::vector<GGUFValue>>(value);
-}
 
 int64_t GGUFTensorInfo::num_elements() const {
   int64_t n = 1;
@@ -94,10 +34,38 @@ struct FileState {
   uint64_t alignment = 32;
   uint64_t data_offset = 0;  // file offset of the data section, bytes
   std::vector<std::pair<std::string, GGUFValue>> metadata;
-  std::map<std::string, size_t, std::less<>> key_index;     // key -> metadata index
+  std::vector<uint32_t> key_index;     // metadata indices sorted by key (4 bytes per key)
   std::vector<GGUFTensorInfo> tensors;
-  std::map<std::string, size_t, std::less<>> tensor_index;  // name -> tensors index
+  std::vector<uint32_t> tensor_index;  // tensors indices sorted by name
 };
+
+// Sorted indices of `items` by name(item); the first duplicate name fails through `dup`.
+template <typename T, typename Name, typename Dup>
+std::vector<uint32_t> sorted_index(const std::vector<T>& items, Name name, Dup dup) {
+  std::vector<uint32_t> index(items.size());
+  for (size_t i = 0; i < index.size(); ++i) index[i] = uint32_t(i);
+  std::stable_sort(index.begin(), index.end(), [&](uint32_t a, uint32_t b) {
+    return name(items[a]) < name(items[b]);
+  });
+  for (size_t i = 1; i < index.size(); ++i)
+    if (name(items[index[i - 1]]) == name(items[index[i]])) dup(name(items[index[i]]));
+  return index;
+}
+
+// The position of `key` in a sorted_index, or nullptr.
+template <typename T, typename Name>
+const T* find_sorted(const std::vector<T>& items, const std::vector<uint32_t>& index,
+                     std::string_view key, Name name) {
+  const auto it = std::lower_bound(index.begin(), index.end(), key,
+                                   [&](uint32_t i, std::string_view k) {
+                                     return std::string_view(name(items[i])) < k;
+                                   });
+  if (it == index.end() || name(items[*it]) != key) return nullptr;
+  return &items[*it];
+}
+
+const std::string& key_of(const std::pair<std::string, GGUFValue>& kv) { return kv.first; }
+const std::string& name_of(const GGUFTensorInfo& t) { return t.name; }
 
 }  // namespace
 
@@ -111,16 +79,17 @@ void read_metadata(GGUFReader& r, FileState* impl, uint64_t n_kv) {
     r.set_context("metadata entry #" + std::to_string(i));
     std::string key = r.string("key");
     r.set_context("metadata '" + key + "'");
-    if (impl->key_index.count(key) != 0) r.fail("duplicate metadata key '" + key + "'");
     const uint32_t type = r.u32("value type");
     GGUFValue value = r.value(type, 0);
-    impl->key_index.emplace(key, impl->metadata.size());
     impl->metadata.emplace_back(std::move(key), std::move(value));
   }
   r.set_context("");
-  const auto it = impl->key_index.find("general.alignment");
-  if (it == impl->key_index.end()) return;
-  const GGUFValue& v = impl->metadata[it->second].second;
+  impl->key_index = sorted_index(impl->metadata, key_of, [&](const std::string& key) {
+    r.fail("duplicate metadata key '" + key + "'");
+  });
+  const auto* kv = find_sorted(impl->metadata, impl->key_index, "general.alignment", key_of);
+  if (kv == nullptr) return;
+  const GGUFValue& v = kv->second;
   if (!v.is_integer()) {
     r.fail(std::string("general.alignment must be an integer, got ") +
            gguf_value_type_name(v.type));
@@ -231,16 +200,19 @@ GGUFFile GGUFFile::open(const std::string& path) {
   const uint64_t n_kv = r.u64("metadata count");
   // Smallest possible entries: a key/value is 8 + 4 + 1 bytes, a tensor info 8 + 4 + 8 + 4 + 8.
   r.check_count(n_kv, 13, "metadata entries");
+  if (n_kv > UINT32_MAX) r.fail("more than 2^32 metadata entries");  // the index is uint32
   read_metadata(r, impl.get(), n_kv);
 
   r.check_count(n_tensors, 32, "tensor infos");
+  if (n_tensors > UINT32_MAX) r.fail("more than 2^32 tensors");  // the index is uint32
   impl->tensors.reserve(size_t(n_tensors));
   for (uint64_t i = 0; i < n_tensors; ++i) {
-    GGUFTensorInfo t = read_tensor_info(r, i, impl->alignment);
-    if (impl->tensor_index.count(t.name) != 0) r.fail("duplicate tensor name '" + t.name + "'");
-    impl->tensor_index.emplace(t.name, impl->tensors.size());
-    impl->tensors.push_back(std::move(t));
+    impl->tensors.push_back(read_tensor_info(r, i, impl->alignment));
   }
+  r.set_context("");
+  impl->tensor_index = sorted_index(impl->tensors, name_of, [&](const std::string& name) {
+    r.fail("duplicate tensor name '" + name + "'");
+  });
   // The data section starts at the next multiple of the alignment (power of two, checked).
   const uint64_t a = impl->alignment;
   if (__builtin_add_overflow(r.pos(), a - 1, &impl->data_offset)) {
@@ -267,15 +239,26 @@ const std::vector<std::pair<std::string, GGUFValue>>& GGUFFile::metadata() const
 }
 
 const GGUFValue* GGUFFile::find(std::string_view key) const {
-  const auto it = impl_->key_index.find(key);
-  return it == impl_->key_index.end() ? nullptr : &impl_->metadata[it->second].second;
+  const auto* kv = find_sorted(impl_->metadata, impl_->key_index, key, key_of);
+  return kv == nullptr ? nullptr : &kv->second;
+}
+
+size_t GGUFFile::metadata_heap_bytes() const {
+  size_t n = impl_->metadata.capacity() * sizeof(impl_->metadata[0]) +
+             impl_->key_index.capacity() * sizeof(uint32_t);
+  for (const auto& [key, v] : impl_->metadata) {
+    n += key.capacity() > 15 ? key.capacity() + 1 : 0;  // beyond the small-string buffer
+    if (const auto* s = std::get_if<std::string>(&v.value))
+      n += s->capacity() > 15 ? s->capacity() + 1 : 0;
+    if (v.type == GGUFValueType::ARRAY) n += sizeof(GGUFArray) + v.array().heap_bytes();
+  }
+  return n;
 }
 
 const std::vector<GGUFTensorInfo>& GGUFFile::tensors() const { return impl_->tensors; }
 
 const GGUFTensorInfo* GGUFFile::find_tensor(std::string_view name) const {
-  const auto it = impl_->tensor_index.find(name);
-  return it == impl_->tensor_index.end() ? nullptr : &impl_->tensors[it->second];
+  return find_sorted(impl_->tensors, impl_->tensor_index, name, name_of);
 }
 
 const GGUFTensorInfo& GGUFFile::tensor(std::string_view name) const {

@@ -50,12 +50,80 @@ enum class GGUFValueType : uint32_t {
 /// "uint8", "string", "array", ... ("unknown" for values outside the enum).
 const char* gguf_value_type_name(GGUFValueType type);
 
+struct GGUFValue;
+
+/// One metadata array, held in about its size in the file (nlohmann-style trees of one value
+/// per element cost ~50x): numbers and bools keep their little-endian bytes, strings one shared
+/// character buffer plus an end offset each, nested arrays (depth <= 8) a GGUFArray each (~100
+/// bytes for the 12 an empty one takes in the file). Elements are decoded on access.
+class GGUFArray {
+ public:
+  GGUFArray() = default;
+  GGUFArray(const GGUFArray& other);  // the copy does not share items()'s cache
+  GGUFArray& operator=(const GGUFArray& other);
+  GGUFArray(GGUFArray&&) noexcept = default;
+  GGUFArray& operator=(GGUFArray&&) noexcept = default;
+
+  GGUFValueType type() const { return type_; }  // element type
+  size_t size() const { return size_; }
+  bool empty() const { return size_ == 0; }
+
+  /// Element i (< size()) as a GGUFValue; strings and nested arrays are copied.
+  GGUFValue operator[](size_t i) const;
+  /// Typed reads of element i (< size()); a wrong element type throws std::runtime_error
+  /// naming the expected and the actual type, as GGUFValue's accessors do.
+  int64_t int_at(size_t i) const;     // any integer type (uint64 above INT64_MAX throws)
+  double float_at(size_t i) const;    // float or integer types
+  bool bool_at(size_t i) const;
+  std::string_view string_at(size_t i) const;  // valid while this array lives
+  const GGUFArray& array_at(size_t i) const;
+
+  /// All elements as GGUFValues, built on first use and kept (~48 bytes per element: prefer
+  /// the typed reads, or GGUFFile's get_*_array, for arrays that come from a file).
+  const std::vector<GGUFValue>& items() const;
+
+  /// Heap bytes held by the elements (nested arrays included; items()'s cache not), for tests
+  /// and memory budgets.
+  size_t heap_bytes() const;
+
+  /// Iterates elements as GGUFValues (operator[] per step).
+  class const_iterator {
+   public:
+    using value_type = GGUFValue;
+    using difference_type = std::ptrdiff_t;
+    const_iterator(const GGUFArray* a, size_t i) : a_(a), i_(i) {}
+    GGUFValue operator*() const;
+    const_iterator& operator++() { ++i_; return *this; }
+    bool operator==(const const_iterator& o) const { return i_ == o.i_; }
+    bool operator!=(const const_iterator& o) const { return i_ != o.i_; }
+
+   private:
+    const GGUFArray* a_;
+    size_t i_;
+  };
+  const_iterator begin() const { return {this, 0}; }
+  const_iterator end() const { return {this, size_}; }
+
+ private:
+  friend class GGUFReader;
+  [[noreturn]] void wrong_type(const char* expected) const;
+  const uint8_t* element(size_t i, size_t bytes) const;
+
+  GGUFValueType type_ = GGUFValueType::UINT8;
+  size_t size_ = 0;
+  std::vector<uint8_t> bytes_;     // numbers, bools: size_ x element bytes; strings: all chars
+  std::vector<uint64_t> ends_;     // strings: element i is bytes_[ends_[i - 1] or 0, ends_[i])
+  std::vector<GGUFArray> arrays_;  // nested arrays
+  mutable std::shared_ptr<const std::vector<GGUFValue>> items_;  // items()'s cache
+};
+
 /// One metadata value. Integers are widened to int64/uint64, floats to double; `type` keeps the
-/// stored type. Arrays hold their elements (element type in `array_type`).
+/// stored type. Arrays are a GGUFArray (element type also in `array_type`).
 struct GGUFValue {
   GGUFValueType type = GGUFValueType::UINT8;
   GGUFValueType array_type = GGUFValueType::UINT8;  // only for ARRAY
-  std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<GGUFValue>> value;
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::shared_ptr<const GGUFArray>>
+      value;
 
   bool is_integer() const;
   bool is_float() const;
@@ -64,6 +132,9 @@ struct GGUFValue {
   double as_float() const;    // float or integer types
   bool as_bool() const;
   const std::string& as_string() const;
+  const GGUFArray& array() const;
+  /// The array's elements as GGUFValues (GGUFArray::items(): ~48 bytes per element; prefer
+  /// array() and its typed reads).
   const std::vector<GGUFValue>& as_array() const;
 };
 
@@ -111,6 +182,12 @@ class GGUFFile {
   std::vector<std::string> get_string_array(std::string_view key) const;
   std::vector<float> get_float_array(std::string_view key) const;
   std::vector<int64_t> get_int_array(std::string_view key) const;
+  /// A token id (tokenizer.ggml.bos_token_id, ...) for a vocabulary of `vocab` tokens:
+  /// `fallback` when absent, -1 for llama.cpp's "none" (uint32 4294967295, or -1), else the id.
+  /// ModelFileError naming the key when it is not an integer or not in [0, vocab).
+  int32_t get_token_id(std::string_view key, int32_t fallback, size_t vocab) const;
+  /// Heap bytes held by the metadata (keys, values, arrays), for tests and memory budgets.
+  size_t metadata_heap_bytes() const;
 
   const std::vector<GGUFTensorInfo>& tensors() const;
   const GGUFTensorInfo* find_tensor(std::string_view name) const;  // nullptr when absent

@@ -2,6 +2,7 @@
 #include "models/gguf_reader.h"
 
 #include <cstring>
+#include <memory>
 
 namespace octet {
 namespace {
@@ -129,26 +130,58 @@ GGUFValue GGUFReader::value(uint32_t type, int depth) {
     }
     case GGUFValueType::STRING: v.value = string("string value"); break;
     case GGUFValueType::ARRAY: {
-      if (depth >= kMaxArrayDepth) {
-        fail("arrays nested deeper than " + std::to_string(kMaxArrayDepth) +
-             (context_.empty() ? "" : " in " + context_));
-      }
-      const uint32_t elem_type = u32("array element type");
-      if (min_value_bytes(elem_type) == 0) {
-        fail("unknown array element type " + std::to_string(elem_type) +
-             (context_.empty() ? "" : " in " + context_));
-      }
-      v.array_type = static_cast<GGUFValueType>(elem_type);
-      const uint64_t count = u64("array length");
-      check_count(count, min_value_bytes(elem_type), "array elements");
-      std::vector<GGUFValue> items;
-      items.reserve(size_t(count));
-      for (uint64_t i = 0; i < count; ++i) items.push_back(value(elem_type, depth + 1));
-      v.value = std::move(items);
+      auto a = std::make_shared<GGUFArray>(array(depth));
+      v.array_type = a->type();
+      v.value = std::shared_ptr<const GGUFArray>(std::move(a));
       break;
     }
   }
   return v;
+}
+
+GGUFArray GGUFReader::array(int depth) {
+  const std::string in = context_.empty() ? "" : " in " + context_;
+  if (depth >= kMaxArrayDepth)
+    fail("arrays nested deeper than " + std::to_string(kMaxArrayDepth) + in);
+  const uint32_t elem_type = u32("array element type");
+  const uint64_t elem_bytes = min_value_bytes(elem_type);
+  if (elem_bytes == 0) fail("unknown array element type " + std::to_string(elem_type) + in);
+  const uint64_t count = u64("array length");
+  check_count(count, elem_bytes, "array elements");  // so count * elem_bytes <= remaining()
+  GGUFArray a;
+  a.type_ = static_cast<GGUFValueType>(elem_type);
+  a.size_ = size_t(count);
+  switch (a.type_) {
+    case GGUFValueType::STRING: {
+      a.ends_.reserve(a.size_);
+      for (uint64_t i = 0; i < count; ++i) {
+        const uint64_t n = u64("string length");
+        const uint8_t* p = take(n, "string value");  // n <= the bytes left in the file
+        a.bytes_.insert(a.bytes_.end(), p, p + n);
+        a.ends_.push_back(a.bytes_.size());
+      }
+      a.bytes_.shrink_to_fit();
+      break;
+    }
+    case GGUFValueType::ARRAY:
+      a.arrays_.reserve(a.size_);
+      for (uint64_t i = 0; i < count; ++i) a.arrays_.push_back(array(depth + 1));
+      break;
+    default: {  // numbers and bools: their bytes as stored
+      const uint8_t* p = take(count * elem_bytes, "array elements");
+      if (a.type_ == GGUFValueType::BOOL) {
+        for (uint64_t i = 0; i < count; ++i) {
+          if (p[i] > 1) {
+            fail("bool value " + std::to_string(p[i]) + " (must be 0 or 1) at element " +
+                 std::to_string(i) + in);
+          }
+        }
+      }
+      a.bytes_.assign(p, p + count * elem_bytes);
+      break;
+    }
+  }
+  return a;
 }
 
 std::string GGUFReader::printable(const uint8_t* p, size_t n) {

@@ -35,6 +35,9 @@ class GGUFReader {
   void check_count(uint64_t count, uint64_t min_item_bytes, const char* what);
   /// One metadata value of the given stored type; arrays recurse (depth limited).
   GGUFValue value(uint32_t type, int depth);
+  /// An array body (element type, count, elements) at nesting depth `depth` (0: a top-level
+  /// value), stored compactly (GGUFArray); counts are checked against the remaining bytes.
+  GGUFArray array(int depth);
 
   /// Bytes as a quoted string with non-printable bytes as \xNN (for messages).
   static std::string printable(const uint8_t* p, size_t n);

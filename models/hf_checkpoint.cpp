@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "config/file_read.h"
 #include "models/checkpoint.h"
 
 namespace octet {
@@ -25,12 +25,16 @@ bool is_file(const std::string& path) {
   return fs::is_regular_file(path, ec);
 }
 
-/// The JSON object in `path`; ModelFileError(path, ...) when unreadable or not an object.
+/// The JSON object in `path` (at most kMaxJsonConfigBytes); ModelFileError(path, ...) when
+/// unreadable, too large, malformed, too deep or not an object.
 nlohmann::json read_json_object(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw ModelFileError(path, "cannot open");
-  const auto j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw ModelFileError(path, "not valid JSON");
+  std::string text;
+  try {
+    text = read_file_bounded(path, kMaxJsonConfigBytes);
+  } catch (const FileReadError& e) {
+    throw ModelFileError(path, e.problem());
+  }
+  auto j = parse_model_json(path, text.data(), text.data() + text.size());
   if (!j.is_object()) throw ModelFileError(path, "not a JSON object");
   return j;
 }
@@ -86,6 +90,31 @@ struct HFCheckpoint::Impl {
     }
   }
 };
+
+nlohmann::json parse_model_json(const std::string& path, const char* begin, const char* end,
+                                int max_depth) {
+  using json = nlohmann::json;
+  int depth = 0;
+  auto limit = [&](int, json::parse_event_t event, json&) {
+    if (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) {
+      if (++depth > max_depth)
+        throw ModelFileError(path, "JSON nested deeper than " + std::to_string(max_depth) +
+                                       " levels (corrupt or hostile file)");
+    } else if (event == json::parse_event_t::object_end ||
+               event == json::parse_event_t::array_end) {
+      --depth;
+    }
+    return true;
+  };
+  try {
+    return json::parse(begin, end, limit);
+  } catch (const json::exception& e) {  // parse_error; out_of_range for number overflow
+    std::string what = e.what();
+    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
+      what = what.substr(what.find("] ") + 2);  // drop nlohmann's "[json.exception.x.N] "
+    throw ModelFileError(path, "malformed JSON: " + what);
+  }
+}
 
 HFCheckpoint HFCheckpoint::open(const std::string& dir_in) {
   auto impl = std::make_unique<Impl>();

@@ -56,13 +56,16 @@ std::vector<std::optional<LayerKVScales>> load_checkpoint_kv_scales(const HFChec
 struct LayerScalesFile {
   std::string format;          // "octet" or "vllm-quantization-param" (the legacy schema)
   std::string kv_cache_dtype;  // as written ("fp8_e4m3", "float8_e4m3fn", ...); "" if absent
+  std::optional<DType> dtype;  // kv_cache_dtype read: FP8_E4M3 or FP8_E5M2; nullopt if absent
   std::vector<LayerKVScales> layers;  // [num_layers], every layer present
 };
 
 /// Reads a KV scales file (--kv-scales-path). Two JSON formats:
 ///
 /// octet's own (written by `octet calibrate`, easy to write by hand):
-///   {"kv_cache_dtype": "fp8_e4m3",            optional, informative: any string
+///   {"kv_cache_dtype": "fp8_e4m3",            optional: the cache dtype the scales are for,
+///                                             fp8 | fp8_e4m3 | float8_e4m3fn (E4M3) or
+///                                             fp8_e5m2 | float8_e5m2 (E5M2)
 ///    "model_type": "llama",                   optional, informative: any string
 ///    "layers": {"0": {"k_scale": 0.02, "v_scale": [0.01, 0.02]},
 ///               "1": {"k_scale": [0.03], "v_scale": 0.04}, ...}}
@@ -78,13 +81,20 @@ struct LayerScalesFile {
 ///   and V. octet runs one rank: only rank "0" may be present. dtype must be "float8_e4m3fn" (as
 ///   vLLM asserts). The file is recognized by its top-level "kv_cache" key.
 ///
-/// Errors: std::invalid_argument("<path>: <problem>") naming the layer and key for an unreadable
+/// The file is read whole, at most kMaxScalesFileBytes (config/file_read.h; /dev/zero or a
+/// FIFO is an error, not an endless read).
+///
+/// Errors: ModelFileError(path, problem) naming the layer and key for an unreadable or too large
 /// file, malformed JSON, a duplicate key, a missing layer, a layer index >= num_layers or not a
 /// decimal index, an unknown key, a wrong head count, a value that is not a number or is NaN,
-/// infinite, zero or negative (also after rounding to FP32), and for the legacy schema a dtype
-/// other than float8_e4m3fn or a rank other than "0".
+/// infinite, zero or negative (also after rounding to FP32), an unknown kv_cache_dtype, a
+/// kv_cache_dtype other than `cache_dtype` when that is given (E4M3 scales on an E5M2 cache or
+/// the reverse: the scales' range is wrong by 128x), and for the legacy schema a dtype other
+/// than float8_e4m3fn or a rank other than "0". Bad num_layers / num_kv_heads (< 1):
+/// std::invalid_argument.
 LayerScalesFile load_kv_scales_file(const std::string& path, int64_t num_layers,
-                                    int64_t num_kv_heads);
+                                    int64_t num_kv_heads,
+                                    std::optional<DType> cache_dtype = std::nullopt);
 
 /// Headroom of calculated scales: amax maps to fp8_max / kCalculatedKVScaleHeadroom (224 for
 /// E4M3, 28672 for E5M2), so K/V on other text may be up to 2x the calibration amax before they

@@ -1,15 +1,14 @@
 // --kv-scales-path: octet's JSON scales format and vLLM's legacy quantization-param schema
 // (formats documented at load_kv_scales_file in kv_scales.h).
 #include <cmath>
-#include <fstream>
-#include <iomanip>
 #include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
+#include "config/file_read.h"
 #include "models/kv_scales.h"
+#include "models/model_file_error.h"
 
 namespace octet {
 
@@ -21,7 +20,7 @@ class FileError {
  public:
   explicit FileError(std::string path) : path_(std::move(path)) {}
   [[noreturn]] void operator()(const std::string& problem) const {
-    throw std::invalid_argument(path_ + ": " + problem);
+    throw ModelFileError(path_, problem);
   }
 
  private:
@@ -136,12 +135,23 @@ void require_all_layers(const std::vector<bool>& seen, const std::string& where,
            std::to_string(seen.size() - 1) + " needs scales)");
 }
 
+/// kv_cache_dtype as written -> the FP8 dtype it names (nullopt for "", an unknown name fails).
+std::optional<DType> scales_dtype(const std::string& name, const char* key,
+                                  const FileError& fail) {
+  if (name.empty()) return std::nullopt;
+  if (name == "fp8" || name == "fp8_e4m3" || name == "float8_e4m3fn") return DType::FP8_E4M3;
+  if (name == "fp8_e5m2" || name == "float8_e5m2") return DType::FP8_E5M2;
+  fail(std::string(key) + " \"" + name + "\" is not an FP8 cache dtype (expected fp8_e4m3, " +
+       "fp8, float8_e4m3fn, fp8_e5m2 or float8_e5m2)");
+}
+
 LayerScalesFile read_octet(const json& j, int64_t num_layers, int64_t num_kv_heads,
                            const FileError& fail) {
   check_keys(j, {"kv_cache_dtype", "model_type", "layers"}, " at the top level", fail);
   LayerScalesFile out;
   out.format = "octet";
   out.kv_cache_dtype = optional_string(j, "kv_cache_dtype", fail);
+  out.dtype = scales_dtype(out.kv_cache_dtype, "kv_cache_dtype", fail);
   optional_string(j, "model_type", fail);
   auto layers = j.find("layers");
   if (layers == j.end()) fail("missing \"layers\" (or \"kv_cache\" for vLLM's legacy schema)");
@@ -178,6 +188,7 @@ LayerScalesFile read_vllm_legacy(const json& j, int64_t num_layers, const FileEr
   if (out.kv_cache_dtype != "float8_e4m3fn")
     fail("kv_cache.dtype \"" + out.kv_cache_dtype +
          "\": vLLM's legacy schema holds float8_e4m3fn scales only");
+  out.dtype = DType::FP8_E4M3;
   auto ranks = kv.find("scaling_factor");
   if (ranks == kv.end() || !ranks->is_object())
     fail("kv_cache.scaling_factor missing or not an object {tp_rank: {layer: scale}}");
@@ -207,19 +218,29 @@ LayerScalesFile read_vllm_legacy(const json& j, int64_t num_layers, const FileEr
 }  // namespace
 
 LayerScalesFile load_kv_scales_file(const std::string& path, int64_t num_layers,
-                                    int64_t num_kv_heads) {
+                                    int64_t num_kv_heads, std::optional<DType> cache_dtype) {
   const FileError fail(path);
   if (num_layers < 1 || num_kv_heads < 1)
-    fail("load_kv_scales_file: num_layers " + std::to_string(num_layers) + ", num_kv_heads " +
-         std::to_string(num_kv_heads));
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot open the KV scales file");
-  std::ostringstream text;
-  text << f.rdbuf();
-  if (f.bad()) fail("cannot read the KV scales file");
-  const json j = parse_strict(text.str(), fail);
-  if (j.contains("kv_cache")) return read_vllm_legacy(j, num_layers, fail);
-  return read_octet(j, num_layers, num_kv_heads, fail);
+    throw std::invalid_argument("load_kv_scales_file: num_layers " + std::to_string(num_layers) +
+                                ", num_kv_heads " + std::to_string(num_kv_heads));
+  std::string text;
+  try {
+    text = read_file_bounded(path, kMaxScalesFileBytes);
+  } catch (const FileReadError& e) {
+    fail("cannot read the KV scales file: " + e.problem());
+  }
+  const json j = parse_strict(text, fail);
+  LayerScalesFile out = j.contains("kv_cache") ? read_vllm_legacy(j, num_layers, fail)
+                                               : read_octet(j, num_layers, num_kv_heads, fail);
+  if (cache_dtype && out.dtype && *out.dtype != *cache_dtype) {
+    const std::string key = out.format == "octet" ? "kv_cache_dtype" : "kv_cache.dtype";
+    const char* want = kv_cache_dtype_name(*cache_dtype);
+    fail(key + " \"" + out.kv_cache_dtype + "\": these scales were calibrated for an " +
+         kv_cache_dtype_name(*out.dtype) + " KV cache, but this cache is " + want +
+         " (its range differs by 128x); calibrate for it (octet calibrate --kv-cache-dtype " +
+         want + ") or run with --kv-cache-dtype " + kv_cache_dtype_name(*out.dtype));
+  }
+  return out;
 }
 
 }  // namespace octet

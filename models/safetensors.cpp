@@ -2,8 +2,9 @@
 // Format: https://huggingface.co/docs/safetensors/index#format (see models/checkpoint.h).
 // What is checked (each failure is ModelFileError(path, problem naming the tensor or key)):
 //   header length: 8 bytes present, N <= kMaxHeaderBytes, N <= file size - 8;
-//   header: a JSON object; "__metadata__" an object of strings; every other entry an object
-//   with a known "dtype", "shape" of non-negative integers and "data_offsets" [begin, end],
+//   header: a JSON object nested at most 3 deep; "__metadata__" an object of strings; every
+//   other entry an object with a known "dtype", "shape" of non-negative integers and
+//   "data_offsets" [begin, end],
 //   begin <= end <= data size, (end - begin) == product(shape) x dtype size; no two tensors'
 //   byte ranges overlap. Gaps between tensors are allowed (the Rust crate rejects them).
 
@@ -124,8 +125,9 @@ void SafetensorsFile::Impl::parse_header(const uint8_t* base, uint64_t file_byte
   const uint8_t* data = base + 8 + header_bytes;
   const uint64_t data_bytes = file_bytes - 8 - header_bytes;
 
-  const auto header = nlohmann::json::parse(base + 8, data, nullptr, /*allow_exceptions=*/false);
-  if (header.is_discarded()) fail("header is not valid JSON");
+  // Depth 3 is {"name": {"shape": [...]}}: deeper nesting is an error before it costs memory.
+  const auto header = parse_model_json(impl.path, reinterpret_cast<const char*>(base + 8),
+                                       reinterpret_cast<const char*>(data), 3);
   if (!header.is_object()) fail("header is not a JSON object");
 
   for (const auto& [name, entry] : header.items()) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -119,6 +120,9 @@ struct RendezvousServer::Impl {
   bool done = false;
   std::optional<std::string> error;
   std::vector<std::weak_ptr<tcp::socket>> all_sockets;  // closed at the end of serve()
+  std::map<uint64_t, std::weak_ptr<tcp::socket>> pending;  // no hello yet, by accept order
+  uint64_t accepted = 0;
+  asio::steady_timer accept_retry{io};  // after a failed accept (e.g. out of descriptors)
   const RendezvousId* id = nullptr;
   Clock::time_point deadline;
 
@@ -128,17 +132,34 @@ struct RendezvousServer::Impl {
     auto sock = std::make_shared<tcp::socket>(io);
     acceptor.async_accept(*sock, [this, sock](const error_code& ec) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-      if (ec) {
+      if (ec) {  // e.g. EMFILE: retry shortly rather than spin
         spdlog::warn("rendezvous on {}: accept failed: {}", here(), ec.message());
-      } else {
-        all_sockets.push_back(sock);
-        read_hello(sock);
+        accept_retry.expires_after(std::chrono::milliseconds(100));
+        accept_retry.async_wait([this](const error_code& e) {
+          if (!e && acceptor.is_open()) accept_next();
+        });
+        return;
       }
+      if (all_sockets.size() >= 4 * kMaxPendingHellos)  // forget the closed ones
+        all_sockets.erase(std::remove_if(all_sockets.begin(), all_sockets.end(),
+                                         [](const auto& w) { return w.expired(); }),
+                          all_sockets.end());
+      all_sockets.push_back(sock);
+      if (pending.size() >= kMaxPendingHellos) {  // a flood: the oldest gives way
+        if (auto oldest = pending.begin()->second.lock()) {
+          error_code ignored;
+          oldest->close(ignored);
+        }
+        pending.erase(pending.begin());
+      }
+      const uint64_t seq = accepted++;
+      pending.emplace(seq, sock);
+      read_hello(sock, seq);
       accept_next();
     });
   }
 
-  void read_hello(const std::shared_ptr<tcp::socket>& sock) {
+  void read_hello(const std::shared_ptr<tcp::socket>& sock, uint64_t seq) {
     auto hello = std::make_shared<Header>();
     auto timer = std::make_shared<asio::steady_timer>(io);
     timer->expires_at(std::min(deadline, Clock::now() + kHelloTimeout));
@@ -149,8 +170,9 @@ struct RendezvousServer::Impl {
       }
     });
     asio::async_read(*sock, asio::buffer(*hello),
-                     [this, sock, hello, timer](const error_code& ec, size_t) {
+                     [this, sock, hello, timer, seq](const error_code& ec, size_t) {
                        timer->cancel();
+                       pending.erase(seq);
                        on_hello(sock, *hello, ec);
                      });
   }
@@ -278,11 +300,13 @@ void RendezvousServer::serve(const RendezvousId& id, std::chrono::milliseconds t
   m.done = true;
   error_code ignored;
   m.acceptor.close(ignored);
+  m.accept_retry.cancel();
   for (const auto& w : m.all_sockets)
     if (auto s = w.lock()) s->close(ignored);
   m.io.restart();
   m.io.run();
   m.joined.clear();
+  m.pending.clear();
   if (m.error) throw RendezvousError(*m.error);
   if (!done)
     throw RendezvousError("rendezvous on " + m.here() + ": timed out after " +

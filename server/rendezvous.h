@@ -14,7 +14,10 @@
 // Status: 0 ok, 1 version mismatch, 2 world size mismatch, 3 rank out of range, 4 duplicate
 // rank: the peer fails with a RendezvousError saying which, and rank 0 keeps waiting. A
 // connection whose first 16 bytes are not a hello (wrong magic, short, silent for
-// kHelloTimeout) is closed without a reply and logged; rank 0 keeps waiting. The ids go out
+// kHelloTimeout) is closed without a reply and logged; rank 0 keeps waiting. Hellos are read
+// concurrently, each connection with its own timer, so idle connections (a port scanner, a
+// stuck process) never delay the real peers; beyond kMaxPendingHellos unfinished ones the
+// oldest is closed. The ids go out
 // only once every rank has joined, so the exchange is also a start-up barrier.
 #include <array>
 #include <chrono>
@@ -34,8 +37,12 @@ using RendezvousId = std::array<uint8_t, kRendezvousIdBytes>;
 /// How long a multi-node start waits for every node to join the rendezvous.
 inline constexpr std::chrono::milliseconds kRendezvousTimeout{300000};
 
-/// How long rank 0 gives a new connection to send its hello before closing it.
-inline constexpr std::chrono::milliseconds kHelloTimeout{10000};
+/// How long rank 0 gives a new connection to send its hello before closing it (a real peer
+/// sends it at once).
+inline constexpr std::chrono::milliseconds kHelloTimeout{2000};
+
+/// Connections rank 0 holds that have not sent their hello yet; a new one closes the oldest.
+inline constexpr size_t kMaxPendingHellos = 256;
 
 /// A failed rendezvous: timeout, bind or resolve failure, or a peer that rank 0 refused. The
 /// message names the address, the ranks involved and what to check.

@@ -24,6 +24,11 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kMagic = 0x4353434F;  // "OCSC" little-endian
 constexpr uint32_t kVersion = 1;
 enum : uint32_t { kOk = 0, kBadVersion = 1, kBadWorld = 2, kBadRank = 3 };
+// Node 0 reads every joining connection's hello concurrently (one poll loop), each with its
+// own deadline, so that silent connections (a port scanner, a stuck process) never delay the
+// real peers; past kMaxPendingJoins unfinished ones, the oldest is closed.
+constexpr auto kJoinHelloTimeout = std::chrono::seconds(2);
+constexpr size_t kMaxPendingJoins = 256;
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -133,55 +138,7 @@ SocketCommunicator::SocketCommunicator(const std::string& addr, int port, int ra
                                " (--master-addr must be this machine's address and the port "
                                "free)");
     }
-    int joined = 0;
-    while (joined < world_size - 1) {
-      pollfd pfd{lfd, POLLIN, 0};
-      const int ready = poll(&pfd, 1, remaining_ms(deadline));
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready <= 0) {
-        std::string missing;
-        for (int r = 1; r < world_size; ++r)
-          if (fds_[r] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        close(lfd);
-        for (int fd : fds_)
-          if (fd >= 0) close(fd);
-        throw std::runtime_error("node 0 on " + where_ + ": timed out after " +
-                                 std::to_string(timeout.count() / 1000) +
-                                 " s waiting for node(s) " + missing +
-                                 " (start every node with the same --nnodes and "
-                                 "--master-addr/--master-port)");
-      }
-      const int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      tune(fd);
-      uint8_t hello[16];
-      // A connection that is not a peer (wrong magic, silent) is dropped; node 0 keeps waiting.
-      if (!read_until(fd, hello, sizeof hello, std::min(deadline, Clock::now() +
-                                                                      std::chrono::seconds(10))) ||
-          get_u32(hello) != kMagic) {
-        close(fd);
-        continue;
-      }
-      const uint32_t version = get_u32(hello + 4), world = get_u32(hello + 8),
-                     r = get_u32(hello + 12);
-      uint32_t status = kOk;
-      if (version != kVersion)
-        status = kBadVersion;
-      else if (world != static_cast<uint32_t>(world_size))
-        status = kBadWorld;
-      else if (r == 0 || r >= static_cast<uint32_t>(world_size) || fds_[r] >= 0)
-        status = kBadRank;
-      uint8_t reply[8];
-      put_u32(reply, status);
-      put_u32(reply + 4, static_cast<uint32_t>(world_size));
-      const bool sent = write_fully(fd, reply, sizeof reply);
-      if (status != kOk || !sent) {
-        close(fd);
-        continue;
-      }
-      fds_[r] = fd;
-      ++joined;
-    }
+    accept_peers(lfd, deadline, timeout);
     close(lfd);
     return;
   }
@@ -237,6 +194,108 @@ SocketCommunicator::SocketCommunicator(const std::string& addr, int port, int ra
     fds_[0] = fd;
     return;
   }
+}
+
+void SocketCommunicator::accept_peers(int lfd, Clock::time_point deadline,
+                                      std::chrono::milliseconds timeout) {
+  // Every connection not yet a peer: its hello so far and until when it may send the rest.
+  struct Pending {
+    int fd;
+    uint8_t hello[16];
+    size_t got;
+    Clock::time_point until;
+  };
+  std::vector<Pending> pending;
+  auto drop = [](Pending& p) {
+    close(p.fd);
+    p.fd = -1;
+  };
+  int joined = 0;
+  while (joined < world_size_ - 1) {
+    std::vector<pollfd> pfds{{lfd, POLLIN, 0}};
+    Clock::time_point wake = deadline;
+    for (const Pending& p : pending) {
+      pfds.push_back({p.fd, POLLIN, 0});
+      wake = std::min(wake, p.until);
+    }
+    const int ready = poll(pfds.data(), pfds.size(), remaining_ms(wake));
+    if (ready < 0 && errno != EINTR) throw std::runtime_error("node 0 on " + where_ + ": poll: " +
+                                                              errno_text());
+    const auto now = Clock::now();
+    if (now >= deadline) {
+      std::string missing;
+      for (int r = 1; r < world_size_; ++r)
+        if (fds_[r] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      close(lfd);
+      for (Pending& p : pending) drop(p);
+      for (int& fd : fds_)
+        if (fd >= 0) close(fd), fd = -1;
+      throw std::runtime_error("node 0 on " + where_ + ": timed out after " +
+                               std::to_string(timeout.count() / 1000) + " s waiting for node(s) " +
+                               missing + " (start every node with the same --nnodes and "
+                               "--master-addr/--master-port)");
+    }
+    if (ready <= 0) {  // a pending connection's time is up (or EINTR)
+      for (Pending& p : pending)
+        if (p.until <= now) drop(p);
+    }
+    for (size_t i = 0; ready > 0 && i < pending.size(); ++i) {
+      Pending& p = pending[i];
+      if (pfds[i + 1].revents == 0) {
+        if (p.until <= now) drop(p);  // silent past its deadline
+        continue;
+      }
+      const ssize_t n = recv(p.fd, p.hello + p.got, sizeof p.hello - p.got, MSG_DONTWAIT);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      if (n <= 0) {  // closed or failed before a whole hello
+        drop(p);
+        continue;
+      }
+      p.got += static_cast<size_t>(n);
+      if (p.got < sizeof p.hello) continue;
+      // A connection that is not a peer (wrong magic) is dropped; node 0 keeps waiting.
+      if (get_u32(p.hello) != kMagic) {
+        drop(p);
+        continue;
+      }
+      const uint32_t version = get_u32(p.hello + 4), world = get_u32(p.hello + 8),
+                     r = get_u32(p.hello + 12);
+      uint32_t status = kOk;
+      if (version != kVersion)
+        status = kBadVersion;
+      else if (world != static_cast<uint32_t>(world_size_))
+        status = kBadWorld;
+      else if (r == 0 || r >= static_cast<uint32_t>(world_size_) || fds_[r] >= 0)
+        status = kBadRank;
+      uint8_t reply[8];
+      put_u32(reply, status);
+      put_u32(reply + 4, static_cast<uint32_t>(world_size_));
+      const bool sent = write_fully(p.fd, reply, sizeof reply);  // 8 bytes: the socket buffer
+      if (status != kOk || !sent) {
+        drop(p);
+        continue;
+      }
+      fds_[r] = p.fd;
+      p.fd = -1;
+      ++joined;
+    }
+    pending.erase(std::remove_if(pending.begin(), pending.end(),
+                                 [](const Pending& p) { return p.fd < 0; }),
+                  pending.end());
+    if ((pfds[0].revents & POLLIN) != 0 && joined < world_size_ - 1) {
+      const int fd = accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) {
+        tune(fd);
+        if (pending.size() >= kMaxPendingJoins) {  // a flood: the oldest gives way
+          close(pending.front().fd);
+          pending.erase(pending.begin());
+        }
+        pending.push_back({fd, {}, 0, std::min(deadline, Clock::now() + kJoinHelloTimeout)});
+      }
+    }
+  }
+  for (Pending& p : pending) drop(p);
+  close(lfd);
 }
 
 SocketCommunicator::~SocketCommunicator() {

@@ -6,10 +6,12 @@
 // Topology: a star. Rank 0 listens on addr:port and accepts world_size - 1 connections; every
 // other rank connects (retrying every 100 ms until the deadline) and sends a hello
 //   [16]: magic "OCSC" (0x4353434F) u32, version u32 (1), world_size u32, rank u32
-// answered by rank 0 with [4]: status u32 (0 ok, 1 version, 2 world size, 3 rank out of range or
-// duplicate). Every collective starts with each rank sending rank 0 a header [24] (op u32,
-// root u32, count i64, sequence number u64; rank 0 checks they all match: OCTET_CHECK), then
-// rank 0 gathers the data from ranks 1..N-1 in rank order and sends the result back.
+// answered by rank 0 with [8]: status u32 (0 ok, 1 version, 2 world size, 3 rank out of range
+// or duplicate), its world_size u32. Rank 0 reads the hellos of all connections at once, giving
+// each 2 s, so that idle connections (a port scanner) never delay the real peers.
+// Every collective starts with each rank sending rank 0 a header [24] (op u32, root u32,
+// count i64, sequence number u64; rank 0 checks they all match: OCTET_CHECK), then rank 0
+// gathers the data from ranks 1..N-1 in rank order and sends the result back.
 //
 // all_reduce_sum / _max reduce in rank order on rank 0 (out = b0; out = out op b_r for r = 1..N-1,
 // element by element), the same expression as ThreadCommunicator's, so the results are bit
@@ -83,6 +85,10 @@ class SocketCommunicator final : public Communicator {
   void begin(Op op, int root, int64_t count);
   [[noreturn]] void lost(int peer, const std::string& why);
   void check_usable() const;
+  // Rank 0: accepts on the listening lfd until ranks 1..N-1 have joined (fds_), reading the
+  // hellos of all connections at once, each within 2 s; closes lfd. Throws at `deadline`.
+  void accept_peers(int lfd, std::chrono::steady_clock::time_point deadline,
+                    std::chrono::milliseconds timeout);
 
   int rank_;
   int world_size_;

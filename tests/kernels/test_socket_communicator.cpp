@@ -246,3 +246,54 @@ TEST_CASE("socket communicator: joins that are refused or time out say why") {
   CHECK_THROWS_AS(SocketCommunicator("127.0.0.1", 0, 0, 2, 1s, "test"), std::invalid_argument);
   CHECK_THROWS_AS(SocketCommunicator("127.0.0.1", port, 2, 2, 1s, "test"), std::invalid_argument);
 }
+
+TEST_CASE("socket communicator: idle connections do not delay the real peers' joins") {
+  // 30 connections that never send a byte (a port scanner, a stuck process) reach node 0
+  // before the real peers. Node 0 used to read one hello at a time, 10 s each: 300 s, far past
+  // the join deadlines. It now reads them all at once, each with its own 2 s.
+  const int port = free_port();
+  std::vector<std::string> errors(3, "(did not finish)");
+  std::vector<float> sums(3, 0.0f);
+  auto rank = [&](int r) {
+    try {
+      // The peers give up first (15 s): joined late is not joined (node 0 used to let them in
+      // after its own deadline, by draining its backlog).
+      SocketCommunicator c("127.0.0.1", port, r, 3, r == 0 ? 20s : 15s, "test");
+      std::vector<float> b{1.0f};
+      c.all_reduce_sum(b.data(), 1);
+      sums[r] = b[0];
+      errors[r].clear();
+    } catch (const std::exception& e) {
+      errors[r] = e.what();
+    }
+  };
+  std::thread node0(rank, 0);
+  std::vector<int> idle;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  for (int i = 0; i < 30; ++i) {
+    int fd = -1;
+    for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {  // node 0 may not listen yet
+      fd = socket(AF_INET, SOCK_STREAM, 0);
+      if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+        close(fd);
+        fd = -1;
+        std::this_thread::sleep_for(50ms);
+      }
+    }
+    if (fd >= 0) idle.push_back(fd);
+  }
+  std::thread node1(rank, 1), node2(rank, 2);
+  node1.join();
+  node2.join();
+  node0.join();
+  for (int fd : idle) close(fd);
+  CHECK(idle.size() == 30);
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].empty());
+    CHECK(sums[r] == 3.0f);
+  }
+}

@@ -340,9 +340,24 @@ TEST_CASE("hf checkpoint: directory and shard index errors", "[hf][checkpoint][e
     const std::string d = temp_dir("no_config");
     expect_open_error(d, "missing config.json");
     write_text(d + "/config.json", "{not json");
-    expect_open_error(d, "config.json: not valid JSON");
+    expect_open_error(d, "config.json: malformed JSON");
     write_text(d + "/config.json", kTinyConfig);
     expect_open_error(d, "no weights");
+  }
+  SECTION("hostile JSON: deep nesting and a huge index are errors naming the file") {
+    const std::string d = temp_dir("hostile_json");
+    // 100,000 nested arrays in a value: rejected at depth 64, not parsed into a deep tree.
+    write_text(d + "/config.json",
+               R"({"a": )" + std::string(100000, '[') + std::string(100000, ']') + "}");
+    expect_open_error(d, "config.json: JSON nested deeper than 64 levels");
+    write_text(d + "/config.json", kTinyConfig);
+    // An index over the 64 MB cap of config/file_read.h: refused before it is read.
+    {
+      std::ofstream big(d + "/model.safetensors.index.json");
+      big << R"({"weight_map": {}, "pad": ")";
+    }
+    std::filesystem::resize_file(d + "/model.safetensors.index.json", (64u << 20) + 1);
+    expect_open_error(d, "model.safetensors.index.json: larger than the 67108864-byte limit");
   }
   SECTION("a malformed shard is reported with its own path") {
     const std::string d = temp_dir("bad_shard");

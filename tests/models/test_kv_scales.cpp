@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -328,14 +329,16 @@ std::string write_text(const TempDir& tmp, const std::string& text) {
   return path;
 }
 
-/// load_kv_scales_file must throw std::invalid_argument "<path>: ..." holding every needle.
+/// load_kv_scales_file must throw ModelFileError "<path>: ..." (a bad file: exit 1, not the
+/// usage error's 2) holding every needle.
 void expect_file_error(const TempDir& tmp, const std::string& text,
-                       const std::vector<std::string>& needles) {
+                       const std::vector<std::string>& needles,
+                       std::optional<DType> cache_dtype = std::nullopt) {
   const std::string path = write_text(tmp, text);
   try {
-    load_kv_scales_file(path, kLayers, kKVHeads);
+    load_kv_scales_file(path, kLayers, kKVHeads, cache_dtype);
     FAIL("no error (expected '" << needles.front() << "')");
-  } catch (const std::invalid_argument& e) {
+  } catch (const ModelFileError& e) {
     const std::string what = e.what();
     INFO(what);
     CHECK(what.rfind(path + ": ", 0) == 0);
@@ -403,8 +406,9 @@ TEST_CASE("kv scales file: errors name the file, layer and key", "[kv_scales]") 
     try {
       load_kv_scales_file(tmp.file("absent.json"), kLayers, kKVHeads);
       FAIL("no error");
-    } catch (const std::invalid_argument& e) {
-      CHECK(std::string(e.what()) == tmp.file("absent.json") + ": cannot open the KV scales file");
+    } catch (const ModelFileError& e) {
+      CHECK_THAT(e.what(), Catch::StartsWith(tmp.file("absent.json") +
+                                             ": cannot read the KV scales file: cannot open"));
     }
     expect_file_error(tmp, R"({"layers": {"0": )", {"malformed JSON"});
     expect_file_error(tmp, R"({"layers": {"0": {"k_scale": NaN, "v_scale": 1}}})",
@@ -464,6 +468,36 @@ TEST_CASE("kv scales file: errors name the file, layer and key", "[kv_scales]") 
     expect_file_error(tmp, layers(R"("0": {"k_scale": 1e-50, "v_scale": 1}, )"),
                       {"layer 0 k_scale: value 1e-50 rounds to 0 in FP32"});
   }
+  SECTION("kv_cache_dtype: known FP8 names only, and the cache's") {
+    const std::string body = R"("layers": {"0": {"k_scale": 1, "v_scale": 1}, )" + kLayer12 + "}}";
+    expect_file_error(tmp, R"({"kv_cache_dtype": "int8", )" + body,
+                      {"kv_cache_dtype \"int8\" is not an FP8 cache dtype"});
+    // Scales calibrated for E5M2 (range 57344) on an E4M3 cache (448), and the reverse.
+    expect_file_error(tmp, R"({"kv_cache_dtype": "fp8_e5m2", )" + body,
+                      {"kv_cache_dtype \"fp8_e5m2\"", "calibrated for an fp8_e5m2 KV cache",
+                       "this cache is fp8_e4m3", "--kv-cache-dtype fp8_e4m3"},
+                      DType::FP8_E4M3);
+    expect_file_error(tmp, R"({"kv_cache_dtype": "fp8", )" + body,
+                      {"kv_cache_dtype \"fp8\"", "calibrated for an fp8_e4m3 KV cache",
+                       "this cache is fp8_e5m2"},
+                      DType::FP8_E5M2);
+    const std::string e5 = write_text(tmp, R"({"kv_cache_dtype": "fp8_e5m2", )" + body);
+    const LayerScalesFile f = load_kv_scales_file(e5, kLayers, kKVHeads, DType::FP8_E5M2);
+    CHECK(f.dtype == DType::FP8_E5M2);
+    CHECK(load_kv_scales_file(e5, kLayers, kKVHeads).dtype == DType::FP8_E5M2);
+    // No dtype recorded: nothing to compare.
+    const std::string none = write_text(tmp, "{" + body);
+    CHECK_FALSE(load_kv_scales_file(none, kLayers, kKVHeads, DType::FP8_E5M2).dtype);
+  }
+  SECTION("a device or an oversized file is a bounded read, not an endless one") {
+    try {
+      load_kv_scales_file("/dev/zero", kLayers, kKVHeads);
+      FAIL("no error");
+    } catch (const ModelFileError& e) {
+      CHECK_THAT(e.what(), Catch::StartsWith("/dev/zero: cannot read the KV scales file") &&
+                               Catch::Contains("byte limit"));
+    }
+  }
   SECTION("vLLM legacy schema") {
     auto legacy = [](const std::string& dtype, const std::string& ranks) {
       return R"({"model_type": "llama", "kv_cache": {"dtype": ")" + dtype +
@@ -485,6 +519,9 @@ TEST_CASE("kv scales file: errors name the file, layer and key", "[kv_scales]") 
                       {"layer 1 scaling_factor: value 0 is not > 0"});
     expect_file_error(tmp, legacy("float8_e4m3fn", R"({"0": {"0": 1, "1": [1], "2": 1}})"),
                       {"layer 1 scaling_factor: expected a number"});
+    expect_file_error(tmp, legacy("float8_e4m3fn", r0),
+                      {"kv_cache.dtype \"float8_e4m3fn\"", "this cache is fp8_e5m2"},
+                      DType::FP8_E5M2);
     expect_file_error(tmp, R"({"kv_cache": {"scaling_factor": {"0": {}}}})",
                       {"kv_cache.dtype \"\""});
     expect_file_error(tmp, R"({"kv_cache": {"dtype": "float8_e4m3fn"}})",

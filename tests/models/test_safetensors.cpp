@@ -189,7 +189,46 @@ TEST_CASE("safetensors: malformed files name the file and the problem", "[safete
   }
   SECTION("bad JSON") {
     expect_error(write_file("bad_json.safetensors", R"({"w": {"dtype": "F32",)", good_data),
-                 "header is not valid JSON");
+                 "malformed JSON");
+  }
+  SECTION("a header nested deeper than {name: {shape: [...]}} fails before it grows a tree") {
+    const std::string deep = R"({"w": {"shape": [[[[1]]]]}})";
+    expect_error(write_file("deep.safetensors", deep, good_data), "JSON nested deeper than 3");
+    // 100,000 levels (200 KB): the same error, neither a stack overflow nor a deep tree.
+    const std::string very = std::string(100000, '[') + std::string(100000, ']');
+    expect_error(write_file("very_deep.safetensors", very, good_data), "nested deeper");
+  }
+  SECTION("header length: past the file, and the 100 MB cap of HF's safetensors") {
+    std::string bytes(8, '\0');
+    const uint64_t n = 1000;
+    for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char((n >> (8 * i)) & 0xFF);
+    bytes += "{}";
+    const std::string path = temp_path("short_header.safetensors");
+    std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+    expect_error(path, "header length 1000 runs past the end of the file (10 bytes)");
+    std::string big(8, '\0');
+    const uint64_t m = (100ull << 20) + 1;
+    for (int i = 0; i < 8; ++i) big[size_t(i)] = char((m >> (8 * i)) & 0xFF);
+    const std::string bpath = temp_path("big_header.safetensors");
+    std::ofstream(bpath, std::ios::binary).write(big.data(), std::streamsize(big.size()));
+    expect_error(bpath, "exceeds the 104857600-byte limit");
+  }
+  SECTION("shape products and offsets that overflow") {
+    expect_error(write_file("shape_overflow.safetensors",
+                            R"({"w": {"dtype": "F32", "shape": [4294967296, 4294967296], )"
+                            R"("data_offsets": [0, 16]}})",
+                            good_data),
+                 "does not match data_offsets span 16 bytes");
+    expect_error(write_file("bytes_overflow.safetensors",
+                            R"({"w": {"dtype": "F64", "shape": [2305843009213693952], )"
+                            R"("data_offsets": [0, 16]}})",
+                            good_data),
+                 "does not match data_offsets span");
+    expect_error(write_file("offset_huge.safetensors",
+                            R"({"w": {"dtype": "F32", "shape": [4], )"
+                            R"("data_offsets": [18446744073709551600, 18446744073709551615]}})",
+                            good_data),
+                 "is past the end of the data");
   }
   SECTION("header not an object") {
     expect_error(write_file("not_object.safetensors", "[1, 2]", good_data), "not a JSON object");

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <future>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,8 @@
 using namespace std::chrono_literals;
 using octet::server::exchange_rendezvous_id;
 using octet::server::fetch_rendezvous_id;
+using octet::server::kHelloTimeout;
+using octet::server::kMaxPendingHellos;
 using octet::server::RendezvousError;
 using octet::server::RendezvousId;
 using octet::server::RendezvousServer;
@@ -275,4 +278,41 @@ TEST_CASE("rendezvous: rank 0 cannot listen on an address that is not its own",
         "(--master-addr must be this machine's address, --master-port a free port)");
   CHECK_THROWS_AS(RendezvousServer(kHost, 0, 1), std::invalid_argument);
   CHECK_THROWS_AS(fetch_rendezvous_id(kHost, 1, 3, 3, 1s), std::invalid_argument);
+}
+
+TEST_CASE("rendezvous: 30 idle connections do not delay the real peers", "[rendezvous]") {
+  // A port scanner or stuck processes holding connections open without a hello: rank 0 reads
+  // every hello concurrently with its own kHelloTimeout, so the real peers join at once and
+  // well within the deadline (one at a time would take 30 x kHelloTimeout).
+  const RendezvousId id = pattern_id();
+  RendezvousServer server(kHost, 0, 3);
+  const uint16_t port = server.port();
+  std::vector<std::unique_ptr<RawClient>> idle;
+  for (int i = 0; i < 30; ++i) idle.push_back(std::make_unique<RawClient>(port));
+  const auto budget = 30 * kHelloTimeout / 2;
+  auto serving = std::async(std::launch::async, [&] { server.serve(id, budget); });
+  auto peer2 = std::async(std::launch::async,
+                          [&] { return fetch_rendezvous_id(kHost, port, 3, 2, budget); });
+  CHECK(fetch_rendezvous_id(kHost, port, 3, 1, budget) == id);
+  CHECK(peer2.get() == id);
+  REQUIRE(serving.wait_for(budget) == std::future_status::ready);
+  serving.get();
+}
+
+TEST_CASE("rendezvous: a flood of idle connections beyond kMaxPendingHellos still lets the peer "
+          "join",
+          "[rendezvous]") {
+  const RendezvousId id = pattern_id();
+  RendezvousServer server(kHost, 0, 2);
+  const uint16_t port = server.port();
+  auto serving = std::async(std::launch::async, [&] { server.serve(id, 20s); });
+  std::vector<std::unique_ptr<RawClient>> idle;
+  for (size_t i = 0; i < kMaxPendingHellos + 8; ++i)
+    idle.push_back(std::make_unique<RawClient>(port));
+  bool eof = false;
+  CHECK(idle.front()->read_up_to(1, 5s, &eof).empty());  // closed, with no reply
+  CHECK(eof);
+  CHECK(fetch_rendezvous_id(kHost, port, 2, 1, 20s) == id);
+  REQUIRE(serving.wait_for(20s) == std::future_status::ready);
+  serving.get();
 }
