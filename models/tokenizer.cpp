@@ -1,6 +1,8 @@
 // Tokenizer::from_gguf (reads and validates tokenizer.ggml.*) and StreamingDetokenizer.
 #include "models/tokenizer.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cmath>
 
 #include "models/gguf.h"
@@ -23,59 +25,61 @@ class MetadataReader {
     throw ModelFileError(file_.path(), tokenizer_detail::one_line(problem));
   }
 
-  /// The array at `key` with elements of a kind accepted by `ok`; nullptr when absent.
+  /// The array at `key` (nullptr when absent) whose elements are of a kind accepted by `ok`
+  /// (checked once on the element type: GGUFArray stores one type per array).
   template <typename Ok>
-  const std::vector<GGUFValue>* array(const std::string& key, bool required, Ok ok,
-                                      const char* kind) const {
+  const GGUFArray* array(const std::string& key, bool required, Ok ok, const char* kind) const {
     const GGUFValue* v = file_.find(key);
     if (!v) {
       if (required) fail("missing " + key);
       return nullptr;
     }
     if (v->type != GGUFValueType::ARRAY) fail(key + " is not an array");
-    const auto& elems = v->as_array();
-    for (const GGUFValue& e : elems) {
-      if (!ok(e)) fail(key + " must be an array of " + kind);
-    }
-    return &elems;
+    const GGUFArray& a = v->array();
+    if (!a.empty() && !ok(a.type())) fail(key + " must be an array of " + kind);
+    return &a;
   }
 
   std::vector<std::string> strings(const std::string& key, bool required) const {
     std::vector<std::string> out;
-    const auto* a = array(key, required, [](const GGUFValue& e) {
-      return e.type == GGUFValueType::STRING;
-    }, "strings");
+    const auto* a = array(key, required, [](GGUFValueType t) { return t == GGUFValueType::STRING; },
+                          "strings");
     if (!a) return out;
     out.reserve(a->size());
-    for (const GGUFValue& e : *a) out.push_back(e.as_string());
+    for (size_t i = 0; i < a->size(); ++i) out.emplace_back(a->string_at(i));
     return out;
   }
 
   std::vector<float> floats(const std::string& key) const {
     std::vector<float> out;
-    const auto* a = array(key, false, [](const GGUFValue& e) {
-      return e.is_float() || e.is_integer();
+    const auto* a = array(key, false, [](GGUFValueType t) {
+      return t == GGUFValueType::FLOAT32 || t == GGUFValueType::FLOAT64 ||
+             (t != GGUFValueType::BOOL && t != GGUFValueType::STRING && t != GGUFValueType::ARRAY);
     }, "numbers");
     if (!a) return out;
     out.reserve(a->size());
-    for (const GGUFValue& e : *a) out.push_back(float(e.as_float()));
+    for (size_t i = 0; i < a->size(); ++i) out.push_back(float(a->float_at(i)));
     return out;
   }
 
   std::vector<int32_t> ints(const std::string& key) const {
     std::vector<int32_t> out;
-    const auto* a = array(key, false, [](const GGUFValue& e) { return e.is_integer(); },
-                          "integers");
+    const auto* a = array(key, false, [](GGUFValueType t) {
+      return t != GGUFValueType::FLOAT32 && t != GGUFValueType::FLOAT64 &&
+             t != GGUFValueType::BOOL && t != GGUFValueType::STRING && t != GGUFValueType::ARRAY;
+    }, "integers");
     if (!a) return out;
     out.reserve(a->size());
     for (size_t i = 0; i < a->size(); ++i) {
-      const GGUFValue& e = (*a)[i];
-      const auto* u = std::get_if<uint64_t>(&e.value);
-      const int64_t v = u ? (*u > uint64_t(INT32_MAX) ? int64_t(INT32_MAX) + 1 : int64_t(*u))
-                          : e.as_int();
-      if (v < INT32_MIN || v > INT32_MAX)
-        fail(key + "[" + std::to_string(i) + "] = " + std::to_string(v) + " is out of range");
-      out.push_back(int32_t(v));
+      int64_t x = 0;
+      try {
+        x = a->int_at(i);
+      } catch (const std::runtime_error& e) {
+        fail(key + "[" + std::to_string(i) + "]: " + e.what());
+      }
+      if (x < INT32_MIN || x > INT32_MAX)
+        fail(key + "[" + std::to_string(i) + "] = " + std::to_string(x) + " does not fit in int32");
+      out.push_back(int32_t(x));
     }
     return out;
   }
@@ -97,14 +101,18 @@ class MetadataReader {
     return v->as_bool();
   }
 
-  /// A token id; absent or outside [0, vocab) (llama.cpp writes 4294967295 for "none") -> -1.
-  int32_t token_id(const std::string& key, int32_t fallback, size_t vocab) const {
-    const GGUFValue* v = file_.find(key);
-    if (!v) return fallback;
-    if (!v->is_integer()) fail(key + " is not an integer");
-    if (const auto* u = std::get_if<uint64_t>(&v->value); u && *u > uint64_t(INT64_MAX)) {
+  /// A token id: `fallback` when absent, -1 for llama.cpp's "none"; outside [0, vocab) is a
+  /// ModelFileError naming the key (GGUFFile::get_token_id) when `required`, else a warning
+  /// and -1 (an unknown or padding id the file gets wrong does not stop generation).
+  int32_t token_id(const std::string& key, int32_t fallback, size_t vocab, bool required) const {
+    if (required) return file_.get_token_id(key, fallback, vocab);
+    try {
+      return file_.get_token_id(key, fallback, vocab);
+    } catch (const ModelFileError& e) {
+      spdlog::warn("{}; ignoring it", e.what());
       return -1;
     }
+  }
     const int64_t id = v->as_int();
     return id >= 0 && uint64_t(id) < vocab ? int32_t(id) : -1;
   }
@@ -148,10 +156,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GGUFFile& file) {
   d.merges = md.strings("tokenizer.ggml.merges", gpt2);
 
   // llama.cpp's defaults for SentencePiece vocabularies: <unk> 0, <s> 1, </s> 2, add BOS.
-  d.bos_id = md.token_id("tokenizer.ggml.bos_token_id", llama ? 1 : -1, n);
-  d.eos_id = md.token_id("tokenizer.ggml.eos_token_id", llama ? 2 : -1, n);
-  d.unk_id = md.token_id("tokenizer.ggml.unknown_token_id", llama ? 0 : -1, n);
-  const int32_t pad_id = md.token_id("tokenizer.ggml.padding_token_id", -1, n);
+  d.bos_id = md.token_id("tokenizer.ggml.bos_token_id", llama ? 1 : -1, n, true);
+  d.eos_id = md.token_id("tokenizer.ggml.eos_token_id", llama ? 2 : -1, n, true);
+  d.unk_id = md.token_id("tokenizer.ggml.unknown_token_id", llama ? 0 : -1, n, false);
+  const int32_t pad_id = md.token_id("tokenizer.ggml.padding_token_id", -1, n, false);
   d.add_bos = md.boolean("tokenizer.ggml.add_bos_token", llama);
   d.add_eos = md.boolean("tokenizer.ggml.add_eos_token", false);
   d.add_space_prefix = md.boolean("tokenizer.ggml.add_space_prefix", true);
