@@ -46,7 +46,9 @@ struct LoadedModel {
   std::vector<std::unique_ptr<LlamaModel>> peers;
   std::shared_ptr<RankGroup> ranks;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::vector<int32_t> eos_token_ids;    // tokenizer EOS plus generation_config.json eos ids
+  // generation_config.json's eos_token_id (config.json's when there is no
+  // generation_config.json, as vLLM) plus the tokenizer's EOS; each below vocab_size.
+  std::vector<int32_t> eos_token_ids;
   // The front ends' tokenizer facade over `tokenizer` and the model's chat template.
   std::unique_ptr<ModelTokenizer> model_tokenizer;
 
