@@ -34,7 +34,7 @@ json parse_config_json(const std::string& text, const std::string& path) {
   json j;
   try {
     j = json::parse(text, depth_guard);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for "1e999"
     throw ModelFileError(path, "not valid JSON: " + parser_message(e));
   }
   if (!j.is_object()) throw ModelFileError(path, "not a JSON object (got " + json_brief(j) + ")");

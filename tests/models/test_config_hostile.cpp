@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf_writer.h"
+#include "models/config_json.h"
 #include "models/gguf.h"
 #include "models/model_config.h"
 #include "models/model_file_error.h"
@@ -17,6 +18,7 @@ using namespace octet;
 using namespace octet::testing;
 using nlohmann::json;
 using Catch::Contains;
+using Catch::Equals;
 using Catch::StartsWith;
 
 namespace {
@@ -206,4 +208,23 @@ TEST_CASE("GGUF metadata goes through the same validation", "[config][hostile][g
   CHECK_THAT(gguf_error(p), Contains("llama.block_count is 300000000"));
   p = gguf_with(dir, kU64, "llama.context_length", Bytes().u64(uint64_t{1} << 40));
   CHECK_THAT(gguf_error(p), Contains("llama.context_length"));
+}
+
+TEST_CASE("config JSON files are read bounded, with errors naming the file", "[config][hostile]") {
+  // /dev/zero used to be read without limit; a FIFO or device is never read past the cap.
+  CHECK_THROWS_WITH(read_config_json("/dev/zero"),
+                    StartsWith("/dev/zero: larger than the 67108864-byte limit"));
+  // Number overflow is nlohmann's out_of_range, not a parse_error (found by fuzz_config_json).
+  CHECK_THROWS_WITH(parse_config_json(R"({"hidden_size": 1e999})", kPath),
+                    StartsWith(std::string(kPath) + ": not valid JSON: number overflow"));
+  CHECK_THROWS_WITH(parse_config_json(R"({"a": )", kPath),
+                    StartsWith(std::string(kPath) + ": not valid JSON: parse error at line 1, "
+                                                    "column 7"));
+  CHECK_THROWS_WITH(parse_config_json("[1]", kPath),
+                    Equals(std::string(kPath) + ": not a JSON object (got [1])"));
+  const std::string deep = "{\"a\": " + std::string(70, '[') + std::string(70, ']') + "}";
+  CHECK_THROWS_WITH(parse_config_json(deep, kPath),
+                    Equals(std::string(kPath) + ": nests deeper than 64 levels"));
+  const std::string ok = "{\"a\": " + std::string(60, '[') + std::string(60, ']') + "}";
+  CHECK(parse_config_json(ok, kPath).contains("a"));
 }
