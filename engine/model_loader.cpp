@@ -50,11 +50,6 @@ std::string hf_chat_template(const std::string& dir) {
   return "";
 }
 
-std::string find_chat_template(const LoadedModel& m) {
-  if (m.gguf) return m.gguf->get_string("tokenizer.chat_template", "");
-  return hf_chat_template(m.path);
-}
-
 // A tokenizer and its chat template from a GGUF file or HF directory (--tokenizer).
 struct TokenizerFiles {
   std::unique_ptr<Tokenizer> tokenizer;
@@ -288,21 +283,25 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptio
   auto m = std::make_unique<LoadedModel>();
   m->path = path;
   m->host_memory_available_bytes = available_host_memory_bytes();
+  std::string chat_template;
   if (is_hf_checkpoint_dir(path)) {
     m->hf.emplace(HFCheckpoint::open(path));
-    load_ranks(*m, *m->hf, [&] {
-      return ModelConfig::from_hf_config(m->hf->config(), path + "/config.json");
-    }, options);
+    // The small files first: a bad config.json, generation_config.json, tokenizer or
+    // tokenizer_config.json fails before any weight is read.
+    const ModelConfig config = ModelConfig::from_hf_config(m->hf->config(), path + "/config.json");
+    m->eos_token_ids = checkpoint_eos_ids(*m->hf, config);
     m->tokenizer = Tokenizer::from_hf_dir(path);
-    m->eos_token_ids = checkpoint_eos_ids(*m->hf, m->model->config());
+    chat_template = hf_chat_template(path);
+    load_ranks(*m, *m->hf, [&] { return config; }, options);
   } else {
     m->gguf.emplace(GGUFFile::open(path));
     load_ranks(*m, *m->gguf, [&] { return ModelConfig::from_gguf(*m->gguf); }, options);
     m->tokenizer = Tokenizer::from_gguf(*m->gguf);
+    chat_template = m->gguf->get_string("tokenizer.chat_template", "");
   }
   if (m->tokenizer->eos_id() >= 0) m->eos_token_ids.push_back(m->tokenizer->eos_id());
   check_vocabulary(*m);
-  m->model_tokenizer = std::make_unique<ModelTokenizer>(*m->tokenizer, find_chat_template(*m));
+  m->model_tokenizer = std::make_unique<ModelTokenizer>(*m->tokenizer, chat_template);
   return m;
 }
 
