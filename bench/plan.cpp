@@ -120,7 +120,8 @@ ParamCounts count_params(const ModelShape& m) {
     if (v < 0) throw std::invalid_argument("the model has a negative dimension");
   ParamCounts c;
   const int64_t h = m.hidden_size, ff = m.intermediate_size;
-  const int64_t q = ma(m.num_attention_heads, m.head_dim), kv = ma(m.num_key_value_heads, m.head_dim);
+  const int64_t q = ma(m.num_attention_heads, m.head_dim);
+  const int64_t kv = ma(m.num_key_value_heads, m.head_dim);
   // q and o: h x q; k and v: h x kv; gate, up, down: h x ff.
   const int64_t per_layer_linear = ma(h, ma(2, q, ma(2, kv)), ma(ma(3, h), ff));
   const int64_t per_layer_out = ma(2, kv, ma(2, h, ma(2, ff, q)));
@@ -165,8 +166,10 @@ std::vector<PlanRow> make_plan(const PlanInputs& in) {
       for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
         const bool skip = std::find(in.skip_layers.begin(), in.skip_layers.end(), l) != in.skip_layers.end();
         const int64_t elem = skip ? 2 : dtype_bytes(kd);
-        const int64_t per_token = mul_add(2 * elem, mul_add(m.num_key_value_heads, m.head_dim, 0, kKv), 0, kKv);
-        const int64_t per_token_dev = mul_add(2 * elem, mul_add(kv_heads_dev, m.head_dim, 0, kKv), 0, kKv);
+        const int64_t per_token =
+            mul_add(2 * elem, mul_add(m.num_key_value_heads, m.head_dim, 0, kKv), 0, kKv);
+        const int64_t per_token_dev =
+            mul_add(2 * elem, mul_add(kv_heads_dev, m.head_dim, 0, kKv), 0, kKv);
         const int64_t window = l < static_cast<int64_t>(m.layer_sliding_window.size())
                                    ? m.layer_sliding_window[static_cast<size_t>(l)] : 0;
         const int64_t kept = window > 0 ? std::min(window, in.max_model_len) : in.max_model_len;
@@ -180,9 +183,10 @@ std::vector<PlanRow> make_plan(const PlanInputs& in) {
       // FP8 weights: linear weights 1 byte plus one FP32 scale per output channel; embeddings,
       // lm_head, norms and biases stay 16-bit (DESIGN.md, numerics).
       constexpr const char* kW = "the weight size";
-      r.weight_bytes = std::string(wd) == "fp8"
-                           ? mul_add(4, pc.linear_out_channels, mul_add(2, pc.other, pc.linear, kW), kW)
-                           : mul_add(2, pc.total(), 0, kW);
+      r.weight_bytes =
+          std::string(wd) == "fp8"
+              ? mul_add(4, pc.linear_out_channels, mul_add(2, pc.other, pc.linear, kW), kW)
+              : mul_add(2, pc.total(), 0, kW);
       r.weight_bytes_per_device = r.weight_bytes / tp + (r.weight_bytes % tp != 0);
       const double budget = in.device.memory_bytes * in.gpu_memory_utilization - in.reserved_bytes -
                             static_cast<double>(r.weight_bytes_per_device);

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/model_config.h"
 #include "models/config_json.h"
+#include "models/model_config.h"
 #include "models/model_file_error.h"
 
 namespace octet {
@@ -32,7 +32,7 @@ class ConfigReader {
       return fallback;
     }
     if (!it->is_number_integer() || it->get<int64_t>() <= 0)
-      fail(prefix + key + " must be a positive integer, got " + json_brief(*it));
+      fail(prefix + key + " must be a positive integer below 2^63, got " + json_brief(*it));
     return it->get<int64_t>();
   }
 

@@ -67,7 +67,8 @@ std::vector<std::string> get_string_list(const json& obj, const std::string& key
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return out;
   if (it->is_string()) return {it->get<std::string>()};
-  if (!it->is_array()) fail(path, where + key + " must be a list of strings, got " + json_brief(*it));
+  if (!it->is_array())
+    fail(path, where + key + " must be a list of strings, got " + json_brief(*it));
   for (const json& e : *it) {
     if (!e.is_string()) fail(path, where + key + " entries must be strings, got " + json_brief(e));
     out.push_back(e.get<std::string>());

@@ -156,7 +156,7 @@ TEST_CASE("a deeply nested value in an error message does not recurse", "[config
   json c = llama8b();
   c["hidden_size"] = deep();
   const std::string msg = hf_error(c);
-  CHECK_THAT(msg, Contains("hidden_size must be a positive integer, got an array of 1"));
+  CHECK_THAT(msg, Contains("hidden_size must be a positive integer below 2^63, got an array of 1"));
   CHECK(msg.size() < 200);
   c = llama8b();
   c["rope_scaling"] = deep();

@@ -91,7 +91,8 @@ TEST_CASE("catastrophic backtracking stops at the match limit with an error",
 
 TEST_CASE("re: entries keep Python re.match semantics on PCRE2", "[quant_config][hostile]") {
   const QuantConfig q = QuantConfig::from_hf_config(
-      fp8_config({"re:.*down_proj", "re:model\\.layers\\.1\\.", "re:self_attn", "re:(?i)MODEL\\.LAYERS\\.2\\.mlp\\.up"}),
+      fp8_config({"re:.*down_proj", "re:model\\.layers\\.1\\.", "re:self_attn",
+                  "re:(?i)MODEL\\.LAYERS\\.2\\.mlp\\.up"}),
       kPath);
   CHECK_FALSE(q.is_quantized("model.layers.0.mlp.down_proj"));     // .* from the start
   CHECK_FALSE(q.is_quantized("model.layers.1.self_attn.k_proj"));  // a prefix match suffices
@@ -109,7 +110,8 @@ TEST_CASE("re: entries keep Python re.match semantics on PCRE2", "[quant_config]
 TEST_CASE("too many distinct regexes and oversized integers are errors",
           "[quant_config][hostile]") {
   json many = json::array();
-  for (size_t i = 0; i <= QuantConfig::kMaxRegexEntries; ++i) many.push_back("re:a" + std::to_string(i));
+  for (size_t i = 0; i <= QuantConfig::kMaxRegexEntries; ++i)
+    many.push_back("re:a" + std::to_string(i));
   CHECK_THAT(parse_error(fp8_config(many)), Contains("more than 1024 distinct \"re:\" entries"));
   // The same pattern many times compiles once and is no error.
   CHECK(parse_error(fp8_config(json::array({"re:a", "re:a", "re:a"}))) == "");
