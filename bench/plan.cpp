@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 
+#include "models/config_json.h"
 #include "models/gguf.h"
 #include "models/model_config.h"
 
@@ -35,6 +35,14 @@ constexpr Preset kModels[] = {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 int64_t dtype_bytes(const std::string& dtype) { return dtype == "fp8" ? 1 : 2; }
+
+/// a * b + c, or std::invalid_argument naming `what` when it overflows int64 (inputs >= 0).
+int64_t mul_add(int64_t a, int64_t b, int64_t c, const char* what) {
+  int64_t p = 0;
+  if (__builtin_mul_overflow(a, b, &p) || __builtin_add_overflow(p, c, &p))
+    throw std::invalid_argument(std::string(what) + " overflows 64-bit arithmetic");
+  return p;
+}
 
 ModelShape from_config(const ModelConfig& c, const std::string& name) {
   ModelShape m;
@@ -90,13 +98,8 @@ ModelShape load_model_shape(const std::string& model) {
                                 model_preset_names() + ") nor a file or directory");
   std::string config = model;
   if (fs::is_directory(model, ec)) config = (fs::path(model) / "config.json").string();
-  if (fs::path(config).extension() == ".json") {
-    std::ifstream in(config);
-    if (!in) throw std::invalid_argument("cannot read '" + config + "'");
-    const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-    if (j.is_discarded()) throw std::invalid_argument("'" + config + "' is not JSON");
-    return from_config(ModelConfig::from_hf_config(j, config), model);
-  }
+  if (fs::path(config).extension() == ".json")  // bounded read; errors name the file (exit 1)
+    return from_config(ModelConfig::from_hf_config(read_config_json(config), config), model);
   return from_config(ModelConfig::from_gguf(GGUFFile::open(model)), model);
 }
 
@@ -110,16 +113,24 @@ std::optional<DeviceSpec> device_preset(const std::string& name) {
 }
 
 ParamCounts count_params(const ModelShape& m) {
+  constexpr const char* kWhat = "the model's parameter count";
+  auto ma = [&](int64_t a, int64_t b, int64_t c = 0) { return mul_add(a, b, c, kWhat); };
+  for (int64_t v : {m.hidden_size, m.num_hidden_layers, m.num_attention_heads,
+                    m.num_key_value_heads, m.head_dim, m.intermediate_size, m.vocab_size})
+    if (v < 0) throw std::invalid_argument("the model has a negative dimension");
   ParamCounts c;
-  const int64_t q = m.num_attention_heads * m.head_dim, kv = m.num_key_value_heads * m.head_dim;
-  const int64_t per_layer_linear = m.hidden_size * q + 2 * m.hidden_size * kv + q * m.hidden_size +
-                                   3 * m.hidden_size * m.intermediate_size;
-  const int64_t per_layer_out = q + 2 * kv + m.hidden_size + 2 * m.intermediate_size + m.hidden_size;
-  const int64_t per_layer_other = 2 * m.hidden_size + (m.qkv_bias ? q + 2 * kv : 0);
-  c.linear = per_layer_linear * m.num_hidden_layers;
-  c.linear_out_channels = per_layer_out * m.num_hidden_layers;
-  c.other = per_layer_other * m.num_hidden_layers + m.hidden_size /* final norm */ +
-            m.vocab_size * m.hidden_size * (m.tie_word_embeddings ? 1 : 2);
+  const int64_t h = m.hidden_size, ff = m.intermediate_size;
+  const int64_t q = ma(m.num_attention_heads, m.head_dim);
+  const int64_t kv = ma(m.num_key_value_heads, m.head_dim);
+  // q and o: h x q; k and v: h x kv; gate, up, down: h x ff.
+  const int64_t per_layer_linear = ma(h, ma(2, q, ma(2, kv)), ma(ma(3, h), ff));
+  const int64_t per_layer_out = ma(2, kv, ma(2, h, ma(2, ff, q)));
+  const int64_t per_layer_other = ma(2, h, m.qkv_bias ? ma(2, kv, q) : 0);
+  c.linear = ma(per_layer_linear, m.num_hidden_layers);
+  c.linear_out_channels = ma(per_layer_out, m.num_hidden_layers);
+  c.other = ma(per_layer_other, m.num_hidden_layers,
+               ma(ma(m.vocab_size, h), m.tie_word_embeddings ? 1 : 2, h /* final norm */));
+  ma(1, c.linear, c.other);  // total() fits
   return c;
 }
 
@@ -149,32 +160,45 @@ std::vector<PlanRow> make_plan(const PlanInputs& in) {
       r.weight_dtype = wd;
       r.kv_cache_dtype = kd;
       r.selected = in.weight_dtype == wd && in.kv_cache_dtype == kd;
+      // Every product checked: sizes come from files and flags.
+      constexpr const char* kKv = "the KV cache size (model dimensions x --max-model-len)";
       int64_t per_seq = 0, per_seq_dev = 0;
       for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
         const bool skip = std::find(in.skip_layers.begin(), in.skip_layers.end(), l) != in.skip_layers.end();
         const int64_t elem = skip ? 2 : dtype_bytes(kd);
-        const int64_t per_token = 2 * m.num_key_value_heads * m.head_dim * elem;
+        const int64_t per_token =
+            mul_add(2 * elem, mul_add(m.num_key_value_heads, m.head_dim, 0, kKv), 0, kKv);
+        const int64_t per_token_dev =
+            mul_add(2 * elem, mul_add(kv_heads_dev, m.head_dim, 0, kKv), 0, kKv);
         const int64_t window = l < static_cast<int64_t>(m.layer_sliding_window.size())
                                    ? m.layer_sliding_window[static_cast<size_t>(l)] : 0;
         const int64_t kept = window > 0 ? std::min(window, in.max_model_len) : in.max_model_len;
-        r.kv_bytes_per_token += per_token;
-        per_seq += per_token * kept;
-        per_seq_dev += 2 * kv_heads_dev * m.head_dim * elem * kept;
+        r.kv_bytes_per_token = mul_add(1, r.kv_bytes_per_token, per_token, kKv);
+        per_seq = mul_add(per_token, kept, per_seq, kKv);
+        per_seq_dev = mul_add(per_token_dev, kept, per_seq_dev, kKv);
       }
+      if (per_seq_dev <= 0) throw std::invalid_argument("the model has no KV cache");
       r.kv_bytes_per_sequence = per_seq;
       r.kv_bytes_per_sequence_per_device = per_seq_dev;
       // FP8 weights: linear weights 1 byte plus one FP32 scale per output channel; embeddings,
       // lm_head, norms and biases stay 16-bit (DESIGN.md, numerics).
-      r.weight_bytes = std::string(wd) == "fp8"
-                           ? pc.linear + 4 * pc.linear_out_channels + 2 * pc.other
-                           : 2 * pc.total();
-      r.weight_bytes_per_device = (r.weight_bytes + tp - 1) / tp;
+      constexpr const char* kW = "the weight size";
+      r.weight_bytes =
+          std::string(wd) == "fp8"
+              ? mul_add(4, pc.linear_out_channels, mul_add(2, pc.other, pc.linear, kW), kW)
+              : mul_add(2, pc.total(), 0, kW);
+      r.weight_bytes_per_device = r.weight_bytes / tp + (r.weight_bytes % tp != 0);
       const double budget = in.device.memory_bytes * in.gpu_memory_utilization - in.reserved_bytes -
                             static_cast<double>(r.weight_bytes_per_device);
-      r.kv_budget_bytes_per_device = budget > 0 ? static_cast<int64_t>(std::floor(budget)) : 0;
+      // Flags bound memory_bytes far below 2^63 (PlanConfig), but a DeviceSpec may come from
+      // elsewhere: clamp before the conversion.
+      r.kv_budget_bytes_per_device =
+          budget > 0 ? static_cast<int64_t>(std::floor(std::min(budget, 0x1p62))) : 0;
       r.sequences_fit = r.kv_budget_bytes_per_device / per_seq_dev;
       r.batch_fits = in.batch_size <= r.sequences_fit;
-      r.bytes_per_decode_step = r.weight_bytes_per_device + in.batch_size * per_seq_dev;
+      r.bytes_per_decode_step =
+          mul_add(in.batch_size, per_seq_dev, r.weight_bytes_per_device,
+                  "the bytes per decode step (--batch-size x KV per sequence)");
       const double step_s = static_cast<double>(r.bytes_per_decode_step) / in.device.bandwidth_bytes_s;
       r.decode_step_floor_ms = step_s * 1000;
       r.decode_tokens_per_s_floor = static_cast<double>(in.batch_size) / step_s;

@@ -1,6 +1,7 @@
 #include "config/plan_config.h"
 
 #include <stdexcept>
+#include <string>
 
 namespace octet {
 
@@ -22,13 +23,21 @@ void PlanConfig::validate() const {
                                 "fp8_e5m2, got '" + k + "'");
   if (tensor_parallel_size < 1 || tensor_parallel_size > 64)
     throw std::invalid_argument("--tensor-parallel-size must be in [1, 64]");
-  if (max_model_len < 0) throw std::invalid_argument("--max-model-len must be >= 0");
-  if (batch_size < 1) throw std::invalid_argument("--batch-size must be positive");
+  if (max_model_len < 0 || max_model_len > kMaxModelLen)
+    throw std::invalid_argument("--max-model-len must be in [0, " + std::to_string(kMaxModelLen) +
+                                "], got " + std::to_string(max_model_len));
+  if (batch_size < 1 || batch_size > kMaxBatchSize)
+    throw std::invalid_argument("--batch-size must be in [1, " + std::to_string(kMaxBatchSize) +
+                                "], got " + std::to_string(batch_size));
   if (!(gpu_memory_utilization > 0 && gpu_memory_utilization <= 1))
     throw std::invalid_argument("--gpu-memory-utilization must be in (0, 1]");
-  if (!(reserved_memory_gib >= 0)) throw std::invalid_argument("--reserved-memory-gib must be >= 0");
-  if (!(device_memory_gib >= 0) || !(bandwidth_gbs >= 0))
-    throw std::invalid_argument("--device-memory-gib and --bandwidth-gbs must be >= 0");
+  // !(x >= 0 && x <= max) also rejects NaN.
+  if (!(reserved_memory_gib >= 0 && reserved_memory_gib <= kMaxMemoryGiB))
+    throw std::invalid_argument("--reserved-memory-gib must be in [0, 1048576]");
+  if (!(device_memory_gib >= 0 && device_memory_gib <= kMaxMemoryGiB))
+    throw std::invalid_argument("--device-memory-gib must be in [0, 1048576]");
+  if (!(bandwidth_gbs >= 0 && bandwidth_gbs <= kMaxBandwidthGBs))
+    throw std::invalid_argument("--bandwidth-gbs must be in [0, 1000000]");
 }
 
 }  // namespace octet

@@ -42,8 +42,16 @@ struct PlanConfig {
     v(c.json, "json", "print one JSON object");
   }
 
+  /// Documented caps: --max-model-len <= 2^28 tokens (ModelConfig::kMaxPositions),
+  /// --batch-size <= 2^20, --device-memory-gib and --reserved-memory-gib <= 2^20 GiB,
+  /// --bandwidth-gbs <= 10^6 GB/s; floats finite.
+  static constexpr int64_t kMaxModelLen = int64_t{1} << 28;
+  static constexpr int64_t kMaxBatchSize = int64_t{1} << 20;
+  static constexpr double kMaxMemoryGiB = double(1 << 20);
+  static constexpr double kMaxBandwidthGBs = 1e6;
+
   /// Throws std::invalid_argument naming the flag for a missing model, an unknown device or
-  /// dtype, or values out of range.
+  /// dtype, or values out of range (beyond the caps above, negative, NaN or infinite).
   void validate() const;
   /// "bf16" or "fp8" for --kv-cache-dtype (auto and fp16 count as 16-bit).
   std::string kv_bits() const;

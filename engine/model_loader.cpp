@@ -1,13 +1,13 @@
 #include "engine/model_loader.h"
 
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/kv_cache_setup.h"
 #include "engine/request_error.h"
+#include "models/config_json.h"
 #include "models/dummy_weights.h"
 
 namespace octet {
@@ -24,26 +24,30 @@ void check_model_path(const std::string& path) {
 
 // The chat template a front end renders messages with: GGUF tokenizer.chat_template, or
 // tokenizer_config.json's chat_template (a string, or a list of {name, template} whose
-// "default" entry is used).
+// "default" entry is used); "" when the file or the key is absent.
 std::string hf_chat_template(const std::string& dir) {
-  std::ifstream in(dir + "/tokenizer_config.json");
-  if (!in) return "";
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object()) return "";
+  const std::string path = dir + "/tokenizer_config.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return "";
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw ModelFileError(path, "not a regular file");
+  const nlohmann::json j = read_config_json(path);
   const auto it = j.find("chat_template");
-  if (it == j.end()) return "";
+  if (it == j.end() || it->is_null()) return "";
   if (it->is_string()) return it->get<std::string>();
-  if (it->is_array())
-    for (const auto& e : *it)
-      if (e.is_object() && e.value("name", "") == "default" && e.contains("template") &&
-          e["template"].is_string())
-        return e["template"].get<std::string>();
+  const std::string expected =
+      "chat_template: must be a string or a list of {\"name\": string, \"template\": string}, ";
+  if (!it->is_array()) throw ModelFileError(path, expected + "got " + json_brief(*it));
+  for (size_t i = 0; i < it->size(); ++i) {
+    const nlohmann::json& e = (*it)[i];
+    const auto name = e.is_object() ? e.find("name") : e.end();
+    const auto tmpl = e.is_object() ? e.find("template") : e.end();
+    if (!e.is_object() || name == e.end() || !name->is_string() || tmpl == e.end() ||
+        !tmpl->is_string())
+      throw ModelFileError(path, expected + "entry " + std::to_string(i) + " is " + json_brief(e));
+    if (*name == "default") return tmpl->get<std::string>();
+  }
   return "";
-}
-
-std::string find_chat_template(const LoadedModel& m) {
-  if (m.gguf) return m.gguf->get_string("tokenizer.chat_template", "");
-  return hf_chat_template(m.path);
 }
 
 // A tokenizer and its chat template from a GGUF file or HF directory (--tokenizer).
@@ -223,6 +227,27 @@ void check_vocabulary(const LoadedModel& m) {
                                  "vocabulary");
 }
 
+// EOS ids beside the tokenizer's, as vLLM takes them: generation_config.json's eos_token_id
+// (an id or a list), or config.json's when there is no generation_config.json (transformers'
+// GenerationConfig.from_model_config). Each must be below the model's vocab_size.
+std::vector<int32_t> checkpoint_eos_ids(const HFCheckpoint& ckpt, const ModelConfig& config) {
+  const nlohmann::json* gen = ckpt.generation_config();
+  if (!gen) return config.eos_token_ids;  // checked by ModelConfig::validate
+  const std::string path = ckpt.dir() + "/generation_config.json";
+  for (const char* key : {"bos_token_id", "eos_token_id"}) {
+    const std::vector<int32_t> ids = json_token_ids(*gen, key, path, /*list_ok=*/true);
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] >= config.vocab_size)
+        throw ModelFileError(path, std::string(key) +
+                                       (ids.size() > 1 ? "[" + std::to_string(i) + "]" : "") +
+                                       ": " + std::to_string(ids[i]) +
+                                       " is not below the model's vocab_size " +
+                                       std::to_string(config.vocab_size));
+    if (std::string(key) == "eos_token_id") return ids;
+  }
+  return {};
+}
+
 // --load-format dummy: the architecture from a preset or config.json, weights generated per
 // rank, the tokenizer from --tokenizer (or config.json's directory).
 std::unique_ptr<LoadedModel> load_dummy(const ModelSource& source, const LoadOptions& options) {
@@ -258,32 +283,25 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptio
   auto m = std::make_unique<LoadedModel>();
   m->path = path;
   m->host_memory_available_bytes = available_host_memory_bytes();
+  std::string chat_template;
   if (is_hf_checkpoint_dir(path)) {
     m->hf.emplace(HFCheckpoint::open(path));
-    load_ranks(*m, *m->hf, [&] {
-      return ModelConfig::from_hf_config(m->hf->config(), path + "/config.json");
-    }, options);
+    // The small files first: a bad config.json, generation_config.json, tokenizer or
+    // tokenizer_config.json fails before any weight is read.
+    const ModelConfig config = ModelConfig::from_hf_config(m->hf->config(), path + "/config.json");
+    m->eos_token_ids = checkpoint_eos_ids(*m->hf, config);
     m->tokenizer = Tokenizer::from_hf_dir(path);
-    if (const nlohmann::json* gen = m->hf->generation_config()) {
-      if (auto it = gen->find("eos_token_id"); it != gen->end() && !it->is_null()) {
-        const nlohmann::json ids = it->is_array() ? *it : nlohmann::json::array({*it});
-        for (const auto& e : ids) {
-          if (!e.is_number_integer())
-            throw ModelFileError(path + "/generation_config.json",
-                                 "eos_token_id must be an integer or a list of integers, got " +
-                                     it->dump());
-          m->eos_token_ids.push_back(e.get<int32_t>());
-        }
-      }
-    }
+    chat_template = hf_chat_template(path);
+    load_ranks(*m, *m->hf, [&] { return config; }, options);
   } else {
     m->gguf.emplace(GGUFFile::open(path));
     load_ranks(*m, *m->gguf, [&] { return ModelConfig::from_gguf(*m->gguf); }, options);
     m->tokenizer = Tokenizer::from_gguf(*m->gguf);
+    chat_template = m->gguf->get_string("tokenizer.chat_template", "");
   }
   if (m->tokenizer->eos_id() >= 0) m->eos_token_ids.push_back(m->tokenizer->eos_id());
   check_vocabulary(*m);
-  m->model_tokenizer = std::make_unique<ModelTokenizer>(*m->tokenizer, find_chat_template(*m));
+  m->model_tokenizer = std::make_unique<ModelTokenizer>(*m->tokenizer, chat_template);
   return m;
 }
 

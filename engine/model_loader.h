@@ -46,7 +46,9 @@ struct LoadedModel {
   std::vector<std::unique_ptr<LlamaModel>> peers;
   std::shared_ptr<RankGroup> ranks;
   std::unique_ptr<Tokenizer> tokenizer;
-  std::vector<int32_t> eos_token_ids;    // tokenizer EOS plus generation_config.json eos ids
+  // generation_config.json's eos_token_id (config.json's when there is no
+  // generation_config.json, as vLLM) plus the tokenizer's EOS; each below vocab_size.
+  std::vector<int32_t> eos_token_ids;
   // The front ends' tokenizer facade over `tokenizer` and the model's chat template.
   std::unique_ptr<ModelTokenizer> model_tokenizer;
 
@@ -64,9 +66,11 @@ LoadOptions make_load_options(const std::string& quantization,
 /// tensor-parallel shards when options.world_size > 1: validate_tensor_parallel first, then each
 /// rank loads and uploads its shard on its own rank thread and backend; options.rank ignored;
 /// chat template: GGUF tokenizer.chat_template, or tokenizer_config.json's chat_template, a
-/// string or the "default" entry of a list of {name, template}). Throws ModelFileError naming
-/// the file on any problem, std::invalid_argument for bad options or head counts that
-/// tensor_parallel_size does not divide (the message names them).
+/// string or the "default" entry of a list of {name, template}). An HF checkpoint's small files
+/// (config.json, generation_config.json, tokenizer.json, tokenizer_config.json, read bounded:
+/// models/config_json.h) are checked before any weight is read. Throws ModelFileError naming
+/// the file (and the field) on any problem, std::invalid_argument for bad options or head
+/// counts that tensor_parallel_size does not divide (the message names them).
 std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptions& options);
 
 /// load_model(path) for source.load_format auto (with source.tokenizer, when given, in place of

@@ -3,7 +3,8 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <regex>
+#include <cctype>
+#include <string_view>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +44,25 @@ std::vector<uint8_t> scale_bytes(const std::vector<float>& s, TensorDType d) {
   return out;
 }
 
+/// Whether `name` is "model.layers.<N>.(self_attn|mlp).<word>_proj.weight" (a decoder layer's
+/// linear weight). By hand: std::regex recurses per character and tensor names come from files.
+bool is_layer_linear_weight(std::string_view name) {
+  constexpr std::string_view kPrefix = "model.layers.", kSuffix = "_proj.weight";
+  if (!name.starts_with(kPrefix) || !name.ends_with(kSuffix)) return false;
+  size_t i = kPrefix.size();
+  while (i < name.size() && name[i] >= '0' && name[i] <= '9') ++i;
+  if (i == kPrefix.size() || i >= name.size() || name[i] != '.') return false;
+  std::string_view rest = name.substr(i + 1);
+  if (rest.starts_with("self_attn.")) rest.remove_prefix(10);
+  else if (rest.starts_with("mlp.")) rest.remove_prefix(4);
+  else return false;
+  if (rest.size() <= kSuffix.size()) return false;  // \w+ before "_proj": at least one character
+  const std::string_view word = rest.substr(0, rest.size() - std::string_view(".weight").size());
+  for (char c : word)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
 }  // namespace
 
 QuantizeReport quantize_checkpoint(const QuantizeOptions& o) {
@@ -66,14 +86,13 @@ QuantizeReport quantize_checkpoint(const QuantizeOptions& o) {
                                 ")");
 
   // Linear layers of the decoder layers; lm_head stays as it is (llm-compressor's ignore).
-  static const std::regex kLinear(R"(model\.layers\.\d+\.(self_attn|mlp)\.\w+_proj\.weight)");
   Fp8DynamicCheckpoint out;
   out.source_config = &ckpt.config();
   QuantizeReport report;
   for (const std::string& name : ckpt.tensor_names()) {
     const TensorView* t = ckpt.find(name);
     report.input_bytes += static_cast<int64_t>(t->nbytes);
-    const bool is_linear = std::regex_match(name, kLinear) && t->shape.size() == 2;
+    const bool is_linear = is_layer_linear_weight(name) && t->shape.size() == 2;
     if (!is_linear) {
       WriterTensor w{name, t->dtype, t->shape, {}, {}};
       w.produce = [t] { return std::vector<uint8_t>(t->data, t->data + t->nbytes); };

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "models/gguf.h"
+#include "models/model_file_error.h"
 
 namespace octet {
 
@@ -82,22 +83,13 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   c.max_position_embeddings = file.get_int(a + "context_length", 2048);
 
   auto bad = [&](const std::string& what) { throw ModelFileError(file.path(), what); };
-  if (c.hidden_size <= 0 || c.num_hidden_layers <= 0 || c.num_attention_heads <= 0 ||
-      c.num_key_value_heads <= 0 || c.intermediate_size <= 0)
-    bad("non-positive model dimension in " + a + "* metadata");
-  if (c.num_attention_heads % c.num_key_value_heads != 0)
-    bad("attention.head_count " + std::to_string(c.num_attention_heads) +
-        " is not a multiple of attention.head_count_kv " + std::to_string(c.num_key_value_heads));
   c.head_dim = file.get_int(a + "attention.key_length", 0);
-  if (c.head_dim == 0) {
+  if (c.head_dim == 0 && c.hidden_size > 0 && c.num_attention_heads > 0) {
     if (c.hidden_size % c.num_attention_heads != 0)
       bad("embedding_length is not a multiple of attention.head_count");
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   c.rotary_dim = file.get_int(a + "rope.dimension_count", c.head_dim);
-  if (c.rotary_dim <= 0 || c.rotary_dim > c.head_dim || c.rotary_dim % 2 != 0)
-    bad("rope.dimension_count " + std::to_string(c.rotary_dim) + " is invalid for head_dim " +
-        std::to_string(c.head_dim));
 
   // vocab: <arch>.vocab_size, else the tokenizer's token count, else token_embd's rows.
   c.vocab_size = file.get_int(a + "vocab_size", 0);
@@ -107,6 +99,7 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   }
   if (c.vocab_size <= 0) bad("cannot determine vocab_size");
   c.tie_word_embeddings = file.find_tensor("output.weight") == nullptr;
+  c.validate(file.path(), c.architecture);  // before anything is sized from these values
 
   // rope scaling
   const std::string scaling = file.get_string(a + "rope.scaling.type", "none");
@@ -119,17 +112,10 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   } else if (scaling == "linear") {
     c.rope_scaling.type = RopeScaling::Type::Linear;
     c.rope_scaling.factor = static_cast<float>(file.get_float(a + "rope.scaling.factor"));
-    if (!(c.rope_scaling.factor > 0.0f)) bad("rope.scaling.factor must be positive");
   } else if (scaling != "none") {
     bad("unsupported rope.scaling.type '" + scaling + "'");
   }
 
-  if (c.max_position_embeddings <= 0)
-    bad("context_length " + std::to_string(c.max_position_embeddings) + " must be positive");
-  if (!(c.rms_norm_eps > 0.0f) || !std::isfinite(c.rms_norm_eps))
-    bad("attention.layer_norm_rms_epsilon must be a finite positive number");
-  if (!(c.rope_theta > 0.0f) || !std::isfinite(c.rope_theta))
-    bad("rope.freq_base must be a finite positive number");
   // Every layer has tensors: a block_count beyond them is a corrupt header, caught before
   // anything is allocated per layer.
   if (!file.find_tensor("blk." + std::to_string(c.num_hidden_layers - 1) + ".attn_norm.weight"))
@@ -142,6 +128,7 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   if (c.architecture == "qwen2" && !c.qkv_bias)
     bad("qwen2 needs q/k/v biases but there is no tensor blk.0.attn_q.bias");
   c.layer_sliding_window = gguf_layer_windows(file, a, c.num_hidden_layers);
+  c.validate(file.path(), c.architecture);
   return c;
 }
 

@@ -53,6 +53,39 @@ struct ModelConfig {
   /// included), as transformers' masking_utils.sliding_window_overlay (kv > p - W) and
   /// llama.cpp's is_masked_swa (p - kv >= W is masked).
   std::vector<int64_t> layer_sliding_window;
+  /// config.json's bos_token_id and eos_token_id (an id or a list), -1 / empty when absent or
+  /// null (GGUF: the tokenizer's, not kept here). Each in [0, vocab_size).
+  int64_t bos_token_id = -1;
+  std::vector<int32_t> eos_token_ids;
+
+  /// Documented caps of validate(): generous bounds that admit every released Llama-style model
+  /// (Llama 3.1 405B: hidden 16384, 126 layers, 128 heads, intermediate 53248) while keeping
+  /// every product of sizes far from int64 overflow.
+  static constexpr int64_t kMaxHiddenSize = int64_t{1} << 20;
+  static constexpr int64_t kMaxIntermediateSize = int64_t{1} << 22;
+  static constexpr int64_t kMaxLayers = 4096;
+  static constexpr int64_t kMaxHeads = int64_t{1} << 16;  // attention and KV heads
+  static constexpr int64_t kMaxHeadDim = int64_t{1} << 14;
+  static constexpr int64_t kMaxVocabSize = (int64_t{1} << 31) - 1;  // token ids are int32
+  /// max_position_embeddings, sliding_window, rope_scaling.original_max_position_embeddings.
+  static constexpr int64_t kMaxPositions = int64_t{1} << 28;
+  /// Total parameters (embeddings, lm_head, every layer): 2^42, about 4.4 trillion.
+  static constexpr int64_t kMaxParameters = int64_t{1} << 42;
+
+  /// The one dimension check, run by from_hf_config and from_gguf before anything is sized from
+  /// the values: every size in [1, its cap] (head_dim, rotary_dim even, rotary_dim <= head_dim,
+  /// num_key_value_heads dividing num_attention_heads), the parameter count (computed with
+  /// overflow checks) <= kMaxParameters, rms_norm_eps, rope_theta and rope_scaling factors
+  /// finite, positive and normal as float, the RoPE frequencies they imply finite and positive,
+  /// layer_sliding_window empty or one entry per layer in [0, kMaxPositions], bos/eos ids below
+  /// vocab_size. Throws ModelFileError(path, "<field> ...") naming the config.json field, or
+  /// with `gguf_arch` non-empty the GGUF key ("<arch>.embedding_length is ...").
+  void validate(const std::string& path, const std::string& gguf_arch = "") const;
+
+  /// The parameter count of a Llama-style decoder of this shape (q/k/v/o, gate/up/down, norms,
+  /// biases, embeddings and lm_head unless tied), or -1 when it would exceed kMaxParameters
+  /// (computed without overflow for any non-negative sizes).
+  int64_t num_parameters() const;
 
   /// Reads "general.architecture" ("llama" or "qwen2"; llama.cpp converts Mistral to "llama")
   /// and "<arch>.*" keys. rope_theta defaults to 10000 when the file does not store it
@@ -62,7 +95,8 @@ struct ModelConfig {
   /// (llama.cpp's set_swa_pattern: layer i slides iff n == 0 or i % n < n - 1); W without a
   /// pattern slides every layer. Throws ModelFileError naming the file for an unsupported
   /// architecture or missing/inconsistent values (heads not dividing hidden, a pattern whose
-  /// length is not block_count, sliding layers without a window, qwen2 without q/k/v biases).
+  /// length is not block_count, sliding layers without a window, qwen2 without q/k/v biases)
+  /// and for anything validate() rejects.
   static ModelConfig from_gguf(const GGUFFile& file);
 
   /// Reads a Hugging Face config.json of LlamaForCausalLM, MistralForCausalLM or
@@ -83,9 +117,11 @@ struct ModelConfig {
   /// `layer_types` (any architecture) must list num_hidden_layers entries of "full_attention"
   /// or "sliding_attention" ("attention" is read as full, transformers' legacy name); llama
   /// layer_types naming sliding layers are an error (transformers ignores them, vLLM does not).
+  /// bos_token_id / eos_token_id: an id or a list of ids (validated; see eos_token_ids).
   /// Throws ModelFileError(config_path, problem naming the key) for an unsupported
-  /// `architectures` entry or model_type, or missing/invalid values (e.g. sliding_window not a
-  /// positive integer, sliding_attention layers without a window).
+  /// `architectures` entry or model_type, missing/invalid values (e.g. sliding_window not a
+  /// positive integer, sliding_attention layers without a window, a value of the wrong JSON
+  /// type) and for anything validate() rejects.
   static ModelConfig from_hf_config(const nlohmann::json& config, const std::string& config_path);
 
   /// RoPE inverse frequencies [rotary_dim/2] with rope_scaling applied (Linear divides every

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "models/config_json.h"
 #include "models/model_config.h"
 #include "models/model_file_error.h"
 
@@ -31,7 +32,7 @@ class ConfigReader {
       return fallback;
     }
     if (!it->is_number_integer() || it->get<int64_t>() <= 0)
-      fail(prefix + key + " must be a positive integer, got " + it->dump());
+      fail(prefix + key + " must be a positive integer below 2^63, got " + json_brief(*it));
     return it->get<int64_t>();
   }
 
@@ -41,11 +42,12 @@ class ConfigReader {
     const auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) return fallback;
     if (!it->is_number() || !(it->get<double>() > 0.0) || !std::isfinite(it->get<double>()))
-      fail(prefix + key + " must be a positive number, got " + it->dump());
+      fail(prefix + key + " must be a positive number, got " + json_brief(*it));
     return float(it->get<double>());
   }
 
   const json& root() const { return j_; }
+  const std::string& path() const { return path_; }
 
  private:
   const json& j_;
@@ -54,7 +56,7 @@ class ConfigReader {
 
 void read_rope_scaling(const ConfigReader& r, const json& s, const std::string& key,
                        RopeScaling& out) {
-  if (!s.is_object()) r.fail(key + " must be an object or null, got " + s.dump());
+  if (!s.is_object()) r.fail(key + " must be an object or null, got " + json_brief(s));
   std::string type;
   for (const char* k : {"rope_type", "type"}) {
     if (const auto it = s.find(k); it != s.end() && !it->is_null()) {
@@ -110,7 +112,7 @@ std::string supported_list(bool classes) {
 bool read_bool(const ConfigReader& r, const std::string& key, bool fallback) {
   const auto it = r.root().find(key);
   if (it == r.root().end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) r.fail(key + " must be a boolean, got " + it->dump());
+  if (!it->is_boolean()) r.fail(key + " must be a boolean, got " + json_brief(*it));
   return it->get<bool>();
 }
 
@@ -120,7 +122,7 @@ int64_t read_sliding_window(const ConfigReader& r, int64_t fallback) {
   if (it == r.root().end()) return fallback;
   if (it->is_null()) return 0;
   if (!it->is_number_integer() || it->get<int64_t>() <= 0)
-    r.fail("sliding_window must be a positive integer or null, got " + it->dump());
+    r.fail("sliding_window must be a positive integer or null, got " + json_brief(*it));
   return it->get<int64_t>();
 }
 
@@ -128,7 +130,7 @@ int64_t read_sliding_window(const ConfigReader& r, int64_t fallback) {
 std::vector<bool> read_layer_types(const ConfigReader& r, int64_t num_layers) {
   const auto it = r.root().find("layer_types");
   if (it == r.root().end() || it->is_null()) return {};
-  if (!it->is_array()) r.fail("layer_types must be an array of strings, got " + it->dump());
+  if (!it->is_array()) r.fail("layer_types must be an array of strings, got " + json_brief(*it));
   if (int64_t(it->size()) != num_layers)
     r.fail("layer_types has " + std::to_string(it->size()) + " entries but num_hidden_layers is " +
            std::to_string(num_layers));
@@ -141,7 +143,7 @@ std::vector<bool> read_layer_types(const ConfigReader& r, int64_t num_layers) {
     } else if (v == "full_attention" || v == "attention") {  // "attention": legacy name
       sliding.push_back(false);
     } else {
-      r.fail("layer_types[" + std::to_string(i) + "] is " + t.dump() +
+      r.fail("layer_types[" + std::to_string(i) + "] is " + json_brief(t) +
              "; supported: \"full_attention\", \"sliding_attention\"");
     }
   }
@@ -186,7 +188,7 @@ std::vector<int64_t> read_layer_windows(const ConfigReader& r, const std::string
   int64_t max_window_layers = 28;
   if (const auto it = r.root().find("max_window_layers"); it != r.root().end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 0)
-      r.fail("max_window_layers must be a non-negative integer, got " + it->dump());
+      r.fail("max_window_layers must be a non-negative integer, got " + json_brief(*it));
     max_window_layers = it->get<int64_t>();
   }
   if (types.empty()) {
@@ -216,7 +218,7 @@ ModelConfig ModelConfig::from_hf_config(const json& config, const std::string& c
     if (!it->is_array() || it->empty() || !(*it)[0].is_string())
       r.fail("architectures must be a non-empty array of strings");
     arch = (*it)[0].get<std::string>();
-    if (it->size() > 1) r.fail("architectures lists " + it->dump() + "; expected one entry");
+    if (it->size() > 1) r.fail("architectures lists " + json_brief(*it) + "; expected one entry");
   }
   if (model_type.empty() && arch.empty()) r.fail("missing model_type and architectures");
   const Architecture* by_class = nullptr;
@@ -278,14 +280,19 @@ ModelConfig ModelConfig::from_hf_config(const json& config, const std::string& c
 
   if (const auto it = config.find("hidden_act"); it != config.end() && !it->is_null())
     if (*it != "silu")
-      r.fail("unsupported hidden_act " + it->dump() + " (supported: \"silu\")");
+      r.fail("unsupported hidden_act " + json_brief(*it) + " (supported: \"silu\")");
   if (c.architecture == "qwen2") {
     c.qkv_bias = true;  // Qwen2Attention: q/k/v Linear(bias=True), o_proj bias=False
   } else if (c.architecture == "llama") {
     c.qkv_bias = c.o_proj_bias = read_bool(r, "attention_bias", false);
     c.mlp_bias = read_bool(r, "mlp_bias", false);
   }
+  if (const auto bos = json_token_ids(config, "bos_token_id", config_path, false); !bos.empty())
+    c.bos_token_id = bos[0];
+  c.eos_token_ids = json_token_ids(config, "eos_token_id", config_path, true);
+  c.validate(config_path);  // before anything is sized from the values
   c.layer_sliding_window = read_layer_windows(r, c.architecture, c.num_hidden_layers);
+  c.validate(config_path);
   return c;
 }
 

@@ -1,12 +1,32 @@
 #include "models/quant_config.h"
 
-#include <regex>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
+#include "models/bounded_regex.h"
+#include "models/config_json.h"
 #include "models/model_file_error.h"
 
 namespace octet {
+
+/// Targets and ignore entries of a parsed config, ready to match: exact names in hash sets,
+/// "re:" entries compiled once each.
+struct QuantPatterns {
+  struct Regex {
+    std::string key;  // the config key it came from, for errors
+    std::unique_ptr<BoundedRegex> re;
+  };
+  struct List {
+    bool linear = false;                    // "Linear" (targets only)
+    std::unordered_set<std::string> exact;  // module names
+    std::vector<const Regex*> regexes;      // in the order given
+  };
+  std::string path;
+  std::unordered_map<std::string, Regex> compiled;  // "re:..." -> its regex (node-stable)
+  List targets, ignore;
+};
 
 namespace {
 
@@ -17,14 +37,18 @@ using nlohmann::json;
   throw ModelFileError(path, "quantization_config: " + problem);
 }
 
-std::string dump(const json& j) { return j.is_string() ? j.get<std::string>() : j.dump(); }
+/// A string as itself, anything else briefly (json_brief).
+std::string dump(const json& j) {
+  return j.is_string() && j.get_ref<const std::string&>().size() <= 60 ? j.get<std::string>()
+                                                                          : json_brief(j);
+}
 
 /// obj[key] as a string, `def` when absent or null; error when present with another type.
 std::string get_string(const json& obj, const std::string& key, const std::string& where,
                        const std::string& path, const std::string& def = "") {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return def;
-  if (!it->is_string()) fail(path, where + key + " must be a string, got " + it->dump());
+  if (!it->is_string()) fail(path, where + key + " must be a string, got " + json_brief(*it));
   return it->get<std::string>();
 }
 
@@ -32,7 +56,7 @@ bool get_bool(const json& obj, const std::string& key, const std::string& where,
               const std::string& path, bool def) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return def;
-  if (!it->is_boolean()) fail(path, where + key + " must be true or false, got " + it->dump());
+  if (!it->is_boolean()) fail(path, where + key + " must be true or false, got " + json_brief(*it));
   return it->get<bool>();
 }
 
@@ -43,21 +67,26 @@ std::vector<std::string> get_string_list(const json& obj, const std::string& key
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return out;
   if (it->is_string()) return {it->get<std::string>()};
-  if (!it->is_array()) fail(path, where + key + " must be a list of strings, got " + it->dump());
+  if (!it->is_array())
+    fail(path, where + key + " must be a list of strings, got " + json_brief(*it));
   for (const json& e : *it) {
-    if (!e.is_string()) fail(path, where + key + " entries must be strings, got " + e.dump());
+    if (!e.is_string()) fail(path, where + key + " entries must be strings, got " + json_brief(e));
     out.push_back(e.get<std::string>());
   }
   return out;
 }
 
+/// args["num_bits"]: an integer in [1, 64] (bits of one value).
+int64_t num_bits(const json& args, const std::string& where, const std::string& path) {
+  auto nb = args.find("num_bits");
+  if (nb == args.end() || nb->is_null()) fail(path, where + "num_bits missing");
+  return json_int_in_range(*nb, path, "quantization_config: " + where + "num_bits", 1, 64);
+}
+
 /// Checks num_bits == 8 and type == "float" of a compressed-tensors quantization args object.
 void check_fp8_args(const json& args, const std::string& where, const std::string& path) {
-  auto nb = args.find("num_bits");
-  if (nb == args.end() || !nb->is_number_integer())
-    fail(path, where + "num_bits missing or not an integer");
-  if (nb->get<int64_t>() != 8)
-    fail(path, where + "num_bits " + std::to_string(nb->get<int64_t>()) +
+  if (num_bits(args, where, path) != 8)
+    fail(path, where + "num_bits " + json_brief(args["num_bits"]) +
                    " is not supported (only 8-bit float, E4M3)");
   const std::string type = get_string(args, "type", where, path, "int");
   if (type != "float")
@@ -115,7 +144,7 @@ Scheme parse_group(const std::string& name, const json& g, const std::string& pa
     const std::string astrategy = get_string(*a, "strategy", aw, path, "tensor");
     auto dyn = a->find("dynamic");
     if (dyn != a->end() && !dyn->is_boolean())  // e.g. "local" (NVFP4)
-      fail(path, aw + "dynamic " + dyn->dump() + " is not supported (true or false)");
+      fail(path, aw + "dynamic " + json_brief(*dyn) + " is not supported (true or false)");
     const bool dynamic = dyn != a->end() && dyn->get<bool>();
     if (dynamic && astrategy == "token")
       s.activation = ActivationScheme::DynamicPerToken;
@@ -135,10 +164,7 @@ KVCacheScheme parse_kv_cache(const json& kv, const std::string& path) {
   const std::string where = "kv_cache_scheme.";
   if (!kv.is_object()) fail(path, "kv_cache_scheme must be an object or null");
   KVCacheScheme k;
-  auto nb = kv.find("num_bits");
-  if (nb == kv.end() || !nb->is_number_integer())
-    fail(path, where + "num_bits missing or not an integer");
-  k.num_bits = nb->get<int>();
+  k.num_bits = int(num_bits(kv, where, path));
   if (k.num_bits != 8)
     fail(path, where + "num_bits " + std::to_string(k.num_bits) + " is not supported (only 8)");
   k.type = get_string(kv, "type", where, path, "float");
@@ -180,7 +206,7 @@ void parse_compressed_tensors(const json& q, const std::string& path, QuantConfi
 
 void parse_fp8(const json& q, const std::string& path, QuantConfig& c) {
   if (auto b = q.find("weight_block_size"); b != q.end() && !b->is_null())
-    fail(path, "weight_block_size " + b->dump() + ": block-wise fp8 not supported");
+    fail(path, "weight_block_size " + json_brief(*b) + ": block-wise fp8 not supported");
   const std::string fmt = get_string(q, "fmt", "", path, "e4m3");
   if (fmt != "e4m3") fail(path, "fmt '" + fmt + "' is not supported (e4m3)");
   const std::string act = get_string(q, "activation_scheme", "", path, "dynamic");
@@ -205,14 +231,59 @@ bool is_linear_module(const std::string& name) {
   return last == "lm_head" || (last.size() > 5 && last.ends_with("_proj"));
 }
 
-/// compressed-tensors / vLLM matching: an exact module name, or "re:<regex>" matched with
-/// Python's re.match semantics (anchored at the start of the name, not at the end).
-bool matches(const std::string& pattern, const std::string& name) {
-  if (pattern.starts_with("re:")) {
-    const std::regex re(pattern.substr(3), std::regex::ECMAScript);
-    return std::regex_search(name, re, std::regex_constants::match_continuous);
+/// Adds `entries` (module names, "re:" regexes, "Linear" when `linear_ok`) to `list`,
+/// compiling each regex once. Throws ModelFileError naming `key` for a regex PCRE2 rejects.
+void add_patterns(QuantPatterns& p, QuantPatterns::List& list,
+                  const std::vector<std::string>& entries, const std::string& key,
+                  bool linear_ok) {
+  for (const std::string& e : entries) {
+    if (linear_ok && e == "Linear") {
+      list.linear = true;
+    } else if (!e.starts_with("re:")) {
+      list.exact.insert(e);
+    } else {
+      auto it = p.compiled.find(e);
+      if (it == p.compiled.end()) {
+        if (p.compiled.size() >= QuantConfig::kMaxRegexEntries)
+          fail(p.path, key + ": more than " + std::to_string(QuantConfig::kMaxRegexEntries) +
+                           " distinct \"re:\" entries");
+        try {
+          auto re = std::make_unique<BoundedRegex>(std::string_view(e).substr(3));
+          it = p.compiled.emplace(e, QuantPatterns::Regex{key, std::move(re)}).first;
+        } catch (const RegexLimitError& err) {
+          fail(p.path, key + ": " + err.what());
+        }
+      }
+      list.regexes.push_back(&it->second);
+    }
   }
-  return pattern == name;
+}
+
+/// Whether `name` is in `list` (Python re.match for regexes). A regex that hits a match limit
+/// is a ModelFileError naming the file and the key, never a silent non-match.
+bool in_list(const QuantPatterns& p, const QuantPatterns::List& list, const std::string& name) {
+  if (list.linear && is_linear_module(name)) return true;
+  if (list.exact.count(name)) return true;
+  for (const QuantPatterns::Regex* r : list.regexes) {
+    try {
+      if (r->re->match_prefix(name)) return true;
+    } catch (const RegexLimitError& err) {
+      fail(p.path, r->key + ": " + err.what());
+    }
+  }
+  return false;
+}
+
+/// Patterns of `c`'s targets and ignore lists, `path` and keys as given, for messages.
+std::shared_ptr<const QuantPatterns> compile_patterns(const QuantConfig& c,
+                                                      const std::string& path,
+                                                      const std::string& targets_key,
+                                                      const std::string& ignore_key) {
+  auto p = std::make_shared<QuantPatterns>();
+  p->path = path;
+  add_patterns(*p, p->targets, c.targets, targets_key, /*linear_ok=*/true);
+  add_patterns(*p, p->ignore, c.ignore, ignore_key, /*linear_ok=*/false);
+  return p;
 }
 
 }  // namespace
@@ -227,21 +298,17 @@ QuantConfig QuantConfig::from_hf_config(const nlohmann::json& config,
   auto m = q->find("quant_method");
   if (m == q->end() || !m->is_string()) fail(config_path, "quant_method missing");
   c.quant_method = m->get<std::string>();
-  // Regex entries are compiled here so that a bad one is reported as a file error.
-  try {
-    if (c.quant_method == "compressed-tensors")
-      parse_compressed_tensors(*q, config_path, c);
-    else if (c.quant_method == "fp8")
-      parse_fp8(*q, config_path, c);
-    else
-      fail(config_path, "unknown quant_method '" + c.quant_method +
-                            "' (supported: compressed-tensors, fp8)");
-    for (const auto* list : {&c.targets, &c.ignore})
-      for (const std::string& p : *list)
-        if (p.starts_with("re:")) (void)std::regex(p.substr(3), std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    fail(config_path, std::string("invalid regex in targets/ignore: ") + e.what());
-  }
+  if (c.quant_method == "compressed-tensors")
+    parse_compressed_tensors(*q, config_path, c);
+  else if (c.quant_method == "fp8")
+    parse_fp8(*q, config_path, c);
+  else
+    fail(config_path, "unknown quant_method '" + c.quant_method +
+                          "' (supported: compressed-tensors, fp8)");
+  // Regex entries are compiled here, once, so that a bad one is reported as a file error.
+  const bool fp8 = c.quant_method == "fp8";
+  c.patterns = compile_patterns(c, config_path, fp8 ? "targets" : "config_groups.*.targets",
+                                fp8 ? "ignored_layers/modules_to_not_convert" : "ignore");
   return c;
 }
 
@@ -249,17 +316,11 @@ bool QuantConfig::is_quantized(const std::string& module_name) const {
   if (!weights_fp8) return false;
   // vLLM's Fp8Config quantizes LinearBase layers; lm_head is a ParallelLMHead and stays 16-bit.
   if (quant_method == "fp8" && module_name == "lm_head") return false;
-  bool targeted = false;
-  for (const std::string& t : targets) {
-    if (t == "Linear" ? is_linear_module(module_name) : matches(t, module_name)) {
-      targeted = true;
-      break;
-    }
-  }
-  if (!targeted) return false;
-  for (const std::string& i : ignore)
-    if (matches(i, module_name)) return false;
-  return true;
+  // A QuantConfig built by hand has no compiled patterns: compile its (short) lists now.
+  const std::shared_ptr<const QuantPatterns> p =
+      patterns ? patterns
+               : compile_patterns(*this, "QuantConfig", "targets", "ignore");
+  return in_list(*p, p->targets, module_name) && !in_list(*p, p->ignore, module_name);
 }
 
 }  // namespace octet

@@ -1,6 +1,6 @@
 #include "models/weight_source.h"
 
-#include <regex>
+#include <string_view>
 
 #include "models/checkpoint.h"
 #include "models/gguf.h"
@@ -21,7 +21,21 @@ std::string gguf_tensor_name(const std::string& hf_name) {
   };
   for (const auto& [hf, gg] : kTop)
     if (hf_name == hf) return gg;
-  static const std::regex kLayer(R"(model\.layers\.(\d+)\.(.+)\.(weight|bias))");
+  // "model.layers.<N>.<part>.<weight|bias>", parsed by hand (std::regex recurses per
+  // character, and tensor names come from files).
+  const std::string_view n = hf_name;
+  constexpr std::string_view kPrefix = "model.layers.";
+  if (!n.starts_with(kPrefix)) return "";
+  size_t i = kPrefix.size();
+  while (i < n.size() && n[i] >= '0' && n[i] <= '9') ++i;
+  if (i == kPrefix.size() || i >= n.size() || n[i] != '.') return "";
+  const std::string_view layer = n.substr(kPrefix.size(), i - kPrefix.size());
+  std::string_view rest = n.substr(i + 1), kind;
+  for (std::string_view k : {std::string_view("weight"), std::string_view("bias")})
+    if (rest.size() > k.size() + 1 && rest.ends_with(k) && rest[rest.size() - k.size() - 1] == '.')
+      kind = k;
+  if (kind.empty()) return "";
+  const std::string_view part = rest.substr(0, rest.size() - kind.size() - 1);
   static const std::pair<const char*, const char*> kLayerParts[] = {
       {"input_layernorm", "attn_norm"},      {"self_attn.q_proj", "attn_q"},
       {"self_attn.k_proj", "attn_k"},        {"self_attn.v_proj", "attn_v"},
@@ -29,10 +43,9 @@ std::string gguf_tensor_name(const std::string& hf_name) {
       {"mlp.gate_proj", "ffn_gate"},         {"mlp.up_proj", "ffn_up"},
       {"mlp.down_proj", "ffn_down"},
   };
-  std::smatch m;
-  if (!std::regex_match(hf_name, m, kLayer)) return "";
   for (const auto& [hf, gg] : kLayerParts)
-    if (m[2] == hf) return "blk." + m[1].str() + "." + gg + "." + m[3].str();
+    if (part == hf)
+      return "blk." + std::string(layer) + "." + gg + "." + std::string(kind);
   return "";
 }
 
