@@ -86,16 +86,6 @@ class HFCheckpoint {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Deepest nesting (objects and arrays) parse_model_json accepts: config.json's deepest is ~4.
-inline constexpr int kMaxModelJsonDepth = 64;
-
-/// Parses the JSON text [begin, end) of the model file `path` (config.json, an index, a
-/// safetensors header) with at most `max_depth` nested objects/arrays, so that a hostile file
-/// cannot exhaust the stack or grow a deep tree. Throws ModelFileError(path, "malformed JSON:
-/// ..." or "JSON nested deeper than N levels ...").
-nlohmann::json parse_model_json(const std::string& path, const char* begin, const char* end,
-                                int max_depth = kMaxModelJsonDepth);
-
 /// True when `path` is a directory holding config.json (an HF checkpoint), false for a file.
 bool is_hf_checkpoint_dir(const std::string& path);
 

@@ -23,33 +23,46 @@ std::string parser_message(const std::exception& e) {
 
 }  // namespace
 
-json parse_config_json(const std::string& text, const std::string& path) {
-  // The depth check runs as the parser goes, before a deep document is built.
-  const json::parser_callback_t depth_guard = [&](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxConfigJsonDepth)
-      throw ModelFileError(path, "nests deeper than " + std::to_string(kMaxConfigJsonDepth) +
-                                     " levels");
+json parse_model_json(const std::string& path, const char* begin, const char* end,
+                      int max_depth) {
+  int depth = 0;
+  const json::parser_callback_t limit = [&](int, json::parse_event_t event, json&) {
+    if (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) {
+      if (++depth > max_depth)
+        throw ModelFileError(path, "JSON nested deeper than " + std::to_string(max_depth) +
+                                       " levels (corrupt or hostile file)");
+    } else if (event == json::parse_event_t::object_end ||
+               event == json::parse_event_t::array_end) {
+      --depth;
+    }
     return true;
   };
-  json j;
   try {
-    j = json::parse(text, depth_guard);
+    return json::parse(begin, end, limit);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for "1e999"
-    throw ModelFileError(path, "not valid JSON: " + parser_message(e));
+    throw ModelFileError(path, "malformed JSON: " + parser_message(e));
   }
+}
+
+json parse_config_json(const std::string& text, const std::string& path) {
+  json j = parse_model_json(path, text.data(), text.data() + text.size(), kMaxConfigJsonDepth);
   if (!j.is_object()) throw ModelFileError(path, "not a JSON object (got " + json_brief(j) + ")");
   return j;
 }
 
-json read_config_json(const std::string& path) {
+json read_json_object(const std::string& path, std::size_t max_bytes, int max_depth) {
   std::string text;
   try {
-    text = read_file_bounded(path, kMaxJsonConfigBytes);
+    text = read_file_bounded(path, max_bytes);
   } catch (const FileReadError& e) {
     throw ModelFileError(e.path(), e.problem());
   }
-  return parse_config_json(text, path);
+  json j = parse_model_json(path, text.data(), text.data() + text.size(), max_depth);
+  if (!j.is_object()) throw ModelFileError(path, "not a JSON object (got " + json_brief(j) + ")");
+  return j;
 }
+
+json read_config_json(const std::string& path) { return read_json_object(path, kMaxJsonConfigBytes); }
 
 std::string json_brief(const json& v) {
   switch (v.type()) {

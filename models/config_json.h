@@ -3,6 +3,7 @@
 // tokenizer_config.json) and their fields so that every problem is a ModelFileError
 // "<path>: <field>: <problem>": bounded file size and nesting, integers range-checked before
 // they are narrowed, and values quoted in messages without unbounded dumps.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,10 +15,20 @@ namespace octet {
 /// Nesting depth accepted in these files (config.json nests 3 to 4 levels deep).
 inline constexpr int kMaxConfigJsonDepth = 64;
 
-/// The JSON object in `path`, read with read_file_bounded(path, kMaxJsonConfigBytes).
-/// Throws ModelFileError(path, problem) when the file cannot be read, is larger than the cap,
-/// is not valid JSON (the parser's message and byte offset), nests deeper than
-/// kMaxConfigJsonDepth, or is not an object.
+/// Parses the JSON text [begin, end) of the model file `path` (config.json, an index, a
+/// safetensors header, tokenizer.json) with at most `max_depth` nested objects/arrays, checked as
+/// the parser goes, so that a hostile file cannot exhaust the stack or grow a deep tree. Throws
+/// ModelFileError(path, "malformed JSON: ..." or "JSON nested deeper than N levels ...").
+nlohmann::json parse_model_json(const std::string& path, const char* begin, const char* end,
+                                int max_depth = kMaxConfigJsonDepth);
+
+/// The JSON object in `path`, read with read_file_bounded(path, max_bytes) and parsed by
+/// parse_model_json. Throws ModelFileError(path, problem) when the file cannot be read, is
+/// larger than max_bytes, is malformed, nests deeper than max_depth, or is not an object.
+nlohmann::json read_json_object(const std::string& path, std::size_t max_bytes,
+                                int max_depth = kMaxConfigJsonDepth);
+
+/// read_json_object(path, kMaxJsonConfigBytes): config.json, generation_config.json and the like.
 nlohmann::json read_config_json(const std::string& path);
 
 /// `text` (the contents of `path`) parsed as read_config_json does.

@@ -59,10 +59,6 @@ struct GGUFValue;
 class GGUFArray {
  public:
   GGUFArray() = default;
-  GGUFArray(const GGUFArray& other);  // the copy does not share items()'s cache
-  GGUFArray& operator=(const GGUFArray& other);
-  GGUFArray(GGUFArray&&) noexcept = default;
-  GGUFArray& operator=(GGUFArray&&) noexcept = default;
 
   GGUFValueType type() const { return type_; }  // element type
   size_t size() const { return size_; }
@@ -78,11 +74,7 @@ class GGUFArray {
   std::string_view string_at(size_t i) const;  // valid while this array lives
   const GGUFArray& array_at(size_t i) const;
 
-  /// All elements as GGUFValues, built on first use and kept (~48 bytes per element: prefer
-  /// the typed reads, or GGUFFile's get_*_array, for arrays that come from a file).
-  const std::vector<GGUFValue>& items() const;
-
-  /// Heap bytes held by the elements (nested arrays included; items()'s cache not), for tests
+  /// Heap bytes held by the elements (nested arrays included), for tests
   /// and memory budgets.
   size_t heap_bytes() const;
 
@@ -114,7 +106,6 @@ class GGUFArray {
   std::vector<uint8_t> bytes_;     // numbers, bools: size_ x element bytes; strings: all chars
   std::vector<uint64_t> ends_;     // strings: element i is bytes_[ends_[i - 1] or 0, ends_[i])
   std::vector<GGUFArray> arrays_;  // nested arrays
-  mutable std::shared_ptr<const std::vector<GGUFValue>> items_;  // items()'s cache
 };
 
 /// One metadata value. Integers are widened to int64/uint64, floats to double; `type` keeps the
@@ -133,9 +124,6 @@ struct GGUFValue {
   bool as_bool() const;
   const std::string& as_string() const;
   const GGUFArray& array() const;
-  /// The array's elements as GGUFValues (GGUFArray::items(): ~48 bytes per element; prefer
-  /// array() and its typed reads).
-  const std::vector<GGUFValue>& as_array() const;
 };
 
 /// One tensor: name, dims (ne[0] fastest), type, and a pointer into the mapped file.

@@ -1,7 +1,6 @@
 // GGUFValue's checked accessors and GGUFArray's compact element storage (models/gguf.h).
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <stdexcept>
 
 #include "models/gguf.h"
@@ -42,8 +41,6 @@ uint64_t load_le(const uint8_t* p, size_t n) {
   return v;
 }
 
-std::mutex items_mutex;  // guards every GGUFArray::items_ (a cold path: built once per array)
-
 }  // namespace
 
 // --- GGUFValue ---------------------------------------------------------------------------------
@@ -82,20 +79,7 @@ const GGUFArray& GGUFValue::array() const {
   return *std::get<std::shared_ptr<const GGUFArray>>(value);
 }
 
-const std::vector<GGUFValue>& GGUFValue::as_array() const { return array().items(); }
-
 // --- GGUFArray ---------------------------------------------------------------------------------
-
-GGUFArray::GGUFArray(const GGUFArray& o)
-    : type_(o.type_), size_(o.size_), bytes_(o.bytes_), ends_(o.ends_), arrays_(o.arrays_) {}
-
-GGUFArray& GGUFArray::operator=(const GGUFArray& o) {
-  if (this != &o) {
-    GGUFArray copy(o);
-    *this = std::move(copy);
-  }
-  return *this;
-}
 
 void GGUFArray::wrong_type(const char* expected) const {
   throw std::runtime_error(std::string("expected ") + expected + ", got " +
@@ -184,17 +168,6 @@ GGUFValue GGUFArray::operator[](size_t i) const {
 }
 
 GGUFValue GGUFArray::const_iterator::operator*() const { return (*a_)[i_]; }
-
-const std::vector<GGUFValue>& GGUFArray::items() const {
-  std::lock_guard<std::mutex> lock(items_mutex);
-  if (!items_) {
-    auto items = std::make_shared<std::vector<GGUFValue>>();
-    items->reserve(size_);
-    for (size_t i = 0; i < size_; ++i) items->push_back((*this)[i]);
-    items_ = std::move(items);
-  }
-  return *items_;
-}
 
 size_t GGUFArray::heap_bytes() const {
   size_t n = bytes_.capacity() + ends_.capacity() * sizeof(uint64_t) +

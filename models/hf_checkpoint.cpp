@@ -13,6 +13,7 @@
 
 #include "config/file_read.h"
 #include "models/checkpoint.h"
+#include "models/config_json.h"
 
 namespace octet {
 
@@ -23,20 +24,6 @@ namespace {
 bool is_file(const std::string& path) {
   std::error_code ec;
   return fs::is_regular_file(path, ec);
-}
-
-/// The JSON object in `path` (at most kMaxJsonConfigBytes); ModelFileError(path, ...) when
-/// unreadable, too large, malformed, too deep or not an object.
-nlohmann::json read_json_object(const std::string& path) {
-  std::string text;
-  try {
-    text = read_file_bounded(path, kMaxJsonConfigBytes);
-  } catch (const FileReadError& e) {
-    throw ModelFileError(path, e.problem());
-  }
-  auto j = parse_model_json(path, text.data(), text.data() + text.size());
-  if (!j.is_object()) throw ModelFileError(path, "not a JSON object");
-  return j;
 }
 
 }  // namespace
@@ -61,7 +48,7 @@ struct HFCheckpoint::Impl {
   }
 
   void open_index(const std::string& index_path) {
-    const nlohmann::json index = read_json_object(index_path);
+    const nlohmann::json index = read_config_json(index_path);
     const auto wm = index.find("weight_map");
     if (wm == index.end() || !wm->is_object() || wm->empty())
       throw ModelFileError(index_path, "missing or empty weight_map");
@@ -91,31 +78,6 @@ struct HFCheckpoint::Impl {
   }
 };
 
-nlohmann::json parse_model_json(const std::string& path, const char* begin, const char* end,
-                                int max_depth) {
-  using json = nlohmann::json;
-  int depth = 0;
-  auto limit = [&](int, json::parse_event_t event, json&) {
-    if (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) {
-      if (++depth > max_depth)
-        throw ModelFileError(path, "JSON nested deeper than " + std::to_string(max_depth) +
-                                       " levels (corrupt or hostile file)");
-    } else if (event == json::parse_event_t::object_end ||
-               event == json::parse_event_t::array_end) {
-      --depth;
-    }
-    return true;
-  };
-  try {
-    return json::parse(begin, end, limit);
-  } catch (const json::exception& e) {  // parse_error; out_of_range for number overflow
-    std::string what = e.what();
-    if (what.rfind("[json.exception.", 0) == 0 && what.find("] ") != std::string::npos)
-      what = what.substr(what.find("] ") + 2);  // drop nlohmann's "[json.exception.x.N] "
-    throw ModelFileError(path, "malformed JSON: " + what);
-  }
-}
-
 HFCheckpoint HFCheckpoint::open(const std::string& dir_in) {
   auto impl = std::make_unique<Impl>();
   std::string dir = dir_in;
@@ -123,9 +85,9 @@ HFCheckpoint HFCheckpoint::open(const std::string& dir_in) {
   impl->dir = dir;
   const std::string config_path = dir + "/config.json";
   if (!is_file(config_path)) throw ModelFileError(dir, "missing config.json");
-  impl->config = read_json_object(config_path);
+  impl->config = read_config_json(config_path);
   if (const std::string g = dir + "/generation_config.json"; is_file(g))
-    impl->generation_config = std::make_unique<nlohmann::json>(read_json_object(g));
+    impl->generation_config = std::make_unique<nlohmann::json>(read_config_json(g));
 
   if (const std::string index = dir + "/model.safetensors.index.json"; is_file(index)) {
     impl->open_index(index);

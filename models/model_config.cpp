@@ -31,7 +31,7 @@ std::vector<int64_t> gguf_layer_windows(const GGUFFile& file, const std::string&
   std::vector<bool> sliding(size_t(num_layers), true);  // a window without a pattern: all
   if (const GGUFValue* p = file.find(pattern_key)) {
     if (p->type == GGUFValueType::ARRAY) {
-      const auto& items = p->as_array();
+      const GGUFArray& items = p->array();
       if (int64_t(items.size()) != num_layers)
         bad(pattern_key + " has " + std::to_string(items.size()) +
             " entries but block_count is " + std::to_string(num_layers));

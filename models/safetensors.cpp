@@ -16,6 +16,7 @@
 #include "kernels/common/fp8.h"
 #include "kernels/common/half.h"
 #include "models/checkpoint.h"
+#include "models/config_json.h"
 #include "models/mapped_file.h"
 
 namespace octet {

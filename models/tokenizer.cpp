@@ -113,9 +113,6 @@ class MetadataReader {
       return -1;
     }
   }
-    const int64_t id = v->as_int();
-    return id >= 0 && uint64_t(id) < vocab ? int32_t(id) : -1;
-  }
 
  private:
   const GGUFFile& file_;

@@ -2,46 +2,15 @@
 
 #include <cstdio>
 
-#include "config/file_read.h"
+#include "models/config_json.h"
 #include "models/model_file_error.h"
 
 namespace octet::tokenizer_detail {
 
 using nlohmann::json;
 
-int json_nesting_depth(std::string_view text, int limit) {
-  int depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') ++i;  // the escaped character cannot end the string
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > deepest && (deepest = depth) > limit) return limit + 1;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 json read_json_file(const std::string& path, std::size_t max_bytes) {
-  std::string text;
-  try {
-    text = read_file_bounded(path, max_bytes);
-  } catch (const FileReadError& e) {
-    throw ModelFileError(path, e.problem());
-  }
-  if (json_nesting_depth(text, kMaxTokenizerJsonDepth) > kMaxTokenizerJsonDepth)
-    throw ModelFileError(path, "arrays/objects nested deeper than " +
-                                   std::to_string(kMaxTokenizerJsonDepth) + " levels");
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw ModelFileError(path, "not valid JSON");
-  if (!j.is_object()) throw ModelFileError(path, "not a JSON object");
-  return j;
+  return read_json_object(path, max_bytes, kMaxTokenizerJsonDepth);
 }
 
 const json* JsonFields::find(const char* key) const {

@@ -13,13 +13,7 @@ namespace octet::tokenizer_detail {
 /// Deepest nesting of [ and { that a tokenizer file may have (real ones: under 10).
 inline constexpr int kMaxTokenizerJsonDepth = 128;
 
-/// The deepest nesting of arrays/objects in `text` (brackets inside strings not counted),
-/// scanning stops once it exceeds `limit` (then returns limit + 1). O(text.size()).
-int json_nesting_depth(std::string_view text, int limit);
-
-/// Reads `path` (at most max_bytes, config/file_read.h), checks its nesting depth
-/// (kMaxTokenizerJsonDepth) and parses it. Throws ModelFileError(path, problem) when it cannot
-/// be read, is too large or too deep, is not valid JSON, or is not an object.
+/// read_json_object(path, max_bytes, kMaxTokenizerJsonDepth) (models/config_json.h).
 nlohmann::json read_json_file(const std::string& path, std::size_t max_bytes);
 
 /// Typed access to one field of a JSON object, for error messages naming `where` + key.

@@ -50,7 +50,7 @@ TEST_CASE("plan: unreadable and malformed config.json are file errors (exit 1)",
   auto r = run_octet("plan --model " + path);
   INFO(r.output);
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.output, Contains(path + ": not valid JSON"));
+  CHECK_THAT(r.output, Contains(path + ": malformed JSON"));
   CHECK(one_line(r.output));
   std::ofstream(path) << llama_config("\"64\"");
   r = run_octet("plan --model " + path);

@@ -95,26 +95,26 @@ TEST_CASE("gguf metadata: every value type reads back with its type and value", 
   const GGUFValue& au = *f.find("a.u32");
   CHECK(au.type == VT::ARRAY);
   CHECK(au.array_type == VT::UINT32);
-  REQUIRE(au.as_array().size() == 3);
-  CHECK(au.as_array()[2].as_int() == 0xffffffffLL);
+  REQUIRE(au.array().size() == 3);
+  CHECK(au.array().int_at(2) == 0xffffffffLL);
   CHECK(f.get_int_array("a.u32") == std::vector<int64_t>{1, 2, 0xffffffffLL});
   CHECK(f.get_string_array("a.str") == std::vector<std::string>{"a", "", "ccc"});
   CHECK(f.get_float_array("a.f32") == std::vector<float>{0.5f, -2.25f});
   CHECK(f.find("a.i8.empty")->array_type == VT::INT8);
-  CHECK(f.find("a.i8.empty")->as_array().empty());
-  CHECK(f.find("a.bool")->as_array()[0].as_bool());
+  CHECK(f.find("a.i8.empty")->array().empty());
+  CHECK(f.find("a.bool")->array().bool_at(0));
   const GGUFValue& nested = *f.find("a.nested");
   CHECK(nested.array_type == VT::ARRAY);
-  REQUIRE(nested.as_array().size() == 2);
-  CHECK(nested.as_array()[0].array_type == VT::INT32);
-  CHECK(nested.as_array()[0].as_array()[1].as_int() == -2);
-  CHECK(nested.as_array()[1].as_array()[0].as_int() == 3);
+  REQUIRE(nested.array().size() == 2);
+  CHECK(nested.array().array_at(0).type() == VT::INT32);
+  CHECK(nested.array().array_at(0).int_at(1) == -2);
+  CHECK(nested.array().array_at(1).int_at(0) == 3);
 
   // Checked accessors name the expected and the actual type.
   CHECK_THROWS_WITH(f.find("s")->as_int(), Catch::Contains("integer") && Catch::Contains("string"));
   CHECK_THROWS_WITH(f.find("u8")->as_string(), Catch::Contains("string") && Catch::Contains("uint8"));
   CHECK_THROWS_AS(f.find("u8")->as_bool(), std::runtime_error);
-  CHECK_THROWS_AS(f.find("s")->as_array(), std::runtime_error);
+  CHECK_THROWS_AS(f.find("s")->array(), std::runtime_error);
   CHECK(f.find("u8")->as_float() == 200.0);
 }
 

@@ -230,7 +230,7 @@ TEST_CASE("hf tokenizer: malformed and unsupported tokenizer files", "[hf][token
   SECTION("not JSON") {
     const std::string d = temp_dir("not_json");
     write_text(d + "/tokenizer.json", "{\"model\": ");
-    expect_error(d, "tokenizer.json", "not valid JSON");
+    expect_error(d, "tokenizer.json", "malformed JSON");
   }
   SECTION("Unigram and WordPiece models") {
     json u = tiny_byte_level();
