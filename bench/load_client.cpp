@@ -1,11 +1,11 @@
 #include "bench/load_client.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <deque>
 #include <memory>
-#include <algorithm>
-#include <regex>
 #include <stdexcept>
 
 #include <boost/asio.hpp>
@@ -21,20 +21,46 @@ using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 BaseUrl parse_base_url(const std::string& url) {
-  static const std::regex re(R"(^http://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:([0-9]+))?(/.*)?$)");
-  std::smatch m;
-  if (!std::regex_match(url, m, re))
-    throw std::invalid_argument("--base-url '" + url + "' is not http://HOST[:PORT][/PATH]");
+  // A hand-written scanner (std::regex recursed once per character: a long URL overflowed the
+  // stack). Accepts http://HOST[:PORT][/PATH], HOST a name or [IPv6], PATH printable, no spaces.
+  const auto bad = [&url] {
+    return std::invalid_argument("--base-url '" + url.substr(0, 200) +
+                                 "' is not http://HOST[:PORT][/PATH]");
+  };
+  const std::string scheme = "http://";
+  if (url.compare(0, scheme.size(), scheme) != 0) throw bad();
   BaseUrl b;
-  b.host = m[1];
-  if (b.host.front() == '[') b.host = b.host.substr(1, b.host.size() - 2);
-  if (m[3].matched) {
-    const std::string p = m[3];
-    if (p.size() > 5 || std::stoi(p) < 1 || std::stoi(p) > 65535)
-      throw std::invalid_argument("--base-url '" + url + "': port must be 1..65535");
-    b.port = p;
+  size_t i = scheme.size();
+  if (i < url.size() && url[i] == '[') {
+    const size_t close = url.find(']', i);
+    if (close == std::string::npos || close == i + 1) throw bad();
+    b.host = url.substr(i + 1, close - i - 1);
+    for (char c : b.host)
+      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') throw bad();
+    i = close + 1;
+  } else {
+    size_t j = i;
+    while (j < url.size() &&
+           (std::isalnum(static_cast<unsigned char>(url[j])) || url[j] == '.' || url[j] == '-'))
+      ++j;
+    if (j == i) throw bad();
+    b.host = url.substr(i, j - i);
+    i = j;
   }
-  b.prefix = m[4].matched ? std::string(m[4]) : "";
+  if (i < url.size() && url[i] == ':') {
+    size_t j = i + 1;
+    while (j < url.size() && std::isdigit(static_cast<unsigned char>(url[j]))) ++j;
+    const std::string p = url.substr(i + 1, j - i - 1);
+    if (p.empty()) throw bad();
+    if (p.size() > 5 || std::stoi(p) < 1 || std::stoi(p) > 65535)
+      throw std::invalid_argument("--base-url '" + url.substr(0, 200) + "': port must be 1..65535");
+    b.port = p;
+    i = j;
+  }
+  if (i < url.size() && url[i] != '/') throw bad();
+  for (size_t k = i; k < url.size(); ++k)
+    if (static_cast<unsigned char>(url[k]) <= 0x20 || url[k] == 0x7f) throw bad();
+  b.prefix = url.substr(i);
   while (!b.prefix.empty() && b.prefix.back() == '/') b.prefix.pop_back();
   return b;
 }

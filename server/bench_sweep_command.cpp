@@ -4,9 +4,11 @@
 // is installed, PNG plots (bench/sweep.h).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -38,8 +40,11 @@ class LogFollower {
   std::vector<std::string> poll() {
     std::vector<std::string> lines;
     std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path_.c_str(), "rb"), &std::fclose);
-    if (!f || fseeko(f.get(), offset_, SEEK_SET) != 0) return lines;
-    std::string chunk(kMaxPollBytes, '\0');
+    struct stat st {};
+    if (!f || ::fstat(fileno(f.get()), &st) != 0 || st.st_size <= offset_ ||
+        fseeko(f.get(), offset_, SEEK_SET) != 0)
+      return lines;
+    std::string chunk(std::min<size_t>(kMaxPollBytes, static_cast<size_t>(st.st_size - offset_)), '\0');
     chunk.resize(std::fread(chunk.data(), 1, chunk.size(), f.get()));
     offset_ += static_cast<off_t>(chunk.size());
     tail_ += chunk;
