@@ -394,12 +394,15 @@ void Session::on_write(beast::error_code ec) {
 
 void Session::on_header(beast::error_code ec) {
   if (expired()) return fail_timeout();
-  if (ec == http::error::body_limit) {
+  if (ec == http::error::body_limit) {  // a declared Content-Length over kMaxResponseBodyBytes
     const auto& h = parser_.get();
-    return fail("HTTP " + std::to_string(h.result_int()) + ": the response declares " +
-                std::string(h[http::field::content_length]).substr(0, 24) +
-                " body bytes, over the " + std::to_string(kMaxResponseBodyBytes) +
-                "-byte limit of a response");
+    const std::string declared = std::string(h[http::field::content_length]).substr(0, 24);
+    if (h.result_int() != 200)
+      return fail("HTTP " + std::to_string(h.result_int()) + " " + std::string(h.reason()) +
+                  " (an error body of " + declared + " bytes, over the " +
+                  std::to_string(kMaxErrorBodyBytes) + "-byte limit, not read)");
+    return fail("HTTP 200: the response declares " + declared + " body bytes, over the " +
+                std::to_string(kMaxResponseBodyBytes) + "-byte limit of a response");
   }
   if (ec) return fail("reading the response: " + ec.message());
   const unsigned status = parser_.get().result_int();
