@@ -5,6 +5,7 @@
 // that never ends: the old client streamed an endless body for ever).
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <climits>
 #include <string>
 #include <vector>
@@ -124,7 +125,8 @@ std::vector<RequestRecord> run_all(const std::vector<std::string>& prompts, doub
   for (size_t i = 1; i + 1 < prompts.size(); ++i) {
     INFO(prompts[i] << ": " << r[i].error);
     CHECK(!r[i].success);
-    for (char c : r[i].error) CHECK((c >= 0x20 && c < 0x7f));  // one printable line
+    CHECK(std::all_of(r[i].error.begin(), r[i].error.end(),  // one printable line
+                      [](char c) { return c >= 0x20 && c < 0x7f; }));
   }
   return r;
 }
