@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
+#include "config/bench_serve_config.h"
+#include "config/file_read.h"
 #include "models/gguf.h"
 #include "models/tokenizer.h"
 
@@ -82,14 +83,14 @@ int64_t draw_len(int64_t len, double ratio, std::mt19937_64& rng) {
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
 }
 
-std::string read_file(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument(std::string(what) + " '" + path + "' cannot be read");
-  std::ostringstream os;
-  os << in.rdbuf();
-  if (!in.good() && !in.eof())
-    throw std::invalid_argument(std::string(what) + " '" + path + "' cannot be read");
-  return os.str();
+// The whole dataset file, at most kMaxDatasetFileBytes: a FileReadError (a FIFO, /dev/zero, a
+// directory, a file over the cap) becomes one line naming the flag and the file.
+std::string read_dataset(const std::string& path) {
+  try {
+    return read_file_bounded(path, kMaxDatasetFileBytes);
+  } catch (const FileReadError& e) {
+    throw std::invalid_argument("--dataset-path '" + path + "': " + e.problem());
+  }
 }
 
 }  // namespace
@@ -113,9 +114,10 @@ std::vector<RequestSpec> random_dataset(const Tokenizer& tok, const RandomDatase
 
 std::vector<RequestSpec> sharegpt_dataset(const std::string& path, const Tokenizer& tok,
                                           int64_t num_prompts, int64_t output_len, uint64_t seed) {
-  const nlohmann::json j = nlohmann::json::parse(read_file(path, "--dataset-path"), nullptr, false);
+  const nlohmann::json j = parse_reply_json(read_dataset(path));
   if (j.is_discarded() || !j.is_array())
-    throw std::invalid_argument("--dataset-path '" + path + "' is not a ShareGPT JSON list");
+    throw std::invalid_argument("--dataset-path '" + path + "' is not a ShareGPT JSON list (or "
+                                "nests deeper than " + std::to_string(kMaxJsonDepth) + ")");
   std::vector<std::pair<std::string, std::string>> pairs;
   for (const auto& e : j) {
     if (!e.is_object() || !e.contains("conversations") || !e["conversations"].is_array()) continue;
@@ -145,22 +147,33 @@ std::vector<RequestSpec> sharegpt_dataset(const std::string& path, const Tokeniz
 
 std::vector<RequestSpec> jsonl_dataset(const std::string& path, const Tokenizer& tok,
                                        int64_t num_prompts, int64_t output_len) {
-  std::istringstream in(read_file(path, "--dataset-path"));
+  std::istringstream in(read_dataset(path));
   std::vector<RequestSpec> lines;
   std::string line;
   int64_t lineno = 0;
   while (std::getline(in, line)) {
     ++lineno;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    const nlohmann::json j = parse_reply_json(line);
     RequestSpec r;
     r.max_tokens = output_len;
     if (j.is_string()) {
       r.prompt = j.get<std::string>();
     } else if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {
       r.prompt = j["prompt"].get<std::string>();
-      if (j.contains("output_tokens") && j["output_tokens"].is_number_integer())
-        r.max_tokens = j["output_tokens"].get<int64_t>();
+      if (auto o = j.find("output_tokens"); o != j.end()) {
+        // A positive count within the bound of the length flags.
+        constexpr int64_t kMax = BenchServeConfig::kMaxLenTokens;
+        const bool ok = o->is_number_unsigned()
+                            ? o->get<uint64_t>() >= 1 && o->get<uint64_t>() <= uint64_t{kMax}
+                            : o->is_number_integer() && o->get<int64_t>() >= 1 &&
+                                  o->get<int64_t>() <= kMax;
+        if (!ok)
+          throw std::invalid_argument("--dataset-path '" + path + "' line " +
+                                      std::to_string(lineno) + ": output_tokens must be an " +
+                                      "integer in [1, " + std::to_string(kMax) + "]");
+        r.max_tokens = o->get<int64_t>();
+      }
     } else {
       throw std::invalid_argument("--dataset-path '" + path + "' line " + std::to_string(lineno) +
                                   ": expected {\"prompt\": \"...\"} or a JSON string");
@@ -169,6 +182,16 @@ std::vector<RequestSpec> jsonl_dataset(const std::string& path, const Tokenizer&
     lines.push_back(std::move(r));
   }
   if (lines.empty()) throw std::invalid_argument("--dataset-path '" + path + "' has no prompts");
+  // Cycling copies prompts: the workload's text stays within the cap of the file itself.
+  size_t bytes = 0;
+  for (int64_t i = 0; i < num_prompts; ++i) {
+    bytes += lines[static_cast<size_t>(i) % lines.size()].prompt.size();
+    if (bytes > kMaxDatasetFileBytes)
+      throw std::invalid_argument("--dataset-path '" + path + "': " + std::to_string(num_prompts) +
+                                  " prompts cycled from this file hold over " +
+                                  std::to_string(kMaxDatasetFileBytes) +
+                                  " bytes; lower --num-prompts");
+  }
   std::vector<RequestSpec> out;
   for (int64_t i = 0; i < num_prompts; ++i) out.push_back(lines[static_cast<size_t>(i) % lines.size()]);
   return out;
@@ -179,12 +202,16 @@ std::vector<double> arrival_times(size_t n, double request_rate, double burstine
   if (!(burstiness > 0)) throw std::invalid_argument("--burstiness must be positive");
   std::vector<double> t(n, 0.0);
   if (std::isinf(request_rate) || n == 0) return t;
+  if (!std::isfinite(burstiness)) throw std::invalid_argument("--burstiness must be finite");
   std::mt19937_64 rng(seed);
   std::gamma_distribution<double> gap(burstiness, 1.0 / (request_rate * burstiness));
   double sum = 0;
   for (size_t i = 0; i < n; ++i) t[i] = sum += gap(rng);
-  const double scale = static_cast<double>(n) / request_rate / t.back();
-  for (double& x : t) x *= scale;
+  // Rescaled as fractions of the last arrival (in [0, 1]), so that no step overflows. With a
+  // tiny burstiness every gap may round to 0 (or their sum overflow): then all arrive at once.
+  const double last = t.back(), total = static_cast<double>(n) / request_rate;
+  if (!(last > 0) || !std::isfinite(last)) return std::vector<double>(n, 0.0);
+  for (double& x : t) x = std::min(x / last, 1.0) * total;
   return t;
 }
 

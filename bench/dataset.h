@@ -41,22 +41,26 @@ std::vector<RequestSpec> random_dataset(const Tokenizer& tok, const RandomDatase
 /// the output length (output_len > 0 overrides it). As vLLM, conversations with fewer than two
 /// turns are skipped, and so are pairs with a prompt or completion under 4 tokens, a prompt over
 /// 1024 tokens or prompt + completion over 2048. Shuffled with `seed`, the first num_prompts
-/// kept. Throws std::invalid_argument for an unreadable file or malformed JSON, or when fewer
-/// than num_prompts remain.
+/// kept. Throws std::invalid_argument naming --dataset-path for a file that cannot be read within
+/// kMaxDatasetFileBytes (config/file_read.h), malformed JSON or JSON nested deeper than
+/// kMaxJsonDepth, or when fewer than num_prompts remain.
 std::vector<RequestSpec> sharegpt_dataset(const std::string& path, const Tokenizer& tok,
                                           int64_t num_prompts, int64_t output_len, uint64_t seed);
 
 /// JSONL: one prompt per line, either {"prompt": "...", "output_tokens": N (optional)} or a JSON
 /// string; empty lines skipped; output length output_tokens else `output_len`. The first
-/// num_prompts lines are used, cycled when the file has fewer. Throws std::invalid_argument for an
-/// unreadable file, a line that is neither form, or a file without prompts.
+/// num_prompts lines are used, cycled when the file has fewer. Throws std::invalid_argument naming
+/// --dataset-path for a file that cannot be read within kMaxDatasetFileBytes, a line that is
+/// neither form, an output_tokens outside [1, 2^24], a file without prompts, or cycled prompts
+/// holding more than kMaxDatasetFileBytes in all.
 std::vector<RequestSpec> jsonl_dataset(const std::string& path, const Tokenizer& tok,
                                        int64_t num_prompts, int64_t output_len);
 
 /// Arrival times, seconds from the start: all 0 for an infinite rate, else gaps drawn from a
 /// gamma distribution of shape `burstiness` and mean 1/rate (burstiness 1 = Poisson), summed and
-/// rescaled so that the last arrival is at n/rate (vLLM's get_request). Throws
-/// std::invalid_argument for a rate or burstiness that is not positive.
+/// rescaled so that the last arrival is at n/rate (vLLM's get_request); all 0 when the gaps
+/// degenerate (a burstiness so small that every gap rounds to 0). Throws std::invalid_argument
+/// for a rate that is not positive or a burstiness that is not positive and finite.
 std::vector<double> arrival_times(size_t n, double request_rate, double burstiness, uint64_t seed);
 
 }  // namespace octet::bench

@@ -1,9 +1,11 @@
 #include "bench/load_client.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <memory>
-#include <regex>
 #include <stdexcept>
 
 #include <boost/asio.hpp>
@@ -19,20 +21,46 @@ using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 BaseUrl parse_base_url(const std::string& url) {
-  static const std::regex re(R"(^http://([A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\])(:([0-9]+))?(/.*)?$)");
-  std::smatch m;
-  if (!std::regex_match(url, m, re))
-    throw std::invalid_argument("--base-url '" + url + "' is not http://HOST[:PORT][/PATH]");
+  // A hand-written scanner (std::regex recursed once per character: a long URL overflowed the
+  // stack). Accepts http://HOST[:PORT][/PATH], HOST a name or [IPv6], PATH printable, no spaces.
+  const auto bad = [&url] {
+    return std::invalid_argument("--base-url '" + url.substr(0, 200) +
+                                 "' is not http://HOST[:PORT][/PATH]");
+  };
+  const std::string scheme = "http://";
+  if (url.compare(0, scheme.size(), scheme) != 0) throw bad();
   BaseUrl b;
-  b.host = m[1];
-  if (b.host.front() == '[') b.host = b.host.substr(1, b.host.size() - 2);
-  if (m[3].matched) {
-    const std::string p = m[3];
-    if (p.size() > 5 || std::stoi(p) < 1 || std::stoi(p) > 65535)
-      throw std::invalid_argument("--base-url '" + url + "': port must be 1..65535");
-    b.port = p;
+  size_t i = scheme.size();
+  if (i < url.size() && url[i] == '[') {
+    const size_t close = url.find(']', i);
+    if (close == std::string::npos || close == i + 1) throw bad();
+    b.host = url.substr(i + 1, close - i - 1);
+    for (char c : b.host)
+      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') throw bad();
+    i = close + 1;
+  } else {
+    size_t j = i;
+    while (j < url.size() &&
+           (std::isalnum(static_cast<unsigned char>(url[j])) || url[j] == '.' || url[j] == '-'))
+      ++j;
+    if (j == i) throw bad();
+    b.host = url.substr(i, j - i);
+    i = j;
   }
-  b.prefix = m[4].matched ? std::string(m[4]) : "";
+  if (i < url.size() && url[i] == ':') {
+    size_t j = i + 1;
+    while (j < url.size() && std::isdigit(static_cast<unsigned char>(url[j]))) ++j;
+    const std::string p = url.substr(i + 1, j - i - 1);
+    if (p.empty()) throw bad();
+    if (p.size() > 5 || std::stoi(p) < 1 || std::stoi(p) > 65535)
+      throw std::invalid_argument("--base-url '" + url.substr(0, 200) + "': port must be 1..65535");
+    b.port = p;
+    i = j;
+  }
+  if (i < url.size() && url[i] != '/') throw bad();
+  for (size_t k = i; k < url.size(); ++k)
+    if (static_cast<unsigned char>(url[k]) <= 0x20 || url[k] == 0x7f) throw bad();
+  b.prefix = url.substr(i);
   while (!b.prefix.empty() && b.prefix.back() == '/') b.prefix.pop_back();
   return b;
 }
@@ -55,34 +83,111 @@ nlohmann::json request_body(const ClientOptions& o, const RequestSpec& r) {
   return j;
 }
 
+namespace {
+
+// Seconds as a timer duration, clamped to [0, kMaxWaitSeconds] (a double beyond the clock's
+// range would be undefined behaviour when converted; NaN counts as 0).
+Clock::duration to_duration(double seconds) {
+  const double s = seconds > 0 ? std::min(seconds, kMaxWaitSeconds) : 0.0;
+  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+}
+
+struct JsonTooDeep {};
+
+// An error message as one line of printable ASCII: the server's bytes in it (an error body, a
+// reason phrase) are shown as \xNN, so that they can neither break the terminal or the line
+// nor make the result JSON invalid UTF-8.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  return out;
+}
+
+// usage.<key> as a token count: absent or null = nullopt; an integer in [0, kMaxUsageTokens]
+// else a runtime_error (a negative or 2^62 count would poison the totals).
+std::optional<int64_t> usage_tokens(const nlohmann::json& usage, const char* key) {
+  auto it = usage.find(key);
+  if (it == usage.end() || it->is_null()) return std::nullopt;
+  if (it->is_number_unsigned() && it->get<uint64_t>() <= static_cast<uint64_t>(kMaxUsageTokens))
+    return static_cast<int64_t>(it->get<uint64_t>());
+  if (it->is_number_integer() && !it->is_number_unsigned() && it->get<int64_t>() >= 0 &&
+      it->get<int64_t>() <= kMaxUsageTokens)
+    return it->get<int64_t>();
+  throw std::runtime_error("the server reported usage." + std::string(key) + " = " +
+                           it->dump().substr(0, 40) + ", not a token count (an integer in [0, " +
+                           std::to_string(kMaxUsageTokens) + "])");
+}
+
+}  // namespace
+
+nlohmann::json parse_reply_json(const std::string& text) {
+  // The callback sees each value's depth before the parser allocates it: "[[[[..." stops at
+  // kMaxJsonDepth instead of building millions of nested arrays.
+  const nlohmann::json::parser_callback_t limit = [](int depth, nlohmann::json::parse_event_t,
+                                                     nlohmann::json&) {
+    if (depth > kMaxJsonDepth) throw JsonTooDeep{};
+    return true;
+  };
+  try {
+    return nlohmann::json::parse(text, limit, /*allow_exceptions=*/false);
+  } catch (const JsonTooDeep&) {
+    return nlohmann::json(nlohmann::json::value_t::discarded);
+  }
+}
+
 void SseAccumulator::feed(const std::string& bytes, double now_s) {
   buffer_ += bytes;
-  // Events end with a blank line; servers use "\n\n" (or "\r\n\r\n").
+  // An event ends at a blank line: '\n', an optional '\r', '\n' ("\n\n" or "\r\n\r\n"). Each
+  // byte is searched once: the scan resumes where the last feed stopped (less the two bytes
+  // that may begin a separator), and consumed events are erased once per feed.
+  size_t start = 0;
+  size_t from = scanned_ > 2 ? scanned_ - 2 : 0;
   for (;;) {
-    size_t end = buffer_.find("\n\n");
-    size_t sep = 2;
-    const size_t crlf = buffer_.find("\r\n\r\n");
-    if (crlf != std::string::npos && (end == std::string::npos || crlf < end)) end = crlf, sep = 4;
-    if (end == std::string::npos) break;
-    std::string ev = buffer_.substr(0, end);
-    buffer_.erase(0, end + sep);
+    size_t nl = buffer_.find('\n', from);
+    size_t next = std::string::npos;  // first byte after the blank line
+    while (nl != std::string::npos) {
+      if (nl + 1 < buffer_.size() && buffer_[nl + 1] == '\n') {
+        next = nl + 2;
+        break;
+      }
+      if (nl + 2 < buffer_.size() && buffer_[nl + 1] == '\r' && buffer_[nl + 2] == '\n') {
+        next = nl + 3;
+        break;
+      }
+      nl = buffer_.find('\n', nl + 1);
+    }
+    if (next == std::string::npos) break;
     // Join the event's data lines; skip comments (":" pings) and other fields.
     std::string data;
-    size_t pos = 0;
-    while (pos <= ev.size()) {
-      size_t nl = ev.find('\n', pos);
-      if (nl == std::string::npos) nl = ev.size();
-      std::string line = ev.substr(pos, nl - pos);
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.rfind("data:", 0) == 0) {
-        std::string v = line.substr(5);
-        if (!v.empty() && v.front() == ' ') v.erase(0, 1);
-        data += v;
+    size_t pos = start;
+    while (pos < nl) {
+      size_t eol = buffer_.find('\n', pos);
+      if (eol == std::string::npos || eol > nl) eol = nl;
+      size_t len = eol - pos;
+      if (len > 0 && buffer_[pos + len - 1] == '\r') --len;
+      if (len >= 5 && buffer_.compare(pos, 5, "data:") == 0) {
+        size_t v = pos + 5, vlen = len - 5;
+        if (vlen > 0 && buffer_[v] == ' ') ++v, --vlen;
+        data.append(buffer_, v, vlen);
       }
-      pos = nl + 1;
+      pos = eol + 1;
     }
     if (!data.empty()) event(data, now_s);
+    start = from = next;
   }
+  buffer_.erase(0, start);
+  scanned_ = buffer_.size();
+  if (buffer_.size() > kMaxSseEventBytes)
+    throw std::runtime_error("an SSE event is longer than " + std::to_string(kMaxSseEventBytes) +
+                             " bytes (the limit of one event)");
 }
 
 void SseAccumulator::event(const std::string& data, double now_s) {
@@ -90,18 +195,18 @@ void SseAccumulator::event(const std::string& data, double now_s) {
     saw_done_ = true;
     return;
   }
-  nlohmann::json j = nlohmann::json::parse(data, nullptr, false);
+  const nlohmann::json j = parse_reply_json(data);
   if (j.is_discarded() || !j.is_object())
-    throw std::runtime_error("an SSE event is not JSON: '" + data.substr(0, 120) + "'");
+    throw std::runtime_error("an SSE event is not JSON (or nests deeper than " +
+                             std::to_string(kMaxJsonDepth) + "): '" + data.substr(0, 120) + "'");
   if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
-    if (auto c = u->find("completion_tokens"); c != u->end() && c->is_number_integer())
-      record_.output_tokens = c->get<int64_t>();
-    if (auto p = u->find("prompt_tokens"); p != u->end() && p->is_number_integer())
-      record_.prompt_len = p->get<int64_t>();
+    if (auto c = usage_tokens(*u, "completion_tokens")) record_.output_tokens = *c;
+    if (auto p = usage_tokens(*u, "prompt_tokens")) record_.prompt_len = *p;
   }
   auto choices = j.find("choices");
   if (choices == j.end() || !choices->is_array() || choices->empty()) return;
   const nlohmann::json& c = (*choices)[0];
+  if (!c.is_object()) return;
   const nlohmann::json* text = nullptr;
   if (chat_) {
     if (auto d = c.find("delta"); d != c.end() && d->is_object())
@@ -110,6 +215,13 @@ void SseAccumulator::event(const std::string& data, double now_s) {
     text = &*t;
   }
   if (!text || !text->is_string() || text->get_ref<const std::string&>().empty()) return;
+  const std::string& piece = text->get_ref<const std::string&>();
+  if (piece.size() > kMaxStreamTextBytes - record_.generated_text.size())
+    throw std::runtime_error("the stream's text passed " + std::to_string(kMaxStreamTextBytes) +
+                             " bytes (the limit of one response)");
+  if (record_.itl.size() + 1 >= kMaxStreamTextChunks)
+    throw std::runtime_error("the stream passed " + std::to_string(kMaxStreamTextChunks) +
+                             " text chunks (the limit of one response)");
   if (!saw_text_) {
     record_.ttft = now_s - record_.start_time;
     saw_text_ = true;
@@ -118,7 +230,7 @@ void SseAccumulator::event(const std::string& data, double now_s) {
   }
   last_s_ = now_s;
   record_.latency = now_s - record_.start_time;
-  record_.generated_text += text->get_ref<const std::string&>();
+  record_.generated_text += piece;
 }
 
 namespace {
@@ -139,7 +251,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void start();
 
  private:
+  bool expired() const { return timed_out_ || Clock::now() >= deadline_; }
   void fail(const std::string& what);
+  void fail_timeout();
   void on_connect(beast::error_code ec);
   void on_write(beast::error_code ec);
   void on_header(beast::error_code ec);
@@ -148,10 +262,17 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_error_body(beast::error_code ec);
   void done();
 
+  // Raw bytes waiting to be parsed (a header line, a chunk header); the body itself is parsed
+  // as it arrives, so this bounds nothing a real server needs.
+  static constexpr size_t kMaxBufferBytes = size_t{1} << 20;
+
   Runner& run_;
   size_t index_;
   beast::tcp_stream stream_;
-  beast::flat_buffer buffer_;
+  net::steady_timer deadline_timer_;
+  Clock::time_point deadline_;
+  bool timed_out_ = false, finished_ = false;
+  beast::flat_buffer buffer_{kMaxBufferBytes};
   http::request<http::string_body> req_;
   http::response_parser<http::string_body> parser_;
   RequestRecord& rec_;
@@ -200,8 +321,11 @@ struct Runner {
 };
 
 Session::Session(Runner& r, size_t i)
-    : run_(r), index_(i), stream_(r.ioc), rec_(r.records[i]), acc_(r.records[i], r.chat) {
-  parser_.body_limit(boost::none);
+    : run_(r), index_(i), stream_(r.ioc), deadline_timer_(r.ioc), rec_(r.records[i]),
+      acc_(r.records[i], r.chat) {
+  // A declared Content-Length above this fails at the header, before anything is reserved;
+  // a 200 stream without one is bounded event by event (SseAccumulator), a non-200 body below.
+  parser_.body_limit(kMaxResponseBodyBytes);
   parser_.header_limit(64 << 10);
 }
 
@@ -218,8 +342,17 @@ void Session::start() {
     req_.set(http::field::authorization, "Bearer " + run_.options.api_key);
   req_.body() = request_body(run_.options, spec).dump();
   req_.prepare_payload();
-  stream_.expires_after(std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(run_.options.request_timeout_s)));
+  // One deadline for the whole request. The timer closes the socket, which ends the pending
+  // operation; every handler also checks the clock, since a server that floods data completes
+  // each read at once (Beast's per-operation timeout never fires then).
+  deadline_ = Clock::now() + to_duration(run_.options.request_timeout_s);
+  deadline_timer_.expires_at(deadline_);
+  deadline_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (ec || self->finished_) return;
+    self->timed_out_ = true;
+    beast::error_code ignored;
+    self->stream_.socket().cancel(ignored);
+  });
   stream_.async_connect(run_.endpoints, [self = shared_from_this()](beast::error_code ec,
                                                                      const tcp::endpoint&) {
     self->on_connect(ec);
@@ -228,11 +361,17 @@ void Session::start() {
 
 void Session::fail(const std::string& what) {
   rec_.success = false;
-  rec_.error = what;
+  rec_.error = printable(what);
   done();
 }
 
+void Session::fail_timeout() {
+  fail("timed out after " + std::to_string(run_.options.request_timeout_s) +
+       " s (--request-timeout)");
+}
+
 void Session::on_connect(beast::error_code ec) {
+  if (expired()) return fail_timeout();
   if (ec) return fail("cannot connect to " + run_.options.base.host + ":" +
                       run_.options.base.port + ": " + ec.message());
   // No Nagle: the header and the body go out as separate writes, and the body must not wait
@@ -245,6 +384,7 @@ void Session::on_connect(beast::error_code ec) {
 }
 
 void Session::on_write(beast::error_code ec) {
+  if (expired()) return fail_timeout();
   if (ec) return fail("sending the request: " + ec.message());
   http::async_read_header(stream_, buffer_, parser_,
                           [self = shared_from_this()](beast::error_code e, size_t) {
@@ -253,15 +393,36 @@ void Session::on_write(beast::error_code ec) {
 }
 
 void Session::on_header(beast::error_code ec) {
-  if (ec == beast::error::timeout) return fail("timed out waiting for the response");
+  if (expired()) return fail_timeout();
+  if (ec == http::error::body_limit) {  // a declared Content-Length over kMaxResponseBodyBytes
+    const auto& h = parser_.get();
+    const std::string declared = std::string(h[http::field::content_length]).substr(0, 24);
+    if (h.result_int() != 200)
+      return fail("HTTP " + std::to_string(h.result_int()) + " " + std::string(h.reason()) +
+                  " (an error body of " + declared + " bytes, over the " +
+                  std::to_string(kMaxErrorBodyBytes) + "-byte limit, not read)");
+    return fail("HTTP 200: the response declares " + declared + " body bytes, over the " +
+                std::to_string(kMaxResponseBodyBytes) + "-byte limit of a response");
+  }
   if (ec) return fail("reading the response: " + ec.message());
-  if (parser_.get().result_int() != 200) {
+  const unsigned status = parser_.get().result_int();
+  if (status != 200) {
+    // Only the start of an error body is reported: read at most kMaxErrorBodyBytes of it.
+    if (parser_.content_length() && *parser_.content_length() > kMaxErrorBodyBytes)
+      return fail("HTTP " + std::to_string(status) + " " + std::string(parser_.get().reason()) +
+                  " (an error body of " + std::to_string(*parser_.content_length()) +
+                  " bytes, over the " + std::to_string(kMaxErrorBodyBytes) +
+                  "-byte limit, not read)");
+    parser_.body_limit(kMaxErrorBodyBytes);
     http::async_read(stream_, buffer_, parser_,
                      [self = shared_from_this()](beast::error_code e, size_t) {
                        self->on_error_body(e);
                      });
     return;
   }
+  // A stream without Content-Length (chunked, or until the server closes): the accumulator
+  // bounds what it keeps; the deadline bounds how long it runs.
+  if (!parser_.content_length()) parser_.body_limit(boost::none);
   if (parser_.is_done()) return on_read({});
   read_more();
 }
@@ -284,8 +445,10 @@ void Session::on_read(beast::error_code ec) {
     }
     body.clear();  // the string body appends to what is there: keep only what is new
   }
-  if (ec == beast::error::timeout)
-    return fail("timed out after " + std::to_string(run_.options.request_timeout_s) + " s");
+  if (expired()) return fail_timeout();
+  if (ec == http::error::buffer_overflow)
+    return fail("reading the stream: a header or chunk line over " +
+                std::to_string(kMaxBufferBytes) + " bytes");
   if (ec && ec != http::error::end_of_stream) return fail("reading the stream: " + ec.message());
   if (!ec && !parser_.is_done()) return read_more();
   if (!acc_.saw_text())
@@ -294,14 +457,21 @@ void Session::on_read(beast::error_code ec) {
   done();
 }
 
-void Session::on_error_body(beast::error_code) {
+void Session::on_error_body(beast::error_code ec) {
+  if (expired() && ec) return fail_timeout();
   const auto& res = parser_.get();
-  std::string body = res.body().substr(0, 300);
+  const std::string body = res.body().substr(0, 300);
   fail("HTTP " + std::to_string(res.result_int()) + " " + std::string(res.reason()) +
-       (body.empty() ? "" : ": " + body));
+       (body.empty() ? "" : ": " + body) +
+       (ec == http::error::body_limit
+            ? " (error body cut at " + std::to_string(kMaxErrorBodyBytes) + " bytes)"
+            : ""));
 }
 
 void Session::done() {
+  if (finished_) return;
+  finished_ = true;
+  deadline_timer_.cancel();
   beast::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
   stream_.close();
@@ -318,14 +488,13 @@ HttpReply http_get(const ClientOptions& o, const std::string& path, double timeo
   auto endpoints = resolver.resolve(o.base.host, o.base.port, ec);
   if (ec) throw std::runtime_error("cannot resolve " + o.base.host + ": " + ec.message());
   beast::tcp_stream stream(ioc);
-  stream.expires_after(std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double>(timeout_s)));
+  stream.expires_after(to_duration(timeout_s));
   http::request<http::empty_body> req{http::verb::get, target(o, path), 11};
   req.set(http::field::host, host_header(o));
   if (!o.api_key.empty()) req.set(http::field::authorization, "Bearer " + o.api_key);
-  beast::flat_buffer buffer;
+  beast::flat_buffer buffer{size_t{1} << 20};
   http::response_parser<http::string_body> parser;
-  parser.body_limit(16 << 20);
+  parser.body_limit(kMaxResponseBodyBytes);
   std::string error;
   stream.async_connect(endpoints, [&](beast::error_code e, const tcp::endpoint&) {
     if (e) {
@@ -340,6 +509,9 @@ HttpReply http_get(const ClientOptions& o, const std::string& path, double timeo
       http::async_read(stream, buffer, parser, [&](beast::error_code e3, size_t) {
         if (e3 == beast::error::timeout)
           error = "GET " + url + " got no HTTP reply within " + std::to_string(timeout_s) + " s";
+        else if (e3 == http::error::body_limit)
+          error = "GET " + url + " sent a body over the " +
+                  std::to_string(kMaxResponseBodyBytes) + "-byte limit";
         else if (e3)
           error = "GET " + url + " did not get an HTTP reply (" + e3.message() + ")";
       });
@@ -369,13 +541,12 @@ std::vector<RequestRecord> run_requests(const ClientOptions& options,
   std::vector<std::unique_ptr<net::steady_timer>> timers;
   run.t0 = Clock::now();
   for (size_t i = 0; i < requests.size(); ++i) {
-    if (arrival_s[i] <= 0) {
+    if (!(arrival_s[i] > 0)) {
       net::post(run.ioc, [&run, i] { run.arrive(i); });
       continue;
     }
     auto& t = timers.emplace_back(std::make_unique<net::steady_timer>(run.ioc));
-    t->expires_at(run.t0 + std::chrono::duration_cast<Clock::duration>(
-                               std::chrono::duration<double>(arrival_s[i])));
+    t->expires_at(run.t0 + to_duration(arrival_s[i]));
     t->async_wait([&run, i](beast::error_code) { run.arrive(i); });
   }
   run.ioc.run();

@@ -1,11 +1,24 @@
 #include "bench/metrics.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdint>
 #include <numeric>
 #include <stdexcept>
 
 namespace octet::bench {
+
+namespace {
+
+// a + b for counts (both >= 0 expected), saturating at INT64_MAX instead of wrapping negative.
+int64_t add_saturating(int64_t a, int64_t b) {
+  int64_t sum = 0;
+  if (__builtin_add_overflow(a, b, &sum)) return b > 0 ? INT64_MAX : INT64_MIN;
+  return sum;
+}
+
+}  // namespace
 
 double percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0;
@@ -51,8 +64,8 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestRecord>& records, do
     int64_t out = r.output_tokens;
     if (out <= 0) out = count_tokens ? count_tokens(r.generated_text) : 1;
     m.output_lens.push_back(out);
-    m.total_input += r.prompt_len;
-    m.total_output += out;
+    m.total_input = add_saturating(m.total_input, std::max<int64_t>(r.prompt_len, 0));
+    m.total_output = add_saturating(m.total_output, out);
     double tpot = 0;  // goodput reads 0 for requests of one token
     if (out > 1) {
       tpot = (r.latency - r.ttft) / static_cast<double>(out - 1);
@@ -74,7 +87,8 @@ BenchmarkMetrics calculate_metrics(const std::vector<RequestRecord>& records, do
   m.request_throughput = static_cast<double>(m.completed) / dur;
   m.request_goodput = static_cast<double>(good) / dur;
   m.output_throughput = static_cast<double>(m.total_output) / dur;
-  m.total_token_throughput = static_cast<double>(m.total_input + m.total_output) / dur;
+  m.total_token_throughput =
+      static_cast<double>(add_saturating(m.total_input, m.total_output)) / dur;
   m.ttft = metric_stats(ttfts, percentiles);
   m.tpot = metric_stats(tpots, percentiles);
   m.itl = metric_stats(itls, percentiles);

@@ -39,7 +39,8 @@ struct MetricStats {
 
 struct BenchmarkMetrics {
   int64_t completed = 0, failed = 0;
-  int64_t total_input = 0, total_output = 0;  // tokens of the successful requests
+  int64_t total_input = 0, total_output = 0;  // tokens of the successful requests (saturate
+                                              // at INT64_MAX, never wrap)
   double request_throughput = 0;     // completed / duration, req/s
   double request_goodput = 0;        // requests meeting every SLO / duration, req/s
   double output_throughput = 0;      // total_output / duration, tok/s

@@ -25,7 +25,7 @@ std::pair<std::string, std::string> first_model(const ClientOptions& o, const st
   if (r.status == 401 || r.status == 403)
     throw std::runtime_error(url + " refused GET /v1/models (HTTP " + std::to_string(r.status) +
                              "): pass --api-key");
-  const nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
+  const nlohmann::json j = parse_reply_json(r.body);
   if (r.status != 200 || j.is_discarded() || !j.is_object() || !j.contains("data") ||
       !j["data"].is_array())
     throw std::runtime_error(url + " is not an OpenAI-compatible server: GET /v1/models gave HTTP " +

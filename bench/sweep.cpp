@@ -17,6 +17,26 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+// `s` as a gnuplot single-quoted string: quotes doubled, the one escape there; no backslash
+// escapes and no backquote substitution happen inside single quotes. Line breaks would end the
+// command, so they are refused (the same rule as engine/run_program.h's gnuplot_quote; bench/
+// does not link engine/).
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) {
+    if (c == '\n' || c == '\r' || c == '\0')
+      throw std::invalid_argument("a line break or NUL in '" + s +
+                                  "' cannot be written into a gnuplot script");
+    q += c;
+    if (c == '\'') q += '\'';
+  }
+  return q + "'";
+}
+
+bool has_line_break(const std::string& s) {
+  return s.find_first_of(std::string("\n\r\0", 3)) != std::string::npos;
+}
+
 std::string num(double v) {
   char b[64];
   std::snprintf(b, sizeof b, "%.4f", v);
@@ -65,7 +85,10 @@ std::vector<ServeVariant> serve_variants(const std::string& kv_cache_dtypes,
   std::vector<ServeVariant> out;
   std::vector<std::string> kvs = split(kv_cache_dtypes, ',');
   if (kvs.empty()) kvs.push_back("");
-  for (const std::string& kv : kvs) out.push_back({kv, {}});
+  for (const std::string& kv : kvs) {
+    if (has_line_break(kv)) throw std::invalid_argument("--kv-cache-dtype: a value holds a line break");
+    out.push_back({kv, {}});
+  }
   for (const std::string& axis : split(grid, ';')) {
     const size_t eq = axis.find('=');
     std::string flag = axis.substr(0, eq);
@@ -74,6 +97,10 @@ std::vector<ServeVariant> serve_variants(const std::string& kv_cache_dtypes,
       throw std::invalid_argument("--serve-grid: '" + axis + "' is not FLAG=v1,v2");
     const std::vector<std::string> values = split(axis.substr(eq + 1), ',');
     if (values.empty()) throw std::invalid_argument("--serve-grid: '" + axis + "' has no values");
+    if (has_line_break(axis)) throw std::invalid_argument("--serve-grid: an axis holds a line break");
+    if (out.size() * values.size() > kMaxSweepVariants)
+      throw std::invalid_argument("--serve-grid: more than " + std::to_string(kMaxSweepVariants) +
+                                  " server configurations");
     std::vector<ServeVariant> next;
     for (const ServeVariant& v : out)
       for (const std::string& value : values) {
@@ -89,6 +116,11 @@ std::vector<ServeVariant> serve_variants(const std::string& kv_cache_dtypes,
 std::vector<Workload> workloads(const std::vector<int64_t>& concurrency,
                                 const std::vector<int64_t>& input_lens,
                                 const std::vector<int64_t>& output_lens) {
+  if (concurrency.size() * input_lens.size() > kMaxSweepWorkloads ||
+      concurrency.size() * input_lens.size() * output_lens.size() > kMaxSweepWorkloads)
+    throw std::invalid_argument("the sweep has more than " + std::to_string(kMaxSweepWorkloads) +
+                                " workloads (--max-concurrency x --random-input-len x "
+                                "--random-output-len)");
   std::vector<Workload> out;
   for (int64_t in : input_lens)
     for (int64_t o : output_lens)
@@ -131,7 +163,10 @@ std::string csv_row(const ServeVariant& v, const Workload& w, const BenchmarkMet
     return 0.0;
   };
   std::ostringstream os;
-  os << '"' << v.label() << "\"," << (v.kv_cache_dtype.empty() ? "default" : v.kv_cache_dtype)
+  std::string label = v.label();  // a CSV field in double quotes: '"' doubled
+  for (size_t i = label.find('"'); i != std::string::npos; i = label.find('"', i + 2))
+    label.insert(i, 1, '"');
+  os << '"' << label << "\"," << (v.kv_cache_dtype.empty() ? "default" : v.kv_cache_dtype)
      << ',' << w.max_concurrency << ',' << w.input_len << ',' << w.output_len << ','
      << m.completed << ',' << m.failed << ',' << num(duration_s) << ','
      << num(m.request_throughput) << ',' << num(m.output_throughput) << ','
@@ -157,22 +192,23 @@ std::string gnuplot_script(const std::string& csv, const std::string& dir,
     std::string s = "plot ";
     for (size_t i = 0; i < labels.size(); ++i) {
       if (i) s += ", ";
-      s += "'" + csv + "' using 3:(strcol(1) eq '" + labels[i] + "' ? $" + std::to_string(ycol) +
-           " : 1/0) " + extra + " with linespoints title '" + labels[i] + "'";
+      s += quoted(csv) + " using 3:(strcol(1) eq " + quoted(labels[i]) + " ? $" +
+           std::to_string(ycol) + " : 1/0) " + extra + " with linespoints title " +
+           quoted(labels[i]);
     }
     return s + "\n";
   };
-  g << "set output '" << dir << "/throughput_vs_concurrency.png'\n"
+  g << "set output " << quoted(dir + "/throughput_vs_concurrency.png") << "\n"
     << "set title 'Output token throughput against concurrency'\n"
     << "set xlabel 'max concurrency'\nset ylabel 'output tokens/s'\nset logscale x 2\n"
     << per_variant(10, "");
-  g << "set output '" << dir << "/itl_vs_concurrency.png'\n"
+  g << "set output " << quoted(dir + "/itl_vs_concurrency.png") << "\n"
     << "set title 'Median inter-token latency against concurrency'\nset ylabel 'median ITL (ms)'\n"
     << per_variant(18, "");
   bool any_fit = false;
   for (const auto& f : fits) any_fit = any_fit || f.second.valid;
   if (!any_fit) return g.str();  // fewer than two input lengths: no context plot
-  g << "unset logscale x\nset output '" << dir << "/itl_vs_context.png'\n"
+  g << "unset logscale x\nset output " << quoted(dir + "/itl_vs_context.png") << "\n"
     << "set title 'Decode ITL against context length (lowest concurrency)'\n"
     << "set xlabel 'context tokens (prompt + output/2)'\nset ylabel 'median ITL (ms)'\n";
   int n = 0;
@@ -182,17 +218,18 @@ std::string gnuplot_script(const std::string& csv, const std::string& dir,
     std::snprintf(buf, sizeof buf, "%s: %.4f ms per 1K tokens + %.3f ms", label.c_str(),
                   f.slope * 1000, f.intercept);
     ++n;
-    g << "set label " << n << " \"" << buf << "\" at graph 0.02, graph " << 0.95 - 0.05 * n
+    g << "set label " << n << " " << quoted(buf) << " at graph 0.02, graph " << 0.95 - 0.05 * n
       << "\n";
   }
   std::string s = "plot ";
   for (size_t i = 0; i < fits.size(); ++i) {
     const auto& [label, f] = fits[i];
     if (i) s += ", ";
-    s += "'" + csv + ".context' using 2:(strcol(1) eq '" + label + "' ? $3 : 1/0) with points "
-         "pointsize 1.5 title '" + label + "'";
+    s += quoted(csv + ".context") + " using 2:(strcol(1) eq " + quoted(label) +
+         " ? $3 : 1/0) with points pointsize 1.5 title " + quoted(label);
     if (f.valid)
-      s += ", " + num(f.slope) + "*x+" + num(f.intercept) + " with lines title '" + label + " fit'";
+      s += ", " + num(f.slope) + "*x+" + num(f.intercept) + " with lines title " +
+           quoted(label + " fit");
   }
   g << s << "\n";
   return g.str();

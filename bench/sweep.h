@@ -1,6 +1,7 @@
 #pragma once
 // `octet bench sweep`: the grid of bench serve runs, the CSV of their results, the least-squares
 // line of decode ITL against context length, and the gnuplot script that draws the plots.
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <utility>
@@ -28,13 +29,17 @@ struct Workload {
 /// Comma-separated positive integers. Throws std::invalid_argument naming `flag`.
 std::vector<int64_t> parse_positive_list(const std::string& s, const std::string& flag);
 
+/// Bounds of the grid (a usage error beyond): server configurations, client workloads.
+inline constexpr size_t kMaxSweepVariants = 1024;
+inline constexpr size_t kMaxSweepWorkloads = 65536;
+
 /// The server variants: every kv dtype (comma list, "" = one default) times every combination of
 /// `grid` ("flag=v1,v2;flag2=v3", any `octet serve` flag). Throws std::invalid_argument for a
-/// malformed grid.
+/// malformed grid, a line break in a value, or more than kMaxSweepVariants variants.
 std::vector<ServeVariant> serve_variants(const std::string& kv_cache_dtypes, const std::string& grid);
 
 /// Workloads: every concurrency x input length x output length, in that nesting order (input
-/// outermost).
+/// outermost). Throws std::invalid_argument for more than kMaxSweepWorkloads.
 std::vector<Workload> workloads(const std::vector<int64_t>& concurrency,
                                 const std::vector<int64_t>& input_lens,
                                 const std::vector<int64_t>& output_lens);
@@ -58,7 +63,8 @@ double decode_context(const Workload& w);
 /// A gnuplot script drawing, from `csv`, into `dir`: throughput_vs_concurrency.png,
 /// itl_vs_concurrency.png, and itl_vs_context.png with one line per variant and its fit
 /// (`fits`: label, fit in ms per token of context) printed on the plot; the last plot only when
-/// some fit is valid (two context lengths or more).
+/// some fit is valid (two context lengths or more). Every outside string (paths, labels) is a
+/// gnuplot single-quoted string; throws std::invalid_argument for one holding a line break.
 std::string gnuplot_script(const std::string& csv, const std::string& dir,
                            const std::vector<std::string>& variant_labels,
                            const std::vector<std::pair<std::string, LinearFit>>& fits);

@@ -9,6 +9,13 @@
 namespace octet {
 
 struct BenchServeConfig {
+  // Bounds of the options (usage errors beyond): no value makes the client allocate or wait
+  // without limit, and every wait converts to a clock duration without overflow.
+  static constexpr double kMinRequestRate = 1e-6;           // requests/s (one per 11.6 days)
+  static constexpr double kMaxSeconds = 365.0 * 24 * 3600;  // timeouts: a year at most
+  static constexpr int64_t kMaxNumPrompts = 10'000'000;     // --num-prompts, --num-warmups
+  static constexpr int64_t kMaxLenTokens = int64_t{1} << 24;  // every length flag, tokens
+
   std::string base_url;          // "" = http://HOST:PORT from --host and --port
   std::string host = "127.0.0.1";
   int64_t port = 8000;
@@ -62,7 +69,8 @@ struct BenchServeConfig {
     v(c.jsonl_output_len, "jsonl_output_len", "max_tokens of jsonl lines without output_tokens");
     v(c.seed, "seed", "seed of the dataset and of the arrival times");
     v(c.request_rate, "request_rate",
-      "requests per second, or inf to send all at once (Poisson arrivals, gamma with --burstiness)");
+      "requests per second (at least 1e-6), or inf to send all at once (Poisson arrivals, gamma "
+      "with --burstiness)");
     v(c.burstiness, "burstiness", "gamma shape of the arrival gaps (1 = Poisson)");
     v(c.max_concurrency, "max_concurrency", "requests in flight at most (0 = no limit)");
     v(c.num_warmups, "num_warmups", "requests sent (with the first prompt) before the benchmark");
@@ -76,19 +84,22 @@ struct BenchServeConfig {
     v(c.metric_percentiles, "metric_percentiles", "comma-separated percentiles, e.g. 50,90,99");
     v(c.result_json, "result_json", "write vLLM's result JSON to this file");
     v(c.api_key, "api_key", "bearer token sent to the server (default: $OPENAI_API_KEY)");
-    v(c.request_timeout, "request_timeout", "seconds one request may take before it fails");
+    v(c.request_timeout, "request_timeout",
+      "seconds one request may take, connect to the end of its stream, before it fails");
     v(c.ready_check_timeout_sec, "ready_check_timeout_sec",
       "seconds to retry the first prompt until the server answers it (0 = no ready check)");
     v(c.disable_tqdm, "disable_tqdm", "no progress bar on stderr");
   }
 
   /// Throws std::invalid_argument naming the flag for a bad value: a request rate that is not a
-  /// positive number or inf, an unknown dataset or endpoint, a dataset file that cannot be read,
-  /// non-positive counts or lengths, a range ratio outside [0, 1), a malformed --goodput or
+  /// number in [kMinRequestRate, inf], a burstiness or timeout that is not a positive finite
+  /// number (timeouts at most kMaxSeconds), an unknown dataset or endpoint, a dataset path that
+  /// is not a readable file (checked without opening it, so a FIFO cannot block), counts or
+  /// lengths outside their bounds, a range ratio outside [0, 1), a malformed --goodput or
   /// percentile list.
   void validate() const;
 
-  /// --request-rate as a number (infinity for "inf").
+  /// --request-rate as a number (infinity for "inf"); throws std::invalid_argument as validate().
   double request_rate_value() const;
   /// --goodput parsed: (metric, ms) pairs.
   std::vector<std::pair<std::string, double>> goodput_slos() const;
@@ -140,7 +151,8 @@ struct BenchSweepConfig {
   }
 
   /// Throws std::invalid_argument for neither or both of --model and --base-url, a server grid
-  /// without --model, or malformed lists.
+  /// without --model, a --server-start-timeout that is not in (0, a year], or an --output-dir
+  /// holding a line break (it is written into the gnuplot script).
   void validate() const;
 };
 

@@ -1,7 +1,6 @@
 // kv-report's outputs: JSON, the table and the gnuplot heatmap (see kv_report.h).
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -9,6 +8,7 @@
 #include <sstream>
 
 #include "engine/kv_report.h"
+#include "engine/run_program.h"
 
 namespace octet {
 
@@ -129,10 +129,19 @@ std::string kv_report_table(const KVReport& r) {
 }
 
 std::string write_kv_report_heatmap(const KVReport& r, const std::string& png_path) {
-  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0)
+  // No shell anywhere: gnuplot is found in $PATH and run with an argument vector, and the paths
+  // inside the script are gnuplot single-quoted strings (no substitution happens there).
+  if (find_program("gnuplot").empty())
     return "gnuplot not found; install it (apt-get install gnuplot) to draw the heatmap";
   namespace fs = std::filesystem;
   const std::string base = png_path + ".gnuplot";
+  std::string quoted_png, quoted_dat;
+  try {
+    quoted_png = gnuplot_quote(png_path);
+    quoted_dat = gnuplot_quote(base + ".dat");
+  } catch (const std::invalid_argument& e) {
+    return std::string("--heatmap: ") + e.what();
+  }
   std::ofstream dat(base + ".dat");
   for (size_t i = 0; i < r.variants.size(); ++i) {
     for (size_t l = 0; l < r.variants[i].heads.size(); ++l)
@@ -142,22 +151,29 @@ std::string write_kv_report_heatmap(const KVReport& r, const std::string& png_pa
   }
   dat.close();
   std::ofstream gp(base);
-  const size_t nv = r.variants.size(), cols = std::min<size_t>(nv, 4);
+  const size_t nv = r.variants.size(), cols = std::max<size_t>(1, std::min<size_t>(nv, 4));
   gp << "set terminal pngcairo size " << 300 * cols << "," << 420 * ((nv + cols - 1) / cols)
-     << "\nset output '" << png_path << "'\nset multiplot layout " << (nv + cols - 1) / cols << ","
-     << cols << "\nset termoption noenhanced\nset xlabel 'KV head'\nset ylabel 'layer'\n"
+     << "\nset output " << quoted_png << "\nset multiplot layout " << (nv + cols - 1) / cols
+     << "," << cols << "\nset termoption noenhanced\nset xlabel 'KV head'\nset ylabel 'layer'\n"
      << "set cblabel 'attn out rel err'\nset xtics 1\nset xrange [-0.5:" << r.num_kv_heads - 0.5
      << "]\nset yrange [-0.5:" << r.num_layers - 0.5 << "]\n";
   for (size_t i = 0; i < nv; ++i)
-    gp << "set title '" << r.variants[i].format << " / " << r.variants[i].source << "'\nplot '"
-       << base << ".dat' index " << i << " using 1:2:3 with image notitle\n";
+    gp << "set title " << gnuplot_quote(r.variants[i].format + " / " + r.variants[i].source)
+       << "\nplot " << quoted_dat << " index " << i << " using 1:2:3 with image notitle\n";
   gp << "unset multiplot\n";
   gp.close();
   if (!dat || !gp) return "cannot write " + base;
-  const int rc = std::system(("gnuplot '" + base + "' 2>/dev/null").c_str());
+  int rc = 0;
+  std::string problem;
+  try {
+    rc = run_program({"gnuplot", path_argument(base)});
+  } catch (const std::runtime_error& e) {
+    problem = e.what();
+  }
   std::error_code ec;
   fs::remove(base, ec);
   fs::remove(base + ".dat", ec);
+  if (!problem.empty()) return problem;
   if (rc != 0) return "gnuplot failed (exit " + std::to_string(rc) + ") drawing " + png_path;
   return "";
 }

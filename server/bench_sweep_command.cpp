@@ -4,22 +4,25 @@
 // is installed, PNG plots (bench/sweep.h).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <regex>
+#include <memory>
 #include <sstream>
 #include <thread>
 
 #include "bench/serve_bench.h"
 #include "bench/sweep.h"
 #include "config/bench_serve_config.h"
+#include "engine/run_program.h"
 #include "server/command.h"
 #include "server/commands.h"
 
@@ -27,11 +30,54 @@ namespace octet {
 
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+/// Follows a growing log file: each poll() reads what was appended since the last one (at most
+/// kMaxPollBytes) and hands back its complete lines; memory stays bounded however large the log
+/// grows (a line longer than kMaxLineBytes is cut there). tail() is its last few KiB.
+class LogFollower {
+ public:
+  static constexpr size_t kMaxPollBytes = 1 << 20, kMaxLineBytes = 64 << 10, kTailBytes = 4 << 10;
+  explicit LogFollower(std::string path) : path_(std::move(path)) {}
+  std::vector<std::string> poll() {
+    std::vector<std::string> lines;
+    std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path_.c_str(), "rb"), &std::fclose);
+    struct stat st {};
+    if (!f || ::fstat(fileno(f.get()), &st) != 0 || st.st_size <= offset_ ||
+        fseeko(f.get(), offset_, SEEK_SET) != 0)
+      return lines;
+    std::string chunk(std::min<size_t>(kMaxPollBytes, static_cast<size_t>(st.st_size - offset_)), '\0');
+    chunk.resize(std::fread(chunk.data(), 1, chunk.size(), f.get()));
+    offset_ += static_cast<off_t>(chunk.size());
+    tail_ += chunk;
+    if (tail_.size() > kTailBytes) tail_.erase(0, tail_.size() - kTailBytes);
+    for (char c : chunk) {
+      if (c == '\n') {
+        lines.push_back(std::move(line_));
+        line_.clear();
+      } else if (line_.size() < kMaxLineBytes) {
+        line_ += c;
+      }
+    }
+    return lines;
+  }
+  const std::string& tail() const { return tail_; }
+
+ private:
+  std::string path_, line_, tail_;
+  off_t offset_ = 0;
+};
+
+/// The port of `octet serve`'s "ready, serving 'M' on http://HOST:PORT" line, "" for any other
+/// line (plain string search: linear, whatever the line holds).
+std::string ready_port(const std::string& line) {
+  const size_t ready = line.find("ready, serving ");
+  if (ready == std::string::npos) return "";
+  const size_t on = line.rfind(" on http://");
+  if (on == std::string::npos || on < ready) return "";
+  const size_t colon = line.rfind(':');
+  if (colon == std::string::npos || colon < on + 11) return "";
+  size_t end = colon + 1;
+  while (end < line.size() && end - colon <= 5 && line[end] >= '0' && line[end] <= '9') ++end;
+  return end > colon + 1 ? line.substr(colon + 1, end - colon - 1) : "";
 }
 
 /// `octet serve` in a child process on a free port, its log in a file; stopped with SIGTERM.
@@ -53,19 +99,23 @@ class ServerProcess {
       execv("/proc/self/exe", argv.data());
       _exit(127);
     }
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-    const std::regex ready("ready, serving .* on http://([^:]+):([0-9]+)");
+    // timeout_s is validated finite, at most a year (BenchSweepConfig::validate).
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(timeout_s));
+    LogFollower follower(log_);
     while (std::chrono::steady_clock::now() < deadline) {
-      std::smatch m;
-      const std::string text = slurp(log_);
-      if (std::regex_search(text, m, ready)) {
-        url_ = "http://127.0.0.1:" + std::string(m[2]);
-        return;
-      }
+      for (const std::string& line : follower.poll())
+        if (const std::string port = ready_port(line); !port.empty()) {
+          url_ = "http://127.0.0.1:" + port;
+          return;
+        }
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         pid_ = -1;
-        throw std::runtime_error("`octet serve` exited at start-up (log " + log_ + "):\n" + text);
+        follower.poll();
+        throw std::runtime_error("`octet serve` exited at start-up (log " + log_ + ", its end):\n" +
+                                 follower.tail());
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -98,7 +148,6 @@ std::vector<std::string> words(const std::string& s) {
   return out;
 }
 
-bool have_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
 
 }  // namespace
 
@@ -187,13 +236,15 @@ int run_bench_sweep(int argc, const char* const* argv) {
     const std::string script = cfg.output_dir + "/plots.gnuplot";
     std::ofstream(script) << gnuplot_script(csv_path, cfg.output_dir, labels, fits);
     std::cout << "wrote " << csv_path << "\n";
-    if (!have_gnuplot()) {
+    // No shell: gnuplot is found in $PATH and gets the script's path as one argument.
+    if (find_program("gnuplot").empty()) {
       std::cout << "gnuplot not found: no plots drawn (apt-get install gnuplot-nox, then "
                    "`gnuplot " << script << "`)\n";
       return;
     }
-    if (std::system(("gnuplot " + script + " 2>" + cfg.output_dir + "/gnuplot.log").c_str()) != 0)
-      throw std::runtime_error("gnuplot failed: see " + cfg.output_dir + "/gnuplot.log");
+    const std::string gnuplot_log = cfg.output_dir + "/gnuplot.log";
+    if (run_program({"gnuplot", path_argument(script)}, gnuplot_log) != 0)
+      throw std::runtime_error("gnuplot failed: see " + gnuplot_log);
     std::cout << "wrote " << cfg.output_dir << "/throughput_vs_concurrency.png, "
               << "itl_vs_concurrency.png, itl_vs_context.png\n";
   });

@@ -1,5 +1,6 @@
 // `octet kv-report`: per layer and KV head, what each FP8 KV format and scale source costs this
 // model on real text (engine/kv_report.h): table, --json, --heatmap PNG.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -7,6 +8,7 @@
 #include <stdexcept>
 
 #include "config/calibrate_config.h"
+#include "config/file_read.h"
 #include "engine/kv_report.h"
 #include "server/command.h"
 #include "server/commands.h"
@@ -23,17 +25,30 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// The start of the --text file: enough bytes for max_tokens tokens (64 bytes a token, at least
+// 1 MiB), never more than kMaxPromptsFileBytes whatever --max-tokens says. Only regular files
+// (a FIFO or /dev/zero is refused, not read). Throws std::invalid_argument naming the flag.
+std::string read_text_prefix(const std::string& path, int64_t max_tokens) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw std::invalid_argument("--text '" + path + "': not a readable regular file");
+  const size_t want = max_tokens > static_cast<int64_t>(kMaxPromptsFileBytes / 64)
+                          ? kMaxPromptsFileBytes
+                          : std::max<size_t>(size_t{1} << 20, static_cast<size_t>(max_tokens) * 64);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::invalid_argument("--text '" + path + "': cannot be opened");
+  std::string text(want, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw std::invalid_argument("--text '" + path + "': read error");
+  text.resize(static_cast<size_t>(in.gcount()));
+  return text;
+}
+
 }  // namespace
 
 int run_kv_report(int argc, const char* const* argv) {
   return cli::run_command<KVReportConfig>("octet kv-report", argc, argv, [](KVReportConfig& cfg) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(cfg.text, ec))
-      throw std::invalid_argument(cfg.text + ": not a readable regular file");
-    std::ifstream in(cfg.text, std::ios::binary);
-    std::string text(static_cast<size_t>(std::max<int64_t>(1 << 20, cfg.max_tokens * 64)), '\0');
-    in.read(text.data(), static_cast<std::streamsize>(text.size()));
-    text.resize(static_cast<size_t>(in.gcount()));
+    const std::string text = read_text_prefix(cfg.text, cfg.max_tokens);
     KVReportOptions o;
     o.model = cfg.model;
     o.quantization = cfg.quantization;

@@ -1,9 +1,13 @@
 // `octet bench serve` and `octet plan` as a user runs them: bad options give one clear line and
 // a non-zero exit; a run against a scripted server prints vLLM's table and writes its JSON;
 // `octet plan` reproduces figures worked out by hand below.
+#include <sys/socket.h>
+
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -62,6 +66,31 @@ TEST_CASE("bench serve: bad options are one clear line and exit 2") {
   CHECK_THAT(r.output, Catch::Contains("is not http://HOST[:PORT][/PATH]"));
 }
 
+TEST_CASE("bench serve: out-of-range numbers are usage errors (exit 2), not undefined behaviour") {
+  // 1e-300 requests/s made a timer duration far beyond the clock's range (undefined behaviour);
+  // NaN or infinite values and counts that would allocate without bound are refused likewise.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--request-rate 1e-300", "--request-rate must be at least 1e-06"},
+      {"--request-rate nan", "--request-rate must be a positive number"},
+      {"--request-rate 1e999", "--request-rate: '1e999' is not a number"},
+      {"--burstiness inf", "--burstiness must be a positive finite number"},
+      {"--burstiness nan", "--burstiness must be a positive finite number"},
+      {"--request-timeout 1e300", "--request-timeout must be in (0, 31536000] seconds"},
+      {"--request-timeout inf", "--request-timeout must be in (0, 31536000] seconds"},
+      {"--ready-check-timeout-sec 1e300", "--ready-check-timeout-sec must be in [0, 31536000]"},
+      {"--num-prompts 100000000000", "--num-prompts must be in [1, 10000000]"},
+      {"--num-warmups 100000000000", "--num-warmups must be in [0, 10000000]"},
+      {"--random-input-len 1000000000000", "--random-input-len must be at most 16777216 tokens"},
+      {"--dataset-name jsonl --dataset-path /tmp", "--dataset-path '/tmp' is a directory"},
+  };
+  for (const auto& [args, message] : cases) {
+    const octet::testing::RunResult r = run_octet("bench serve " + args);
+    INFO(args << ": " << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains(message));
+  }
+}
+
 TEST_CASE("bench serve: an unreachable server and URLs that are not servers") {
   int port = 0;
   {
@@ -116,6 +145,55 @@ TEST_CASE("bench serve against a scripted server: table, failures and result JSO
   CHECK(j["median_tpot_ms"].get<double>() >= 95);
   CHECK(j["median_e2el_ms"].get<double>() >= 295);
   CHECK(j["model_id"] == "fake");
+  std::remove(jsonl.c_str());
+  std::remove(result.c_str());
+}
+
+TEST_CASE("bench serve against a hostile server: each bad reply fails alone, the run completes") {
+  // An endless SSE stream, a lying Content-Length, an endless error body and usage of 2^62
+  // tokens: four failed requests with their reasons, one success, exit 0, sane totals.
+  const std::string stories = octet::testing::stories();
+  FakeServer server([](const FakeRequest& req, int fd) {
+    if (req.method == "GET")
+      return FakeServer::reply(fd, 200, "{\"object\":\"list\",\"data\":[{\"id\":\"fake\"}]}");
+    const std::string prompt = nlohmann::json::parse(req.body)["prompt"];
+    auto flood = [fd](const std::string& piece) {
+      while (::send(fd, piece.data(), piece.size(), MSG_NOSIGNAL) > 0) {
+      }
+    };
+    if (prompt == "lying length")
+      return FakeServer::send_all(fd, "HTTP/1.1 200 OK\r\nContent-Length: 999999999999999\r\n\r\n");
+    if (prompt == "endless error") {
+      FakeServer::send_all(fd, "HTTP/1.1 500 Oops\r\nConnection: close\r\n\r\n");
+      return flood(std::string(1 << 16, 'x'));
+    }
+    FakeServer::start_sse(fd);
+    if (prompt == "endless stream") return flood(": ping\n\n");
+    FakeServer::event(fd, "{\"choices\":[{\"text\":\"hi\"}]}");
+    const std::string tokens = prompt == "usage 2^62" ? "4611686018427387904" : "1";
+    FakeServer::event(fd, "{\"choices\":[],\"usage\":{\"prompt_tokens\":" + tokens +
+                              ",\"completion_tokens\":" + tokens + "}}");
+    FakeServer::event(fd, "[DONE]");
+  });
+  const std::string jsonl = "/tmp/octet_bench_hostile_" + std::to_string(getpid()) + ".jsonl";
+  const std::string result = jsonl + ".result.json";
+  std::ofstream(jsonl) << "\"a cat\"\n\"endless stream\"\n\"lying length\"\n\"endless error\"\n"
+                          "\"usage 2^62\"\n";
+  const octet::testing::RunResult r = run_octet(
+      "bench serve --base-url " + server.url() + " --tokenizer " + stories +
+      " --dataset-name jsonl --dataset-path " + jsonl + " --num-prompts 5 --request-timeout 2"
+      " --result-json " + result);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("Successful requests:                     1         \n"));
+  CHECK_THAT(r.output, Catch::Contains("Failed requests:                         4         \n"));
+  CHECK_THAT(r.output, Catch::Contains("timed out after 2"));
+  CHECK_THAT(r.output, Catch::Contains("over the 16777216-byte limit"));
+  CHECK_THAT(r.output, Catch::Contains("(error body cut at 65536 bytes)"));
+  CHECK_THAT(r.output, Catch::Contains("not a token count"));
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(result));
+  CHECK(j["total_input_tokens"] == 1);
+  CHECK(j["total_output_tokens"] == 1);
   std::remove(jsonl.c_str());
   std::remove(result.c_str());
 }

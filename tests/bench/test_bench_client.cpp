@@ -79,6 +79,16 @@ TEST_CASE("base URLs") {
   CHECK_THROWS_AS(parse_base_url("127.0.0.1:8000"), std::invalid_argument);
   CHECK_THROWS_AS(parse_base_url("http://x:0"), std::invalid_argument);
   CHECK_THROWS_AS(parse_base_url("http://x:70000"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_base_url("http://x:"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_base_url("http://x/a b"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_base_url("http://x/a\r\nX-Injected: 1"), std::invalid_argument);
+  b = parse_base_url("http://[::1]:8001/v1");
+  CHECK(b.host == "::1");
+  CHECK(b.port == "8001");
+  CHECK(b.prefix == "/v1");
+  // A megabyte-long path is scanned, not recursed over (std::regex overflowed the stack).
+  b = parse_base_url("http://x/" + std::string(1 << 20, 'a'));
+  CHECK(b.prefix.size() == (size_t{1} << 20) + 1);
 }
 
 TEST_CASE("request bodies ask for a stream with usage") {

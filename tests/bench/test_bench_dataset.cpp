@@ -1,5 +1,7 @@
 // Workloads (bench/dataset.h): random prompts re-tokenized to exact lengths with the real
 // stories260K tokenizer, ShareGPT and JSONL files, arrival times.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -10,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "bench/dataset.h"
+#include "config/file_read.h"
 #include "models/tokenizer.h"
 #include "test_model_paths.h"
 
@@ -94,10 +97,39 @@ TEST_CASE("ShareGPT and JSONL files") {
   CHECK(j[2].prompt == "a cat");  // cycled
   const std::string bad = temp_file("bad.jsonl", "{\"text\": 1}\n");
   CHECK_THROWS_WITH(jsonl_dataset(bad, *tok, 1, 7), Catch::Contains("line 1"));
-  CHECK_THROWS_WITH(jsonl_dataset("/nonexistent/x.jsonl", *tok, 1, 7), Catch::Contains("cannot be read"));
+  CHECK_THROWS_WITH(jsonl_dataset("/nonexistent/x.jsonl", *tok, 1, 7),
+                    Catch::Contains("--dataset-path '/nonexistent/x.jsonl': cannot open"));
   std::remove(sg.c_str());
   std::remove(jl.c_str());
   std::remove(bad.c_str());
+}
+
+TEST_CASE("dataset files: bounded reads, nesting and counts are checked, one line naming the flag") {
+  auto tok = load_bench_tokenizer(octet::testing::stories());
+  // A (sparse) file one byte over kMaxDatasetFileBytes: refused from its size, not read (the
+  // old reader slurped all of it, over a GiB, before parsing).
+  const std::string huge = temp_file("huge.json", "");
+  REQUIRE(::truncate(huge.c_str(), static_cast<off_t>(octet::kMaxDatasetFileBytes) + 1) == 0);
+  CHECK_THROWS_WITH(sharegpt_dataset(huge, *tok, 1, 0, 0),
+                    Catch::StartsWith("--dataset-path '" + huge + "': larger than the 1073741824-byte limit"));
+  CHECK_THROWS_WITH(jsonl_dataset(huge, *tok, 1, 7), Catch::Contains("1073741824-byte limit"));
+  // JSON nested 1,000,000 deep is refused at depth 64, not built (about 100 MB as a tree).
+  const std::string deep = temp_file("deep.json", std::string(1000000, '['));
+  CHECK_THROWS_WITH(sharegpt_dataset(deep, *tok, 1, 0, 0), Catch::Contains("nests deeper than 64"));
+  CHECK_THROWS_AS(jsonl_dataset(deep, *tok, 1, 7), std::invalid_argument);
+  // output_tokens must be a positive count within the length bound.
+  for (const char* v : {"-5", "0", "4611686018427387904", "18446744073709551615", "\"x\"", "1.5"}) {
+    const std::string f = temp_file("o.jsonl", std::string("{\"prompt\": \"a\", \"output_tokens\": ") + v + "}\n");
+    INFO(v);
+    CHECK_THROWS_WITH(jsonl_dataset(f, *tok, 1, 7),
+                      Catch::Contains("line 1: output_tokens must be an integer in [1, 16777216]"));
+  }
+  // Cycling a big prompt: the workload's text stays within the dataset cap.
+  std::string words;
+  while (words.size() < (64 << 10)) words += "a cat ";
+  const std::string big = temp_file("big.jsonl", "\"" + words + "\"\n");
+  CHECK_THROWS_WITH(jsonl_dataset(big, *tok, 20000, 7), Catch::Contains("lower --num-prompts"));
+  for (const std::string& f : {huge, deep, big, temp_file("o.jsonl", "")}) std::remove(f.c_str());
 }
 
 TEST_CASE("arrival times: all at once for inf, else rescaled to end at n / rate") {
@@ -112,4 +144,18 @@ TEST_CASE("arrival times: all at once for inf, else rescaled to end at n / rate"
   CHECK(even[1] == Approx(1.0).margin(0.01));
   CHECK_THROWS_AS(arrival_times(4, -1.0, 1.0, 0), std::invalid_argument);
   CHECK_THROWS_AS(arrival_times(4, 1.0, 0.0, 0), std::invalid_argument);
+  CHECK_THROWS_AS(arrival_times(4, 1.0, INFINITY, 0), std::invalid_argument);
+  // Degenerate gamma gaps (shape 1e-300 rounds every draw to 0, or overflows their sum): every
+  // arrival is a finite time in [0, n / rate], never NaN (which became an undefined duration).
+  for (double b : {1e-300, 1e-30}) {
+    for (double rate : {1e-6, 1.0, 1e300}) {
+      const auto d = arrival_times(16, rate, b, 3);
+      for (double x : d) {
+        INFO("burstiness " << b << " rate " << rate << " arrival " << x);
+        CHECK(std::isfinite(x));
+        CHECK(x >= 0);
+        CHECK(x <= 16 / rate);
+      }
+    }
+  }
 }

@@ -13,9 +13,12 @@
 
 #include "bench/sweep.h"
 #include "cli_run.h"
+#include "fake_openai_server.h"
 #include "test_model_paths.h"
 
 using namespace octet::bench;
+using octet::testing::FakeRequest;
+using octet::testing::FakeServer;
 
 TEST_CASE("least squares: exact line and a hand-worked noisy one") {
   // y = 0.5 x + 2 exactly.
@@ -97,9 +100,71 @@ TEST_CASE("a real sweep starts octet serve per kv dtype and writes every point")
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("the gnuplot script quotes every path and label; a line break is refused") {
+  const std::string g = gnuplot_script("/d/it's/results.csv", "/d/it's", {"kv=a'b `id`"},
+                                       {{"kv=a'b `id`", {0.5, 1.0, true}}});
+  // Single-quoted gnuplot strings with quotes doubled: no substitution happens inside them.
+  CHECK_THAT(g, Catch::Contains("set output '/d/it''s/throughput_vs_concurrency.png'\n"));
+  CHECK_THAT(g, Catch::Contains("plot '/d/it''s/results.csv' using 3:(strcol(1) eq 'kv=a''b `id`' ?"));
+  CHECK_THAT(g, Catch::Contains("set label 1 'kv=a''b `id`: 500.0000 ms per 1K tokens + 1.000 ms'"));
+  CHECK(g.find('"') == std::string::npos);  // no double-quoted string (backquotes expand there)
+  CHECK_THROWS_AS(gnuplot_script("/d/x\nsystem('id')", "/d", {"default"}, {}), std::invalid_argument);
+  CHECK_THROWS_AS(serve_variants("bf16\nx", ""), std::invalid_argument);
+  CHECK_THROWS_WITH(serve_variants("", "a=1,2;b=1,2;c=1,2;d=1,2;e=1,2;f=1,2;g=1,2;h=1,2;i=1,2;"
+                                       "j=1,2;k=1,2"),
+                    Catch::Contains("more than 1024 server configurations"));
+}
+
+TEST_CASE("sweep --output-dir with quotes, ; and $(...) runs no command; gnuplot gets argv") {
+  // The old sweep ran `gnuplot DIR/plots.gnuplot 2>DIR/gnuplot.log` through /bin/sh. A fake
+  // gnuplot first in $PATH records its arguments: one, the script's path, byte for byte.
+  const std::string stories = octet::testing::stories();
+  FakeServer server([](const FakeRequest& req, int fd) {
+    if (req.method == "GET")
+      return FakeServer::reply(fd, 200, "{\"object\":\"list\",\"data\":[{\"id\":\"fake\"}]}");
+    FakeServer::start_sse(fd);
+    FakeServer::event(fd, "{\"choices\":[{\"text\":\"hi\"}]}");
+    FakeServer::event(fd, "[DONE]");
+  });
+  const std::string base = "/tmp/octet_sweep_inject_" + std::to_string(getpid());
+  const std::string pwned = base + "_pwned";
+  const std::string dir = base + "/out'; touch " + pwned + "; '$(touch " + pwned + "_2)`touch " +
+                          pwned + "_3`";
+  const std::string bin = base + "/bin";
+  std::filesystem::create_directories(bin);
+  std::ofstream(bin + "/gnuplot") << "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done > '"
+                                  << bin << "/argv.txt'\nexit 0\n";
+  std::filesystem::permissions(bin + "/gnuplot", std::filesystem::perms::owner_all);
+  // The test's own command line: the directory single-quoted for /bin/sh ('\'' for a quote).
+  std::string sh_dir = "'";
+  for (char c : dir) sh_dir += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  sh_dir += "'";
+  const octet::testing::RunResult r = octet::testing::run_command(
+      "PATH=" + bin + ":$PATH " + std::string(OCTET_BINARY) + " bench sweep --base-url " +
+      server.url() + " --tokenizer " + stories + " --max-concurrency 1 --random-input-len 8"
+      " --random-output-len 4 --num-prompts 1 --output-dir " + sh_dir + " 2>&1");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(!std::filesystem::exists(pwned));
+  CHECK(!std::filesystem::exists(pwned + "_2"));
+  CHECK(!std::filesystem::exists(pwned + "_3"));
+  std::ifstream argv(bin + "/argv.txt");
+  std::string line;
+  std::vector<std::string> args;
+  while (std::getline(argv, line)) args.push_back(line);
+  CHECK(args == std::vector<std::string>{dir + "/plots.gnuplot"});
+  CHECK(std::filesystem::exists(dir + "/results.csv"));
+  std::filesystem::remove_all(base);
+  for (const std::string& p : {pwned, pwned + "_2", pwned + "_3"}) std::remove(p.c_str());
+}
+
 TEST_CASE("sweep: bad option combinations exit 2") {
   const std::string bin = OCTET_BINARY;
   CHECK(WEXITSTATUS(std::system((bin + " bench sweep --max-concurrency 1 >/dev/null 2>&1").c_str())) == 2);
   CHECK(WEXITSTATUS(std::system((bin + " bench sweep --base-url http://127.0.0.1:9 --kv-cache-dtype "
                                        "bf16 >/dev/null 2>&1").c_str())) == 2);
+  CHECK(WEXITSTATUS(std::system((bin + " bench sweep --model x --server-start-timeout 1e300 "
+                                       ">/dev/null 2>&1").c_str())) == 2);
+  CHECK(WEXITSTATUS(std::system((bin + " bench sweep --base-url http://127.0.0.1:9 --output-dir "
+                                       "\"$(printf 'a\\nb')\" >/dev/null 2>&1").c_str())) == 2);
 }
