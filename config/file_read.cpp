@@ -1,37 +1,54 @@
 #include "config/file_read.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <memory>
 
 namespace octet {
 
+namespace {
+
+/// Closes the descriptor on every path out of read_file_bounded.
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+}  // namespace
+
 std::string read_file_bounded(const std::string& path, std::size_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO that has no writer returns at once instead of waiting for one.
+  const Fd f{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
+  if (f.fd < 0) throw FileReadError(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0)
-    throw FileReadError(path, std::string("cannot open: ") + std::strerror(errno));
+  if (::fstat(f.fd, &st) != 0) throw FileReadError(path, std::string("cannot stat: ") + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) throw FileReadError(path, "is a directory, expected a file");
-  const std::string limit = "larger than the " + std::to_string(max_bytes) + "-byte limit";
-  if (S_ISREG(st.st_mode) && static_cast<std::size_t>(st.st_size) > max_bytes)
-    throw FileReadError(path, limit);
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) throw FileReadError(path, std::string("cannot open: ") + std::strerror(errno));
+  const bool regular = S_ISREG(st.st_mode);
+  // A pipe or device has no size to check up front: it is read up to a smaller bound, so that
+  // /dev/zero costs at most that much memory before the error.
+  const std::size_t limit = regular ? max_bytes : std::min(max_bytes, kMaxStreamInputBytes);
+  const std::string too_large = "larger than the " + std::to_string(limit) + "-byte limit" +
+                                (regular ? "" : " for a pipe or device");
+  if (regular && static_cast<std::size_t>(st.st_size) > limit) throw FileReadError(path, too_large);
+  (void)::fcntl(f.fd, F_SETFL, ::fcntl(f.fd, F_GETFL) & ~O_NONBLOCK);  // reads block again
   std::string out;
-  if (S_ISREG(st.st_mode)) out.reserve(static_cast<std::size_t>(st.st_size));
+  if (regular) out.reserve(static_cast<std::size_t>(st.st_size));
   char buf[1 << 16];
   while (true) {
-    const std::size_t n = std::fread(buf, 1, sizeof buf, f.get());
-    if (n > 0) {
-      if (n > max_bytes - out.size()) throw FileReadError(path, limit);
-      out.append(buf, n);
+    const ssize_t n = ::read(f.fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw FileReadError(path, std::string("read error: ") + std::strerror(errno));
     }
-    if (n < sizeof buf) {
-      if (std::ferror(f.get())) throw FileReadError(path, "read error");
-      break;
-    }
+    if (n == 0) break;
+    if (static_cast<std::size_t>(n) > limit - out.size()) throw FileReadError(path, too_large);
+    out.append(buf, static_cast<std::size_t>(n));
   }
   return out;
 }

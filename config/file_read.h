@@ -28,10 +28,13 @@ inline constexpr std::size_t kMaxChatTemplateBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kMaxScalesFileBytes = std::size_t{16} << 20;
 inline constexpr std::size_t kMaxPromptsFileBytes = std::size_t{64} << 20;
 inline constexpr std::size_t kMaxDatasetFileBytes = std::size_t{1} << 30;   // ShareGPT: ~0.7 GB
+/// Pipes and devices (no size known up front) are read up to at most this many bytes.
+inline constexpr std::size_t kMaxStreamInputBytes = std::size_t{64} << 20;
 
-/// Reads the whole file at `path` (regular file, pipe or device), at most `max_bytes` bytes.
+/// Reads the whole file at `path`, at most `max_bytes` bytes (a pipe or device: at most
+/// min(max_bytes, kMaxStreamInputBytes); a FIFO without a writer reads as empty, never waits).
 /// Throws FileReadError when it cannot be opened, is a directory, fails to read, or holds more
-/// than `max_bytes` (the message names the limit). Reads at most max_bytes + 1 bytes.
+/// than the limit (the message names it).
 std::string read_file_bounded(const std::string& path, std::size_t max_bytes);
 
 }  // namespace octet

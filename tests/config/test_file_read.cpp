@@ -2,6 +2,7 @@
 // endless devices stopped at the bound instead of read for ever.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -49,4 +50,18 @@ TEST_CASE("read_file_bounded names missing files and directories", "[file_read]"
   CHECK_THROWS_WITH(read_file_bounded("/nonexistent/x.json", 10),
                     Catch::Contains("/nonexistent/x.json: cannot open"));
   CHECK_THROWS_WITH(read_file_bounded("/tmp", 10), Catch::Contains("is a directory"));
+}
+
+TEST_CASE("read_file_bounded reads pipes and devices up to the stream bound", "[file_read]") {
+  // /dev/zero under a 1 GiB cap stops at kMaxStreamInputBytes, not at 1 GiB.
+  CHECK_THROWS_WITH(read_file_bounded("/dev/zero", std::size_t{1} << 30),
+                    Catch::Contains(std::to_string(kMaxStreamInputBytes) + "-byte limit"));
+  // A FIFO with no writer: empty at once, no wait for a writer.
+  char dir[] = "/tmp/octet-fifo-XXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string fifo = std::string(dir) + "/f";
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(read_file_bounded(fifo, 100).empty());
+  std::remove(fifo.c_str());
+  rmdir(dir);
 }
