@@ -17,22 +17,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
-// `s` as a gnuplot single-quoted string: quotes doubled, the one escape there; no backslash
-// escapes and no backquote substitution happen inside single quotes. Line breaks would end the
-// command, so they are refused (the same rule as engine/run_program.h's gnuplot_quote; bench/
-// does not link engine/).
-std::string quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\n' || c == '\r' || c == '\0')
-      throw std::invalid_argument("a line break or NUL in '" + s +
-                                  "' cannot be written into a gnuplot script");
-    q += c;
-    if (c == '\'') q += '\'';
-  }
-  return q + "'";
-}
-
 bool has_line_break(const std::string& s) {
   return s.find_first_of(std::string("\n\r\0", 3)) != std::string::npos;
 }
@@ -192,23 +176,23 @@ std::string gnuplot_script(const std::string& csv, const std::string& dir,
     std::string s = "plot ";
     for (size_t i = 0; i < labels.size(); ++i) {
       if (i) s += ", ";
-      s += quoted(csv) + " using 3:(strcol(1) eq " + quoted(labels[i]) + " ? $" +
+      s += gnuplot_quote(csv) + " using 3:(strcol(1) eq " + gnuplot_quote(labels[i]) + " ? $" +
            std::to_string(ycol) + " : 1/0) " + extra + " with linespoints title " +
-           quoted(labels[i]);
+           gnuplot_quote(labels[i]);
     }
     return s + "\n";
   };
-  g << "set output " << quoted(dir + "/throughput_vs_concurrency.png") << "\n"
+  g << "set output " << gnuplot_quote(dir + "/throughput_vs_concurrency.png") << "\n"
     << "set title 'Output token throughput against concurrency'\n"
     << "set xlabel 'max concurrency'\nset ylabel 'output tokens/s'\nset logscale x 2\n"
     << per_variant(10, "");
-  g << "set output " << quoted(dir + "/itl_vs_concurrency.png") << "\n"
+  g << "set output " << gnuplot_quote(dir + "/itl_vs_concurrency.png") << "\n"
     << "set title 'Median inter-token latency against concurrency'\nset ylabel 'median ITL (ms)'\n"
     << per_variant(18, "");
   bool any_fit = false;
   for (const auto& f : fits) any_fit = any_fit || f.second.valid;
   if (!any_fit) return g.str();  // fewer than two input lengths: no context plot
-  g << "unset logscale x\nset output " << quoted(dir + "/itl_vs_context.png") << "\n"
+  g << "unset logscale x\nset output " << gnuplot_quote(dir + "/itl_vs_context.png") << "\n"
     << "set title 'Decode ITL against context length (lowest concurrency)'\n"
     << "set xlabel 'context tokens (prompt + output/2)'\nset ylabel 'median ITL (ms)'\n";
   int n = 0;
@@ -218,18 +202,18 @@ std::string gnuplot_script(const std::string& csv, const std::string& dir,
     std::snprintf(buf, sizeof buf, "%s: %.4f ms per 1K tokens + %.3f ms", label.c_str(),
                   f.slope * 1000, f.intercept);
     ++n;
-    g << "set label " << n << " " << quoted(buf) << " at graph 0.02, graph " << 0.95 - 0.05 * n
+    g << "set label " << n << " " << gnuplot_quote(buf) << " at graph 0.02, graph " << 0.95 - 0.05 * n
       << "\n";
   }
   std::string s = "plot ";
   for (size_t i = 0; i < fits.size(); ++i) {
     const auto& [label, f] = fits[i];
     if (i) s += ", ";
-    s += quoted(csv + ".context") + " using 2:(strcol(1) eq " + quoted(label) +
-         " ? $3 : 1/0) with points pointsize 1.5 title " + quoted(label);
+    s += gnuplot_quote(csv + ".context") + " using 2:(strcol(1) eq " + gnuplot_quote(label) +
+         " ? $3 : 1/0) with points pointsize 1.5 title " + gnuplot_quote(label);
     if (f.valid)
       s += ", " + num(f.slope) + "*x+" + num(f.intercept) + " with lines title " +
-           quoted(label + " fit");
+           gnuplot_quote(label + " fit");
   }
   g << s << "\n";
   return g.str();

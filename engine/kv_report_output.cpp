@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "engine/kv_report.h"
-#include "engine/run_program.h"
+#include "config/run_program.h"
 
 namespace octet {
 

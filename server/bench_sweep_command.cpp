@@ -22,7 +22,7 @@
 #include "bench/serve_bench.h"
 #include "bench/sweep.h"
 #include "config/bench_serve_config.h"
-#include "engine/run_program.h"
+#include "config/run_program.h"
 #include "server/command.h"
 #include "server/commands.h"
 

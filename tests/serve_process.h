@@ -110,6 +110,27 @@ class ServeProcess {
   int port_ = 0;
 };
 
+/// A base port P with P, P + 1 and P + 2 free on loopback (multi-node's node 0 listens on all
+/// three); tests that may run at once pass different (a, b) to start their search elsewhere.
+inline int free_port_triple(int a, int b) {
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int base = 20000 + static_cast<int>((getpid() * a + attempt * b) % 40000);
+    bool ok = true;
+    for (int p = base; p < base + 3 && ok; ++p) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(p));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+      close(fd);
+    }
+    if (ok) return base;
+  }
+  FAIL("no three free consecutive ports");
+  return 0;
+}
+
 /// A connected loopback socket with a receive timeout.
 int connect_to(int port, double timeout_s = 10) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

@@ -1,4 +1,4 @@
-// kv-report's heatmap runs gnuplot without a shell (engine/run_program.h): a --heatmap path
+// kv-report's heatmap runs gnuplot without a shell (config/run_program.h): a --heatmap path
 // holding quotes, `;` and `$(...)` reaches gnuplot as one verbatim argument and as a quoted
 // gnuplot string, and runs nothing. A fake `gnuplot` first in $PATH records its argv, so the
 // test needs no gnuplot and checks exactly what it would get.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/kv_report.h"
-#include "engine/run_program.h"
+#include "config/run_program.h"
 #include "gguf_writer.h"
 
 namespace octet {

@@ -12,26 +12,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-/// A base port P with P, P + 1 and P + 2 free (node 0 listens on all three).
-int free_port_triple() {
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    const int base = 20000 + static_cast<int>((getpid() * 53 + attempt * 97) % 40000);
-    bool ok = true;
-    for (int p = base; p < base + 3 && ok; ++p) {
-      const int fd = socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(static_cast<uint16_t>(p));
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-      close(fd);
-    }
-    if (ok) return base;
-  }
-  FAIL("no three free consecutive ports");
-  return 0;
-}
-
 /// The exit code of `pid` once it ends within timeout_s; -1 (and the process killed) if not.
 int exit_code(pid_t pid, double timeout_s) {
   const auto deadline =
@@ -51,7 +31,7 @@ int exit_code(pid_t pid, double timeout_s) {
 
 TEST_CASE("multi-node: 30 idle connections on each of node 0's ports do not stop the start-up",
           "[multinode]") {
-  const int port = free_port_triple();
+  const int port = free_port_triple(53, 97);
   auto args = [&](int rank) {
     return std::vector<std::string>{
         octet_binary(), "generate",  "--model",         kStories,        "--prompt",

@@ -15,26 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-/// A base port P with P, P + 1 and P + 2 free (node 0 listens on all three).
-int free_port_triple() {
-  for (int attempt = 0; attempt < 200; ++attempt) {
-    const int base = 20000 + static_cast<int>((getpid() * 37 + attempt * 101) % 40000);
-    bool ok = true;
-    for (int p = base; p < base + 3 && ok; ++p) {
-      const int fd = socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_port = htons(static_cast<uint16_t>(p));
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-      close(fd);
-    }
-    if (ok) return base;
-  }
-  FAIL("no three free consecutive ports");
-  return 0;
-}
-
 /// One `octet` child process, its stdout and stderr in a log file.
 class Node {
  public:
@@ -127,7 +107,7 @@ std::vector<std::string> concat(std::vector<std::string> a, const std::vector<st
 /// Node 1 then node 0 of a two-node `octet serve` on stories260K (node 0 on a free HTTP port),
 /// over a free port triple, once node 0 serves (or has given up).
 struct ServingNodes {
-  const int port = free_port_triple();
+  const int port = free_port_triple(37, 101);
   Node node1{concat({"serve", "--model", kStories}, node_flags(port, 1))};
   Node node0{concat({"serve", "--model", kStories, "--host", "127.0.0.1", "--port", "0"},
                     node_flags(port, 0))};
@@ -177,7 +157,7 @@ TEST_CASE("multi-node generate equals the single-process tensor-parallel run bit
     REQUIRE(expect.contains("token_ids"));
     REQUIRE(expect["token_ids"].size() == 40);
 
-    const int port = free_port_triple();
+    const int port = free_port_triple(37, 101);
     Node node1(concat(generate_args(temperature, seed), node_flags(port, 1)));
     Node node0(concat(generate_args(temperature, seed), node_flags(port, 0)));
     const int code0 = node0.exit_code(30);
@@ -257,7 +237,7 @@ TEST_CASE("multi-node: a killed node 0 ends node 1 with exit code 1 and the reas
 
 TEST_CASE("multi-node: a flag that differs between the nodes fails both at start-up",
           "[multinode]") {
-  const int port = free_port_triple();
+  const int port = free_port_triple(37, 101);
   Node node1(concat(concat(generate_args(0, 0), node_flags(port, 1)), {"--max-num-seqs", "8"}));
   Node node0(concat(generate_args(0, 0), node_flags(port, 0)));
   INFO("node 0:\n" << node0.log() << "\nnode 1:\n" << node1.log());

@@ -1,4 +1,4 @@
-#include "engine/run_program.h"
+#include "config/run_program.h"
 
 #include <fcntl.h>
 #include <spawn.h>
