@@ -472,16 +472,18 @@ TEST_CASE("options that would overflow are start-up errors naming the flag", "[h
   }
 }
 
-TEST_CASE("serve --chat-template must be a readable, non-empty file", "[http][serve]") {
+TEST_CASE("serve --chat-template must be a readable, non-empty, bounded file", "[http][serve]") {
   const std::string base = "serve --model " + kStories + " --host 127.0.0.1 --port 0 ";
   const std::string dir = "/tmp/octet_http_test_dir_" + std::to_string(getpid());
   mkdir(dir.c_str(), 0755);
   const std::string empty = dir + "/empty.jinja";
   std::ofstream(empty) << "";
-  for (const std::string& path : {dir, empty, dir + "/missing.jinja"}) {
+  // /dev/zero: read up to kMaxChatTemplateBytes (1 MiB), then refused. Bad files exit 1.
+  for (const std::string& path : {dir, empty, dir + "/missing.jinja", std::string("/dev/zero")}) {
     const RunResult r = run_octet(base + "--chat-template " + path);
     INFO(path << ": " << r.output);
-    CHECK(r.exit_code == 2);
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find(path) != std::string::npos);
     CHECK(r.output.find("--chat-template") != std::string::npos);
     CHECK(r.output.find("listening") == std::string::npos);
   }
