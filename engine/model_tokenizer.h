@@ -36,4 +36,16 @@ class ModelTokenizer {
   std::string chat_template_;
 };
 
+/// detokenize() of the ids `tok` has a token for; the others (ids of a padded vocabulary past
+/// the tokenizer's: the model's vocab_size may be larger, e.g. Qwen2.5) stand for "", as in
+/// vLLM. Never throws for an id; the caller checks ids against the model's vocab_size.
+inline std::string detokenize_known(const ModelTokenizer& tok, const std::vector<int32_t>& ids,
+                                    bool skip_special_tokens) {
+  std::vector<int32_t> known;
+  known.reserve(ids.size());
+  for (int32_t id : ids)
+    if (id >= 0 && id < tok.vocab_size()) known.push_back(id);
+  return tok.detokenize(known, skip_special_tokens);
+}
+
 }  // namespace octet

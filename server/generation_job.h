@@ -38,6 +38,12 @@ bool prompt_surely_too_long(size_t text_bytes, int64_t max_token_bytes, int64_t 
 /// cached; thread-safe.
 int64_t max_token_input_bytes(const ModelTokenizer& tok);
 
+/// Throws RequestError (ContextLengthExceeded, param "prompt") when `text` is certain to
+/// tokenize to more than max_model_len tokens (prompt_surely_too_long), before tokenizing it: a
+/// 16 MB prompt cost ~26 s of a preparation thread only to be refused. The one byte bound of
+/// prompts, /tokenize included; the message names the limit.
+void check_prompt_bytes(const ModelTokenizer& tok, const std::string& text, int64_t max_model_len);
+
 class GenerationJob {
  public:
   /// Prepares the prompts and adds the engine requests. Throws ApiError: 400 for a prompt that
