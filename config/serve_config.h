@@ -5,6 +5,7 @@
 // visit() (STYLE.md 4). Every option is also read from an environment variable, OCTET_ and its
 // key in upper case (OCTET_KV_CACHE_DTYPE for --kv-cache-dtype; with_environment()). Flags
 // override the environment, the environment overrides the file, the file the defaults.
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -88,9 +89,15 @@ struct ServeConfig {
     EngineArgs::visit(c.engine, v);
   }
 
+  /// Largest --config file read (bytes): a serve config is a few KiB, and yaml-cpp holds a
+  /// few hundred bytes per node, so a small cap keeps a hostile file's parse small.
+  static constexpr size_t kMaxConfigFileBytes = size_t{256} << 10;
+
   /// Reads a YAML mapping of option keys (snake_case, as visit() names them) into this config.
-  /// Throws std::invalid_argument naming the file and key for an unreadable file, a key that is
-  /// not an option (or is "config"), or a value of the wrong type.
+  /// A bad file, named with its path: std::runtime_error (exit 1) when it cannot be read, is
+  /// larger than kMaxConfigFileBytes, is not YAML, or sets a key twice (with its line); a bad
+  /// option in it, named with its key: std::invalid_argument (exit 2, as the flag) for a key
+  /// that is not an option (or is "config"), a value of the wrong type or not a mapping.
   void apply_config_file(const std::string& path);
 
   /// Throws std::invalid_argument naming the flag for values out of range (port outside
