@@ -25,6 +25,7 @@ struct ServeConfig {
   std::string served_model_name;     // "" = the --model argument as given (vLLM's default)
   std::string api_key;  // "" = none; else required on every path but /health and /metrics
   std::string chat_template;         // Jinja file overriding the model's template ("" = none)
+  bool special_tokens_in_content = true;  // false = message contents are plain text
   int64_t max_body_bytes = 16 << 20;     // larger bodies get 413
   int64_t max_header_bytes = 16 << 10;   // larger request headers get 431
   double idle_timeout = 60.0;        // seconds a keep-alive connection may wait for a request
@@ -57,6 +58,11 @@ struct ServeConfig {
       "(default: none)");
     v(c.chat_template, "chat_template",
       "Jinja chat template file overriding the model's own template");
+    v(c.special_tokens_in_content, "special_tokens_in_content",
+      "parse special-token text (<|im_start|>, <|eot_id|>, ...) inside chat message contents "
+      "as control tokens, as vLLM and Hugging Face do; --no-special-tokens-in-content "
+      "tokenizes contents as plain text, so that a user cannot forge a system turn (the "
+      "template's own special tokens still count)");
     v(c.max_body_bytes, "max_body_bytes", "largest request body accepted (413 beyond)");
     v(c.max_header_bytes, "max_header_bytes", "largest request header accepted (431 beyond)");
     v(c.idle_timeout, "idle_timeout",

@@ -35,6 +35,21 @@ int64_t unix_now() {
 
 }  // namespace
 
+std::vector<int32_t> tokenize_chat(const ServerContext& ctx, const ModelTokenizer& tok,
+                                   const nlohmann::json& messages, const std::string& text,
+                                   bool add_generation_prompt, bool add_special_tokens) {
+  if (ctx.config.special_tokens_in_content) return tok.tokenize(text, add_special_tokens);
+  try {
+    const RenderedChat r = render_chat_with_spans(ctx.chat_template, messages,
+                                                  add_generation_prompt, tok.bos_token(),
+                                                  tok.eos_token());
+    if (r.text != text) throw std::logic_error("the chat template rendered two texts");
+    return tok.tokenize_with_plain_spans(r.text, r.content_spans, add_special_tokens);
+  } catch (const std::invalid_argument& e) {
+    throw bad_request(e.what(), "messages");
+  }
+}
+
 bool prompt_surely_too_long(size_t text_bytes, int64_t max_token_bytes, int64_t max_model_len) {
   if (max_token_bytes <= 0 || max_model_len <= 0) return false;
   const uint64_t bound = static_cast<uint64_t>(max_model_len);
@@ -123,7 +138,8 @@ void GenerationJob::prepare() {
     }
     check_prompt_bytes(tok, text, engine_.max_model_len());
     check_prepare_cancelled("tokenizing the rendered messages");
-    prompt_ids_.push_back(tok.tokenize(text, req_.add_special_tokens));
+    prompt_ids_.push_back(tokenize_chat(ctx_, tok, req_.messages, text, req_.add_generation_prompt,
+                                        req_.add_special_tokens));
     prompt_texts_.push_back(text);
   } else {
     for (const PromptInput& p : req_.prompts) {

@@ -470,6 +470,25 @@ std::vector<PromptInput> parse_prompt(const json* v) {
   return prompts;
 }
 
+/// A role a chat template may write into the prompt as is: 1 to kMaxRoleBytes letters,
+/// digits, '_' or '-' (system, user, assistant, tool, developer, ipython, ...; custom
+/// templates may define their own). Anything else (newlines, control characters,
+/// "<|im_end|>") could close the turn and open a forged one, whatever the content
+/// tokenization, so it gets 400 naming the field.
+constexpr size_t kMaxRoleBytes = 64;
+void check_role_text(const std::string& value, const std::string& field) {
+  const bool ok = !value.empty() && value.size() <= kMaxRoleBytes &&
+                  std::all_of(value.begin(), value.end(), [](char c) {
+                    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '_' || c == '-';
+                  });
+  if (!ok)
+    throw bad_request("'" + field + "' " + describe_json(json(value)) + " must be 1 to " +
+                          std::to_string(kMaxRoleBytes) +
+                          " letters, digits, '_' or '-' (e.g. system, user, assistant, tool)",
+                      field);
+}
+
 json parse_messages(const json* v) {
   if (!v) throw bad_request("'messages' is required", "messages");
   if (!v->is_array() || v->empty())
@@ -481,6 +500,7 @@ json parse_messages(const json* v) {
     if (!m.is_object()) throw bad_request("'" + where + "' must be an object", where);
     if (!m.contains("role") || !m["role"].is_string())
       throw bad_request("'" + where + ".role' must be a string", where + ".role");
+    check_role_text(m["role"].get_ref<const std::string&>(), where + ".role");
     json msg;
     msg["role"] = m["role"];
     const json content = m.contains("content") ? m["content"] : json(nullptr);
@@ -513,6 +533,17 @@ json parse_messages(const json* v) {
     if (m.contains("name") && !m["name"].is_null()) {
       if (!m["name"].is_string())
         throw bad_request("'" + where + ".name' must be a string", where + ".name");
+      // OpenAI's rule for names: ^[^\s<|\\/>]+$ (no whitespace, none of < | \ / >).
+      const std::string& name = m["name"].get_ref<const std::string&>();
+      if (name.empty() || name.size() > 256 ||
+          std::any_of(name.begin(), name.end(), [](char c) {
+            return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '<' || c == '|' ||
+                   c == '\\' || c == '/' || c == '>';
+          }))
+        throw bad_request("'" + where + ".name' " + describe_json(m["name"]) +
+                              " must be 1 to 256 characters without whitespace, control "
+                              "characters or any of < | \\ / >",
+                          where + ".name");
       msg["name"] = m["name"];
     }
     for (const char* key : {"tool_calls", "function_call"}) {

@@ -152,7 +152,8 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
       add_special = body["add_special_tokens"];
     check_prompt_bytes(engine.tokenizer(), prompt, engine.max_model_len());
     check_prepare_cancelled("tokenizing the rendered messages");
-    ids = engine.tokenizer().tokenize(prompt, add_special);
+    ids = tokenize_chat(ctx, engine.tokenizer(), r.messages, prompt, r.add_generation_prompt,
+                        add_special);
   } else {
     if (!body.contains("prompt") || !body["prompt"].is_string())
       throw bad_request("'prompt' must be a string", "prompt");
