@@ -76,8 +76,6 @@ TEST_CASE("a preparation whose client left stops before any engine work", "[serv
     CHECK(message.find("client went away") != std::string::npos);
     CHECK(status_of([&] { handle_tokenize(*ctx, json{{"prompt", "Once"}}.dump()); }) ==
           kClientClosedStatus);
-    CHECK(stories_engine().stats().num_requests_waiting == 0);
-    CHECK(stories_engine().stats().num_requests_running == 0);
   }
   ctx->prepare_cancels.close(ctx.get());
   // Outside a preparation scope nothing is cancelled.
