@@ -143,6 +143,11 @@ def warm_up(s):
     assert post(s.port, "/tokenize", {"prompt": big_text(1000)})[0] == 200
     # Over the prompts' byte bound: refused without tokenizing.
     assert post(s.port, "/tokenize", {"prompt": big_text(1 << 20)})[0] == 400
+    # 1 MB tokenized (as the large preparations below do), on both preparation threads.
+    large = completion(prompt=[big_text(1000)] * 1000, max_tokens=0)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        assert [f.result()[0] for f in [pool.submit(post, s.port, "/v1/completions", large)
+                                        for _ in range(2)]] == [200, 200]
     assert post(s.port, "/detokenize", {"tokens": [1, 2, 3]})[0] == 200
     assert post(s.port, "/v1/completions", {"prompt": 1})[0] == 400
     assert request(s.port, "GET", "/metrics")[0] == 200
