@@ -58,7 +58,9 @@ class GenerationJob {
   /// does not fit the context (the message gives the limit and the requested count), an empty
   /// prompt, a token id outside the vocabulary or a template that rejects the messages; 404 for
   /// an unknown model; 503 when the server is loading or shutting down or the waiting queue is
-  /// full; 500 for internal faults.
+  /// full; 499 when the preparation was cancelled (its client left: prepare_cancel.h, checked
+  /// before rendering, before each tokenization and before the engine requests); 500 for
+  /// internal faults.
   GenerationJob(ServerContext& ctx, GenerateRequest request);
   /// Aborts every engine request that has not finished.
   ~GenerationJob();
