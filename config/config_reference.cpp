@@ -133,6 +133,11 @@ constexpr const char* kHeader =
     "depend on the machine are declared symbolically (`--device auto`, `--threads 0`) and\n"
     "resolved at start-up, where the log names the value chosen.\n"
     "\n"
+    "The `--config` file is YAML, at most 256 KiB, each key once. A file that cannot be read,\n"
+    "is not YAML or repeats a key stops `octet serve` with one line naming the file (and the\n"
+    "line), exit 1; an unknown key or a bad value in it is a usage error, as the same flag\n"
+    "would be, exit 2.\n"
+    "\n"
     "The other commands take flags only: no `--config` file, no environment variables.\n"
     "\n";
 

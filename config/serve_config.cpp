@@ -11,6 +11,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "config/file_read.h"
+
 namespace octet {
 
 namespace {
@@ -25,27 +27,47 @@ std::string flag(const std::string& key) {
 }  // namespace
 
 void ServeConfig::apply_config_file(const std::string& path) {
+  const std::string where = "--config " + path;
+  // The file itself: read within kMaxConfigFileBytes, then parsed from memory (yaml-cpp's
+  // LoadFile reads /dev/zero for ever). A file that cannot be read or parsed, or repeats a key,
+  // is a bad file (std::runtime_error: exit 1); a bad option in it is a usage error as the
+  // same flag would be (std::invalid_argument: exit 2).
+  std::string text;
+  try {
+    text = read_file_bounded(path, kMaxConfigFileBytes);
+  } catch (const FileReadError& e) {
+    throw std::runtime_error("--config " + std::string(e.what()));
+  }
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw std::invalid_argument("--config: cannot read '" + path + "'");
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw std::invalid_argument("--config " + path + ": " + e.what());
+    throw std::runtime_error(where + ": not valid YAML: " + e.what());
   }
   if (root.IsNull()) return;  // an empty file sets nothing
-  if (!root.IsMap())
-    throw std::invalid_argument("--config " + path + ": expected a mapping of option keys");
+  if (!root.IsMap()) throw std::invalid_argument(where + ": expected a mapping of option keys");
+  // Keys first: scalars, each once (yaml-cpp keeps the first of a repeated key and drops the
+  // others silently, so a file that sets port twice would not do what its last line says).
+  std::set<std::string> given;
+  for (const auto& kv : root) {
+    if (!kv.first.IsScalar())
+      throw std::runtime_error(where + ": line " + std::to_string(kv.first.Mark().line + 1) +
+                               ": a key must be a plain option name");
+    const std::string key = kv.first.Scalar();
+    if (!given.insert(key).second)
+      throw std::runtime_error(where + ": line " + std::to_string(kv.first.Mark().line + 1) +
+                               ": '" + key + "' is set more than once");
+  }
   std::set<std::string> known;
   visit(*this, [&](auto& field, const char* key, const char*) {
     using T = std::remove_reference_t<decltype(field)>;
     known.insert(key);
+    if (!given.count(key)) return;
     const YAML::Node node = root[key];
-    if (!node) return;
     if (std::string(key) == "config")
-      throw std::invalid_argument("--config " + path + ": 'config' cannot be set in a file");
+      throw std::invalid_argument(where + ": 'config' cannot be set in a file");
     if (!node.IsScalar())
-      throw std::invalid_argument("--config " + path + ": '" + key + "' must be a scalar");
+      throw std::invalid_argument(where + ": '" + key + "' must be a scalar");
     try {
       field = node.as<T>();
     } catch (const YAML::Exception&) {
@@ -53,15 +75,12 @@ void ServeConfig::apply_config_file(const std::string& path) {
                          : std::is_integral_v<T>      ? "an integer"
                          : std::is_floating_point_v<T> ? "a number"
                                                        : "a string";
-      throw std::invalid_argument("--config " + path + ": '" + key + "' must be " + type +
-                                  ", got '" + node.Scalar() + "'");
+      throw std::invalid_argument(where + ": '" + key + "' must be " + type + ", got '" +
+                                  node.Scalar() + "'");
     }
   });
-  for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
-    if (!known.count(key))
-      throw std::invalid_argument("--config " + path + ": unknown option '" + key + "'");
-  }
+  for (const std::string& key : given)
+    if (!known.count(key)) throw std::invalid_argument(where + ": unknown option '" + key + "'");
 }
 
 std::string ServeConfig::env_var_name(const std::string& key) {

@@ -5,6 +5,7 @@
 // visit() (STYLE.md 4). Every option is also read from an environment variable, OCTET_ and its
 // key in upper case (OCTET_KV_CACHE_DTYPE for --kv-cache-dtype; with_environment()). Flags
 // override the environment, the environment overrides the file, the file the defaults.
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -24,6 +25,7 @@ struct ServeConfig {
   std::string served_model_name;     // "" = the --model argument as given (vLLM's default)
   std::string api_key;  // "" = none; else required on every path but /health and /metrics
   std::string chat_template;         // Jinja file overriding the model's template ("" = none)
+  bool special_tokens_in_content = true;  // false = message contents are plain text
   int64_t max_body_bytes = 16 << 20;     // larger bodies get 413
   int64_t max_header_bytes = 16 << 10;   // larger request headers get 431
   double idle_timeout = 60.0;        // seconds a keep-alive connection may wait for a request
@@ -56,6 +58,11 @@ struct ServeConfig {
       "(default: none)");
     v(c.chat_template, "chat_template",
       "Jinja chat template file overriding the model's own template");
+    v(c.special_tokens_in_content, "special_tokens_in_content",
+      "parse special-token text (<|im_start|>, <|eot_id|>, ...) inside chat message contents "
+      "as control tokens, as vLLM and Hugging Face do; --no-special-tokens-in-content "
+      "tokenizes contents as plain text, so that a user cannot forge a system turn (the "
+      "template's own special tokens still count)");
     v(c.max_body_bytes, "max_body_bytes", "largest request body accepted (413 beyond)");
     v(c.max_header_bytes, "max_header_bytes", "largest request header accepted (431 beyond)");
     v(c.idle_timeout, "idle_timeout",
@@ -88,9 +95,15 @@ struct ServeConfig {
     EngineArgs::visit(c.engine, v);
   }
 
+  /// Largest --config file read (bytes): a serve config is a few KiB, and yaml-cpp holds a
+  /// few hundred bytes per node, so a small cap keeps a hostile file's parse small.
+  static constexpr size_t kMaxConfigFileBytes = size_t{256} << 10;
+
   /// Reads a YAML mapping of option keys (snake_case, as visit() names them) into this config.
-  /// Throws std::invalid_argument naming the file and key for an unreadable file, a key that is
-  /// not an option (or is "config"), or a value of the wrong type.
+  /// A bad file, named with its path: std::runtime_error (exit 1) when it cannot be read, is
+  /// larger than kMaxConfigFileBytes, is not YAML, or sets a key twice (with its line); a bad
+  /// option in it, named with its key: std::invalid_argument (exit 2, as the flag) for a key
+  /// that is not an option (or is "config"), a value of the wrong type or not a mapping.
   void apply_config_file(const std::string& path);
 
   /// Throws std::invalid_argument naming the flag for values out of range (port outside

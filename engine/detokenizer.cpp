@@ -5,10 +5,24 @@
 
 namespace octet {
 
+namespace {
+
+/// The ids that have a token in `tokenizer`: a padded vocabulary's other ids stand for no text.
+std::vector<int32_t> known_ids(const Tokenizer& tokenizer, const std::vector<int32_t>& ids) {
+  std::vector<int32_t> out;
+  out.reserve(ids.size());
+  for (int32_t id : ids)
+    if (id >= 0 && id < tokenizer.vocab_size()) out.push_back(id);
+  return out;
+}
+
+}  // namespace
+
 RequestDetokenizer::RequestDetokenizer(const Tokenizer& tokenizer,
                                        const std::vector<int32_t>& prompt_ids,
                                        const SamplingParams& params)
-    : detok_(tokenizer, params.skip_special_tokens, prompt_ids),
+    : detok_(tokenizer, params.skip_special_tokens, known_ids(tokenizer, prompt_ids)),
+      tokenizer_vocab_size_(tokenizer.vocab_size()),
       include_stop_str_in_output_(params.include_stop_str_in_output),
       min_tokens_(params.min_tokens) {
   stop_.reserve(params.stop.size());
@@ -37,7 +51,9 @@ DetokenizeStep RequestDetokenizer::push(int32_t token, bool stop_terminated) {
   if (stopped_ || finished_) return {std::string(), stopped_, stop_str_};
   ++num_tokens_;
   std::string piece;
-  if (!stop_terminated || include_stop_str_in_output_) piece = detok_.push(token);
+  // An id without a token (a padded vocabulary's) decodes to "", as in vLLM.
+  const bool has_text = token >= 0 && token < tokenizer_vocab_size_;
+  if (has_text && (!stop_terminated || include_stop_str_in_output_)) piece = detok_.push(token);
   if (stop_terminated) {
     piece += detok_.finish();
     finished_ = true;

@@ -40,13 +40,14 @@ struct DetokenizeStep {
 class RequestDetokenizer {
  public:
   /// Continues after `prompt_ids` (whose text is not part of the output; see
-  /// StreamingDetokenizer). Uses params.stop, include_stop_str_in_output, skip_special_tokens
+  /// StreamingDetokenizer). Ids the tokenizer has no token for (a padded vocabulary: the
+  /// model's vocab_size may exceed the tokenizer's, as Qwen2.5's) stand for "" here and in
+  /// push(), never an error (vLLM). Uses params.stop, include_stop_str_in_output, skip_special_tokens
   /// and min_tokens. `tokenizer` must outlive this object.
   RequestDetokenizer(const Tokenizer& tokenizer, const std::vector<int32_t>& prompt_ids,
                      const SamplingParams& params);
 
-  /// Adds one generated token. Throws std::out_of_range for an id outside the vocabulary.
-  /// After the request stopped or finish() was called, returns an empty step (stopped as
+  /// Adds one generated token (an id without a token adds no text). After the request stopped or finish() was called, returns an empty step (stopped as
   /// before) and ignores the token.
   DetokenizeStep push(int32_t token, bool stop_terminated = false);
 
@@ -84,6 +85,7 @@ class RequestDetokenizer {
   };
 
   StreamingDetokenizer detok_;
+  int32_t tokenizer_vocab_size_;  // ids at or past it have no token: text ""
   std::vector<StopMatcher> stop_;
   bool include_stop_str_in_output_;
   int64_t min_tokens_;

@@ -210,9 +210,35 @@ struct PreparedRequest {
   bool immediate = false;
 };
 
+/// While fewer than min_tokens tokens are generated, the sampler masks EOS and stop_token_ids;
+/// when they are every id of the vocabulary nothing could be sampled (a 500 in every step):
+/// RequestError naming min_tokens instead.
+void check_min_tokens_samplable(const SamplingParams& params, const std::vector<int32_t>& eos_ids,
+                                int64_t vocab) {
+  if (params.min_tokens <= 0) return;
+  const size_t masked_max = params.stop_token_ids.size() + eos_ids.size();
+  if (static_cast<int64_t>(masked_max) < vocab) return;  // cheap: too few ids to cover it
+  std::vector<char> masked(static_cast<size_t>(vocab), 0);
+  int64_t count = 0;
+  for (const std::vector<int32_t>* ids : {&eos_ids, &params.stop_token_ids})
+    for (int32_t id : *ids)
+      if (id >= 0 && id < vocab && !masked[static_cast<size_t>(id)]) {
+        masked[static_cast<size_t>(id)] = 1;
+        ++count;
+      }
+  if (count < vocab) return;
+  throw RequestError(RequestErrorKind::InvalidRequest,
+                     "'min_tokens' " + std::to_string(params.min_tokens) +
+                         " cannot be met: EOS and 'stop_token_ids' cover all " +
+                         std::to_string(vocab) +
+                         " tokens of the vocabulary, so no token could be generated",
+                     "min_tokens");
+}
+
 // The request rules, checked once here (engine/request_error.h): front ends trust them.
 void validate_request(const std::string& request_id, const std::vector<int32_t>& prompt,
-                      const SamplingParams& params, int64_t vocab, int64_t max_model_len) {
+                      const SamplingParams& params, int64_t vocab, int64_t max_model_len,
+                      const std::vector<int32_t>& eos_ids) {
   params.validate();
   if (request_id.empty())
     throw RequestError(RequestErrorKind::InvalidRequest, "request_id must not be empty");
@@ -220,6 +246,7 @@ void validate_request(const std::string& request_id, const std::vector<int32_t>&
     throw RequestError(RequestErrorKind::InvalidRequest, "the prompt has no tokens", "prompt");
   check_token_ids(prompt, vocab, "prompt");
   validate_token_ids(params, vocab);
+  check_min_tokens_samplable(params, eos_ids, vocab);
   check_context_length(static_cast<int64_t>(prompt.size()), params.max_tokens, max_model_len);
 }
 
@@ -249,7 +276,7 @@ std::vector<std::shared_ptr<RequestStream>> Engine::add_requests(std::vector<New
     const std::string& request_id = nr.request_id;
     const SamplingParams& params = nr.params;
     std::vector<int32_t>& prompt_token_ids = nr.prompt_token_ids;
-    validate_request(request_id, prompt_token_ids, params, vocab, limit);
+    validate_request(request_id, prompt_token_ids, params, vocab, limit, m.loaded->eos_token_ids);
     const int64_t n_prompt = static_cast<int64_t>(prompt_token_ids.size());
 
     PreparedRequest pr;

@@ -104,8 +104,11 @@ class Engine {
   /// (resolve "up to the context limit" before calling: max_tokens_left() in
   /// engine/request_error.h). This is where a request is validated, once: throws RequestError
   /// (a std::invalid_argument) with a client-facing message and the field at fault for a
-  /// duplicate or empty id, an empty prompt, a token id outside the vocabulary ("prompt",
-  /// "logit_bias", "stop_token_ids"), bad params (SamplingParamError), or prompt + max_tokens >
+  /// duplicate or empty id, an empty prompt, a token id outside the model's vocabulary
+  /// [0, vocab_size()) ("prompt", "logit_bias", "stop_token_ids"; ids of a padded vocabulary
+  /// past the tokenizer's are valid and decode to ""), a min_tokens no token can meet (EOS and
+  /// stop_token_ids cover the vocabulary: "min_tokens"), bad params (SamplingParamError), or
+  /// prompt + max_tokens >
   /// max_model_len (kind ContextLengthExceeded; the message gives the limit and the requested
   /// count); std::runtime_error when the engine is shutting down or dead.
   std::shared_ptr<RequestStream> add_request(const std::string& request_id,

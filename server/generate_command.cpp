@@ -1,13 +1,13 @@
 // `octet generate`: prompts through the continuous-batching Engine. One prompt streams its text
 // (or prints one JSON object with --json); --prompts-file runs every line concurrently and
 // prints the outputs in input order (one JSON object per line with --json).
-#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
+#include "config/file_read.h"
 #include "config/generate_config.h"
 #include "engine/engine.h"
 #include "server/command.h"
@@ -40,25 +40,39 @@ std::vector<int32_t> parse_ids(const std::string& s) {
   return ids;
 }
 
+/// The prompts of a --prompts-file: one per non-empty line, a line starting with '"' being
+/// one JSON string literal. Read whole, at most kMaxPromptsFileBytes (config/file_read.h), so
+/// /dev/zero or a FIFO is not read without limit. Throws std::runtime_error (a bad file: exit
+/// 1) naming the flag and the path.
 std::vector<std::string> read_prompts(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("--prompts-file: cannot open '" + path + "'");
+  const std::string where = "--prompts-file " + path;
+  std::string text;
+  try {
+    text = read_file_bounded(path, kMaxPromptsFileBytes);
+  } catch (const FileReadError& e) {
+    throw std::runtime_error("--prompts-file " + std::string(e.what()));
+  }
   std::vector<std::string> prompts;
-  std::string line;
-  while (std::getline(in, line)) {
+  size_t line_number = 0;
+  for (size_t begin = 0; begin < text.size();) {
+    size_t end = text.find('\n', begin);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(begin, end - begin);
+    begin = end + 1;
+    ++line_number;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.empty()) continue;
     if (line.front() == '"') {
       // A JSON string literal: escapes such as \n give multi-line (chat-formatted) prompts.
       const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
       if (!j.is_string())
-        throw std::invalid_argument("--prompts-file: line " + std::to_string(prompts.size() + 1) +
-                                    " starts with '\"' but is not one JSON string");
+        throw std::runtime_error(where + ": line " + std::to_string(line_number) +
+                                 " starts with '\"' but is not one JSON string");
       line = j.get<std::string>();
     }
-    prompts.push_back(line);
+    prompts.push_back(std::move(line));
   }
-  if (prompts.empty()) throw std::invalid_argument("--prompts-file: '" + path + "' has no prompts");
+  if (prompts.empty()) throw std::runtime_error(where + ": the file has no prompts");
   return prompts;
 }
 

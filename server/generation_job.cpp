@@ -12,6 +12,7 @@
 #include "engine/request_error.h"
 #include "server/api_error.h"
 #include "server/chat_render.h"
+#include "server/prepare_cancel.h"
 
 namespace octet::server {
 
@@ -32,23 +33,22 @@ int64_t unix_now() {
       .count();
 }
 
-/// Throws RequestError(ContextLengthExceeded) when `text` is certain to tokenize to more than
-/// max_model_len tokens (prompt_surely_too_long), before tokenizing it: a 16 MB prompt cost
-/// ~26 s of a preparation thread only to be refused.
-void check_prompt_bytes(const ModelTokenizer& tok, const std::string& text,
-                        int64_t max_model_len) {
-  const int64_t per_token = max_token_input_bytes(tok);
-  if (!prompt_surely_too_long(text.size(), per_token, max_model_len)) return;
-  throw RequestError(RequestErrorKind::ContextLengthExceeded,
-                     "This model's maximum context length is " + std::to_string(max_model_len) +
-                         " tokens. However, your prompt of " + std::to_string(text.size()) +
-                         " bytes is longer than that (a token covers at most " +
-                         std::to_string(per_token) +
-                         " bytes). Please reduce the length of the prompt.",
-                     "prompt");
-}
-
 }  // namespace
+
+std::vector<int32_t> tokenize_chat(const ServerContext& ctx, const ModelTokenizer& tok,
+                                   const nlohmann::json& messages, const std::string& text,
+                                   bool add_generation_prompt, bool add_special_tokens) {
+  if (ctx.config.special_tokens_in_content) return tok.tokenize(text, add_special_tokens);
+  try {
+    const RenderedChat r = render_chat_with_spans(ctx.chat_template, messages,
+                                                  add_generation_prompt, tok.bos_token(),
+                                                  tok.eos_token());
+    if (r.text != text) throw std::logic_error("the chat template rendered two texts");
+    return tok.tokenize_with_plain_spans(r.text, r.content_spans, add_special_tokens);
+  } catch (const std::invalid_argument& e) {
+    throw bad_request(e.what(), "messages");
+  }
+}
 
 bool prompt_surely_too_long(size_t text_bytes, int64_t max_token_bytes, int64_t max_model_len) {
   if (max_token_bytes <= 0 || max_model_len <= 0) return false;
@@ -76,6 +76,19 @@ int64_t max_token_input_bytes(const ModelTokenizer& tok) {
   // + 1: a piece's leading space may be dropped when it is decoded alone; at least 4: a
   // character without a token of its own (<unk>, up to 4 UTF-8 bytes) is one token.
   return cache.emplace(&tok, std::max<int64_t>(longest, 4) + 1).first->second;
+}
+
+void check_prompt_bytes(const ModelTokenizer& tok, const std::string& text,
+                        int64_t max_model_len) {
+  const int64_t per_token = max_token_input_bytes(tok);
+  if (!prompt_surely_too_long(text.size(), per_token, max_model_len)) return;
+  throw RequestError(RequestErrorKind::ContextLengthExceeded,
+                     "This model's maximum context length is " + std::to_string(max_model_len) +
+                         " tokens. However, your prompt of " + std::to_string(text.size()) +
+                         " bytes is longer than that (a token covers at most " +
+                         std::to_string(per_token) +
+                         " bytes). Please reduce the length of the prompt.",
+                     "prompt");
 }
 
 GenerationJob::GenerationJob(ServerContext& ctx, GenerateRequest request)
@@ -113,6 +126,7 @@ void GenerationJob::prepare() {
                         "--chat-template FILE, or use /v1/completions",
                         "messages");
     std::string text;
+    check_prepare_cancelled("rendering the chat template");
     try {
       text = render_chat(ctx_.chat_template, req_.messages, req_.add_generation_prompt,
                          tok.bos_token(), tok.eos_token());
@@ -123,7 +137,9 @@ void GenerationJob::prepare() {
       throw ApiError(500, std::string("cannot render the chat template: ") + e.what());
     }
     check_prompt_bytes(tok, text, engine_.max_model_len());
-    prompt_ids_.push_back(tok.tokenize(text, /*add_special_tokens=*/false));
+    check_prepare_cancelled("tokenizing the rendered messages");
+    prompt_ids_.push_back(tokenize_chat(ctx_, tok, req_.messages, text, req_.add_generation_prompt,
+                                        req_.add_special_tokens));
     prompt_texts_.push_back(text);
   } else {
     for (const PromptInput& p : req_.prompts) {
@@ -132,6 +148,7 @@ void GenerationJob::prepare() {
         prompt_texts_.push_back("");  // echo: detokenized once the engine accepted the ids
       } else {
         check_prompt_bytes(tok, p.text, engine_.max_model_len());
+        check_prepare_cancelled("tokenizing a prompt");
         prompt_ids_.push_back(tok.tokenize(p.text, req_.add_special_tokens));
         prompt_texts_.push_back(p.text);
       }
@@ -160,6 +177,7 @@ void GenerationJob::prepare() {
   // enqueues them, so concurrent jobs cannot together pass it. The engine validates each
   // request (RequestError) before anything is queued.
   if (!engine_.stats().alive) throw ApiError(503, "the engine has stopped", "", "engine_dead");
+  check_prepare_cancelled("adding the engine requests");
   std::vector<NewRequest> group;
   for (size_t p = 0; p < prompt_ids_.size(); ++p) {
     for (int64_t i = 0; i < req_.n; ++i) {
@@ -207,7 +225,7 @@ void GenerationJob::prepare() {
     try {
       for (size_t p = 0; p < req_.prompts.size(); ++p)
         if (req_.prompts[p].is_token_ids)
-          prompt_texts_[p] = tok.detokenize(prompt_ids_[p], /*skip_special_tokens=*/false);
+          prompt_texts_[p] = detokenize_known(tok, prompt_ids_[p], /*skip_special_tokens=*/false);
     } catch (...) {
       abort();  // queued: end them before the job is dropped
       choices_.clear();
@@ -239,7 +257,8 @@ void GenerationJob::abort() {
 std::string GenerationJob::token_text(int32_t id) const {
   auto it = token_text_cache_.find(id);
   if (it != token_text_cache_.end()) return it->second;
-  std::string t = engine_.tokenizer().detokenize({id}, /*skip_special_tokens=*/false);
+  // An id of a padded vocabulary past the tokenizer's (sampled or a top alternative): "".
+  std::string t = detokenize_known(engine_.tokenizer(), {id}, /*skip_special_tokens=*/false);
   token_text_cache_.emplace(id, t);
   return t;
 }

@@ -38,13 +38,29 @@ bool prompt_surely_too_long(size_t text_bytes, int64_t max_token_bytes, int64_t 
 /// cached; thread-safe.
 int64_t max_token_input_bytes(const ModelTokenizer& tok);
 
+/// Throws RequestError (ContextLengthExceeded, param "prompt") when `text` is certain to
+/// tokenize to more than max_model_len tokens (prompt_surely_too_long), before tokenizing it: a
+/// 16 MB prompt cost ~26 s of a preparation thread only to be refused. The one byte bound of
+/// prompts, /tokenize included; the message names the limit.
+void check_prompt_bytes(const ModelTokenizer& tok, const std::string& text, int64_t max_model_len);
+
+/// The token ids of a rendered chat prompt `text` (render_chat of `messages`): tok.tokenize()
+/// as vLLM does, or, with --no-special-tokens-in-content, with the message contents taken as
+/// plain text (render_chat_with_spans, ModelTokenizer::tokenize_with_plain_spans). Throws
+/// ApiError 400 (param "messages") when the contents cannot be isolated.
+std::vector<int32_t> tokenize_chat(const ServerContext& ctx, const ModelTokenizer& tok,
+                                   const nlohmann::json& messages, const std::string& text,
+                                   bool add_generation_prompt, bool add_special_tokens);
+
 class GenerationJob {
  public:
   /// Prepares the prompts and adds the engine requests. Throws ApiError: 400 for a prompt that
   /// does not fit the context (the message gives the limit and the requested count), an empty
   /// prompt, a token id outside the vocabulary or a template that rejects the messages; 404 for
   /// an unknown model; 503 when the server is loading or shutting down or the waiting queue is
-  /// full; 500 for internal faults.
+  /// full; 499 when the preparation was cancelled (its client left: prepare_cancel.h, checked
+  /// before rendering, before each tokenization and before the engine requests); 500 for
+  /// internal faults.
   GenerationJob(ServerContext& ctx, GenerateRequest request);
   /// Aborts every engine request that has not finished.
   ~GenerationJob();

@@ -1,7 +1,9 @@
 // Preparation of a request body off the I/O threads (http_connection.h): parsing, the chat
 // template, tokenizing and starting the generation run on the preparation pool, at most
 // --max-queued-prepares at a time; the reply or the started job comes back to the session's
-// strand, and a job whose client left meanwhile is aborted on arrival.
+// strand, and a job whose client left meanwhile is aborted on arrival. A client that leaves
+// stops its preparation at the next step (prepare_cancel.h): no further rendering, tokenizing
+// or engine work.
 #include "server/http_connection.h"
 
 #include <spdlog/spdlog.h>
@@ -24,6 +26,7 @@ Prepared prepare_route(ServerContext& ctx, Route route, const std::string& body,
       default: out.job = start_generation(ctx, Endpoint::kCompletions, body); break;
     }
   } catch (const ApiError& e) {
+    if (e.status() == kClientClosedStatus) spdlog::info("{}: {}", what, e.what());
     if (e.status() >= 500) spdlog::warn("{}: {} {}", what, e.status(), e.what());
     out.reply = error_reply(e);
   } catch (const RequestError& e) {
@@ -45,11 +48,22 @@ void Session::prepare(Route route, std::string what, std::string body) {
                             std::to_string(ctx_.config.max_queued_prepares) + "); retry later");
   }
   preparing_ = true;
+  CancelFlag cancel = ctx_.prepare_cancels.open(this);
   net::post(shared_.prepare_pool,
             [self = shared_from_this(), route, what = std::move(what), body = std::move(body),
-             lease = std::move(body_lease_), id = request_id_]() mutable {
+             lease = std::move(body_lease_), id = request_id_,
+             cancel = std::move(cancel)]() mutable {
               RequestLogScope scope(id);
-              Prepared result = prepare_route(self->ctx_, route, body, what);
+              // The routes check the flag between their expensive steps (prepare_cancel.h); a
+              // client that left while the request waited in the queue costs nothing.
+              PrepareCancelScope cancel_scope(std::move(cancel));
+              Prepared result;
+              try {
+                check_prepare_cancelled("it started");
+                result = prepare_route(self->ctx_, route, body, what);
+              } catch (const ApiError& e) {
+                result.reply = error_reply(e);
+              }
               body = std::string();  // the body's memory is given back with its lease
               lease.reset();
               self->shared_.prepares.fetch_sub(1);
@@ -64,6 +78,7 @@ void Session::prepare(Route route, std::string what, std::string body) {
 void Session::on_prepared(Prepared result) {
   RequestLogScope scope(request_id_);
   preparing_ = false;
+  ctx_.prepare_cancels.close(this);
   if (closed_) {
     // The client went away while its request was prepared: its engine requests stop now.
     if (result.job) result.job->abort();

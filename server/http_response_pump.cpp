@@ -103,6 +103,10 @@ void Session::on_watch(beast::error_code ec, size_t n) {
     return;
   }
   if (ec) {
+    if (preparing_) {
+      spdlog::info("client disconnected; stopping the preparation of its request");
+      ctx_.prepare_cancels.cancel(this);
+    }
     if (job_ && !job_->done()) {
       spdlog::info("client disconnected; aborting its request");
       job_->abort();

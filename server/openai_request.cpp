@@ -185,12 +185,75 @@ void reject_unsupported(Fields& f, Endpoint endpoint) {
     if (const json* v = f.get("echo"); v && *v != false)
       unsupported("echo", "echo is supported on /v1/completions only");
   }
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (f.get("prompt_logprobs"))
+      unsupported("prompt_logprobs", "prompt logprobs are supported on /v1/completions only");
+  }
   if (endpoint == Endpoint::kCompletions) {
-    if (auto best_of = f.integer("best_of"); best_of && *best_of != 1)
-      unsupported("best_of", "only best_of = 1 is supported");
     if (auto suffix = f.string("suffix"); suffix && !suffix->empty())
       unsupported("suffix", "insertion (fill-in-the-middle) is not implemented");
   }
+}
+
+/// A field that changes what is generated, which octet does not implement: a value other than
+/// the neutral ones (null and those that request nothing) gets 400 naming it, so that a client
+/// never receives output that silently ignored its request.
+struct Unimplemented {
+  const char* key;
+  bool (*neutral)(const json& v);  // the value requests nothing (null is always neutral)
+  const char* why;
+};
+
+bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
+bool is_empty_list(const json& v) { return v.is_array() && v.empty(); }
+bool is_empty_string(const json& v) { return v.is_string() && v.get<std::string>().empty(); }
+bool is_number(const json& v, double x) { return v.is_number() && v.get<double>() == x; }
+bool is_zero(const json& v) { return is_number(v, 0.0) || is_false(v); }
+bool is_one(const json& v) { return is_number(v, 1.0); }
+bool never(const json&) { return false; }
+
+// vLLM's and llama.cpp's extra fields (OpenAI's own unsupported ones: reject_unsupported).
+// Fields with no effect on the output (cache_prompt, id_slot, length_penalty and
+// early_stopping without beam search, ...) are left to the unknown-field warning.
+constexpr Unimplemented kUnimplemented[] = {
+    {"use_beam_search", is_false, "beam search is not implemented"},
+    {"truncate_prompt_tokens", never, "prompt truncation is not implemented"},
+    {"allowed_token_ids", never, "not implemented"},
+    {"bad_words", is_empty_list, "not implemented"},
+    {"return_tokens_as_token_ids", is_false, "not implemented"},
+    {"verbosity", never, "not implemented"},
+    // llama.cpp
+    {"grammar", is_empty_string, "constrained decoding is not implemented"},
+    {"json_schema", never, "constrained decoding is not implemented"},
+    {"n_predict", never, "use 'max_tokens'"},
+    {"n_probs", is_zero, "use 'logprobs'"},
+    {"repeat_penalty", is_one, "use 'repetition_penalty'"},
+    {"mirostat", is_zero, "mirostat sampling is not implemented"},
+    {"typical_p", is_one, "typical sampling is not implemented"},
+    {"tfs_z", is_one, "tail-free sampling is not implemented"},
+    {"dynatemp_range", is_zero, "dynamic temperature is not implemented"},
+    {"dry_multiplier", is_zero, "DRY sampling is not implemented"},
+    {"xtc_probability", is_zero, "XTC sampling is not implemented"},
+    {"top_n_sigma", [](const json& v) { return v.is_number() && v.get<double>() <= 0; },
+     "top-n-sigma sampling is not implemented"},
+    {"min_keep", is_zero, "not implemented"},
+    {"samplers", never, "the sampler order is fixed"},
+    {"t_max_predict_ms", is_zero, "not implemented"},
+    {"lora", is_empty_list, "adapters are not implemented"},
+};
+
+/// 400 for a kUnimplemented field holding a value that requests something, and for best_of
+/// other than n (octet returns n samples, it does not rank best_of of them).
+void reject_unimplemented(Fields& f, const GenerateRequest& r) {
+  for (const Unimplemented& u : kUnimplemented) {
+    const json* v = f.get(u.key);
+    if (v && !u.neutral(*v))
+      throw bad_request("'" + std::string(u.key) + "' " + describe_json(*v) +
+                            " is not supported by octet: " + u.why,
+                        u.key);
+  }
+  if (auto best_of = f.integer("best_of"); best_of && *best_of != r.n)
+    unsupported("best_of", "only best_of = n is supported (no ranking of extra samples)");
 }
 
 std::vector<std::string> parse_stop(const json& v) {
@@ -407,6 +470,25 @@ std::vector<PromptInput> parse_prompt(const json* v) {
   return prompts;
 }
 
+/// A role a chat template may write into the prompt as is: 1 to kMaxRoleBytes letters,
+/// digits, '_' or '-' (system, user, assistant, tool, developer, ipython, ...; custom
+/// templates may define their own). Anything else (newlines, control characters,
+/// "<|im_end|>") could close the turn and open a forged one, whatever the content
+/// tokenization, so it gets 400 naming the field.
+constexpr size_t kMaxRoleBytes = 64;
+void check_role_text(const std::string& value, const std::string& field) {
+  const bool ok = !value.empty() && value.size() <= kMaxRoleBytes &&
+                  std::all_of(value.begin(), value.end(), [](char c) {
+                    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '_' || c == '-';
+                  });
+  if (!ok)
+    throw bad_request("'" + field + "' " + describe_json(json(value)) + " must be 1 to " +
+                          std::to_string(kMaxRoleBytes) +
+                          " letters, digits, '_' or '-' (e.g. system, user, assistant, tool)",
+                      field);
+}
+
 json parse_messages(const json* v) {
   if (!v) throw bad_request("'messages' is required", "messages");
   if (!v->is_array() || v->empty())
@@ -418,6 +500,7 @@ json parse_messages(const json* v) {
     if (!m.is_object()) throw bad_request("'" + where + "' must be an object", where);
     if (!m.contains("role") || !m["role"].is_string())
       throw bad_request("'" + where + ".role' must be a string", where + ".role");
+    check_role_text(m["role"].get_ref<const std::string&>(), where + ".role");
     json msg;
     msg["role"] = m["role"];
     const json content = m.contains("content") ? m["content"] : json(nullptr);
@@ -450,6 +533,17 @@ json parse_messages(const json* v) {
     if (m.contains("name") && !m["name"].is_null()) {
       if (!m["name"].is_string())
         throw bad_request("'" + where + ".name' must be a string", where + ".name");
+      // OpenAI's rule for names: ^[^\s<|\\/>]+$ (no whitespace, none of < | \ / >).
+      const std::string& name = m["name"].get_ref<const std::string&>();
+      if (name.empty() || name.size() > 256 ||
+          std::any_of(name.begin(), name.end(), [](char c) {
+            return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '<' || c == '|' ||
+                   c == '\\' || c == '/' || c == '>';
+          }))
+        throw bad_request("'" + where + ".name' " + describe_json(m["name"]) +
+                              " must be 1 to 256 characters without whitespace, control "
+                              "characters or any of < | \\ / >",
+                          where + ".name");
       msg["name"] = m["name"];
     }
     for (const char* key : {"tool_calls", "function_call"}) {
@@ -517,6 +611,7 @@ GenerateRequest parse_completion_request(const json& body) {
   reject_unsupported(f, r.endpoint);
   r.prompts = parse_prompt(f.get("prompt"));
   parse_common(f, r);
+  reject_unimplemented(f, r);
   // OpenAI's completions default max_tokens is 16; null means up to the context limit.
   r.max_tokens = parse_max_tokens(f, "max_tokens", int64_t{16});
   check_min_tokens(r, "max_tokens");
@@ -558,6 +653,7 @@ GenerateRequest parse_chat_request(const json& body) {
   reject_unsupported(f, r.endpoint);
   r.messages = parse_messages(f.get("messages"));
   parse_common(f, r);
+  reject_unimplemented(f, r);
   // max_completion_tokens replaces the deprecated max_tokens; absent or null: context limit.
   const bool has_mct = f.present("max_completion_tokens");
   auto mct = parse_max_tokens(f, "max_completion_tokens", std::nullopt);
@@ -578,6 +674,8 @@ GenerateRequest parse_chat_request(const json& body) {
   r.logprobs = logprobs ? top.value_or(0) : -1;
   r.params.logprobs = r.logprobs;
   if (auto v = f.boolean("add_generation_prompt")) r.add_generation_prompt = *v;
+  // vLLM: false for chat (the template writes the BOS itself).
+  r.add_special_tokens = f.boolean("add_special_tokens").value_or(false);
   validate_sampling(r);
   auto u = f.unknown();
   u.insert(u.end(), r.unknown_fields.begin(), r.unknown_fields.end());

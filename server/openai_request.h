@@ -6,8 +6,11 @@
 // stop_token_ids, ignore_eos, min_tokens, skip_special_tokens, include_stop_str_in_output,
 // priority). Every failure is an ApiError 400 naming the field (`param`).
 //
-// - A field octet recognises but cannot honour (tools, response_format other than text,
-//   best_of > 1, suffix, ...) is rejected with 400 naming it, never silently dropped.
+// - A field octet recognises but cannot honour, one that would change what is generated
+//   (tools, response_format other than text, best_of other than n, suffix, guided_*, vLLM's
+//   use_beam_search / truncate_prompt_tokens, llama.cpp's grammar / json_schema / n_predict /
+//   mirostat, ...), is rejected with 400 naming it, never silently dropped; the values that
+//   request nothing (null, use_beam_search false, response_format {"type": "text"}) pass.
 // - A field octet does not know is listed in `unknown_fields` (the caller logs one warning) and
 //   otherwise ignored, as OpenAI-compatible servers do.
 // - null means "the default" for every optional field; for max_tokens/max_completion_tokens it
@@ -40,7 +43,7 @@ struct GenerateRequest {
   std::vector<PromptInput> prompts;   // completions: one or more prompts
   nlohmann::json messages;            // chat: [{"role", "content" (string), ["name"]}]
   bool add_generation_prompt = true;  // chat (vLLM extra)
-  bool add_special_tokens = true;     // completions: BOS when the model wants it
+  bool add_special_tokens = true;     // BOS when the model wants it (chat: default false)
   SamplingParams params;              // max_tokens left at its default here
   std::optional<int64_t> max_tokens;  // nullopt = up to the context limit
   int64_t n = 1;

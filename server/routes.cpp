@@ -9,6 +9,7 @@
 #include "server/chat_render.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/prepare_cancel.h"
 #include "server/request_log.h"
 
 #ifndef OCTET_VERSION
@@ -136,6 +137,7 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     if (ctx.chat_template.empty())
       throw bad_request("this model has no chat template", "messages");
     std::string prompt;
+    check_prepare_cancelled("rendering the chat template");
     try {
       prompt = render_chat(ctx.chat_template, r.messages, r.add_generation_prompt,
                            engine.tokenizer().bos_token(), engine.tokenizer().eos_token());
@@ -148,7 +150,10 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     bool add_special = false;
     if (body.contains("add_special_tokens") && body["add_special_tokens"].is_boolean())
       add_special = body["add_special_tokens"];
-    ids = engine.tokenizer().tokenize(prompt, add_special);
+    check_prompt_bytes(engine.tokenizer(), prompt, engine.max_model_len());
+    check_prepare_cancelled("tokenizing the rendered messages");
+    ids = tokenize_chat(ctx, engine.tokenizer(), r.messages, prompt, r.add_generation_prompt,
+                        add_special);
   } else {
     if (!body.contains("prompt") || !body["prompt"].is_string())
       throw bad_request("'prompt' must be a string", "prompt");
@@ -158,7 +163,11 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
         throw bad_request("'add_special_tokens' must be a boolean", "add_special_tokens");
       add_special = body["add_special_tokens"];
     }
-    ids = engine.tokenizer().tokenize(body["prompt"].get<std::string>(), add_special);
+    // The prompts' byte bound (a text certain to exceed the context is not tokenized).
+    const std::string& prompt = body["prompt"].get_ref<const std::string&>();
+    check_prompt_bytes(engine.tokenizer(), prompt, engine.max_model_len());
+    check_prepare_cancelled("tokenizing the prompt");
+    ids = engine.tokenizer().tokenize(prompt, add_special);
   }
   return json_reply(json{{"count", ids.size()},
                          {"max_model_len", engine.max_model_len()},
@@ -175,16 +184,18 @@ Reply handle_detokenize(ServerContext& ctx, const std::string& text) {
     throw bad_request("'tokens' must be a list of token ids", "tokens");
   std::vector<int32_t> ids;
   const ModelTokenizer& tok = engine.tokenizer();
+  // Ids of the model's vocabulary; those of a padded vocabulary past the tokenizer's decode to
+  // "" (vLLM).
+  const int64_t vocab = engine.vocab_size();
   for (const auto& t : body["tokens"]) {
-    // Integers that fit a token id; the vocabulary is the tokenizer's check (detokenize).
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
-      throw bad_request("'tokens' must hold token ids in [0, " +
-                            std::to_string(tok.vocab_size()) + "), got " + describe_json(t),
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab)
+      throw bad_request("'tokens' must hold token ids in [0, " + std::to_string(vocab) +
+                            "), got " + describe_json(t),
                         "tokens");
     ids.push_back(t.get<int32_t>());
   }
   try {
-    return json_reply(json{{"prompt", tok.detokenize(ids, /*skip_special_tokens=*/false)}});
+    return json_reply(json{{"prompt", detokenize_known(tok, ids, /*skip_special_tokens=*/false)}});
   } catch (const RequestError& e) {
     throw to_api_error(e);
   }

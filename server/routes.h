@@ -50,9 +50,13 @@ Reply handle_version();
 /// "owned_by": "octet", "root", "max_model_len"}]}.
 Reply handle_models(const ServerContext& ctx);
 /// POST /tokenize (vLLM): {"prompt": str, "add_special_tokens": bool = true} or {"messages",
-/// "add_generation_prompt": bool = true} -> {"count", "max_model_len", "tokens"}.
+/// "add_generation_prompt": bool = true} -> {"count", "max_model_len", "tokens"}. A text
+/// certain to exceed the context (check_prompt_bytes, the prompts' byte bound) is refused
+/// untokenized: RequestError ContextLengthExceeded (400). Between its steps it checks the
+/// preparation's cancellation (prepare_cancel.h: ApiError 499 once the client left).
 Reply handle_tokenize(ServerContext& ctx, const std::string& body);
-/// POST /detokenize (vLLM): {"tokens": [ids]} -> {"prompt": str}.
+/// POST /detokenize (vLLM): {"tokens": [ids in [0, vocab_size)]} -> {"prompt": str}; ids of a
+/// padded vocabulary past the tokenizer's are "" (vLLM).
 Reply handle_detokenize(ServerContext& ctx, const std::string& body);
 
 /// Parses and validates a generation body and starts its job (engine requests added). Logs

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <sstream>
@@ -19,6 +18,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/config_reference.h"
+#include "config/file_read.h"
 #include "config/serve_config.h"
 #include "engine/engine.h"
 #include "server/chat_render.h"
@@ -33,32 +33,30 @@ namespace octet {
 
 namespace {
 
-/// The whole text of a regular, readable, non-empty file. Throws std::invalid_argument naming
-/// `flag` for a directory, a missing or unreadable file, or an empty one.
+/// The whole text of a chat template file, at most kMaxChatTemplateBytes (config/file_read.h):
+/// /dev/zero or a FIFO is not read without limit. Throws std::runtime_error (a bad file: exit
+/// 1) naming `flag` and the path for a directory, a missing, unreadable, oversized or empty file.
 std::string read_text_file(const std::string& path, const char* flag) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    throw std::invalid_argument(std::string(flag) + ": '" + path + "' is a directory, not a file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument(std::string(flag) + ": cannot read '" + path + "'");
-  std::ostringstream os;
-  os << in.rdbuf();
-  if (in.bad()) throw std::invalid_argument(std::string(flag) + ": cannot read '" + path + "'");
-  std::string text = os.str();
+  std::string text;
+  try {
+    text = read_file_bounded(path, kMaxChatTemplateBytes);
+  } catch (const FileReadError& e) {
+    throw std::runtime_error(std::string(flag) + " " + e.what());
+  }
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-    throw std::invalid_argument(std::string(flag) + ": '" + path + "' is empty");
+    throw std::runtime_error(std::string(flag) + " " + path + ": the file is empty");
   return text;
 }
 
 /// Parses and dry-runs a chat template (server::check_chat_template). Throws
-/// std::invalid_argument naming `what` when it does not parse, exceeds a rendering budget or
+/// std::runtime_error naming `what` when it does not parse, exceeds a rendering budget or
 /// fails on the sample conversation: a broken template fails start-up, not every request.
 void check_template(const std::string& tmpl, const std::string& what, const std::string& bos,
                     const std::string& eos) {
   try {
     server::check_chat_template(tmpl, bos, eos);
   } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument(what + ": " + e.what());
+    throw std::runtime_error(what + ": " + e.what());  // a bad file: exit 1
   }
 }
 

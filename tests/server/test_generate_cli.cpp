@@ -232,12 +232,19 @@ TEST_CASE("generate --prompts-file runs every line concurrently, each as it runs
     out << "\"unterminated\n";
   }
   const RunResult bad_json = run("generate --model " + kStories + " --prompts-file " + path);
-  CHECK(bad_json.exit_code == 2);
+  CHECK(bad_json.exit_code == 1);  // a bad file, not a usage error
   CHECK(bad_json.output.find("line 1") != std::string::npos);
+  CHECK(bad_json.output.find("--prompts-file") != std::string::npos);
   std::remove(path);
   const RunResult bad = run("generate --model " + kStories + " --prompts-file /nonexistent.txt");
-  CHECK(bad.exit_code == 2);
+  CHECK(bad.exit_code == 1);
   CHECK(bad.output.find("/nonexistent.txt") != std::string::npos);
+  // An endless file is read up to kMaxPromptsFileBytes (64 MiB), then refused: one line naming
+  // the flag, the path and the limit, before the model loads.
+  const RunResult endless = run("generate --model " + kStories + " --prompts-file /dev/zero");
+  CHECK(endless.exit_code == 1);
+  CHECK(endless.output.find("--prompts-file /dev/zero") != std::string::npos);
+  CHECK(endless.output.find("limit") != std::string::npos);
   const RunResult dtype = run("generate --model " + kStories + " --prompt-ids 1 --kv-cache-dtype int8");
   CHECK(dtype.exit_code == 2);
   CHECK(dtype.output.find("--kv-cache-dtype") != std::string::npos);

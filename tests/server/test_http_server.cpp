@@ -404,11 +404,16 @@ TEST_CASE("a chunked body's trailer counts against --max-header-bytes", "[http][
   CHECK(status_of(ok.bytes) == 200);
 }
 
-TEST_CASE("/health answers at once while large tokenize requests are prepared", "[http][serve]") {
+TEST_CASE("/health answers at once while large requests are prepared", "[http][serve]") {
   ServeProcess server({});  // defaults: 2 I/O threads, 16 MiB bodies, 256 MiB in all
-  std::string text;
-  for (int i = 0; i < 300000; ++i) text += "Once upon a time there was a cat. ";
-  const std::string body = "{\"prompt\":\"" + text + "\"}";  // ~10 MB: ~3 s to tokenize
+  // /tokenize has the prompts' byte bound (one text certain to exceed the context is refused
+  // untokenized), so the large preparations are completions of many prompts that each fit:
+  // 14,000 x 1 KB, ~14 MB, ~3 s to tokenize; max_tokens 0 needs no engine step.
+  std::string one;
+  for (int i = 0; i < 30; ++i) one += "Once upon a time there was a cat. ";
+  std::string body = "{\"max_tokens\":0,\"prompt\":[";
+  for (int i = 0; i < 14000; ++i) body += (i ? ",\"" : "\"") + one + "\"";
+  body += "]}";
   // As many big requests as the server has I/O threads, each from its own client thread.
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();
@@ -418,7 +423,7 @@ TEST_CASE("/health answers at once while large tokenize requests are prepared", 
   for (size_t i = 0; i < 2; ++i)
     clients.emplace_back([&, i] {
       const int fd = connect_to(server.port(), 120);
-      send_all(fd, post("/tokenize", body));
+      send_all(fd, post("/v1/completions", body));
       const Received r = read_all(fd);
       close(fd);
       statuses[i] = status_of(r.bytes);
@@ -430,7 +435,7 @@ TEST_CASE("/health answers at once while large tokenize requests are prepared", 
   for (auto& t : clients) t.join();
   CHECK(status_of(health.bytes) == 200);
   CHECK(statuses == std::vector<int>{200, 200});
-  INFO("health answered at " << health_s << " s; the tokenize requests at " << done_s[0]
+  INFO("health answered at " << health_s << " s; the large requests at " << done_s[0]
                              << " s and " << done_s[1] << " s");
   // The point of the test holds only if tokenizing was still going when /health was asked.
   REQUIRE(std::min(done_s[0], done_s[1]) > 1.5);
@@ -472,16 +477,18 @@ TEST_CASE("options that would overflow are start-up errors naming the flag", "[h
   }
 }
 
-TEST_CASE("serve --chat-template must be a readable, non-empty file", "[http][serve]") {
+TEST_CASE("serve --chat-template must be a readable, non-empty, bounded file", "[http][serve]") {
   const std::string base = "serve --model " + kStories + " --host 127.0.0.1 --port 0 ";
   const std::string dir = "/tmp/octet_http_test_dir_" + std::to_string(getpid());
   mkdir(dir.c_str(), 0755);
   const std::string empty = dir + "/empty.jinja";
   std::ofstream(empty) << "";
-  for (const std::string& path : {dir, empty, dir + "/missing.jinja"}) {
+  // /dev/zero: read up to kMaxChatTemplateBytes (1 MiB), then refused. Bad files exit 1.
+  for (const std::string& path : {dir, empty, dir + "/missing.jinja", std::string("/dev/zero")}) {
     const RunResult r = run_octet(base + "--chat-template " + path);
     INFO(path << ": " << r.output);
-    CHECK(r.exit_code == 2);
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find(path) != std::string::npos);
     CHECK(r.output.find("--chat-template") != std::string::npos);
     CHECK(r.output.find("listening") == std::string::npos);
   }

@@ -120,9 +120,41 @@ TEST_CASE("config file errors name the file and key", "[server][config]") {
   const std::string list = write_yaml("- a\n- b\n");
   CHECK(parse_error({"--config", list}) ==
         "--config " + list + ": expected a mapping of option keys");
-  CHECK(parse_error({"--config", "/nonexistent/x.yaml"}) ==
-        "--config: cannot read '/nonexistent/x.yaml'");
   for (const auto& p : {unknown, bad_type, nested, list}) std::remove(p.c_str());
+}
+
+/// The std::runtime_error (a bad file: exit 1) that parsing `args` throws, or "(no error)".
+std::string file_error(std::vector<std::string> args) {
+  try {
+    parse(std::move(args));
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST_CASE("a bad config file is named with its path and line, one line, exit 1",
+          "[server][config]") {
+  using Catch::Matchers::Contains;
+  CHECK(file_error({"--config", "/nonexistent/x.yaml"}) ==
+        "--config /nonexistent/x.yaml: cannot open: No such file or directory");
+  // yaml-cpp kept the first of a repeated key and dropped the other silently.
+  const std::string dup = write_yaml("port: 1\nmodel: m\nport: 2\n");
+  CHECK(file_error({"--config", dup}) ==
+        "--config " + dup + ": line 3: 'port' is set more than once");
+  // Not YAML: yaml-cpp's own message, behind the flag and the path.
+  const std::string broken = write_yaml("port: [1, 2\n");
+  CHECK_THAT(file_error({"--config", broken}), Contains("--config " + broken + ": not valid YAML"));
+  const std::string complex_key = write_yaml("? [a, b]\n: 1\n");
+  CHECK_THAT(file_error({"--config", complex_key}),
+             Contains("--config " + complex_key + ": line 1"));
+  // An endless file is read up to kMaxConfigFileBytes, not for ever.
+  CHECK_THAT(file_error({"--config", "/dev/zero"}), Contains("--config /dev/zero") &&
+                                                        Contains("limit"));
+  // Flow nesting deeper than yaml-cpp's guard: an error, not a stack overflow.
+  const std::string deep = write_yaml("port: " + std::string(100000, '[') + "\n");
+  CHECK_THAT(file_error({"--config", deep}), Contains("--config " + deep));
+  for (const auto& p : {dup, broken, complex_key, deep}) std::remove(p.c_str());
 }
 
 TEST_CASE("serve validation names the flag", "[server][config]") {
