@@ -23,7 +23,7 @@ class FileReadError : public std::runtime_error {
 
 /// Documented caps (bytes) for files octet reads whole into memory.
 inline constexpr std::size_t kMaxJsonConfigBytes = std::size_t{64} << 20;   // config.json & co.
-inline constexpr std::size_t kMaxTokenizerJsonBytes = std::size_t{256} << 20;
+inline constexpr std::size_t kMaxTokenizerJsonBytes = std::size_t{128} << 20;  // Gemma 3: 33 MB
 inline constexpr std::size_t kMaxChatTemplateBytes = std::size_t{1} << 20;
 inline constexpr std::size_t kMaxScalesFileBytes = std::size_t{16} << 20;
 inline constexpr std::size_t kMaxPromptsFileBytes = std::size_t{64} << 20;
