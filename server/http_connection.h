@@ -28,6 +28,7 @@
 
 #include "server/generation_job.h"
 #include "server/http_limits.h"
+#include "server/prepare_cancel.h"
 #include "server/routes.h"
 #include "server/server_context.h"
 
@@ -213,6 +214,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool keep_alive_ = true;
   bool http10_ = false;    // the current request is HTTP/1.0
   bool preparing_ = false;  // the current request is on a preparation thread
+  CancelFlag prepare_cancel_;  // set when the client leaves while preparing_ (prepare_cancel.h)
   bool watching_ = false;
   bool repump_pending_ = false;  // pump() posted itself (GenerationJob::backlog)
   bool resume_after_watch_ = false;

@@ -48,11 +48,11 @@ void Session::prepare(Route route, std::string what, std::string body) {
                             std::to_string(ctx_.config.max_queued_prepares) + "); retry later");
   }
   preparing_ = true;
-  CancelFlag cancel = ctx_.prepare_cancels.open(this);
+  prepare_cancel_ = std::make_shared<std::atomic<bool>>(false);
   net::post(shared_.prepare_pool,
             [self = shared_from_this(), route, what = std::move(what), body = std::move(body),
              lease = std::move(body_lease_), id = request_id_,
-             cancel = std::move(cancel)]() mutable {
+             cancel = prepare_cancel_]() mutable {
               RequestLogScope scope(id);
               // The routes check the flag between their expensive steps (prepare_cancel.h); a
               // client that left while the request waited in the queue costs nothing.
@@ -78,7 +78,7 @@ void Session::prepare(Route route, std::string what, std::string body) {
 void Session::on_prepared(Prepared result) {
   RequestLogScope scope(request_id_);
   preparing_ = false;
-  ctx_.prepare_cancels.close(this);
+  prepare_cancel_.reset();
   if (closed_) {
     // The client went away while its request was prepared: its engine requests stop now.
     if (result.job) result.job->abort();

@@ -105,7 +105,7 @@ void Session::on_watch(beast::error_code ec, size_t n) {
   if (ec) {
     if (preparing_) {
       spdlog::info("client disconnected; stopping the preparation of its request");
-      ctx_.prepare_cancels.cancel(this);
+      if (prepare_cancel_) prepare_cancel_->store(true);
     }
     if (job_ && !job_->done()) {
       spdlog::info("client disconnected; aborting its request");

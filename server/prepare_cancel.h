@@ -2,12 +2,10 @@
 // Cancellation of a request's preparation (http_prepare.cpp): a client that leaves while its
 // body is parsed, rendered and tokenized on a preparation thread stops that work at the next
 // step instead of holding the thread (two abandoned 2.5 MB requests held a 2-token completion
-// for 105 s). The session's strand sets the flag when it sees the client go; the preparation
-// thread reads it between its expensive steps (check_prepare_cancelled).
+// for 105 s). The session (http_connection.h) sets the flag on its strand when it sees the client
+// go; the preparation thread reads it between its expensive steps (check_prepare_cancelled).
 #include <atomic>
 #include <memory>
-#include <mutex>
-#include <unordered_map>
 
 #include "server/api_error.h"
 
@@ -15,33 +13,6 @@ namespace octet::server {
 
 /// Set once the client of a preparation has gone.
 using CancelFlag = std::shared_ptr<std::atomic<bool>>;
-
-/// The flags of the preparations in flight, one per session (keyed by its address; a session
-/// prepares one request at a time). Thread-safe.
-class PrepareCancels {
- public:
-  /// A fresh flag for `session`'s preparation.
-  CancelFlag open(const void* session) {
-    auto flag = std::make_shared<std::atomic<bool>>(false);
-    std::lock_guard<std::mutex> lock(mu_);
-    flags_[session] = flag;
-    return flag;
-  }
-  /// The client of `session` left: its preparation, if any, stops at its next check.
-  void cancel(const void* session) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = flags_.find(session); it != flags_.end()) it->second->store(true);
-  }
-  /// `session`'s preparation is over.
-  void close(const void* session) {
-    std::lock_guard<std::mutex> lock(mu_);
-    flags_.erase(session);
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<const void*, CancelFlag> flags_;
-};
 
 /// Makes `flag` the current preparation's on this thread for the scope's lifetime (as
 /// RequestLogScope does for the request id), so that the routes check it without threading it

@@ -9,7 +9,6 @@
 #include "config/serve_config.h"
 #include "engine/engine.h"
 #include "server/metrics.h"
-#include "server/prepare_cancel.h"
 
 namespace octet::server {
 
@@ -21,7 +20,6 @@ struct ServerContext {
   std::atomic<bool> shutting_down{false};
   std::atomic<int64_t> active_jobs{0};   // generation requests whose response is not yet sent
   ServerMetrics metrics;
-  PrepareCancels prepare_cancels;     // preparations in flight: stopped when their client leaves
   int64_t created = 0;                // Unix seconds at start-up (/v1/models)
   // Engine-thread callbacks post to the I/O threads only while io_open, checked under
   // post_mu, so nothing is posted to an io_context that is stopping or gone.
