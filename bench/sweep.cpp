@@ -1,5 +1,7 @@
 #include "bench/sweep.h"
 
+#include "config/run_program.h"
+
 #include <cstdio>
 #include <sstream>
 #include <stdexcept>

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,7 +62,7 @@ int status_of(F&& f, std::string* message = nullptr) {
 TEST_CASE("a preparation whose client left stops before any engine work", "[server][prepare]") {
   auto ctx = context();
   const std::string completion = json{{"prompt", "Once upon a time"}, {"max_tokens", 4}}.dump();
-  CancelFlag flag = ctx->prepare_cancels.open(ctx.get());
+  CancelFlag flag = std::make_shared<std::atomic<bool>>(false);  // a Session's prepare_cancel_
   {
     PrepareCancelScope scope(flag);
     // Still there: the job starts.
@@ -69,7 +70,7 @@ TEST_CASE("a preparation whose client left stops before any engine work", "[serv
     REQUIRE(job);
     job->abort();
     // Gone: 499 before tokenizing, and nothing reaches the engine.
-    ctx->prepare_cancels.cancel(ctx.get());
+    flag->store(true);  // what the session does when its client leaves
     std::string message;
     CHECK(status_of([&] { start_generation(*ctx, Endpoint::kCompletions, completion); },
                     &message) == kClientClosedStatus);
@@ -77,7 +78,6 @@ TEST_CASE("a preparation whose client left stops before any engine work", "[serv
     CHECK(status_of([&] { handle_tokenize(*ctx, json{{"prompt", "Once"}}.dump()); }) ==
           kClientClosedStatus);
   }
-  ctx->prepare_cancels.close(ctx.get());
   // Outside a preparation scope nothing is cancelled.
   CHECK_NOTHROW(handle_tokenize(*ctx, json{{"prompt", "Once"}}.dump()));
 }
