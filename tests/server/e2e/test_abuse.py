@@ -53,6 +53,8 @@ FD_SLACK = 2
 # may ask only GET /health or GET /metrics.
 RESERVED_PROBE_SLOTS = 8
 RSS_SLACK = 16 << 20
+# Prompts of 1 KB in the largest preparation (a completion of many in-bound prompts).
+LARGE_PREPARE_PROMPTS = 3000
 
 
 def slow_under_sanitizer(reason):
@@ -143,8 +145,10 @@ def warm_up(s):
     assert post(s.port, "/tokenize", {"prompt": big_text(1000)})[0] == 200
     # Over the prompts' byte bound: refused without tokenizing.
     assert post(s.port, "/tokenize", {"prompt": big_text(1 << 20)})[0] == 400
-    # 1 MB tokenized (as the large preparations below do), on both preparation threads.
-    large = completion(prompt=[big_text(1000)] * 1000, max_tokens=0)
+    # The largest preparation of the suite (test_health_answers_while_two_large_prepares_run),
+    # on both preparation threads: their malloc arenas reach their high-water mark here, so
+    # the RSS baseline is not below what any later case legitimately keeps cached.
+    large = completion(prompt=[big_text(1000)] * LARGE_PREPARE_PROMPTS, max_tokens=0)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         assert [f.result()[0] for f in [pool.submit(post, s.port, "/v1/completions", large)
                                         for _ in range(2)]] == [200, 200]
@@ -549,7 +553,7 @@ def test_health_answers_while_two_large_prepares_run(stories):
     # /tokenize has the prompts' byte bound (a text certain to exceed the context is refused
     # untokenized), so the long preparations are completions of many prompts that each fit:
     # max_tokens 0 finishes them without the engine once they are tokenized.
-    count = 3000
+    count = LARGE_PREPARE_PROMPTS
     body = json.dumps(completion(prompt=[big_text(1000)] * count, max_tokens=0))
     results = []
 
