@@ -15,6 +15,7 @@
 // BPE (Unigram, WordPiece, WordLevel), normalizers other than Prepend/Replace (e.g. NFC, NFKC,
 // Lowercase), Split behaviours other than Isolated, continuing_subword_prefix/end_of_word_suffix,
 // BPE dropout. Added-token flags lstrip/rstrip/single_word/normalized are ignored.
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -66,6 +67,15 @@ struct Pipeline {
 /// How deep Sequence normalizers / pre_tokenizers / decoders / post_processors may nest
 /// (real files: 1 level). Deeper: ModelFileError naming the component.
 constexpr int kMaxSequenceDepth = 16;
+/// Steps one Sequence may hold (real files: 2 to 5), so that a wide list costs nothing to reject.
+constexpr size_t kMaxSequenceSteps = 64;
+/// How many times the normalizer may lengthen a text (Replace(" ", "▁"): 3x; a chain of
+/// lengthening Replace steps would grow a prompt exponentially).
+constexpr double kMaxNormalizerGrowth = 64;
+/// Special-token ids a TemplateProcessing post-processor may add around a text (real: 1 to 3),
+/// and the entries of its "single" template.
+constexpr size_t kMaxTemplateSpecialIds = 64;
+constexpr size_t kMaxTemplateEntries = 256;
 
 /// Token ids may leave gaps (padded vocabularies): every id in model.vocab / added_tokens must
 /// be below (model.vocab entries + added_tokens entries + kTokenIdSlack). Bounds the dense
@@ -115,7 +125,11 @@ const json& sequence_steps(const JsonFields& f, const char* key, int depth) {
     f.fail(component + ": Sequence nested deeper than " + std::to_string(kMaxSequenceDepth) +
            " levels");
   }
-  return f.array(key);
+  const json& steps = f.array(key);
+  if (steps.size() > kMaxSequenceSteps)
+    f.fail(f.name(key) + ": a Sequence of " + std::to_string(steps.size()) + " steps (at most " +
+           std::to_string(kMaxSequenceSteps) + ")");
+  return steps;
 }
 
 std::string step_name(const JsonFields& f, const char* key, size_t i) {
@@ -445,6 +459,9 @@ void template_specials(const JsonFields& f, size_t vocab, std::vector<int32_t>& 
   if (specials && !specials->is_object()) f.fail(f.name("special_tokens") + " is not an object");
   bool seen_a = false;
   const json& single = f.array("single");
+  if (single.size() > kMaxTemplateEntries)
+    f.fail(f.name("single") + ": " + std::to_string(single.size()) + " entries (at most " +
+           std::to_string(kMaxTemplateEntries) + ")");
   for (size_t i = 0; i < single.size(); ++i) {
     const JsonFields piece(f.path(), single[i], step_name(f, "single", i));
     if (piece.find("Sequence")) {
@@ -469,6 +486,9 @@ void template_specials(const JsonFields& f, size_t vocab, std::vector<int32_t>& 
           entry.fail(where + ": id " + x.dump() + " outside the vocabulary [0, " +
                      std::to_string(vocab) + ")");
         (seen_a ? after : before).push_back(int32_t(x.get<int64_t>()));
+        if (before.size() + after.size() > kMaxTemplateSpecialIds)
+          f.fail(f.name("single") + ": adds more than " + std::to_string(kMaxTemplateSpecialIds) +
+                 " special-token ids around a text");
       }
     }
   }
@@ -562,7 +582,20 @@ std::unique_ptr<Tokenizer> Tokenizer::from_hf_dir(const std::string& dir) {
   p.byte_fallback = model.flag("byte_fallback", false);
   p.ignore_merges = model.flag("ignore_merges", false);
   p.fuse_unk = model.flag("fuse_unk", false);
-  if (const json* n = top.find("normalizer")) parse_normalizer(JsonFields(path, *n, "normalizer"), p, 0);
+  if (const json* n = top.find("normalizer")) {
+    parse_normalizer(JsonFields(path, *n, "normalizer"), p, 0);
+    // Each Replace multiplies the worst-case length by |content| / |pattern|; Prepend adds one
+    // string per fragment (at most doubling a one-byte fragment's length per byte prepended).
+    double growth = 1;
+    for (const auto& step : p.normalizer)
+      growth *= step.prepend ? 1.0 + double(step.to.size())
+                             : std::max(1.0, double(step.to.size()) / double(step.from.size()));
+    if (growth > kMaxNormalizerGrowth)
+      throw ModelFileError(path, "normalizer: its steps can lengthen a text " +
+                                     std::to_string(int64_t(std::min(growth, 1e18))) +
+                                     "-fold (at most " +
+                                     std::to_string(int64_t(kMaxNormalizerGrowth)) + ")");
+  }
   if (const json* pt = top.find("pre_tokenizer"))
     parse_pre_tokenizer(JsonFields(path, *pt, "pre_tokenizer"), p, true, 0);
   if (const json* dec = top.find("decoder")) parse_decoder(JsonFields(path, *dec, "decoder"), p, 0);

@@ -283,3 +283,48 @@ TEST_CASE("tokenizer hostile: 1 MB inputs of pathological shapes round-trip (GGU
     CHECK(tok->decode(ids, false) == text);
   }
 }
+
+TEST_CASE("tokenizer hostile: normalizers that lengthen a text exponentially are rejected at load",
+          "[tokenizer][hostile]") {
+  // 15 x Replace("a" -> 16 x "a"): one "a" became 16^15 bytes at the first prompt (2 GB, then
+  // bad_alloc, a 500 in the server). Llama-2's Prepend("▁") + Replace(" ", "▁") (12x) loads.
+  std::string steps;
+  for (int i = 0; i < 15; ++i)
+    steps += std::string(i ? "," : "") +
+             R"({"type": "Replace", "pattern": {"String": "a"}, "content": "aaaaaaaaaaaaaaaa"})";
+  const std::string dir = make_dir(
+      "replace_growth",
+      stories_with("normalizer", R"({"type": "Sequence", "normalizers": [)" + steps + "]}"));
+  CHECK_THAT(load_error(dir), Catch::Contains("normalizer: its steps can lengthen a text") &&
+                                  Catch::Contains("(at most 64)"));
+  CHECK(llama2_style() != nullptr);
+}
+
+TEST_CASE("tokenizer hostile: wide Sequences and post-processor templates are bounded",
+          "[tokenizer][hostile]") {
+  // 200,000 decoder steps took 14 s to walk; rejected by their count.
+  std::string steps;
+  for (int i = 0; i < 200000; ++i) steps += std::string(i ? "," : "") + R"({"type": "Fuse"})";
+  const std::string wide =
+      make_dir("wide", stories_with("decoder", R"({"type": "Sequence", "decoders": [)" + steps +
+                                                    "]}"));
+  CHECK_THAT(load_error(wide), Catch::Contains("decoder.decoders: a Sequence of 200000 steps"));
+  // A TemplateProcessing of 150,000 entries x 20,000 ids each ran out of memory after 55 s.
+  std::string single;
+  for (int i = 0; i < 2000; ++i)
+    single += std::string(i ? "," : "") + R"({"SpecialToken": {"id": "<x>", "type_id": 0}})";
+  std::string ids;
+  for (int i = 0; i < 20000; ++i) ids += std::string(i ? "," : "") + "1";
+  const std::string many = make_dir(
+      "template_entries",
+      stories_with("post_processor", R"({"type": "TemplateProcessing", "single": [)" + single +
+                                         R"(], "pair": [], "special_tokens": {"<x>": {"id": "<x>", "ids": [)" +
+                                         ids + R"(], "tokens": ["<x>"]}}})"));
+  CHECK_THAT(load_error(many), Catch::Contains("post_processor.single: 2000 entries (at most 256)"));
+  const std::string long_ids = make_dir(
+      "template_ids",
+      stories_with("post_processor",
+                   R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<x>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}], "pair": [], "special_tokens": {"<x>": {"id": "<x>", "ids": [)" +
+                       ids + R"(], "tokens": ["<x>"]}}})"));
+  CHECK_THAT(load_error(long_ids), Catch::Contains("adds more than 64 special-token ids"));
+}
