@@ -12,6 +12,8 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "models/config_json.h"
+
 namespace octet::bench {
 
 namespace beast = boost::beast;
@@ -92,8 +94,6 @@ Clock::duration to_duration(double seconds) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
 }
 
-struct JsonTooDeep {};
-
 // An error message as one line of printable ASCII: the server's bytes in it (an error body, a
 // reason phrase) are shown as \xNN, so that they can neither break the terminal or the line
 // nor make the result JSON invalid UTF-8.
@@ -129,18 +129,12 @@ std::optional<int64_t> usage_tokens(const nlohmann::json& usage, const char* key
 }  // namespace
 
 nlohmann::json parse_reply_json(const std::string& text) {
-  // The callback sees each value's depth before the parser allocates it: "[[[[..." stops at
-  // kMaxJsonDepth instead of building millions of nested arrays.
-  const nlohmann::json::parser_callback_t limit = [](int depth, nlohmann::json::parse_event_t,
-                                                     nlohmann::json&) {
-    if (depth > kMaxJsonDepth) throw JsonTooDeep{};
-    return true;
-  };
-  try {
-    return nlohmann::json::parse(text, limit, /*allow_exceptions=*/false);
-  } catch (const JsonTooDeep&) {
+  // The depth is checked on the text first: "[[[[..." stops at kMaxJsonDepth instead of
+  // building millions of nested arrays (no parser callback: nlohmann's callback parser is
+  // quadratic in a list of objects, such as a ShareGPT file).
+  if (json_nesting_depth(text, kMaxJsonDepth) > kMaxJsonDepth)
     return nlohmann::json(nlohmann::json::value_t::discarded);
-  }
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
 }
 
 void SseAccumulator::feed(const std::string& bytes, double now_s) {

@@ -23,22 +23,35 @@ std::string parser_message(const std::exception& e) {
 
 }  // namespace
 
-json parse_model_json(const std::string& path, const char* begin, const char* end,
-                      int max_depth) {
-  int depth = 0;
-  const json::parser_callback_t limit = [&](int, json::parse_event_t event, json&) {
-    if (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) {
-      if (++depth > max_depth)
-        throw ModelFileError(path, "JSON nested deeper than " + std::to_string(max_depth) +
-                                       " levels (corrupt or hostile file)");
-    } else if (event == json::parse_event_t::object_end ||
-               event == json::parse_event_t::array_end) {
+int json_nesting_depth(std::string_view text, int limit) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > deepest && (deepest = depth) > limit) return limit + 1;
+    } else if (c == ']' || c == '}') {
       --depth;
     }
-    return true;
-  };
+  }
+  return deepest;
+}
+
+json parse_model_json(const std::string& path, const char* begin, const char* end,
+                      int max_depth) {
+  // The depth is checked on the text, before the parser builds anything. (nlohmann's parser
+  // callback would do it as it goes, but its callback parser rescans the parent container at
+  // the end of every object: quadratic for a list of objects such as added_tokens.)
+  if (json_nesting_depth(std::string_view(begin, size_t(end - begin)), max_depth) > max_depth)
+    throw ModelFileError(path, "JSON nested deeper than " + std::to_string(max_depth) +
+                                   " levels (corrupt or hostile file)");
   try {
-    return json::parse(begin, end, limit);
+    return json::parse(begin, end);
   } catch (const json::exception& e) {  // parse_error, or out_of_range for "1e999"
     throw ModelFileError(path, "malformed JSON: " + parser_message(e));
   }

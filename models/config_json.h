@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -15,10 +16,14 @@ namespace octet {
 /// Nesting depth accepted in these files (config.json nests 3 to 4 levels deep).
 inline constexpr int kMaxConfigJsonDepth = 64;
 
+/// The deepest nesting of arrays/objects in `text` (brackets inside strings not counted);
+/// scanning stops once it exceeds `limit` (then limit + 1). O(text.size()), no allocation.
+int json_nesting_depth(std::string_view text, int limit);
+
 /// Parses the JSON text [begin, end) of the model file `path` (config.json, an index, a
-/// safetensors header, tokenizer.json) with at most `max_depth` nested objects/arrays, checked as
-/// the parser goes, so that a hostile file cannot exhaust the stack or grow a deep tree. Throws
-/// ModelFileError(path, "malformed JSON: ..." or "JSON nested deeper than N levels ...").
+/// safetensors header, tokenizer.json) with at most `max_depth` nested objects/arrays, checked on
+/// the text before parsing, so that a hostile file cannot exhaust the stack or grow a deep tree.
+/// Throws ModelFileError(path, "malformed JSON: ..." or "JSON nested deeper than N levels ...").
 nlohmann::json parse_model_json(const std::string& path, const char* begin, const char* end,
                                 int max_depth = kMaxConfigJsonDepth);
 
