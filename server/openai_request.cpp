@@ -230,6 +230,7 @@ constexpr Unimplemented kUnimplemented[] = {
     {"repeat_penalty", is_one, "use 'repetition_penalty'"},
     {"mirostat", is_zero, "mirostat sampling is not implemented"},
     {"typical_p", is_one, "typical sampling is not implemented"},
+    {"top_a", is_zero, "top-a sampling is not implemented"},
     {"tfs_z", is_one, "tail-free sampling is not implemented"},
     {"dynatemp_range", is_zero, "dynamic temperature is not implemented"},
     {"dry_multiplier", is_zero, "DRY sampling is not implemented"},

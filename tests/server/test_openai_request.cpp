@@ -305,6 +305,7 @@ TEST_CASE("fields that change the output but are not implemented get 400 naming 
       {{{"bad_words", {"x"}}}, "bad_words"},
       {{{"n_predict", 4}}, "n_predict"},
       {{{"mirostat", 2}}, "mirostat"},
+      {{{"top_a", 0.5}}, "top_a"},
       {{{"typical_p", 0.5}}, "typical_p"},
       {{{"repeat_penalty", 1.3}}, "repeat_penalty"},
       {{{"samplers", {"top_k"}}}, "samplers"},
@@ -329,7 +330,7 @@ TEST_CASE("fields that change the output but are not implemented get 400 naming 
   const json neutral = {{"use_beam_search", false}, {"truncate_prompt_tokens", nullptr},
                         {"response_format", {{"type", "text"}}}, {"grammar", ""},
                         {"json_schema", nullptr}, {"bad_words", json::array()},
-                        {"mirostat", 0}, {"typical_p", 1.0}, {"repeat_penalty", 1},
+                        {"mirostat", 0}, {"top_a", 0}, {"typical_p", 1.0}, {"repeat_penalty", 1},
                         {"n", 2}, {"best_of", 2}};
   const auto r = parse_completion_request(completion(neutral));
   CHECK(r.unknown_fields.empty());
