@@ -12,7 +12,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "models/config_json.h"
+#include "config/file_read.h"
 
 namespace octet::bench {
 

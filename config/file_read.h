@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace octet {
 
@@ -36,5 +37,10 @@ inline constexpr std::size_t kMaxStreamInputBytes = std::size_t{64} << 20;
 /// Throws FileReadError when it cannot be opened, is a directory, fails to read, or holds more
 /// than the limit (the message names it).
 std::string read_file_bounded(const std::string& path, std::size_t max_bytes);
+
+/// The deepest nesting of JSON arrays/objects in `text` (brackets inside strings not counted);
+/// scanning stops once it exceeds `limit` (then limit + 1). O(text.size()), no allocation: the
+/// depth check every reader of outside JSON runs before parsing.
+int json_nesting_depth(std::string_view text, int limit);
 
 }  // namespace octet

@@ -23,25 +23,6 @@ std::string parser_message(const std::exception& e) {
 
 }  // namespace
 
-int json_nesting_depth(std::string_view text, int limit) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > deepest && (deepest = depth) > limit) return limit + 1;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
 json parse_model_json(const std::string& path, const char* begin, const char* end,
                       int max_depth) {
   // The depth is checked on the text, before the parser builds anything. (nlohmann's parser

@@ -16,10 +16,6 @@ namespace octet {
 /// Nesting depth accepted in these files (config.json nests 3 to 4 levels deep).
 inline constexpr int kMaxConfigJsonDepth = 64;
 
-/// The deepest nesting of arrays/objects in `text` (brackets inside strings not counted);
-/// scanning stops once it exceeds `limit` (then limit + 1). O(text.size()), no allocation.
-int json_nesting_depth(std::string_view text, int limit);
-
 /// Parses the JSON text [begin, end) of the model file `path` (config.json, an index, a
 /// safetensors header, tokenizer.json) with at most `max_depth` nested objects/arrays, checked on
 /// the text before parsing, so that a hostile file cannot exhaust the stack or grow a deep tree.

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "config/file_read.h"
 #include "server/api_error.h"
 
 namespace octet::server {
@@ -562,23 +563,9 @@ nlohmann::json parse_json_body(const std::string& text) {
   // Depth first, without recursion: a scan of the brackets outside strings. nlohmann's parser
   // is iterative and its destructor too (3.11), but dump() and everything that walks a value
   // recursively (error texts, chat templates) would overflow the stack on a deep value.
-  int64_t depth = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth)
-        throw bad_request("the JSON body is nested deeper than " + std::to_string(kMaxJsonDepth) +
-                          " levels");
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
+  if (json_nesting_depth(text, int(kMaxJsonDepth)) > int(kMaxJsonDepth))
+    throw bad_request("the JSON body is nested deeper than " + std::to_string(kMaxJsonDepth) +
+                      " levels");
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gguf_writer.h"
+#include "config/file_read.h"
 #include "models/config_json.h"
 #include "models/gguf.h"
 #include "models/model_config.h"
