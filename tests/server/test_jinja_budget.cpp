@@ -149,6 +149,9 @@ TEST_CASE("loops stop at the step budget and the output budget", "[jinja_budget]
   limit_error("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "steps");
   limit_error("{% for i in range(100000) %}{% for j in range(100000) %}{{ i }}{% endfor %}{% endfor %}", "steps");
   limit_error("{{ range(1000000000) | length }}", "100000 items");
+  // Large string repeats count their bytes: 1,000 x 1 MB is 62.5M steps (it copied 1 GB
+  // within a budget of 50M steps before).
+  limit_error("{% for i in range(1000) %}{% set x = 'a' * 1000000 %}{% endfor %}", "steps");
   const ojson ctx = {{"big", std::string(1000, 'x')}};
   limit_error("{% for i in range(100000) %}{{ big }}{% endfor %}", "the rendered text", ctx);
 }
