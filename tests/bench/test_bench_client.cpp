@@ -143,7 +143,9 @@ TEST_CASE("a scripted server: delays, usage and failures as the records say") {
     CHECK(r[i].ttft < 0.5);
     REQUIRE(r[i].itl.size() == 3);
     for (double g : r[i].itl) {
-      CHECK(g >= 0.095);
+      // A gap can come out under the server's 100 ms when the chunk before it was late (seen
+      // once: 94.8 ms under the sanitizer tree on a loaded machine); the sum is checked below.
+      CHECK(g >= 0.05);
       CHECK(g < 0.3);
     }
     CHECK(r[i].latency >= 0.495);  // 200 + 3 x 100 ms
