@@ -236,6 +236,11 @@ void GenerationJob::prepare() {
 
 GenerationJob::~GenerationJob() {
   abort();
+  // The engine may hold a stream past this job (until its next flush, or its shutdown after
+  // the HTTP server's): the notify callback, which holds the session's strand, goes now, on
+  // this side, while the io_context still exists.
+  for (Choice& c : choices_)
+    if (c.stream) c.stream->set_notify(nullptr);
   if (counted_) ctx_.active_jobs.fetch_sub(1);
 }
 
