@@ -8,9 +8,16 @@
 
 namespace octet::testing {
 
-/// ../shared/models/stories260K.gguf beside the checkout.
+/// The folder of the test models: $OCTET_TEST_MODELS_DIR when set (scripts/gpu_check carries
+/// them in .gpu-check/models), else ../shared/models beside the checkout.
+inline std::string models_dir() {
+  const char* env = std::getenv("OCTET_TEST_MODELS_DIR");
+  return env != nullptr && *env != '\0' ? std::string(env) : std::string(OCTET_TEST_MODELS_DIR);
+}
+
+/// stories260K.gguf in models_dir().
 inline std::string stories() {
-  const std::string path = std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf";
+  const std::string path = models_dir() + "/stories260K.gguf";
   if (!std::ifstream(path)) {
     std::fprintf(stderr, "SKIP: %s not found\n", path.c_str());
     std::exit(77);

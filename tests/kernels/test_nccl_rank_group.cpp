@@ -35,7 +35,7 @@ int gpus_or_skip() {
 
 }  // namespace
 
-TEST_CASE("nccl rank group: one rank per GPU, sums over the ranks") {
+TEST_CASE("nccl rank group: one rank per GPU, sums over the ranks", "[nccl][cuda]") {
   const int gpus = gpus_or_skip();
   if (gpus < 2) {
     // Two ranks need two GPUs: a clear refusal (or, without NCCL, the NCCL one).
