@@ -279,6 +279,58 @@ TEST_CASE("kv saturation: each sampled slot, layer and K or V is read from its o
   CHECK(c.v_underflow == before.v_underflow);
 }
 
+TEST_CASE("kv saturation: rows that are not whole FP32 words are read one by one",
+          "[kv][saturation]") {
+  // One KV head of 6 dims: a token's row is 6 bytes, not a whole number of the FP32 words
+  // gather_rows moves, so each sampled row is downloaded on its own. Layer 0 E4M3, layer 1
+  // E5M2, scale 1; values 1.0 except, at layer l and position p, l + p + 1 K values of 60000
+  // (E4M3: 448, E5M2: 57344, both saturated) and l + p % 3 + 1 V values of 1e-9 (code 0 in
+  // both formats: underflow).
+  const LlamaModel& model = *stories_model().model;
+  std::vector<KVLayerSpec> one_head = {fp8_layer(DType::FP8_E4M3, 1.0f),
+                                       fp8_layer(DType::FP8_E5M2, 1.0f)};
+  for (KVLayerSpec& l : one_head) l.k_scale = l.v_scale = {1.0f};
+  constexpr int64_t kBlock = 4, kRow = 6, kLen = 5;
+  PagedKVCache cache(model.backend(), 8, kBlock, 1, kRow, one_head);
+  ModelRunner runner(model, cache);
+  KVCacheManager kv(8, kBlock, false, 0, 64);
+  Request other, r;
+  other.request_id = "o";
+  other.prompt_token_ids = std::vector<int32_t>(3, 5);
+  r.request_id = "r";
+  r.prompt_token_ids = std::vector<int32_t>(kLen, 5);
+  REQUIRE(kv.allocate_slots(other, 3));
+  REQUIRE(kv.allocate_slots(r, kLen));
+  const std::vector<int32_t>& blocks = kv.get_block_ids("r");
+  std::vector<int64_t> slots;
+  for (int64_t p = 0; p < kLen; ++p) slots.push_back(blocks[p / kBlock] * kBlock + p % kBlock);
+  for (int64_t l = 0; l < 2; ++l) {
+    std::vector<float> k(kLen * kRow, 1.0f), v(kLen * kRow, 1.0f);
+    for (int64_t p = 0; p < kLen; ++p) {
+      for (int64_t i = 0; i < l + p + 1; ++i) k[p * kRow + i] = 60000.0f;
+      for (int64_t i = 0; i < l + p % 3 + 1; ++i) v[p * kRow + kRow - 1 - i] = 1e-9f;
+    }
+    model.backend().write_kv_cache(cache.layer(l), k.data(), v.data(), slots.data(), kLen);
+  }
+  // Two tokens of five: (2j + 1) * 5 / 4 = positions 1 and 3.
+  KVSaturationSampler s(one_head, /*every_steps=*/1, /*tokens_per_sample=*/2);
+  SchedulerOutput out;
+  out.scheduled = {&r};
+  out.num_scheduled_tokens = {kLen};
+  out.total_num_scheduled_tokens = kLen;
+  s.after_step(out, kv, runner);
+  REQUIRE(s.counts().size() == 2);
+  for (int64_t l = 0; l < 2; ++l) {
+    INFO("layer " << l);
+    const KVLayerSaturation& c = s.counts()[l];
+    CHECK(c.k_sampled == 2 * kRow);
+    CHECK(c.k_saturated == (l + 2) + (l + 4));  // p = 1, 3
+    CHECK(c.k_underflow == 0);
+    CHECK(c.v_saturated == 0);
+    CHECK(c.v_underflow == (l + 2) + (l + 1));
+  }
+}
+
 TEST_CASE("kv saturation: the engine counts sampled K/V of its FP8 layers", "[kv][saturation]") {
   testing::TempDir dir;
   const std::string path = dir.file("scales.json");
