@@ -162,8 +162,8 @@ void KVSaturationSampler::after_step(const SchedulerOutput& out, const KVCacheMa
     download_codes(cache, slots, scratch_[static_cast<size_t>(r)], codes.data());
     for (int64_t t = 0; t < tensors; ++t) {
       FP8CodeCounts& acc = per_rank[static_cast<size_t>(r)][static_cast<size_t>(t)];
-      const FP8CodeCounts k =
-          count_fp8_codes(codes.data() + t * n * row, n * row, formats_[static_cast<size_t>(t / 2)]);
+      const DType format = formats_[static_cast<size_t>(t / 2)];
+      const FP8CodeCounts k = count_fp8_codes(codes.data() + t * n * row, n * row, format);
       acc.values += k.values, acc.saturated += k.saturated, acc.underflow += k.underflow;
     }
   };
