@@ -80,6 +80,43 @@ KVSaturationSampler::KVSaturationSampler(const std::vector<KVLayerSpec>& layers,
   }
 }
 
+void KVSaturationSampler::download_codes(const PagedKVCache& cache,
+                                         const std::vector<int64_t>& slots, Scratch& scratch,
+                                         uint8_t* codes) const {
+  Backend& be = cache.backend();
+  const int64_t row = cache.num_kv_heads() * cache.head_dim();  // bytes
+  const auto n = static_cast<int64_t>(slots.size());
+  if (row % 4 != 0) {  // rows are not whole floats for gather_rows: one download per row
+    for (size_t c = 0; c < counts_.size(); ++c)
+      for (int which = 0; which < 2; ++which) {
+        const Buffer& buf = which == 0 ? cache.k_buffer(counts_[c].layer)
+                                       : cache.v_buffer(counts_[c].layer);
+        for (int64_t j = 0; j < n; ++j)
+          be.download(buf, slots[static_cast<size_t>(j)] * row,
+                      codes + ((2 * static_cast<int64_t>(c) + which) * n + j) * row, row);
+      }
+    return;
+  }
+  // The buffers live as long as the sampler, sized for tokens_per_sample_ slots.
+  const int64_t tensors = 2 * static_cast<int64_t>(counts_.size());
+  const int64_t capacity = tensors * tokens_per_sample_ * row;
+  if (scratch.codes.bytes() < capacity) {
+    scratch.slots = be.allocate(tokens_per_sample_ * static_cast<int64_t>(sizeof(int64_t)));
+    scratch.codes = be.allocate(capacity);
+  }
+  be.upload(scratch.slots, 0, slots.data(), n * static_cast<int64_t>(sizeof(int64_t)));
+  // gather_rows copies FP32 words: a row of `row` bytes is row / 4 words (bits unchanged).
+  for (size_t c = 0; c < counts_.size(); ++c)
+    for (int which = 0; which < 2; ++which) {
+      const Buffer& buf =
+          which == 0 ? cache.k_buffer(counts_[c].layer) : cache.v_buffer(counts_[c].layer);
+      be.gather_rows(buf.as<const float>(), row / 4, scratch.slots.as<const int64_t>(), n,
+                     reinterpret_cast<float*>(scratch.codes.as<uint8_t>() +
+                                              (2 * static_cast<int64_t>(c) + which) * n * row));
+    }
+  be.download(scratch.codes, 0, codes, tensors * n * row);
+}
+
 bool KVSaturationSampler::take_changed() {
   const bool c = changed_;
   changed_ = false;
@@ -109,25 +146,25 @@ void KVSaturationSampler::after_step(const SchedulerOutput& out, const KVCacheMa
     const std::vector<int32_t>& blocks = kv.get_block_ids(r.request_id);
     slots.push_back(static_cast<int64_t>(blocks.at(static_cast<size_t>(p / bs))) * bs + p % bs);
   }
-  // Per rank: its KV heads' codes, K and V of each counted layer, counted into its own slot.
+  // Per rank: its KV heads' codes of the sampled slots, K and V of each counted layer,
+  // gathered on the device into one buffer [2 * layers, slots, row] (row = one token's codes:
+  // bytes, FP8 is 1 byte) and downloaded at once, then counted into the rank's own entries.
   const int world = runner.world_size();
+  if (scratch_.size() < static_cast<size_t>(world)) scratch_.resize(static_cast<size_t>(world));
   std::vector<std::vector<FP8CodeCounts>> per_rank(
       static_cast<size_t>(world), std::vector<FP8CodeCounts>(2 * counts_.size()));
   const auto read_rank = [&](int r) {
     const PagedKVCache& cache = runner.cache(r);
-    const int64_t row = cache.num_kv_heads() * cache.head_dim();  // bytes: FP8 is 1 byte
-    std::vector<uint8_t> codes(static_cast<size_t>(row));
-    for (size_t c = 0; c < counts_.size(); ++c) {
-      const int64_t l = counts_[c].layer;
-      for (int which = 0; which < 2; ++which) {
-        const Buffer& buf = which == 0 ? cache.k_buffer(l) : cache.v_buffer(l);
-        FP8CodeCounts& acc = per_rank[static_cast<size_t>(r)][2 * c + which];
-        for (int64_t slot : slots) {
-          cache.backend().download(buf, slot * row, codes.data(), row);
-          const FP8CodeCounts k = count_fp8_codes(codes.data(), row, formats_[c]);
-          acc.values += k.values, acc.saturated += k.saturated, acc.underflow += k.underflow;
-        }
-      }
+    const int64_t row = cache.num_kv_heads() * cache.head_dim();
+    const auto n = static_cast<int64_t>(slots.size());
+    const auto tensors = static_cast<int64_t>(2 * counts_.size());
+    std::vector<uint8_t> codes(static_cast<size_t>(tensors * n * row));
+    download_codes(cache, slots, scratch_[static_cast<size_t>(r)], codes.data());
+    for (int64_t t = 0; t < tensors; ++t) {
+      FP8CodeCounts& acc = per_rank[static_cast<size_t>(r)][static_cast<size_t>(t)];
+      const DType format = formats_[static_cast<size_t>(t / 2)];
+      const FP8CodeCounts k = count_fp8_codes(codes.data() + t * n * row, n * row, format);
+      acc.values += k.values, acc.saturated += k.saturated, acc.underflow += k.underflow;
     }
   };
   if (group && world > 1) {

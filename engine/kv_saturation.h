@@ -22,12 +22,14 @@
 #include <vector>
 
 #include "engine/engine.h"  // KVLayerSaturation
+#include "kernels/backend.h"
 #include "kernels/common/dtype.h"
 
 namespace octet {
 
 class KVCacheManager;
 class ModelRunner;
+class PagedKVCache;
 class RankGroup;
 struct DenseKVCache;
 struct KVLayerSpec;
@@ -72,7 +74,9 @@ class KVSaturationSampler {
   /// Call once per engine step after ModelRunner::execute(out, kv) and before
   /// Scheduler::update(out) (the slots are those the step wrote). On a sampled step, reads the
   /// chosen tokens' K/V codes back from every rank's cache; `group` runs the per-rank downloads
-  /// on the rank threads (tensor parallelism; null: on the calling thread).
+  /// on the rank threads (tensor parallelism; null: on the calling thread). Per rank, the
+  /// sampled rows of every counted layer's K and V are gathered on the device into one buffer
+  /// (Backend::gather_rows) and downloaded in one copy.
   void after_step(const SchedulerOutput& out, const KVCacheManager& kv, const ModelRunner& runner,
                   RankGroup* group = nullptr);
 
@@ -84,7 +88,18 @@ class KVSaturationSampler {
   bool empty() const { return counts_.empty(); }
 
  private:
+  // One rank's device buffers for a sample: slots [tokens_per_sample] int64 and the gathered
+  // codes [2 * counted layers, tokens_per_sample, row] bytes; allocated on first use.
+  struct Scratch {
+    Buffer slots, codes;
+  };
+  // Fills codes [2 * counts_.size(), slots.size(), row] (layer c's K at 2c, V at 2c + 1; row =
+  // the cache's num_kv_heads * head_dim bytes) from `cache`'s rows at `slots`.
+  void download_codes(const PagedKVCache& cache, const std::vector<int64_t>& slots,
+                      Scratch& scratch, uint8_t* codes) const;
+
   std::vector<KVLayerSaturation> counts_;
+  std::vector<Scratch> scratch_;  // per rank
   std::vector<DType> formats_;  // [counts_.size()]
   int64_t every_steps_, tokens_per_sample_, step_ = 0;
   bool changed_ = false;

@@ -3,10 +3,16 @@
 // the engine tests vary (each left out keeps EngineArgs' default); collect() and
 // collect_outcome() gather a request's stream, require_same_logprobs() compares two bit for
 // bit; greedy_params(), random_prompt() and stories_model() are the sampling, the stories260K
-// prompts and the shared loaded model of several tests.
+// prompts and the shared loaded model of several tests. The CUDA tests' helpers:
+// require_cuda_or_skip() (exit 77 without a GPU), RunnerLane (a ModelRunner stepped by hand)
+// and first_difference().
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -14,7 +20,11 @@
 
 #include "config/engine_args.h"
 #include "engine/engine.h"
+#include "engine/kv_cache_manager.h"
 #include "engine/model_loader.h"
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "kernels/backend.h"
 #include "test_model_paths.h"
 
 namespace octet::testing {
@@ -117,6 +127,92 @@ inline const LoadedModel& stories_model() {
   static std::unique_ptr<LoadedModel> m =
       load_model(stories(), make_load_options("auto", "channel"));
   return *m;
+}
+
+/// Exits 77 (CTest: skipped, never passed) unless this build has CUDA and a CUDA GPU is present.
+inline void require_cuda_or_skip() {
+#if !OCTET_HAVE_CUDA
+  std::printf("SKIPPED: built without CUDA (OCTET_HAVE_CUDA off)\n");
+  std::fflush(stdout);
+  std::exit(77);
+#else
+  try {
+    (void)make_backend("cuda");
+  } catch (const std::invalid_argument& e) {
+    std::printf("SKIPPED: no CUDA GPU: %s\n", e.what());
+    std::fflush(stdout);
+    std::exit(77);
+  }
+#endif
+}
+
+/// One ModelRunner over `loaded` with its own KV blocks (room for max_num_seqs sequences of
+/// max_model_len tokens) and requests, stepped by hand (no scheduler), for tests that compare
+/// the logits of two runs (devices, graphs, batch mixes): both are fed the same tokens, never
+/// sampled ones, whatever their logits.
+struct RunnerLane {
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<KVCacheManager> kv;
+  std::vector<std::unique_ptr<Request>> requests;
+
+  /// layers: [num_hidden_layers] KV specs (every KV head); graphs: CUDA graphs for decode
+  /// steps (DecodeGraphOptions); max_num_batched_tokens: the activations' size in tokens.
+  RunnerLane(const LoadedModel& m, const std::vector<KVLayerSpec>& layers, int64_t max_model_len,
+             int64_t max_num_seqs, bool graphs, int64_t max_num_batched_tokens = 2048,
+             int64_t block_size = 16) {
+    const int64_t num_blocks =
+        max_num_seqs * ((max_model_len + block_size - 1) / block_size) + 1;  // + null block
+    runner = std::make_unique<ModelRunner>(m, num_blocks, block_size, layers,
+                                           max_num_batched_tokens, max_num_seqs,
+                                           DecodeGraphOptions{graphs, max_model_len});
+    kv = std::make_unique<KVCacheManager>(num_blocks, block_size, false, 0, max_model_len);
+  }
+
+  /// Adds a request (index requests.size() - 1) with `prompt`.
+  Request& add(const std::string& id, std::vector<int32_t> prompt) {
+    requests.push_back(std::make_unique<Request>(id, std::move(prompt)));
+    return *requests.back();
+  }
+
+  /// One step scheduling tokens[i] tokens of requests[i] (0: not in this step; in request
+  /// order), then each scheduled request has them computed and, when that reached its last
+  /// token, next[i] appended. tokens and next: [requests.size()].
+  StepLogits step(const std::vector<int64_t>& tokens, const std::vector<int32_t>& next) {
+    REQUIRE(tokens.size() == requests.size());
+    REQUIRE(next.size() == requests.size());
+    SchedulerOutput out;
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (tokens[i] == 0) continue;
+      Request& r = *requests[i];
+      REQUIRE(r.num_computed_tokens + tokens[i] <= r.num_tokens());
+      REQUIRE(kv->allocate_slots(r, tokens[i]));
+      out.scheduled.push_back(&r);
+      out.num_scheduled_tokens.push_back(tokens[i]);
+      out.total_num_scheduled_tokens += tokens[i];
+    }
+    StepLogits logits = runner->execute(out, *kv);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      if (tokens[i] == 0) continue;
+      Request& r = *requests[i];
+      r.num_computed_tokens += tokens[i];
+      if (r.num_computed_tokens == r.num_tokens()) r.append_output_token(next[i]);
+    }
+    return logits;
+  }
+
+  /// step() with every request's remaining tokens (its prompt, or 1 when decoding).
+  StepLogits step_all(const std::vector<int32_t>& next) {
+    std::vector<int64_t> tokens;
+    for (const auto& r : requests) tokens.push_back(r->num_tokens() - r->num_computed_tokens);
+    return step(tokens, next);
+  }
+};
+
+/// Index of the first float of a and b (n each) whose bits differ, or -1 when all are equal.
+inline int64_t first_difference(const float* a, const float* b, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (std::memcmp(a + i, b + i, sizeof(float)) != 0) return i;
+  return -1;
 }
 
 }  // namespace octet::testing

@@ -187,6 +187,150 @@ TEST_CASE("kv saturation: the sampler counts exactly what a known write stored",
   }
 }
 
+TEST_CASE("kv saturation: each sampled slot, layer and K or V is read from its own row",
+          "[kv][saturation]") {
+  // The sampler gathers the sampled rows of every layer's K and V on the device and downloads
+  // them at once: a wrong slot, layer, K/V order, row width or a stale row of an earlier
+  // sample changes these counts. Every layer E4M3 scale 1; all values 1.0 (counted as
+  // neither) except, at layer l and position p of request r, l + 2p + 1 K values of 1000
+  // (stored at 448: saturated) and 2l + p + 1 V values of 1e-5 (below half of E4M3's smallest
+  // subnormal 2^-9: stored as 0, underflow). The other request's rows are all 1000 and
+  // unwritten rows are all code 0, so reading either is seen.
+  const LoadedModel& loaded = stories_model();
+  const LlamaModel& model = *loaded.model;
+  const std::vector<KVLayerSpec> layers(5, fp8_layer(DType::FP8_E4M3, 1.0f));
+  constexpr int64_t kBlock = 4, kRow = 4 * 8, kBlocks = 16, kLen = 10;
+  PagedKVCache cache(model.backend(), kBlocks, kBlock, 4, 8, layers);
+  ModelRunner runner(model, cache);
+  KVCacheManager kv(kBlocks, kBlock, false, 0, 64);
+  Request other, r;
+  other.request_id = "o";
+  other.prompt_token_ids = std::vector<int32_t>(7, 5);
+  r.request_id = "r";
+  r.prompt_token_ids = std::vector<int32_t>(kLen, 5);
+  REQUIRE(kv.allocate_slots(other, 7));  // takes the first blocks: r's slots are not positions
+  REQUIRE(kv.allocate_slots(r, kLen));
+  const auto slots_of = [&](const std::string& id, int64_t n) {
+    const std::vector<int32_t>& blocks = kv.get_block_ids(id);
+    std::vector<int64_t> slots;
+    for (int64_t p = 0; p < n; ++p) slots.push_back(blocks[p / kBlock] * kBlock + p % kBlock);
+    return slots;
+  };
+  const std::vector<int64_t> r_slots = slots_of("r", kLen), o_slots = slots_of("o", 7);
+  REQUIRE(r_slots[0] != 0);
+  const std::vector<float> big(7 * kRow, 1000.0f);
+  for (int64_t l = 0; l < 5; ++l) {
+    std::vector<float> k(kLen * kRow, 1.0f), v(kLen * kRow, 1.0f);
+    for (int64_t p = 0; p < kLen; ++p) {
+      for (int64_t i = 0; i < l + 2 * p + 1; ++i) k[p * kRow + i] = 1000.0f;
+      for (int64_t i = 0; i < 2 * l + p + 1; ++i) v[p * kRow + kRow - 1 - i] = 1e-5f;
+    }
+    model.backend().write_kv_cache(cache.layer(l), k.data(), v.data(), r_slots.data(), kLen);
+    model.backend().write_kv_cache(cache.layer(l), big.data(), big.data(), o_slots.data(), 7);
+  }
+  KVSaturationSampler s(layers, /*every_steps=*/1, /*tokens_per_sample=*/3);
+  REQUIRE(s.counts().size() == 5);
+
+  // Step 1: r's 10 prompt tokens; tokens (2j + 1) * 10 / 6 for j < 3: positions 1, 5, 8.
+  SchedulerOutput out;
+  out.scheduled = {&r};
+  out.num_scheduled_tokens = {kLen};
+  out.total_num_scheduled_tokens = kLen;
+  s.after_step(out, kv, runner);
+  for (int64_t l = 0; l < 5; ++l) {
+    INFO("layer " << l << ", first sample");
+    const KVLayerSaturation& c = s.counts()[l];
+    CHECK(c.layer == l);
+    CHECK(c.k_sampled == 3 * kRow);
+    CHECK(c.v_sampled == 3 * kRow);
+    CHECK(c.k_saturated == (l + 3) + (l + 11) + (l + 17));  // p = 1, 5, 8
+    CHECK(c.k_underflow == 0);
+    CHECK(c.v_saturated == 0);
+    CHECK(c.v_underflow == (2 * l + 2) + (2 * l + 6) + (2 * l + 9));
+  }
+
+  // Step 2: r's last two positions only (fewer slots than the first sample gathered):
+  // tokens (2j + 1) * 2 / 4 for j < 2: positions 8 and 9, added to the first counts.
+  r.num_computed_tokens = 8;
+  out.num_scheduled_tokens = {2};
+  out.total_num_scheduled_tokens = 2;
+  s.after_step(out, kv, runner);
+  for (int64_t l = 0; l < 5; ++l) {
+    INFO("layer " << l << ", second sample");
+    const KVLayerSaturation& c = s.counts()[l];
+    CHECK(c.k_sampled == 5 * kRow);
+    CHECK(c.k_saturated == (3 * l + 31) + (l + 17) + (l + 19));
+    CHECK(c.k_underflow == 0);
+    CHECK(c.v_saturated == 0);
+    CHECK(c.v_underflow == (6 * l + 17) + (2 * l + 9) + (2 * l + 10));
+  }
+
+  // Step 3: both requests, 7 + 1 tokens: tokens (2j + 1) * 8 / 6 = 1, 4, 6 are o's (every
+  // value 1000, in K and V).
+  r.num_computed_tokens = 9;
+  out.scheduled = {&other, &r};
+  out.num_scheduled_tokens = {7, 1};
+  out.total_num_scheduled_tokens = 8;
+  const KVLayerSaturation before = s.counts()[2];
+  s.after_step(out, kv, runner);
+  const KVLayerSaturation& c = s.counts()[2];
+  CHECK(c.k_saturated - before.k_saturated == 3 * kRow);
+  CHECK(c.v_saturated - before.v_saturated == 3 * kRow);
+  CHECK(c.v_underflow == before.v_underflow);
+}
+
+TEST_CASE("kv saturation: rows that are not whole FP32 words are read one by one",
+          "[kv][saturation]") {
+  // One KV head of 6 dims: a token's row is 6 bytes, not a whole number of the FP32 words
+  // gather_rows moves, so each sampled row is downloaded on its own. Layer 0 E4M3, layer 1
+  // E5M2, scale 1; values 1.0 except, at layer l and position p, l + p + 1 K values of 60000
+  // (E4M3: 448, E5M2: 57344, both saturated) and l + p % 3 + 1 V values of 1e-9 (code 0 in
+  // both formats: underflow).
+  const LlamaModel& model = *stories_model().model;
+  std::vector<KVLayerSpec> one_head = {fp8_layer(DType::FP8_E4M3, 1.0f),
+                                       fp8_layer(DType::FP8_E5M2, 1.0f)};
+  for (KVLayerSpec& l : one_head) l.k_scale = l.v_scale = {1.0f};
+  constexpr int64_t kBlock = 4, kRow = 6, kLen = 5;
+  PagedKVCache cache(model.backend(), 8, kBlock, 1, kRow, one_head);
+  ModelRunner runner(model, cache);
+  KVCacheManager kv(8, kBlock, false, 0, 64);
+  Request other, r;
+  other.request_id = "o";
+  other.prompt_token_ids = std::vector<int32_t>(3, 5);
+  r.request_id = "r";
+  r.prompt_token_ids = std::vector<int32_t>(kLen, 5);
+  REQUIRE(kv.allocate_slots(other, 3));
+  REQUIRE(kv.allocate_slots(r, kLen));
+  const std::vector<int32_t>& blocks = kv.get_block_ids("r");
+  std::vector<int64_t> slots;
+  for (int64_t p = 0; p < kLen; ++p) slots.push_back(blocks[p / kBlock] * kBlock + p % kBlock);
+  for (int64_t l = 0; l < 2; ++l) {
+    std::vector<float> k(kLen * kRow, 1.0f), v(kLen * kRow, 1.0f);
+    for (int64_t p = 0; p < kLen; ++p) {
+      for (int64_t i = 0; i < l + p + 1; ++i) k[p * kRow + i] = 60000.0f;
+      for (int64_t i = 0; i < l + p % 3 + 1; ++i) v[p * kRow + kRow - 1 - i] = 1e-9f;
+    }
+    model.backend().write_kv_cache(cache.layer(l), k.data(), v.data(), slots.data(), kLen);
+  }
+  // Two tokens of five: (2j + 1) * 5 / 4 = positions 1 and 3.
+  KVSaturationSampler s(one_head, /*every_steps=*/1, /*tokens_per_sample=*/2);
+  SchedulerOutput out;
+  out.scheduled = {&r};
+  out.num_scheduled_tokens = {kLen};
+  out.total_num_scheduled_tokens = kLen;
+  s.after_step(out, kv, runner);
+  REQUIRE(s.counts().size() == 2);
+  for (int64_t l = 0; l < 2; ++l) {
+    INFO("layer " << l);
+    const KVLayerSaturation& c = s.counts()[l];
+    CHECK(c.k_sampled == 2 * kRow);
+    CHECK(c.k_saturated == (l + 2) + (l + 4));  // p = 1, 3
+    CHECK(c.k_underflow == 0);
+    CHECK(c.v_saturated == 0);
+    CHECK(c.v_underflow == (l + 2) + (l + 1));
+  }
+}
+
 TEST_CASE("kv saturation: the engine counts sampled K/V of its FP8 layers", "[kv][saturation]") {
   testing::TempDir dir;
   const std::string path = dir.file("scales.json");

@@ -3,7 +3,8 @@
 // size m, the row's position in the batch and the OpenMP thread count. Each path (scalar, AVX2,
 // AVX-512) is checked on its own; the run-time dispatchers too. The m = 1 results are also
 // checked against the plain references (ref::), so a kernel that is consistently wrong fails.
-// Paths this CPU lacks exit 77 (ctest reports them skipped).
+// Paths this CPU lacks exit 77 (ctest reports them skipped). The CUDA backend's linear ops are
+// checked the same way at real model shapes (the last case; exits 77 without a GPU).
 #include <catch2/catch.hpp>
 
 #include <omp.h>
@@ -13,10 +14,13 @@
 #include <cstring>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/linear_bf16.h"
 #include "kernels/cpu/ops.h"
@@ -273,4 +277,145 @@ TEST_CASE("linear_bf16 avx512 path is batch invariant", "[batch_invariance][bf16
 
 TEST_CASE("linear_bf16 dispatch is batch invariant", "[batch_invariance][bf16]") {
   check_bf16_path("bf16 dispatch", &linear_bf16);
+}
+
+// --- The CUDA backend (Backend::linear, linear_w8a8) at the shapes of real models -----------
+// Row i of y must not depend on m: cuBLASLt may pick another algorithm (tile, split-K) per m,
+// which changes the summation order, so this is checked at the shapes where its heuristics
+// have a choice: Llama-3.2-1B's q/o (2048 x 2048), k/v (512 x 2048), gate/up (8192 x 2048) and
+// down (2048 x 8192), Llama-3.1-8B's q/o (4096 x 4096), and one shape cuBLASLt cannot take
+// (k % 16 != 0: the SIMT kernel), for m from 1 to 512. Exits 77 without a GPU.
+
+namespace {
+
+struct CudaShape {
+  int64_t n, k;
+};
+const CudaShape kCudaShapes[] = {{2048, 2048}, {512, 2048}, {8192, 2048},
+                                 {2048, 8192}, {4096, 4096}, {37, 100}};
+const std::vector<int64_t> kCudaBatchSizes{1, 2, 3, 7, 8, 16, 17, 64, 130, 256, 300, 512};
+constexpr int64_t kCudaPoolRows = 512;
+
+enum class CudaPath { F32, BF16, W8A8 };
+
+// One weight of `path` on `be`: W ~ N(0, 1/k) (F32, BF16: the float's high 16 bits), or
+// random finite E4M3 codes with per-row scales; its buffers live as long as the ref.
+struct CudaWeight {
+  Buffer data, scale;
+  WeightRef ref;
+};
+
+CudaWeight make_cuda_weight(Backend& be, CudaPath path, int64_t n, int64_t k, std::mt19937& rng) {
+  CudaWeight w;
+  std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
+  w.ref.n = n, w.ref.k = k;
+  if (path == CudaPath::W8A8) {
+    std::vector<uint8_t> codes(static_cast<size_t>(n * k));
+    for (auto& c : codes) c = finite_code(rng);
+    std::vector<float> scale(static_cast<size_t>(n));
+    std::uniform_real_distribution<float> uni(0.5f, 2.0f);
+    for (auto& s : scale) s = 0.001f * uni(rng);
+    w.data = be.allocate(n * k);
+    be.upload(w.data, 0, codes.data(), n * k);
+    w.scale = be.allocate(n * 4);
+    be.upload(w.scale, 0, scale.data(), n * 4);
+    w.ref.dtype = DType::FP8_E4M3;
+    w.ref.scale = w.scale.as<const float>();
+    w.ref.granularity = ScaleGranularity::PerRow;
+  } else if (path == CudaPath::BF16) {
+    std::vector<uint16_t> bits(static_cast<size_t>(n * k));
+    for (auto& b : bits) {
+      const float x = normal(rng);
+      uint32_t u;
+      std::memcpy(&u, &x, 4);
+      b = static_cast<uint16_t>(u >> 16);  // any 16 high bits of a finite float: a finite bf16
+    }
+    w.data = be.allocate(n * k * 2);
+    be.upload(w.data, 0, bits.data(), n * k * 2);
+    w.ref.dtype = DType::BF16;
+  } else {
+    std::vector<float> x(static_cast<size_t>(n * k));
+    for (auto& v : x) v = normal(rng);
+    w.data = be.allocate(n * k * 4);
+    be.upload(w.data, 0, x.data(), n * k * 4);
+    w.ref.dtype = DType::F32;
+  }
+  w.ref.data = w.data.data();
+  return w;
+}
+
+// y: [m, n] on the host = the backend's linear (F32 / BF16 path) or linear_w8a8 (per-row
+// activation scales) over pool rows rows[0..m).
+void run_cuda_linear(Backend& be, CudaPath path, const CudaWeight& w,
+                     const std::vector<float>& pool_f32, const std::vector<uint8_t>& pool_codes,
+                     const std::vector<float>& pool_scales, const int64_t* rows, int64_t m,
+                     float* y) {
+  const int64_t n = w.ref.n, k = w.ref.k;
+  Buffer out = be.allocate(m * n * 4);
+  if (path == CudaPath::W8A8) {
+    const std::vector<uint8_t> qa = gather(pool_codes, k, rows, m);
+    const std::vector<float> sa = gather(pool_scales, 1, rows, m);
+    Buffer dqa = be.allocate(m * k), dsa = be.allocate(m * 4);
+    be.upload(dqa, 0, qa.data(), m * k);
+    be.upload(dsa, 0, sa.data(), m * 4);
+    be.linear_w8a8(dqa.as<const uint8_t>(), dsa.as<const float>(), ScaleGranularity::PerRow, m,
+                   w.ref, out.as<float>());
+  } else {
+    const std::vector<float> x = gather(pool_f32, k, rows, m);
+    Buffer dx = be.allocate(m * k * 4);
+    be.upload(dx, 0, x.data(), m * k * 4);
+    be.linear(dx.as<const float>(), m, w.ref, out.as<float>());
+  }
+  be.download(out, 0, y, m * n * 4);
+}
+
+}  // namespace
+
+TEST_CASE("cuda backend linear rows are batch invariant at real model shapes",
+          "[batch_invariance][cuda]") {
+  std::unique_ptr<Backend> be;
+  try {
+    be = make_backend("cuda");
+  } catch (const std::invalid_argument& e) {
+    skip(e.what());
+  }
+  std::mt19937 rng(77);
+  for (const CudaShape& s : kCudaShapes) {
+    const int64_t n = s.n, k = s.k;
+    std::vector<float> pool_f32(static_cast<size_t>(kCudaPoolRows * k)),
+        pool_scales(static_cast<size_t>(kCudaPoolRows));
+    std::vector<uint8_t> pool_codes(static_cast<size_t>(kCudaPoolRows * k));
+    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    for (auto& v : pool_f32) v = uni(rng);
+    for (auto& c : pool_codes) c = finite_code(rng);
+    for (auto& v : pool_scales) v = 0.01f * (1.5f + uni(rng));
+    for (const CudaPath path : {CudaPath::F32, CudaPath::BF16, CudaPath::W8A8}) {
+      const char* const name =
+          path == CudaPath::F32 ? "f32" : path == CudaPath::BF16 ? "bf16" : "w8a8";
+      INFO("cuda linear " << name << " n=" << n << " k=" << k);
+      const CudaWeight w = make_cuda_weight(*be, path, n, k, rng);
+      // Each pool row alone (m = 1).
+      std::vector<float> alone(static_cast<size_t>(kCudaPoolRows * n));
+      for (int64_t r = 0; r < kCudaPoolRows; ++r)
+        run_cuda_linear(*be, path, w, pool_f32, pool_codes, pool_scales, &r, 1,
+                        alone.data() + r * n);
+      bool nonzero = false;
+      for (float v : alone) nonzero = nonzero || v != 0.0f;
+      REQUIRE(nonzero);
+      int64_t mismatches = 0;
+      for (const int64_t m : kCudaBatchSizes) {
+        std::vector<int64_t> rows(static_cast<size_t>(m));
+        for (int64_t p = 0; p < m; ++p) rows[p] = (m * 13 + p) % kCudaPoolRows;
+        std::vector<float> y(static_cast<size_t>(m * n));
+        run_cuda_linear(*be, path, w, pool_f32, pool_codes, pool_scales, rows.data(), m,
+                        y.data());
+        for (int64_t p = 0; p < m; ++p)
+          if (std::memcmp(y.data() + p * n, alone.data() + rows[p] * n, sizeof(float) * n) != 0)
+            if (mismatches++ < 5)
+              UNSCOPED_INFO(name << " n=" << n << " k=" << k << " m=" << m << " batch position "
+                                 << p << " differs from the row alone");
+      }
+      CHECK(mismatches == 0);
+    }
+  }
 }

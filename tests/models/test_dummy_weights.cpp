@@ -88,8 +88,49 @@ TEST_CASE("dummy presets: Llama 3.1 shapes are the Hugging Face config values", 
   CHECK(tiny.head_dim == 16);
   CHECK(tiny.vocab_size == 512);  // the tokenizer's
   CHECK(preset("tiny-llama", 32000).vocab_size == 32000);
-  CHECK(model_preset_names() ==
-        std::vector<std::string>{"llama-3.1-8b", "llama-3.1-70b", "tiny-llama"});
+  CHECK(model_preset_names() == std::vector<std::string>{"llama-3.1-8b", "llama-3.1-70b",
+                                                          "llama-3.2-1b", "tiny-llama"});
+}
+
+TEST_CASE("dummy presets: Llama 3.2 1B is the Hugging Face config.json", "[dummy]") {
+  // meta-llama/Llama-3.2-1B config.json: hidden 2048, 16 layers, 32 heads, 8 KV heads,
+  // head_dim 64, intermediate 8192, vocab 128256, rms_norm_eps 1e-5, rope_theta 500000,
+  // rope_scaling llama3 factor 32 / low 1 / high 4 / original 8192, 131072 positions, tied
+  // embeddings, bos 128000, eos 128001.
+  const ModelConfig c = preset("llama-3.2-1b");
+  CHECK(c.hidden_size == 2048);
+  CHECK(c.num_hidden_layers == 16);
+  CHECK(c.num_attention_heads == 32);
+  CHECK(c.num_key_value_heads == 8);
+  CHECK(c.head_dim == 64);
+  CHECK(c.intermediate_size == 8192);
+  CHECK(c.vocab_size == 128256);
+  CHECK(c.rms_norm_eps == 1e-5f);
+  CHECK(c.rope_theta == 500000.0f);
+  CHECK(c.rope_scaling.type == RopeScaling::Type::Llama3);
+  CHECK(c.rope_scaling.factor == 32.0f);
+  CHECK(c.rope_scaling.low_freq_factor == 1.0f);
+  CHECK(c.rope_scaling.high_freq_factor == 4.0f);
+  CHECK(c.rope_scaling.original_max_position_embeddings == 8192);
+  CHECK(c.max_position_embeddings == 131072);
+  CHECK(c.tie_word_embeddings);
+  CHECK(c.bos_token_id == 128000);
+  CHECK(c.eos_token_ids == std::vector<int32_t>{128001});
+  // Tied: the embedding is the lm_head, so the weights have no lm_head of their own.
+  const DummyWeightSource src(c, 0, ScaleGranularity::PerRow, "t");
+  CHECK(src.has("model.embed_tokens.weight"));
+  CHECK_FALSE(src.has("lm_head.weight"));
+  CHECK(src.has("model.layers.15.mlp.down_proj.weight"));
+  CHECK_FALSE(src.has("model.layers.16.input_layernorm.weight"));
+  const TensorView* k = src.raw("model.layers.0.self_attn.k_proj.weight");
+  REQUIRE(k != nullptr);
+  CHECK(k->shape == std::vector<int64_t>{512, 2048});  // 8 KV heads x 64
+  const TensorView* q = src.raw("model.layers.0.self_attn.q_proj.weight");
+  REQUIRE(q != nullptr);
+  CHECK(q->shape == std::vector<int64_t>{2048, 2048});  // 32 heads x 64
+  const TensorView* d = src.raw("model.layers.0.mlp.down_proj.weight");
+  REQUIRE(d != nullptr);
+  CHECK(d->shape == std::vector<int64_t>{2048, 8192});
 }
 
 TEST_CASE("dummy presets: the tensors' shapes follow the config", "[dummy]") {
