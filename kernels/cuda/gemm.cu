@@ -205,7 +205,8 @@ void LtGemm::warn_once(const LtGemmKey& key, int reason, const std::string& why)
   std::fprintf(stderr, "%s\n", lt_fallback_warning(key, why).c_str());
 }
 
-std::unique_ptr<LtGemm::Plan> LtGemm::make_plan(const LtGemmKey& key) {
+// The descriptors of `key`, b and d describing min(kLtHeuristicRows, max_rows) rows.
+std::unique_ptr<LtGemm::Plan> LtGemm::make_layouts(const LtGemmKey& key) const {
   auto p = std::make_unique<Plan>();
   const cudaDataType_t in = cuda_type(key.type);
   OCTET_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -225,7 +226,31 @@ std::unique_ptr<LtGemm::Plan> LtGemm::make_plan(const LtGemmKey& key) {
   const auto m0 = static_cast<uint64_t>(p->rows);
   OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, in, k, m0, key.ld));
   OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, n, m0, key.n));
+  return p;
+}
 
+// cublasLtMatmulAlgoCheck of algo on p's layouts at every probe row count: into f's
+// accepted_at_probes and workspace_bytes.
+void LtGemm::probe(Plan& p, const cublasLtMatmulAlgo_t& algo, LtCandidate& f) const {
+  for (int64_t m : lt_probe_rows(max_rows_)) {
+    if (!f.accepted_at_probes) return;
+    p.set_rows(m);
+    cublasLtMatmulHeuristicResult_t check{};
+    f.accepted_at_probes = cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.d, p.d, &algo,
+                                                   &check) == CUBLAS_STATUS_SUCCESS &&
+                           check.state == CUBLAS_STATUS_SUCCESS;
+    f.workspace_bytes = std::max(f.workspace_bytes, check.workspaceSize);
+  }
+}
+
+// The algorithm of (type, n, k), chosen on packed rows (ld = k) so that every ld of these
+// dimensions (a weight's k groups, a tensor-parallel shard) runs the same kernel.
+const LtGemm::Choice& LtGemm::algo_for(GemmInput type, int64_t n, int64_t k) {
+  const auto dims = std::make_tuple(static_cast<int>(type), n, k);
+  auto it = algos_.find(dims);
+  if (it != algos_.end()) return it->second;
+  const LtGemmKey packed{type, n, k, k};
+  std::unique_ptr<Plan> p = make_layouts(packed);
   cublasLtMatmulPreference_t pref = nullptr;
   OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = kLtWorkspaceBytes;
@@ -248,8 +273,7 @@ std::unique_ptr<LtGemm::Plan> LtGemm::make_plan(const LtGemmKey& key) {
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS) found = 0;  // e.g. NOT_SUPPORTED: no algorithm at all
 
-  // The facts of each candidate (gemm_policy.h decides), probing the m-dependent layouts.
-  const std::vector<int64_t> probes = lt_probe_rows(max_rows_);
+  // The facts of each candidate; gemm_policy.h decides.
   std::vector<LtCandidate> facts(static_cast<size_t>(std::max(found, 0)));
   for (size_t i = 0; i < facts.size(); ++i) {
     LtCandidate& f = facts[i];
@@ -271,29 +295,42 @@ std::unique_ptr<LtGemm::Plan> LtGemm::make_plan(const LtGemmKey& key) {
     f.split_k_num = splits;
     f.reduction_scheme = scheme;
     f.accepted_at_probes = f.heuristic_ok;
-    for (size_t j = 0; j < probes.size() && f.accepted_at_probes; ++j) {
-      p->set_rows(probes[j]);
-      cublasLtMatmulHeuristicResult_t check{};
-      f.accepted_at_probes = cublasLtMatmulAlgoCheck(handle_, p->desc, p->a, p->b, p->d, p->d,
-                                                     &algo, &check) == CUBLAS_STATUS_SUCCESS &&
-                             check.state == CUBLAS_STATUS_SUCCESS;
-      f.workspace_bytes = std::max(f.workspace_bytes, check.workspaceSize);
-    }
+    probe(*p, algo, f);
   }
+  Choice choice;
   const int chosen = lt_choose(facts);
-  if (chosen < 0) {
-    // Once per key (the answer is cached): every m of this key runs on simt_gemm.
+  if (chosen >= 0) {
+    choice.ok = true;
+    choice.algo = results[chosen].algo;
+  } else {
     std::string why = "no batch-invariant cuBLASLt algorithm (heuristic status " +
                       std::to_string(static_cast<int>(st)) + ", " + std::to_string(found) +
                       " candidates";
-    static const char* const kRejects[] = {"ok",        "invalid",  "config unreadable",
+    static const char* const kRejects[] = {"ok",        "invalid",   "config unreadable",
                                            "split-K",   "reduction", "needs workspace",
                                            "refused at a probe m"};
     for (const LtCandidate& f : facts) why += std::string(", ") + kRejects[int(lt_reject(f))];
-    warn_once(key, 31, why + ")");
+    choice.why = why + ")";
+  }
+  return algos_.emplace(dims, choice).first->second;
+}
+
+std::unique_ptr<LtGemm::Plan> LtGemm::make_plan(const LtGemmKey& key) {
+  // Once per key (the answer is cached): without a plan every m of this key runs on simt_gemm.
+  const Choice& choice = algo_for(key.type, key.n, key.k);
+  if (!choice.ok) {
+    warn_once(key, 31, choice.why);
     return nullptr;
   }
-  p->algo = results[chosen].algo;
+  std::unique_ptr<Plan> p = make_layouts(key);
+  LtCandidate f;
+  f.accepted_at_probes = true;
+  probe(*p, choice.algo, f);
+  if (!f.accepted_at_probes || f.workspace_bytes > kLtWorkspaceBytes) {
+    warn_once(key, 30, "the batch-invariant algorithm of this n and k is refused at this ld");
+    return nullptr;
+  }
+  p->algo = choice.algo;
   return p;
 }
 

@@ -1,7 +1,7 @@
 // The GEMMs of the CUDA backend: y[m, n] = act[m, k] . W[n, k]^T (row-major, W [out, in]) with
 // FP32 accumulation, in two implementations (gemm.cu):
 //  - LtGemm: cuBLASLt (FP8 E4M3 x E4M3, BF16 x BF16 or F32 x F32 in, FP32 out, compute 32F, FP8
-//    without fast accumulation), one algorithm per (inputs, n, k, ld), batch invariant (below);
+//    without fast accumulation), one algorithm per (inputs, n, k), batch invariant (below);
 //  - simt_gemm: a plain tiled CUDA-core kernel ("simt_gemm"), one FP32 FMA chain per output in
 //    k order, for shapes cuBLASLt cannot take (k and ld multiples of 16 bytes of elements, n % 4,
 //    16-byte aligned operands) and for BF16 weights with FP32 activations.
@@ -10,9 +10,11 @@
 //
 // Batch invariance of LtGemm (a row's bits never depend on how many rows share the call; the
 // host-side rules are in gemm_policy.h and tested without a GPU in test_gemm_policy.cpp):
-//  - The algorithm is chosen once per key (inputs, n, k, ld), never per m: the heuristic
-//    (cublasLtMatmulAlgoGetHeuristic) is asked for kLtCandidates candidates at m =
-//    kLtHeuristicRows, and the first one taken is the first whose configuration reads back
+//  - The algorithm is chosen once per (inputs, n, k), never per m, on packed rows (ld = k), so a
+//    weight's k groups and a tensor-parallel shard of it (other ld) run the same kernel; the
+//    descriptors are cached per (inputs, n, k, ld) (gemm_policy.h's key), each ld checked once.
+//    The heuristic (cublasLtMatmulAlgoGetHeuristic) is asked for kLtCandidates candidates at m =
+//    kLtHeuristicRows, and the one taken is the first whose configuration reads back
 //    CUBLASLT_ALGO_CONFIG_SPLITK_NUM == 1 and CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME == NONE, needs
 //    no workspace, and passes cublasLtMatmulAlgoCheck at every lt_probe_rows (1 ... max_rows).
 //    The cuBLASLt algorithm descriptor fixes the kernel, tile, stages, split-K count and
@@ -43,6 +45,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "kernels/cuda/gemm_policy.h"
 
@@ -74,8 +77,8 @@ struct SimtGemmArgs {
 /// order (per k group), whatever m, n or the tile: batch invariant, deterministic.
 void simt_gemm(const SimtGemmArgs& a, cudaStream_t stream);
 
-/// cuBLASLt GEMMs with FP32 output on one stream, one batch-invariant algorithm per (inputs, n, k,
-/// ld) and its descriptors cached (see the file comment). No workspace.
+/// cuBLASLt GEMMs with FP32 output on one stream, one batch-invariant algorithm per (inputs, n, k)
+/// and descriptors per (inputs, n, k, ld), cached (see the file comment). No workspace.
 class LtGemm {
  public:
   /// max_rows: the most rows one cuBLASLt call gets (the algorithm is checked up to it; larger
@@ -93,7 +96,7 @@ class LtGemm {
   /// shape cuBLASLt cannot take (lt_refusal: k or ld not a multiple of 16 bytes of elements,
   /// n % 4, an operand not 16-byte aligned, FP8 before sm_89), or a key without a
   /// batch-invariant algorithm. The answer depends only on (inputs, n, k, ld) and the operands'
-  /// alignment, never on m, and a row's bits do not depend on m.
+  /// alignment, never on m; a row's bits do not depend on m, and every ld runs the same kernel.
   bool matmul(GemmInput type, const void* act, const void* w, int64_t m, int64_t n, int64_t k,
               int64_t ld, float* d);
 
@@ -102,6 +105,14 @@ class LtGemm {
 
  private:
   struct Plan;  // the algorithm and descriptors of one key (gemm.cu)
+  struct Choice {  // the algorithm of one (type, n, k)
+    bool ok = false;
+    cublasLtMatmulAlgo_t algo{};
+    std::string why;  // !ok: why none
+  };
+  std::unique_ptr<Plan> make_layouts(const LtGemmKey& key) const;
+  void probe(Plan& p, const cublasLtMatmulAlgo_t& algo, LtCandidate& f) const;
+  const Choice& algo_for(GemmInput type, int64_t n, int64_t k);
   std::unique_ptr<Plan> make_plan(const LtGemmKey& key);
   void warn_once(const LtGemmKey& key, int reason, const std::string& why);
 
@@ -109,7 +120,8 @@ class LtGemm {
   bool has_fp8_ = false;
   int64_t max_rows_ = kLtDefaultMaxRows;
   cublasLtHandle_t handle_ = nullptr;
-  LtPlanCache<Plan> plans_;
+  std::map<std::tuple<int, int64_t, int64_t>, Choice> algos_;  // (type, n, k)
+  LtPlanCache<Plan> plans_;                                      // (type, n, k, ld)
   std::map<LtGemmKey, uint32_t> warned_;  // reasons (bits) already warned about per key
 };
 

@@ -6,8 +6,9 @@
 // Batch invariance (octet's default promise: a row's output bits do not depend on how many rows
 // share the call): nothing here takes m into account. The key is (type, n, k, ld); whether a
 // call may run on cuBLASLt depends on the key and the operands' alignment; the one algorithm of a
-// key is chosen once, from facts gathered at fixed probe row counts (lt_probe_rows), not at the
-// m of the first call. A key with no acceptable algorithm runs on simt_gemm for every m.
+// key (LtGemm picks it per (type, n, k) and checks it per ld) is chosen once, from facts gathered
+// at fixed probe row counts (lt_probe_rows), not at the m of the first call. A key with no
+// acceptable algorithm runs on simt_gemm for every m.
 #pragma once
 
 #include <cstddef>
