@@ -309,7 +309,13 @@ const LtGemm::Choice& LtGemm::algo_for(GemmInput type, int64_t n, int64_t k) {
     static const char* const kRejects[] = {"ok",        "invalid",   "config unreadable",
                                            "split-K",   "reduction", "needs workspace",
                                            "refused at a probe m"};
-    for (const LtCandidate& f : facts) why += std::string(", ") + kRejects[int(lt_reject(f))];
+    for (const LtCandidate& f : facts) {
+      const LtReject r = lt_reject(f);
+      why += std::string(", ") + kRejects[static_cast<int>(r)];
+      if (r == LtReject::SplitK) why += " " + std::to_string(f.split_k_num);
+      if (r == LtReject::Reduction) why += " " + std::to_string(f.reduction_scheme);
+      if (r == LtReject::Workspace) why += " " + std::to_string(f.workspace_bytes) + " B";
+    }
     choice.why = why + ")";
   }
   return algos_.emplace(dims, choice).first->second;
