@@ -372,7 +372,8 @@ std::string LtGemm::describe() const {
                               : "W8A16 (E4M3 dequantized to BF16, cuBLASLt BF16)") +
          ", F32 cuBLASLt, BF16 weights simt_gemm; " + std::to_string(plans_.usable()) + "/" +
          std::to_string(plans_.size()) +
-         " cached batch-invariant cuBLASLt algorithms (one per dtype, n, k, ld; no split-K)";
+         " cached batch-invariant cuBLASLt plans (dtype, n, k, ld; one algorithm per dtype, n, k;"
+         " no split-K, no workspace)";
 }
 
 }  // namespace octet::cuda_kernels

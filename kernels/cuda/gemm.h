@@ -100,7 +100,8 @@ class LtGemm {
   bool matmul(GemmInput type, const void* act, const void* w, int64_t m, int64_t n, int64_t k,
               int64_t ld, float* d);
 
-  /// One line for the start-up log: the paths and how many algorithms are cached.
+  /// One line for the start-up log: the paths and "<usable>/<keys> cached ..." plans
+  /// (test_cuda_backend.cpp reads the two counts).
   std::string describe() const;
 
  private:
