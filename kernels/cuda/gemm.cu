@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include "kernels/common/check.h"
 #include "kernels/cuda/cuda_check.h"
@@ -123,45 +126,16 @@ void launch_simt(const SimtGemmArgs& a, dim3 grid, cudaStream_t stream) {
   OCTET_CUDA_CHECK_LAUNCH();
 }
 
-size_t elem_bytes(GemmInput t) { return t == GemmInput::F32 ? 4 : t == GemmInput::BF16 ? 2 : 1; }
-
 cudaDataType_t cuda_type(GemmInput t) {
   return t == GemmInput::F32 ? CUDA_R_32F : t == GemmInput::BF16 ? CUDA_R_16BF : CUDA_R_8F_E4M3;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
-// The descriptors of one GEMM, column-major as cuBLASLt sees it: D^T [n, m] = W [n, k] .
-// act^T [k, m], i.e. A = W stored k x n (ld) transposed, B = act stored k x m (ld).
-struct LtProblem {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-  LtProblem(GemmInput type, int64_t m, int64_t n, int64_t k, int64_t ld) {
-    OCTET_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    if (type == GemmInput::E4M3) {
-      const int8_t fast_accum = 0;  // FP32 accumulation, promoted (no fast FP8 accumulation)
-      OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
-                                                        &fast_accum, sizeof(fast_accum)));
-    }
-    OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a, cuda_type(type), static_cast<uint64_t>(k),
-                                                  static_cast<uint64_t>(n), ld));
-    OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, cuda_type(type), static_cast<uint64_t>(k),
-                                                  static_cast<uint64_t>(m), ld));
-    OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, static_cast<uint64_t>(n),
-                                                  static_cast<uint64_t>(m), n));
-  }
-  ~LtProblem() {
-    if (d) cublasLtMatrixLayoutDestroy(d);
-    if (b) cublasLtMatrixLayoutDestroy(b);
-    if (a) cublasLtMatrixLayoutDestroy(a);
-    if (desc) cublasLtMatmulDescDestroy(desc);
-  }
-  LtProblem(const LtProblem&) = delete;
-  LtProblem& operator=(const LtProblem&) = delete;
-};
+// Sets the m-dependent dimension (columns) of a layout, m >= 1.
+cublasStatus_t set_cols(cublasLtMatrixLayout_t layout, int64_t m) {
+  const uint64_t cols = static_cast<uint64_t>(m);
+  return cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_COLS, &cols,
+                                          sizeof(cols));
+}
 
 }  // namespace
 
@@ -186,39 +160,101 @@ void simt_gemm(const SimtGemmArgs& a, cudaStream_t stream) {
   }
 }
 
-int64_t gemm_m_bucket(int64_t m) {
-  if (m <= 16) return 16;
-  if (m <= 4096) {
-    int64_t b = 32;
-    while (b < m) b *= 2;
-    return b;
+// The algorithm and descriptors of one key, column-major as cuBLASLt sees the GEMM: D^T [n, m] =
+// W [n, k] . act^T [k, m], i.e. A = W stored k x n (ld) transposed, B = act stored k x m (ld),
+// D stored n x m (n). a and desc never change; b and d have their columns (m) set per call.
+struct LtGemm::Plan {
+  cublasLtMatmulAlgo_t algo{};
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  int64_t rows = 0;  // the m that b and d describe now
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
   }
-  return (m + 4095) / 4096 * 4096;
-}
+  // b and d describe m rows.
+  void set_rows(int64_t m) {
+    if (m == rows) return;
+    OCTET_CUBLAS_CHECK(set_cols(b, m));
+    OCTET_CUBLAS_CHECK(set_cols(d, m));
+    rows = m;
+  }
+};
 
-LtGemm::LtGemm(cudaStream_t stream, int sm_major, int sm_minor)
-    : stream_(stream), has_fp8_(sm_major * 10 + sm_minor >= 89) {
+LtGemm::LtGemm(cudaStream_t stream, int sm_major, int sm_minor, int64_t max_rows)
+    : stream_(stream), has_fp8_(sm_major * 10 + sm_minor >= 89), max_rows_(max_rows) {
+  OCTET_CHECK(max_rows > 0, "LtGemm: max_rows ", max_rows);
   OCTET_CUBLAS_CHECK(cublasLtCreate(&handle_));
-  workspace_bytes_ = size_t{32} << 20;
-  OCTET_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
 }
 
 LtGemm::~LtGemm() {
-  cudaFree(workspace_);
+  plans_ = LtPlanCache<Plan>();  // the descriptors go before the handle
   if (handle_ != nullptr) cublasLtDestroy(handle_);
 }
 
-const LtGemm::Algo& LtGemm::algo_for(GemmInput type, int64_t m_bucket, int64_t n, int64_t k,
-                                     int64_t ld) {
-  const Key key{static_cast<int>(type), m_bucket, n, k, ld};
-  auto it = algos_.find(key);
+void LtGemm::warn_once(const LtGemmKey& key, int reason, const std::string& why) {
+  uint32_t& seen = warned_[key];
+  const uint32_t bit = uint32_t{1} << reason;
+  if ((seen & bit) != 0) return;
+  seen |= bit;
+  std::fprintf(stderr, "%s\n", lt_fallback_warning(key, why).c_str());
+}
+
+// The descriptors of `key`, b and d describing min(kLtHeuristicRows, max_rows) rows.
+std::unique_ptr<LtGemm::Plan> LtGemm::make_layouts(const LtGemmKey& key) const {
+  auto p = std::make_unique<Plan>();
+  const cudaDataType_t in = cuda_type(key.type);
+  OCTET_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  OCTET_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  OCTET_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  if (key.type == GemmInput::E4M3) {
+    const int8_t fast_accum = 0;  // FP32 accumulation, promoted (no fast FP8 accumulation)
+    OCTET_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM,
+                                                      &fast_accum, sizeof(fast_accum)));
+  }
+  const auto k = static_cast<uint64_t>(key.k), n = static_cast<uint64_t>(key.n);
+  OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, in, k, n, key.ld));
+  p->rows = std::min(kLtHeuristicRows, max_rows_);
+  const auto m0 = static_cast<uint64_t>(p->rows);
+  OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, in, k, m0, key.ld));
+  OCTET_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->d, CUDA_R_32F, n, m0, key.n));
+  return p;
+}
+
+// cublasLtMatmulAlgoCheck of algo on p's layouts at every probe row count: into f's
+// accepted_at_probes and workspace_bytes.
+void LtGemm::probe(Plan& p, const cublasLtMatmulAlgo_t& algo, LtCandidate& f) const {
+  for (int64_t m : lt_probe_rows(max_rows_)) {
+    if (!f.accepted_at_probes) return;
+    p.set_rows(m);
+    cublasLtMatmulHeuristicResult_t check{};
+    f.accepted_at_probes = cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.d, p.d, &algo,
+                                                   &check) == CUBLAS_STATUS_SUCCESS &&
+                           check.state == CUBLAS_STATUS_SUCCESS;
+    f.workspace_bytes = std::max(f.workspace_bytes, check.workspaceSize);
+  }
+}
+
+// The algorithm of (type, n, k), chosen on packed rows (ld = k) so that every ld of these
+// dimensions (a weight's k groups, a tensor-parallel shard) runs the same kernel.
+const LtGemm::Choice& LtGemm::algo_for(GemmInput type, int64_t n, int64_t k) {
+  const auto dims = std::make_tuple(static_cast<int>(type), n, k);
+  auto it = algos_.find(dims);
   if (it != algos_.end()) return it->second;
-  Algo algo;
-  LtProblem p(type, m_bucket, n, k, ld);
+  const LtGemmKey packed{type, n, k, k};
+  std::unique_ptr<Plan> p = make_layouts(packed);
   cublasLtMatmulPreference_t pref = nullptr;
   OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  const uint64_t ws = workspace_bytes_;
-  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;  // no split-K reductions
+  const uint64_t ws = kLtWorkspaceBytes;
+  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_NONE;  // one k sequence per output
   const uint32_t align = 16;
   OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
       pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
@@ -230,59 +266,114 @@ const LtGemm::Algo& LtGemm::algo_for(GemmInput type, int64_t m_bucket, int64_t n
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
     OCTET_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kLtCandidates] = {};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.d, p.d,
-                                                           pref, 1, &result, &found);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
+      handle_, p->desc, p->a, p->b, p->d, p->d, pref, kLtCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
-    algo.ok = true;
-    algo.algo = result.algo;
-  } else {
-    // Once per shape (the answer is cached): this shape runs on the CUDA-core fallback.
-    static const char* const kNames[] = {"F32", "BF16", "FP8 E4M3"};
-    std::fprintf(stderr,
-                 "octet: warning: cuBLASLt has no %s algorithm for m<=%lld n=%lld k=%lld "
-                 "(status %d): simt_gemm fallback\n",
-                 kNames[static_cast<int>(type)], static_cast<long long>(m_bucket),
-                 static_cast<long long>(n), static_cast<long long>(k), static_cast<int>(st));
+  if (st != CUBLAS_STATUS_SUCCESS) found = 0;  // e.g. NOT_SUPPORTED: no algorithm at all
+
+  // The facts of each candidate; gemm_policy.h decides.
+  std::vector<LtCandidate> facts(static_cast<size_t>(std::max(found, 0)));
+  for (size_t i = 0; i < facts.size(); ++i) {
+    LtCandidate& f = facts[i];
+    const cublasLtMatmulAlgo_t& algo = results[i].algo;
+    f.heuristic_ok = results[i].state == CUBLAS_STATUS_SUCCESS;
+    f.workspace_bytes = results[i].workspaceSize;
+    size_t written = 0;
+    int32_t splits = 0;
+    uint32_t scheme = 0;
+    f.config_read = cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                         &splits, sizeof(splits),
+                                                         &written) == CUBLAS_STATUS_SUCCESS &&
+                    written == sizeof(splits);
+    f.config_read = f.config_read &&
+                    cublasLtMatmulAlgoConfigGetAttribute(
+                        &algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                        &written) == CUBLAS_STATUS_SUCCESS &&
+                    written == sizeof(scheme);
+    f.split_k_num = splits;
+    f.reduction_scheme = scheme;
+    f.accepted_at_probes = f.heuristic_ok;
+    probe(*p, algo, f);
   }
-  return algos_.emplace(key, algo).first->second;
+  Choice choice;
+  const int chosen = lt_choose(facts);
+  if (chosen >= 0) {
+    choice.ok = true;
+    choice.algo = results[chosen].algo;
+  } else {
+    std::string why = "no batch-invariant cuBLASLt algorithm (heuristic status " +
+                      std::to_string(static_cast<int>(st)) + ", " + std::to_string(found) +
+                      " candidates";
+    static const char* const kRejects[] = {"ok",        "invalid",   "config unreadable",
+                                           "split-K",   "reduction", "needs workspace",
+                                           "refused at a probe m"};
+    for (const LtCandidate& f : facts) {
+      const LtReject r = lt_reject(f);
+      why += std::string(", ") + kRejects[static_cast<int>(r)];
+      if (r == LtReject::SplitK) why += " " + std::to_string(f.split_k_num);
+      if (r == LtReject::Reduction) why += " " + std::to_string(f.reduction_scheme);
+      if (r == LtReject::Workspace) why += " " + std::to_string(f.workspace_bytes) + " B";
+    }
+    choice.why = why + ")";
+  }
+  return algos_.emplace(dims, choice).first->second;
+}
+
+std::unique_ptr<LtGemm::Plan> LtGemm::make_plan(const LtGemmKey& key) {
+  // Once per key (the answer is cached): without a plan every m of this key runs on simt_gemm.
+  const Choice& choice = algo_for(key.type, key.n, key.k);
+  if (!choice.ok) {
+    warn_once(key, 31, choice.why);
+    return nullptr;
+  }
+  std::unique_ptr<Plan> p = make_layouts(key);
+  LtCandidate f;
+  f.accepted_at_probes = true;
+  probe(*p, choice.algo, f);
+  if (!f.accepted_at_probes || f.workspace_bytes > kLtWorkspaceBytes) {
+    warn_once(key, 30, "the batch-invariant algorithm of this n and k is refused at this ld");
+    return nullptr;
+  }
+  p->algo = choice.algo;
+  return p;
 }
 
 bool LtGemm::matmul(GemmInput type, const void* act, const void* w, int64_t m, int64_t n,
                     int64_t k, int64_t ld, float* d) {
-  if (m <= 0 || n <= 0 || k <= 0) return false;
-  if (type == GemmInput::E4M3 && !has_fp8_) return false;
-  const int64_t multiple = static_cast<int64_t>(16 / elem_bytes(type));
-  if (k % multiple != 0 || ld % multiple != 0 || n % 4 != 0) return false;
-  if (!aligned16(act) || !aligned16(w) || !aligned16(d)) return false;
-  const Algo& algo = algo_for(type, gemm_m_bucket(m), n, k, ld);
-  if (!algo.ok) return false;
-  LtProblem p(type, m, n, k, ld);
-  const auto exact_key = std::make_tuple(static_cast<int>(type), m, n, k, ld);
-  auto it = exact_ok_.find(exact_key);
-  if (it == exact_ok_.end()) {
-    cublasLtMatmulHeuristicResult_t check{};
-    const bool ok = cublasLtMatmulAlgoCheck(handle_, p.desc, p.a, p.b, p.d, p.d, &algo.algo,
-                                            &check) == CUBLAS_STATUS_SUCCESS &&
-                    check.workspaceSize <= workspace_bytes_;
-    it = exact_ok_.emplace(exact_key, ok).first;
+  if (m <= 0) return false;
+  const GemmCall call{type, m, n, k, ld, reinterpret_cast<uintptr_t>(act),
+                      reinterpret_cast<uintptr_t>(w), reinterpret_cast<uintptr_t>(d)};
+  Plan* plan = lt_route(plans_, call, has_fp8_,
+                        [this](const LtGemmKey& key) { return make_plan(key); });
+  if (plan == nullptr) {
+    const LtRefusal why = lt_refusal(call, has_fp8_);
+    if (why != LtRefusal::None && why != LtRefusal::Empty)
+      warn_once(lt_gemm_key(call), static_cast<int>(why), lt_refusal_text(why));
+    return false;
   }
-  if (!it->second) return false;
   const float alpha = 1.0f, beta = 0.0f;
-  OCTET_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, act, p.b, &beta, d, p.d, d,
-                                    p.d, &algo.algo, workspace_, workspace_bytes_, stream_));
+  const auto* a_rows = static_cast<const uint8_t*>(act);
+  const int64_t row_bytes = ld * gemm_elem_bytes(type);
+  for (int64_t r0 = 0; r0 < m; r0 += max_rows_) {
+    const int64_t rows = std::min(m - r0, max_rows_);
+    plan->set_rows(rows);
+    float* d_rows = d + r0 * n;
+    OCTET_CUBLAS_CHECK(cublasLtMatmul(handle_, plan->desc, &alpha, w, plan->a,
+                                      a_rows + r0 * row_bytes, plan->b, &beta, d_rows, plan->d,
+                                      d_rows, plan->d, &plan->algo, nullptr, 0, stream_));
+  }
   return true;
 }
 
 std::string LtGemm::describe() const {
-  int usable = 0;
-  for (const auto& [key, algo] : algos_) usable += algo.ok ? 1 : 0;
   return std::string(has_fp8_ ? "FP8 cuBLASLt (E4M3 x E4M3, FP32 out + fused scaling epilogue)"
                               : "W8A16 (E4M3 dequantized to BF16, cuBLASLt BF16)") +
-         ", F32 cuBLASLt, BF16 weights simt_gemm; " + std::to_string(usable) + "/" +
-         std::to_string(algos_.size()) + " cached cuBLASLt algorithms";
+         ", F32 cuBLASLt, BF16 weights simt_gemm; " + std::to_string(plans_.usable()) + "/" +
+         std::to_string(plans_.size()) +
+         " cached batch-invariant cuBLASLt plans (dtype, n, k, ld; one algorithm per dtype, n, k;"
+         " no split-K, no workspace)";
 }
 
 }  // namespace octet::cuda_kernels

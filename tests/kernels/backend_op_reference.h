@@ -82,6 +82,34 @@ inline std::vector<uint8_t> random_e4m3_codes(std::mt19937& rng, size_t n) {
   return v;
 }
 
+// ---- FP8 tensor-core sums -----------------------------------------------------------------------
+
+// The extra error of an FP8 E4M3 x E4M3 sum on tensor cores (cuBLASLt on sm_89+, the cuda
+// backend's linear_w8a8 on cuBLASLt-eligible shapes), relative to the sum of |products|. The
+// products are exact (4-bit significands), but Hopper's FP8 MMA adds them in a fixed-point
+// accumulator that keeps about 14 bits (DeepSeek-V3 technical report, arXiv:2412.19437, 3.3.2:
+// "limited to retaining around 14 bits"), and cuBLASLt with FAST_ACCUM off promotes that sum to
+// FP32 at least every 128 products (CUTLASS's FP8 promotion interval: 4 MMAs of k = 32). Each
+// addend of a promotion group (its products, plus one per MMA) then loses at most 2^-13 of the
+// group's largest partial magnitude, itself at most the group's sum of |products|:
+// |err| <= (min(k, 128) + 8) 2^-13 sum |qa qw| on top of the FP32 bound. 0 where FP8 GEMMs never
+// run on tensor cores (the CPU). A layout or scale bug moves an output by about
+// sum |qa qw| / sqrt(k) or more, outside this bound for the tests' k <= 1024.
+inline double fp8_tensor_core_rel(const Backend& be, int64_t k) {
+  if (be.name().rfind("cuda", 0) != 0) return 0.0;
+  return static_cast<double>(std::min<int64_t>(k, 128) + 8) * 0x1p-13;
+}
+
+// The value of every E4M3 code (reference_fp8's table), for float64 references of big GEMMs.
+inline const std::vector<double>& e4m3_values() {
+  static const std::vector<double> values = [] {
+    std::vector<double> v(256);
+    for (int c = 0; c < 256; ++c) v[c] = ref_fp8_value(DType::FP8_E4M3, static_cast<uint8_t>(c));
+    return v;
+  }();
+  return values;
+}
+
 // ---- Comparisons: one assertion per array, the first mismatches printed -------------------------
 
 template <typename T>
