@@ -27,7 +27,7 @@ inline constexpr const char* kTensorParallelSizeHelp =
 
 inline constexpr const char* kLoadFormatHelp =
     "auto (weights from --model's files) or dummy (vLLM's name: seeded random FP8 weights, no "
-    "weight file; --model is then a preset (llama-3.1-8b, llama-3.1-70b, tiny-llama), a "
+    "weight file; --model is then a preset (llama-3.1-8b, llama-3.1-70b, llama-3.2-1b, tiny-llama), a "
     "directory holding config.json or a config.json file, and --tokenizer any small tokenizer)";
 inline constexpr const char* kTokenizerHelp =
     "GGUF file or Hugging Face directory whose tokenizer and chat template to use instead of "
