@@ -1,4 +1,7 @@
-// `octet bench latency`: prefill and decode tokens/s of one sequence (batch 1).
+// `octet bench latency`: prefill and decode tokens/s of one sequence (batch 1) against the
+// bytes / bandwidth floor; `octet bench kernels`: the CPU kernel table, or with --device the
+// GEMM and attention figures (docs/benchmarks.md, "Device figures"); and the dispatch of
+// `octet bench SUB`.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -94,13 +97,15 @@ int run_bench_latency(int argc, const char* const* argv) {
     }
     // Floor: a decode step reads every weight byte once and the KV of its context (decode
     // step i of output_len attends over input_len + i tokens: on average input_len +
-    // (output_len + 1) / 2), at the measured bandwidth (tensor-parallel ranks read in
-    // parallel, each at its own).
+    // (output_len + 1) / 2), at the measured bandwidth (tensor-parallel GPUs read in
+    // parallel, each at its own; CPU ranks share one memory).
     const double kv_bytes = static_cast<double>(best.kv_bytes_per_token) *
                             (static_cast<double>(best.input_len) +
                              static_cast<double>(best.output_len + 1) / 2.0);
     const double step_bytes = static_cast<double>(best.decode_weight_bytes) + kv_bytes;
-    const double bw_total = bw * static_cast<double>(cfg.tensor_parallel_size);
+    const double bw_total = bandwidth.source == "cpu_read"
+                                ? bw
+                                : bw * static_cast<double>(cfg.tensor_parallel_size);
     const double weight_mb = static_cast<double>(best.decode_weight_bytes) / 1e6;
     const double floor_tps = bw_total * 1e9 / step_bytes;
     const double itl_ms = best.decode_tokens_per_second > 0
