@@ -246,9 +246,10 @@ void time_attention(Backend& be, const Sizes& sizes, KernelFigures& f) {
   Buffer slot_buf = upload(be, slots.data(), tokens * 8);
   const std::vector<float> unit(kKVHeads, 1.0f);
   Buffer scale_buf = upload(be, unit.data(), kKVHeads * 4);
-  const std::vector<float> q_host = random_floats(static_cast<size_t>(max_batch * kHeads * kHeadDim), 4);
-  Buffer q = upload(be, q_host.data(), max_batch * kHeads * kHeadDim * 4);
-  Buffer out = be.allocate(max_batch * kHeads * kHeadDim * 4);
+  const int64_t q_elems = max_batch * kHeads * kHeadDim;  // q, out: [batch, 32, 128] FP32
+  const std::vector<float> q_host = random_floats(static_cast<size_t>(q_elems), 4);
+  Buffer q = upload(be, q_host.data(), q_elems * 4);
+  Buffer out = be.allocate(q_elems * 4);
   for (DType dtype : {DType::BF16, DType::FP8_E4M3}) {
     const std::string name = kv_cache_dtype_name(dtype);
     const int64_t elem = dtype_bytes(dtype);
@@ -268,10 +269,13 @@ void time_attention(Backend& be, const Sizes& sizes, KernelFigures& f) {
     for (int64_t batch : sizes.batches) {
       for (int64_t ctx : sizes.contexts) {
         const int64_t blocks = ctx / kBlockSize;
-        std::vector<int64_t> qsl(static_cast<size_t>(batch + 1)), lens(static_cast<size_t>(batch), ctx);
+        // One query per sequence; sequence s owns blocks [s * blocks, (s + 1) * blocks).
+        std::vector<int64_t> qsl(static_cast<size_t>(batch + 1));
+        std::vector<int64_t> lens(static_cast<size_t>(batch), ctx);
         std::vector<int32_t> table(static_cast<size_t>(batch * blocks));
         for (int64_t s = 0; s <= batch; ++s) qsl[static_cast<size_t>(s)] = s;
-        for (int64_t i = 0; i < batch * blocks; ++i) table[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+        for (int64_t i = 0; i < batch * blocks; ++i)
+          table[static_cast<size_t>(i)] = static_cast<int32_t>(i);
         Buffer qsl_buf = upload(be, qsl.data(), (batch + 1) * 8);
         Buffer lens_buf = upload(be, lens.data(), batch * 8);
         Buffer table_buf = upload(be, table.data(), batch * blocks * 4);

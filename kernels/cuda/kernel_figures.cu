@@ -45,7 +45,9 @@ struct Timer {
   }
   Timer(const Timer&) = delete;
   Timer& operator=(const Timer&) = delete;
-  void record(int i) { check(cudaEventRecord(events[static_cast<size_t>(i)], stream), "cudaEventRecord"); }
+  void record(int i) {
+    check(cudaEventRecord(events[static_cast<size_t>(i)], stream), "cudaEventRecord");
+  }
   // Median of the gaps between consecutive events 0..n, ms.
   double median_ms() {
     check(cudaEventSynchronize(events.back()), "cudaEventSynchronize");

@@ -145,7 +145,8 @@ TEST_CASE("bench kernels --device cpu --json: every key, sane figures, consisten
     const int64_t batch = a["batch"], context = a["context"];
     CHECK((batch == 1 || batch == 4));
     CHECK((context == 256 || context == 512 || context == 1024 || context == 2048));
-    CHECK(a["kv_bytes"].get<int64_t>() == batch * context * 8 * 128 * 2 * (dtype == "bf16" ? 2 : 1));
+    const int64_t elem = dtype == "bf16" ? 2 : 1;
+    CHECK(a["kv_bytes"].get<int64_t>() == batch * context * 8 * 128 * 2 * elem);
     for (const char* key : {"ms", "gbs", "fraction_of_copy"}) require_figure(a, key);
     if (a["ms"].is_number()) {
       const double gbs = a["kv_bytes"].get<double>() / (a["ms"].get<double>() * 1e-3) / 1e9;
