@@ -16,12 +16,29 @@ std::string kernel_benchmark_table(int64_t m_max);
 /// Measured memory read bandwidth, GB/s (256 MiB streamed by 2 threads, best of 10).
 double read_bandwidth_gbs();
 
+/// `octet bench kernels --device D --json`: the device figures of kernels/kernel_bench.h
+/// (measure_kernel_figures) as one JSON object, keys in docs/benchmarks.md ("Device figures").
+/// A figure that could not be measured is the string "n/a (reason)". Throws as
+/// measure_kernel_figures (std::invalid_argument: unknown or unavailable device).
+std::string kernel_figures_json(const std::string& device);
+
+/// The bandwidth bench latency's floor divides by: the device-to-device copy (read + write,
+/// source "d2d_copy_read_write") on CUDA, read_bandwidth_gbs() (source "cpu_read") on the CPU
+/// (kernel_bench.h measure_device_bandwidth_gbs). Throws std::invalid_argument for an unknown
+/// or unavailable device.
+struct DeviceBandwidth {
+  double gbs = 0.0;
+  std::string source;
+};
+DeviceBandwidth device_bandwidth(const std::string& device);
+
 /// Prefill and decode throughput of one sequence (batch 1), from `bench latency`.
 struct LatencyResult {
   int64_t input_len = 0;   // prompt tokens the prefill computed (the request's count)
   int64_t output_len = 0;  // decode steps run after the prefill (generated tokens - 1)
   std::string linear_format;
   int64_t decode_weight_bytes = 0;  // read per decode step
+  int64_t kv_bytes_per_token = 0;   // KV cache bytes per token of context, all layers
   double prefill_tokens_per_second = 0.0;
   double decode_tokens_per_second = 0.0;
 };

@@ -391,6 +391,8 @@ int64_t Engine::decode_weight_bytes() const {
   return bytes;
 }
 
+int64_t Engine::kv_bytes_per_token() const { return impl_->setup.memory.kv_bytes_per_token; }
+
 void Engine::stop_accepting() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->accepting = false;

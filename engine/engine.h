@@ -144,6 +144,8 @@ class Engine {
   std::string linear_format() const;
   /// Weight bytes read per decode step (all linears and lm_head), for bandwidth floors.
   int64_t decode_weight_bytes() const;
+  /// KV cache bytes per token of context, all layers, K and V (bench latency's floor).
+  int64_t kv_bytes_per_token() const;
 
   /// Stops admitting requests (add_request throws std::runtime_error "shutting down"); running
   /// ones continue. Used for graceful shutdown.
