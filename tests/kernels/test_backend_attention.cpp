@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -408,5 +409,46 @@ void paged_attention_batch_invariance_case(Backend& be) {
   }
 }
 BACKEND_TEST_CASE("paged_attention is batch invariant", paged_attention_batch_invariance_case)
+
+// A backend whose workspace is reserved for one token and one sequence (Backend::
+// reserve_workspace: on CUDA, partial states for one row's 4 partitions and a 27-int plan) runs
+// a batch of long decode rows, a prefill and a mixed one in many chunks; its output equals an
+// unreserved backend's (one chunk) bit for bit, and the reference within tolerance. Fresh
+// backends of the device, so the reservation stays out of the other cases.
+void reserved_workspace_case(Backend& be) {
+  const std::string device = be.name().rfind("cpu", 0) == 0 ? "cpu" : "cuda";
+  const std::unique_ptr<Backend> small = make_backend(device), whole = make_backend(device);
+  WorkspaceShape shape;
+  shape.max_num_batched_tokens = 1;
+  shape.max_num_seqs = 1;
+  shape.max_model_len = 2048;
+  shape.block_size = 16;
+  shape.num_heads = 6;
+  shape.head_dim = 36;
+  const WorkspaceBytes w = small->reserve_workspace(shape);
+  CHECK(w.total() == small->workspace_bytes(shape).total());
+  INFO("reserved " << w.gemm_scratch << " + " << w.attention_partials << " + "
+                   << w.attention_plan << " bytes");
+  const std::vector<SeqSpec> seqs = {{1500, 3}, {2000, 1}, {600, 20}, {513, 2}, {37, 1},
+                                     {1024, 7}, {1999, 9}};
+  for (DType dtype : {DType::BF16, DType::FP8_E4M3}) {
+    std::mt19937 rng_a(21), rng_b(21);
+    const AttentionSetup a = make_attention(*small, rng_a, 6, 2, 36, 16, dtype, seqs);
+    const AttentionSetup b = make_attention(*whole, rng_b, 6, 2, 36, 16, dtype, seqs);
+    const float scale = 1.0f / std::sqrt(36.0f);
+    const int64_t n = static_cast<int64_t>(seqs.size());
+    for (int64_t window : {int64_t{0}, int64_t{700}}) {
+      CAPTURE(dtype_name(dtype), window);
+      const std::vector<float> chunked = run_attention(*small, a, 0, n, window, scale);
+      const std::vector<float> one = run_attention(*whole, b, 0, n, window, scale);
+      check_identical(chunked, one, "reserved (chunked) vs unreserved");
+      std::vector<double> ref, tol;
+      attention_reference(a, window, scale, ref, tol);
+      check_close(chunked, ref, tol, "paged_attention in chunks");
+    }
+  }
+}
+BACKEND_TEST_CASE("paged_attention in a reserved workspace equals one call",
+                  reserved_workspace_case)
 
 }  // namespace
