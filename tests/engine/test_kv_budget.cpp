@@ -316,6 +316,33 @@ TEST_CASE("kv budget: Llama-3.1-8B FP8 at 0.95 and 16384 batched tokens on an 80
   CHECK(old_allocated > total);  // bad_alloc mid-serve, not a start-up error
 }
 
+#if defined(OCTET_HAVE_CUDA)
+TEST_CASE("kv budget: the CUDA GEMM scratch of a call and the rows of one piece, by hand",
+          "[budget]") {
+  // 64 x 128 in 2 parts: 2 x round64(m x 64) part sums; W8A16 adds the BF16 copies of one
+  // part's weight (64 x 64) and activations (m x 64), halves of 8-element multiples.
+  CHECK(cuda_gemm_scratch_floats(8, 64, 128, 2, true) == 2 * 512);
+  CHECK(cuda_gemm_scratch_floats(9, 64, 128, 2, true) == 2 * 576);
+  CHECK(cuda_gemm_scratch_floats(1, 63, 128, 2, true) == 2 * 64);  // 63 rounds up to 64
+  CHECK(cuda_gemm_scratch_floats(8, 64, 128, 2, false) == 1024 + (4096 + 512) / 2);
+  CHECK(cuda_gemm_chunk_rows(1024, 100, 64, 128, 2, true) == 8);
+  CHECK(cuda_gemm_chunk_rows(1151, 100, 64, 128, 2, true) == 8);
+  CHECK(cuda_gemm_chunk_rows(1152, 100, 64, 128, 2, true) == 9);
+  CHECK(cuda_gemm_chunk_rows(1 << 20, 100, 64, 128, 2, true) == 100);  // all of it
+  CHECK(cuda_gemm_chunk_rows(3328, 100, 64, 128, 2, false) == 8);
+  CHECK(cuda_gemm_chunk_rows(100, 100, 64, 128, 2, false) == 0);  // not one row: refused
+  // The reservation: rows min(512, max(tokens, seqs, graph seqs)) of the widest linear.
+  WorkspaceShape s;
+  s.max_num_batched_tokens = 8;
+  s.max_num_seqs = 2;
+  s.fp8_linears = {{64, 128, 2}, {200, 64, 1}};  // 2 x 512 vs round64(1600) = 1600 floats
+  CHECK(cuda_workspace_bytes(s, true).gemm_scratch == 4 * 1600);
+  CHECK(cuda_workspace_bytes(s, true).attention_partials == 0);  // no heads given
+  s.max_num_batched_tokens = 100000;  // capped at 512 rows
+  CHECK(cuda_workspace_bytes(s, true).gemm_scratch == 4 * 512 * 200);
+}
+#endif
+
 TEST_CASE("kv budget: a fake device: the workspace is reserved before the pool, the budget "
           "counts every part and the log line lists them",
           "[budget]") {
