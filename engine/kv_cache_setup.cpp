@@ -437,27 +437,20 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   for (int r = 0; r < world; ++r) {
     Backend& be = loaded.rank_model(r).backend();
     RankMemory& rm = ranks[r];
-    if (mem.on_device) {
-      const DeviceMemoryInfo before = be.memory_info();
-      const WorkspaceBytes want = be.workspace_bytes(ws_shape);
-      if (want.total() > before.free_bytes)
-        throw std::invalid_argument(
-            "rank " + std::to_string(r) + " (" + be.name() + "): the workspace of " +
-            format_bytes(want.total()) + " (GEMM scratch " + format_bytes(want.gemm_scratch) +
-            ", attention partials " + format_bytes(want.attention_partials) + ", plan " +
-            format_bytes(want.attention_plan) + ") does not fit the " +
-            format_bytes(before.free_bytes) + " free of " + format_bytes(before.total_bytes) +
-            " after the weights (" + format_bytes(model_weight_bytes(loaded.rank_model(r))) +
-            "); lower --max-num-batched-tokens, --max-num-seqs or --max-model-len");
-    }
     try {
       rm.parts.workspace = be.reserve_workspace(ws_shape);
     } catch (const std::bad_alloc&) {
-      throw std::invalid_argument("rank " + std::to_string(r) + " (" + be.name() +
-                                  "): no device memory for the workspace of " +
-                                  format_bytes(be.workspace_bytes(ws_shape).total()) +
-                                  "; lower --max-num-batched-tokens, --max-num-seqs or "
-                                  "--max-model-len");
+      // reserve_workspace freed what had grown before: the free figure is what it could use.
+      const WorkspaceBytes want = be.workspace_bytes(ws_shape);
+      const DeviceMemoryInfo info = be.memory_info();
+      throw std::invalid_argument(
+          "rank " + std::to_string(r) + " (" + be.name() + "): the workspace of " +
+          format_bytes(want.total()) + " (GEMM scratch " + format_bytes(want.gemm_scratch) +
+          ", attention partials " + format_bytes(want.attention_partials) + ", attention plan " +
+          format_bytes(want.attention_plan) + ") does not fit the " +
+          format_bytes(info.free_bytes) + " free of " + format_bytes(info.total_bytes) +
+          " after the weights (" + format_bytes(model_weight_bytes(loaded.rank_model(r))) +
+          "); lower --max-num-batched-tokens, --max-num-seqs or --max-model-len");
     }
     if (!mem.on_device) continue;
     const DeviceMemoryInfo info = be.memory_info();

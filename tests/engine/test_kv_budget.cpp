@@ -67,10 +67,15 @@ class FakeDevice final : public ForwardingBackend {
   WorkspaceBytes workspace_bytes(const WorkspaceShape&) const override {
     return {3 * kMiB, 2 * kMiB, 64 * 1024};
   }
+  // As the CUDA backend: frees the old reservation, std::bad_alloc when the new one does not
+  // fit the free memory.
   WorkspaceBytes reserve_workspace(const WorkspaceShape& shape) override {
     shape_ = shape;
     ++reserves_;
-    reserved_ = workspace_bytes(shape);
+    reserved_ = {};
+    const WorkspaceBytes want = workspace_bytes(shape);
+    if (want.total() > memory_info().free_bytes) throw std::bad_alloc();
+    reserved_ = want;
     return reserved_;
   }
   int64_t live() const { return *live_; }
@@ -434,6 +439,25 @@ TEST_CASE("kv budget: a fake device too small is refused at start-up with every 
           Catch::Contains("GEMM scratch 3.0 MiB, attention partials 2.0 MiB") &&
           Catch::Contains("CUDA graphs ") && Catch::Contains("context/other 40.0 MiB") &&
           Catch::Contains("pass --enforce-eager"));
+}
+
+TEST_CASE("kv budget: a workspace larger than the free memory is refused with its parts",
+          "[budget]") {
+  // 44 MiB, the context holds 40: 3.7 MiB free after the weights for a workspace of 5.1 MiB.
+  auto fake = std::make_shared<FakeDevice>(44 * kMiB, 40 * kMiB);
+  const auto m = tiny_llama(fake);
+  CacheConfig cache;
+  cache.kv_cache_dtype = "fp8_e4m3";
+  cache.kv_cache_memory_bytes = 1 * kMiB;  // an explicit budget: the workspace still comes first
+  SchedulerConfig sched;
+  sched.max_model_len = 1024;
+  sched.max_num_batched_tokens = 256;
+  sched.max_num_seqs = 8;
+  CHECK_THROWS_WITH(setup_kv_cache(cache, sched, *m, true),
+                    Catch::Contains("rank 0 (fake-gpu:0): the workspace of 5.1 MiB (GEMM "
+                                    "scratch 3.0 MiB, attention partials 2.0 MiB, attention "
+                                    "plan 64.0 KiB) does not fit the 3.") &&
+                        Catch::Contains(" free of 44.0 MiB after the weights"));
 }
 
 TEST_CASE("kv budget: on the CPU setup_kv_cache reserves no graphs and prints none",
