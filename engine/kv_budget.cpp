@@ -19,8 +19,6 @@ namespace {
 constexpr int64_t kPartitionTokens = 512;
 constexpr int64_t kDecodeItemInts = 5, kMergeItemInts = 3;
 
-int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
-
 }  // namespace
 
 std::vector<int64_t> captured_graph_sizes(bool enforce_eager, bool backend_supports_graphs,
@@ -33,9 +31,7 @@ GraphMemoryReserve estimate_graph_memory(const GraphMemoryShape& s) {
   GraphMemoryReserve r;
   if (s.sizes.empty()) return r;
   for (const auto& [v, name] : {std::pair{s.max_model_len, "max_model_len"},
-                                std::pair{s.block_size, "block_size"},
-                                std::pair{s.num_heads, "num_heads"},
-                                std::pair{s.head_dim, "head_dim"}})
+                                std::pair{s.block_size, "block_size"}})
     if (v <= 0)
       throw std::invalid_argument(std::string("estimate_graph_memory: ") + name +
                                   " must be positive, got " + std::to_string(v));
@@ -46,17 +42,8 @@ GraphMemoryReserve estimate_graph_memory(const GraphMemoryShape& s) {
   r.activations = s.activation_bytes;
   r.batch = 44 * p_max + 8 + 4 * p_max * width;
   const int64_t windows = std::max<int64_t>(s.num_windows, 1);
-  int64_t scratch = 0;  // CudaBackend's graph scratch: the largest so far
-  for (const int64_t p : s.sizes) {
-    const int64_t decode = p * partitions;
-    r.attention += windows * 4 * (2 + kDecodeItemInts * decode + kMergeItemInts * p);
-    r.attention += 4 * decode * s.num_heads * (s.head_dim + 2);
-    for (const auto& [n, g] : s.fp8_linears)
-      if (const int64_t need = 4 * std::max<int64_t>(g, 1) * round_up(p * n, 64); need > scratch) {
-        r.gemm_scratch += need;
-        scratch = need;
-      }
-  }
+  for (const int64_t p : s.sizes)
+    r.attention += windows * 4 * (2 + kDecodeItemInts * p * partitions + kMergeItemInts * p);
   r.graph_exec = static_cast<int64_t>(s.sizes.size()) * kGraphExecBytesEstimate;
   return r;
 }
@@ -78,13 +65,27 @@ GraphMemoryShape graph_memory_shape(const LlamaModel& model, std::vector<int64_t
   std::sort(s.sizes.begin(), s.sizes.end());
   s.max_model_len = max_model_len;
   s.block_size = block_size;
-  s.num_heads = model.shard().num_heads;
-  s.head_dim = model.config().head_dim;
   const std::set<int64_t> windows(model.config().layer_sliding_window.begin(),
                                   model.config().layer_sliding_window.end());
   s.num_windows = std::max<int64_t>(static_cast<int64_t>(windows.size()), 1);
+  if (!s.sizes.empty()) s.activation_bytes = activation_bytes(model, s.sizes.back(), s.sizes.back());
+  return s;
+}
+
+WorkspaceShape workspace_shape(const LlamaModel& model, int64_t max_num_batched_tokens,
+                               int64_t max_num_seqs, int64_t max_model_len, int64_t block_size,
+                               int64_t max_graph_seqs) {
+  WorkspaceShape s;
+  s.max_num_batched_tokens = max_num_batched_tokens;
+  s.max_num_seqs = max_num_seqs;
+  s.max_model_len = max_model_len;
+  s.block_size = block_size;
+  s.num_heads = model.shard().num_heads;
+  s.head_dim = model.config().head_dim;
+  s.max_graph_seqs = max_graph_seqs;
   const auto add = [&](const LinearWeight& w) {
-    if (w.format == DType::FP8_E4M3) s.fp8_linears.emplace_back(w.out_features, w.k_groups);
+    if (w.format == DType::FP8_E4M3)
+      s.fp8_linears.push_back({w.out_features, w.in_features, std::max<int64_t>(w.k_groups, 1)});
   };
   const LlamaWeights& w = model.weights();
   for (const LlamaLayerWeights& l : w.layers)
@@ -92,8 +93,18 @@ GraphMemoryShape graph_memory_shape(const LlamaModel& model, std::vector<int64_t
                                    &l.up_proj, &l.down_proj})
       add(*lw);
   add(w.lm_head);
-  if (!s.sizes.empty()) s.activation_bytes = activation_bytes(model, s.sizes.back(), s.sizes.back());
   return s;
+}
+
+DeviceMemoryBudget device_kv_budget(const DeviceMemoryParts& p) {
+  DeviceMemoryBudget b;
+  b.cap_bytes = static_cast<int64_t>(
+      std::floor(p.gpu_memory_utilization * static_cast<double>(p.total_bytes)));
+  b.context_other_bytes =
+      std::max<int64_t>(0, p.total_bytes - p.free_bytes - p.weights_bytes - p.workspace.total());
+  b.kv_budget_bytes = p.free_bytes - (p.total_bytes - b.cap_bytes) - p.activation_bytes -
+                      p.graph_pool_bytes;
+  return b;
 }
 
 int64_t kv_budget_bytes(const KVBudgetInputs& in) {

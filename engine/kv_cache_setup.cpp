@@ -62,6 +62,9 @@ void check_scales(const std::vector<float>& s, const char* which, int64_t layer,
 
 // "9.45 GiB", "408.2 MiB", "64.0 KiB", "512 B".
 std::string format_bytes(int64_t bytes) {
+  if (bytes < 0) return "-" + format_bytes(bytes == std::numeric_limits<int64_t>::min()
+                                               ? std::numeric_limits<int64_t>::max()
+                                               : -bytes);
   std::ostringstream os;
   os << std::fixed;
   const double b = static_cast<double>(bytes);
@@ -81,22 +84,56 @@ int64_t linear_bytes(const LinearWeight& w) {
   return w.weight.bytes() + w.scale.bytes() + w.bias.bytes() + w.input_scale_buffer.bytes();
 }
 
-// The memory --gpu-memory-utilization takes a fraction of, or 0 when octet cannot know it for
-// this backend. CPU: the host memory available when loading began (the weights are in it).
-// Other backends need a memory query on Backend (free and total bytes), not there yet.
-int64_t device_memory_bytes(const LoadedModel& loaded, int64_t weights) {
-  if (loaded.model->backend().name().rfind("cpu", 0) != 0)  // a device: its own memory, per rank
-    return loaded.model->backend().memory_capacity_bytes() * loaded.world_size();
+// A device: a backend that reports its memory (Backend::memory_info; CUDA). The CPU does not.
+bool on_device(const LoadedModel& loaded) {
+  return loaded.model->backend().memory_info().total_bytes > 0;
+}
+
+// The memory --gpu-memory-utilization takes a fraction of on the CPU: the host memory available
+// when loading began (the weights are in it).
+int64_t host_memory_bytes(const LoadedModel& loaded, int64_t weights) {
   if (loaded.host_memory_available_bytes > 0) return loaded.host_memory_available_bytes;
   return available_host_memory_bytes() + weights;  // loaded without a record of it
 }
 
-// --gpu-memory-utilization, or vLLM's default 0.9 on a device that reports its memory; 0 on
-// the CPU by default (the fixed CacheConfig::kDefaultMemoryBytes budget).
+// --gpu-memory-utilization, or vLLM's default 0.9 on a device; 0 on the CPU by default (the
+// fixed CacheConfig::kDefaultMemoryBytes budget).
 double kv_memory_fraction(const CacheConfig& cache, const LoadedModel& loaded) {
   if (cache.gpu_memory_utilization > 0) return cache.gpu_memory_utilization;
-  const Backend& be = loaded.model->backend();
-  return be.name().rfind("cpu", 0) != 0 && be.memory_capacity_bytes() > 0 ? 0.9 : 0.0;
+  return on_device(loaded) ? 0.9 : 0.0;
+}
+
+// One rank of a device: its memory and parts (engine/kv_budget.h), its KV bytes per block.
+struct RankMemory {
+  DeviceMemoryParts parts;
+  DeviceMemoryBudget budget;
+  int64_t block_bytes = 0;  // this rank's share of a block (its KV heads)
+};
+
+// "total 79.19 GiB, cap 75.23 GiB (0.95); weights ..., free left 3.96 GiB" for one rank.
+std::string device_parts_text(const MemoryFigures& m, double fraction, int64_t weights_rank,
+                              int64_t activations_rank, int64_t graphs_rank,
+                              int64_t num_graph_sizes, bool graphs_supported);
+
+std::string device_parts_text(const MemoryFigures& m, double fraction, int64_t weights_rank,
+                              int64_t activations_rank, int64_t graphs_rank,
+                              int64_t num_graph_sizes, bool graphs_supported) {
+  std::ostringstream os;
+  os << "total " << format_bytes(m.device_total_bytes);
+  if (fraction > 0) os << ", cap " << format_bytes(m.device_cap_bytes) << " (" << fraction << ")";
+  os << "; weights " << format_bytes(weights_rank) << ", activations "
+     << format_bytes(activations_rank) << ", GEMM scratch "
+     << format_bytes(m.workspace.gemm_scratch) << ", attention partials "
+     << format_bytes(m.workspace.attention_partials) << ", attention plan "
+     << format_bytes(m.workspace.attention_plan) << ", ";
+  if (graphs_rank > 0)
+    os << "CUDA graphs " << format_bytes(graphs_rank) << " (" << num_graph_sizes
+       << " decode sizes, estimate), ";
+  else if (graphs_supported)
+    os << "CUDA graphs off (--enforce-eager), ";
+  os << "context/other " << format_bytes(m.context_other_bytes) << ", KV pool "
+     << format_bytes(m.kv_pool_bytes) << ", free left " << format_bytes(m.free_left_bytes);
+  return os.str();
 }
 
 }  // namespace
@@ -372,34 +409,112 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   // Budget -> blocks. The null block is allocated on top of the budget.
   out.bytes_per_block = PagedKVCache::bytes_per_block(out.block_size, nkv, hd, out.layers);
   MemoryFigures& mem = out.memory;
-  for (int r = 0; r < loaded.world_size(); ++r)
-    mem.weights_bytes += model_weight_bytes(loaded.rank_model(r));
-  mem.activation_bytes = activation_bytes(model, scheduler.max_num_batched_tokens,
-                                          scheduler.max_num_seqs) *
-                         loaded.world_size();  // every rank's shard is the same size
+  const int world = loaded.world_size();
+  for (int r = 0; r < world; ++r) mem.weights_bytes += model_weight_bytes(loaded.rank_model(r));
+  const int64_t activations_rank =
+      activation_bytes(model, scheduler.max_num_batched_tokens, scheduler.max_num_seqs);
+  mem.activation_bytes = activations_rank * world;  // every rank's shard is the same size
   mem.kv_bytes_per_token = out.bytes_per_block / out.block_size;
-  // CUDA graph pools: a conservative estimate per captured decode size (engine/kv_budget.h),
-  // on a backend that captures graphs, unless --enforce-eager. Every rank holds the same set.
+  // CUDA graph pools: an estimate per captured decode size (engine/kv_budget.h), on a backend
+  // that captures graphs, unless --enforce-eager. Every rank holds the same set.
   mem.graphs_supported = model.backend().supports_graphs();
-  if (std::vector<int64_t> sizes =
-          captured_graph_sizes(!cuda_graphs, mem.graphs_supported, scheduler.max_num_seqs);
-      !sizes.empty()) {
+  const std::vector<int64_t> sizes =
+      captured_graph_sizes(!cuda_graphs, mem.graphs_supported, scheduler.max_num_seqs);
+  int64_t graphs_rank = 0;
+  if (!sizes.empty()) {
     mem.num_graph_sizes = static_cast<int64_t>(sizes.size());
-    const GraphMemoryShape shape =
-        graph_memory_shape(model, std::move(sizes), out.max_model_len, out.block_size);
-    mem.graph_reserve_bytes = estimate_graph_memory(shape).total() * loaded.world_size();
+    graphs_rank =
+        estimate_graph_memory(graph_memory_shape(model, sizes, out.max_model_len, out.block_size))
+            .total();
+    mem.graph_reserve_bytes = graphs_rank * world;
   }
+  // Every rank's workspace, reserved now, before the KV pool: no op allocates scratch later.
+  mem.on_device = on_device(loaded);
+  const WorkspaceShape ws_shape =
+      workspace_shape(model, scheduler.max_num_batched_tokens, scheduler.max_num_seqs,
+                      out.max_model_len, out.block_size, sizes.empty() ? 0 : sizes.back());
+  std::vector<RankMemory> ranks(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) {
+    Backend& be = loaded.rank_model(r).backend();
+    RankMemory& rm = ranks[r];
+    try {
+      rm.parts.workspace = be.reserve_workspace(ws_shape);
+    } catch (const std::bad_alloc&) {
+      // reserve_workspace freed what had grown before: the free figure is what it could use.
+      const WorkspaceBytes want = be.workspace_bytes(ws_shape);
+      const DeviceMemoryInfo info = be.memory_info();
+      throw std::invalid_argument(
+          "rank " + std::to_string(r) + " (" + be.name() + "): the workspace of " +
+          format_bytes(want.total()) + " (GEMM scratch " + format_bytes(want.gemm_scratch) +
+          ", attention partials " + format_bytes(want.attention_partials) + ", attention plan " +
+          format_bytes(want.attention_plan) + ") does not fit the " +
+          format_bytes(info.free_bytes) + " free of " + format_bytes(info.total_bytes) +
+          " after the weights (" + format_bytes(model_weight_bytes(loaded.rank_model(r))) +
+          "); lower --max-num-batched-tokens, --max-num-seqs or --max-model-len");
+    }
+    if (!mem.on_device) continue;
+    const DeviceMemoryInfo info = be.memory_info();
+    rm.parts.total_bytes = info.total_bytes;
+    rm.parts.free_bytes = info.free_bytes;
+    rm.parts.weights_bytes = model_weight_bytes(loaded.rank_model(r));
+    rm.parts.activation_bytes = activations_rank;
+    rm.parts.graph_pool_bytes = graphs_rank;
+    const TensorParallelShard& sh = loaded.rank_model(r).shard();
+    rm.block_bytes = PagedKVCache::bytes_per_block(out.block_size, sh.num_kv_heads, hd,
+                                                   out.layers);
+  }
+  // The rank with the least KV room sets the blocks (every rank holds the same blocks).
+  const auto tightest = [&](auto room) {
+    size_t best = 0;
+    for (size_t r = 1; r < ranks.size(); ++r)
+      if (room(ranks[r]) < room(ranks[best])) best = r;
+    return best;
+  };
+  double fraction = 0;
   int64_t budget = cache.kv_cache_memory_bytes;
   if (budget > 0) {
     mem.budget_source = "--kv-cache-memory-bytes";
   } else if (cache.num_kv_blocks > 0) {
     mem.budget_source = "--num-kv-blocks";
-  } else if (const double fraction = kv_memory_fraction(cache, loaded); fraction > 0) {
-    mem.device_memory_bytes = device_memory_bytes(loaded, mem.weights_bytes);
-    if (mem.device_memory_bytes == 0)
-      throw std::invalid_argument("--gpu-memory-utilization: octet cannot query the memory of "
-                                  "device " + model.backend().name() +
-                                  " yet; give the KV budget with --kv-cache-memory-bytes");
+  } else if (fraction = kv_memory_fraction(cache, loaded); fraction > 0 && mem.on_device) {
+    for (RankMemory& rm : ranks) {
+      rm.parts.gpu_memory_utilization = fraction;
+      rm.budget = device_kv_budget(rm.parts);
+    }
+    const RankMemory& t = ranks[tightest([](const RankMemory& rm) {
+      return rm.budget.kv_budget_bytes / rm.block_bytes;
+    })];
+    mem.device_memory_bytes = t.parts.total_bytes * world;
+    std::ostringstream src;
+    src << "--gpu-memory-utilization " << fraction << " x " << format_bytes(t.parts.total_bytes)
+        << (world > 1 ? " per GPU" : "") << " - every other part";
+    mem.budget_source = src.str();
+    const int64_t blocks = std::max<int64_t>(t.budget.kv_budget_bytes, 0) / t.block_bytes;
+    budget = blocks * out.bytes_per_block;
+    const int64_t blocks_per_seq = (out.max_model_len + out.block_size - 1) / out.block_size;
+    if (blocks < blocks_per_seq) {
+      MemoryFigures shown = mem;
+      shown.device_total_bytes = t.parts.total_bytes;
+      shown.device_cap_bytes = t.budget.cap_bytes;
+      shown.workspace = t.parts.workspace;
+      shown.context_other_bytes = t.budget.context_other_bytes;
+      shown.kv_pool_bytes = 0;
+      shown.free_left_bytes = t.parts.free_bytes - activations_rank - graphs_rank;
+      const bool graphs = graphs_rank > 0;
+      throw std::invalid_argument(
+          "--gpu-memory-utilization " + std::to_string(fraction) + " leaves " +
+          format_bytes(t.budget.kv_budget_bytes) + " for the KV cache" +
+          (world > 1 ? " per GPU" : "") + ", less than one sequence of max_model_len " +
+          std::to_string(out.max_model_len) + " tokens (" +
+          format_bytes(blocks_per_seq * t.block_bytes) + "); memory per GPU: " +
+          device_parts_text(shown, fraction, t.parts.weights_bytes, activations_rank,
+                            graphs_rank, mem.num_graph_sizes, mem.graphs_supported) +
+          ". Raise --gpu-memory-utilization, lower --max-num-batched-tokens, --max-num-seqs" +
+          (graphs ? ", pass --enforce-eager" : "") +
+          " or --max-model-len, or give --kv-cache-memory-bytes");
+    }
+  } else if (fraction > 0) {  // the CPU: a fraction of the host's memory
+    mem.device_memory_bytes = host_memory_bytes(loaded, mem.weights_bytes);
     KVBudgetInputs in;
     in.device_memory_bytes = mem.device_memory_bytes;
     in.gpu_memory_utilization = fraction;
@@ -455,24 +570,42 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
         "lower --max-model-len");
 
   // The pool adds the null block; everything is allocated and zeroed at start-up. On the CPU
-  // it comes from the host's memory; on a device from the device's, after the weights,
-  // activations and graphs (the host's memory does not bound a device's pool).
-  const bool on_device = model.backend().name().rfind("cpu", 0) != 0 &&
-                         model.backend().memory_capacity_bytes() > 0;
-  const int64_t available =
-      on_device ? std::max<int64_t>(device_memory_bytes(loaded, mem.weights_bytes) -
-                                        mem.weights_bytes - mem.activation_bytes -
-                                        mem.graph_reserve_bytes,
-                                    0)
-                : available_host_memory_bytes();
-  if (out.num_usable_blocks + 1 > available / out.bytes_per_block)  // no overflow
-    throw std::invalid_argument(
-        "the KV cache of " + std::to_string(out.num_usable_blocks) + " + 1 blocks of " +
-        std::to_string(out.bytes_per_block) + " bytes needs more than the " +
-        std::to_string(available) + " bytes of " +
-        (on_device ? "device memory left after the weights, activations and CUDA graphs"
-                   : "memory available") +
-        "; lower --kv-cache-memory-bytes / --num-kv-blocks");
+  // it comes from the host's memory; on a device from each rank's free memory, less the
+  // activations and graphs still to come (the host's memory does not bound a device's pool).
+  if (mem.on_device) {
+    const size_t r = tightest([&](const RankMemory& rm) {
+      return rm.parts.free_bytes - activations_rank - graphs_rank -
+             (out.num_usable_blocks + 1) * rm.block_bytes;
+    });
+    const RankMemory& t = ranks[r];
+    const int64_t room = t.parts.free_bytes - activations_rank - graphs_rank;
+    mem.device_total_bytes = t.parts.total_bytes;
+    mem.device_cap_bytes = t.budget.cap_bytes;
+    mem.workspace = t.parts.workspace;
+    mem.context_other_bytes = std::max<int64_t>(
+        0, t.parts.total_bytes - t.parts.free_bytes - t.parts.weights_bytes -
+               t.parts.workspace.total());
+    mem.kv_pool_bytes = (out.num_usable_blocks + 1) * t.block_bytes;
+    mem.free_left_bytes = room - mem.kv_pool_bytes;
+    if (out.num_usable_blocks + 1 > std::max<int64_t>(room, 0) / t.block_bytes)
+      throw std::invalid_argument(
+          "the KV cache of " + std::to_string(out.num_usable_blocks) + " + 1 blocks (" +
+          format_bytes(mem.kv_pool_bytes) + (world > 1 ? " per GPU" : "") +
+          ") needs more than the " + format_bytes(std::max<int64_t>(room, 0)) +
+          " of device memory left after the weights, workspace, activations and CUDA graphs "
+          "(rank " + std::to_string(r) + ": " +
+          device_parts_text(mem, 0, t.parts.weights_bytes, activations_rank, graphs_rank,
+                            mem.num_graph_sizes, mem.graphs_supported) +
+          "); lower --kv-cache-memory-bytes / --num-kv-blocks");
+  } else {
+    const int64_t available = available_host_memory_bytes();
+    if (out.num_usable_blocks + 1 > available / out.bytes_per_block)  // no overflow
+      throw std::invalid_argument(
+          "the KV cache of " + std::to_string(out.num_usable_blocks) + " + 1 blocks of " +
+          std::to_string(out.bytes_per_block) + " bytes needs more than the " +
+          std::to_string(available) + " bytes of memory available; lower "
+          "--kv-cache-memory-bytes / --num-kv-blocks");
+  }
 
   uint64_t salt = 1469598103934665603ull;
   salt = fnv1a(salt, &out.block_size, sizeof(out.block_size));
@@ -488,16 +621,25 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   mem.max_num_seqs_fit = out.num_usable_blocks / blocks_per_seq;
   {
     std::ostringstream line;
-    line << "memory: weights " << format_bytes(mem.weights_bytes);
-    if (loaded.world_size() > 1) line << " over " << loaded.world_size() << " ranks";
-    line << ", activations " << format_bytes(mem.activation_bytes) << ", KV "
-         << format_bytes(mem.kv_bytes_per_token) << " per token (" << cache.kv_cache_dtype
-         << (cache.kv_cache_dtype == "auto" ? " = bf16" : "") << "), KV budget "
-         << format_bytes(out.budget_bytes) << " (" << mem.budget_source << "), ";
-    if (mem.graph_reserve_bytes > 0)
+    if (mem.on_device) {
+      line << "memory " << (world > 1 ? "per GPU (" + std::to_string(world) + " ranks)" : "per GPU")
+           << ": "
+           << device_parts_text(mem, fraction, mem.weights_bytes / world, activations_rank,
+                                graphs_rank, mem.num_graph_sizes, mem.graphs_supported)
+           << "; ";
+    } else {
+      line << "memory: weights " << format_bytes(mem.weights_bytes);
+      if (world > 1) line << " over " << world << " ranks";
+      line << ", activations " << format_bytes(mem.activation_bytes) << ", ";
+    }
+    line << "KV " << format_bytes(mem.kv_bytes_per_token) << " per token ("
+         << cache.kv_cache_dtype << (cache.kv_cache_dtype == "auto" ? " = bf16" : "")
+         << "), KV budget " << format_bytes(out.budget_bytes) << " (" << mem.budget_source
+         << "), ";
+    if (!mem.on_device && mem.graph_reserve_bytes > 0)
       line << "CUDA graphs " << format_bytes(mem.graph_reserve_bytes) << " reserved ("
            << mem.num_graph_sizes << " decode sizes, estimate), ";
-    else if (mem.graphs_supported)
+    else if (!mem.on_device && mem.graphs_supported)
       line << "CUDA graphs off (--enforce-eager), ";
     line << mem.max_num_seqs_fit << " sequences of " << out.max_model_len
          << " tokens fit in the KV budget";

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/engine_config.h"
+#include "kernels/backend.h"
 #include "models/paged_kv_cache.h"
 
 namespace octet {
@@ -44,7 +45,9 @@ int64_t available_host_memory_bytes();
 /// scales and biases, lm_head).
 int64_t model_weight_bytes(const LlamaModel& model);
 
-/// Start-up memory figures, summed over tensor-parallel ranks (the budget is too).
+/// Start-up memory figures: on the CPU summed over tensor-parallel ranks (the budget is too);
+/// on a device (Backend::memory_info reports its memory) the device_* figures are per rank
+/// (the rank with the smallest KV room), engine/kv_budget.h's rule.
 struct MemoryFigures {
   int64_t weights_bytes = 0;
   int64_t activation_bytes = 0;     // the runner's activations (max_num_batched_tokens rows)
@@ -55,10 +58,24 @@ struct MemoryFigures {
   int64_t num_graph_sizes = 0;      // decode batch sizes the estimate covers
   std::string budget_source;        // how the KV budget was chosen (for the log line)
   int64_t max_num_seqs_fit = 0;     // sequences of max_model_len tokens the KV budget holds
-  /// "memory: weights 9.45 GiB, activations 408.2 MiB, KV 64.0 KiB per token (fp8_e4m3), KV
-  /// budget 1.00 GiB (default 1 GiB on the CPU), 2 sequences of 4096 tokens fit in it"; on a
-  /// backend with graphs, after the budget, "CUDA graphs 1.20 GiB reserved (35 decode sizes,
-  /// estimate)" or "CUDA graphs off (--enforce-eager)".
+  // A device, per rank (all 0 on the CPU): the device's memory, the cap F x total (0 with an
+  // explicit budget), the reserved workspace, what the context and others hold, this rank's
+  // KV pool (null block included) and what stays free once everything is allocated.
+  bool on_device = false;
+  int64_t device_total_bytes = 0;
+  int64_t device_cap_bytes = 0;
+  WorkspaceBytes workspace;
+  int64_t context_other_bytes = 0;
+  int64_t kv_pool_bytes = 0;
+  int64_t free_left_bytes = 0;
+  /// CPU: "memory: weights 9.45 GiB, activations 408.2 MiB, KV 64.0 KiB per token (fp8_e4m3),
+  /// KV budget 1.00 GiB (default 1 GiB on the CPU), 2 sequences of 4096 tokens fit in it".
+  /// A device, every part: "memory per GPU: total 79.19 GiB, cap 75.23 GiB (0.95); weights
+  /// 8.49 GiB, activations 3.36 GiB, GEMM scratch 256.0 MiB, attention partials 1.02 GiB,
+  /// attention plan 9.0 MiB, CUDA graphs 140.2 MiB (35 decode sizes, estimate), context/other
+  /// 612.0 MiB, KV pool 61.20 GiB, free left 3.96 GiB; KV 128.0 KiB per token (fp8_e4m3), KV
+  /// budget 61.20 GiB (...), 3 sequences of 131072 tokens fit in the KV budget" ("CUDA graphs
+  /// off (--enforce-eager)" with --enforce-eager).
   std::string line;
 };
 
@@ -119,9 +136,14 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, int64_t max_model_len,
 /// max_num_batched_tokens / max_num_seqs that size the activations. cuda_graphs (the engine's
 /// !--enforce-eager): on a backend that supports graphs, the gpu_memory_utilization budget
 /// also leaves room for the decode graphs of decode_graph_sizes(max_num_seqs)
-/// (engine/kv_budget.h's estimate, MemoryFigures::graph_reserve_bytes). On a device the pool
-/// must fit the device's memory left after weights, activations and graphs (else
-/// std::invalid_argument), not the host's.
+/// (engine/kv_budget.h's estimate, MemoryFigures::graph_reserve_bytes). Every rank's
+/// workspace is reserved here (Backend::reserve_workspace, for these limits and graphs;
+/// nothing on the CPU), before the KV pool exists. On a device (Backend::memory_info) the
+/// budget follows engine/kv_budget.h's rule from the free memory measured after that, and
+/// throws std::invalid_argument, its message listing every part, when the workspace does
+/// not fit, when the rule leaves less than one max_model_len sequence, or when an explicit
+/// budget does not fit the device's free memory less activations and graphs (the host's
+/// memory does not bound a device's pool).
 KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& scheduler,
                             const LoadedModel& model, bool cuda_graphs = false);
 

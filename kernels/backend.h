@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/common/check.h"
 #include "kernels/common/dtype.h"
@@ -40,6 +41,40 @@ class Buffer {
   int64_t bytes_ = 0;
 };
 
+/// What reserve_workspace sizes a backend's scratch for: the largest work one rank's steps may
+/// give it (engine/kv_budget.h workspace_shape fills it from the scheduler limits and the model).
+struct WorkspaceShape {
+  int64_t max_num_batched_tokens = 0;  // token rows of one eager step
+  int64_t max_num_seqs = 0;            // sequences (and logits rows) of one step
+  int64_t max_model_len = 0;           // positions of one sequence
+  int64_t block_size = 0;              // tokens per KV block
+  int64_t num_heads = 0;               // query heads on this rank
+  int64_t head_dim = 0;
+  int64_t max_graph_seqs = 0;          // sequences of the largest decode graph; 0: no graphs
+  /// This rank's FP8 linears (linear_w8a8 / _partials): out features n, in features k, and the
+  /// k parts a row-parallel layer sums (WeightRef::k_groups).
+  struct Linear {
+    int64_t n = 0, k = 0, k_groups = 1;
+  };
+  std::vector<Linear> fp8_linears;
+};
+
+/// Device bytes of a backend's reserved workspace (reserve_workspace), by part; all zero on a
+/// backend that keeps none (the CPU).
+struct WorkspaceBytes {
+  int64_t gemm_scratch = 0;        // FP8 GEMM k-group part sums (CUDA: one buffer, every call)
+  int64_t attention_partials = 0;  // flash-decoding partial softmax states (eager and graphs)
+  int64_t attention_plan = 0;      // the eager attention work lists
+  int64_t total() const { return gemm_scratch + attention_partials + attention_plan; }
+};
+
+/// A device's memory now (CUDA: cudaMemGetInfo on the backend's device). total_bytes 0: the
+/// backend does not know it (the CPU: the engine reads MemAvailable itself).
+struct DeviceMemoryInfo {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -53,6 +88,23 @@ class Backend {
   /// Total memory of the device in bytes (what --gpu-memory-utilization is a fraction of), or 0
   /// when the backend does not know it (the CPU: the engine reads MemAvailable itself).
   virtual int64_t memory_capacity_bytes() const { return 0; }
+  /// Free and total memory of the device now. Default: unknown (all zero).
+  virtual DeviceMemoryInfo memory_info() const { return {}; }
+
+  // --- Workspace: scratch the ops need beyond the caller's buffers --------------------------
+  /// The bytes reserve_workspace(shape) allocates on this backend. Default: none.
+  virtual WorkspaceBytes workspace_bytes(const WorkspaceShape& shape) const {
+    (void)shape;
+    return {};
+  }
+  /// Allocates the workspace for `shape` now (freeing any grown before), so that no op later
+  /// allocates scratch: an op whose work exceeds it runs in pieces that fit (same results bit
+  /// for bit). Call before the KV pool is allocated, outside a graph capture; returns what it
+  /// holds (workspace_bytes(shape)). Throws std::bad_alloc when the device lacks the memory.
+  /// Default: nothing to reserve.
+  virtual WorkspaceBytes reserve_workspace(const WorkspaceShape& shape) {
+    return workspace_bytes(shape);
+  }
 
   // --- Buffers -----------------------------------------------------------------------------
   /// `bytes` of zeroed memory (large ones on huge pages on the CPU).

@@ -17,6 +17,13 @@ class ForwardingBackend : public Backend {
   std::string name() const override { return in_->name(); }
   std::string describe() const override { return in_->describe(); }
   int64_t memory_capacity_bytes() const override { return in_->memory_capacity_bytes(); }
+  DeviceMemoryInfo memory_info() const override { return in_->memory_info(); }
+  WorkspaceBytes workspace_bytes(const WorkspaceShape& s) const override {
+    return in_->workspace_bytes(s);
+  }
+  WorkspaceBytes reserve_workspace(const WorkspaceShape& s) override {
+    return in_->reserve_workspace(s);
+  }
   Buffer allocate(int64_t b) override { return in_->allocate(b); }
   void upload(const Buffer& d, int64_t o, const void* s, int64_t b) override {
     in_->upload(d, o, s, b);

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <new>
 
 #include "kernels/common/check.h"
 #include "kernels/cuda/attention_kernels.cuh"
@@ -83,6 +85,59 @@ void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
   }
 }
 
+namespace {
+
+// Device memory freed (cudaFree) with its last owner; std::bad_alloc when the device is full.
+std::shared_ptr<void> device_alloc(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear it
+    throw std::bad_alloc();
+  }
+  OCTET_CUDA_CHECK(err);
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+// Partitions of kPartitionTokens positions a query row at position < cap spans at most.
+int64_t max_partitions(int64_t cap) { return cap > 0 ? (cap - 1) / kPartitionTokens + 1 : 1; }
+
+}  // namespace
+
+AttentionWorkspace attention_workspace(int64_t max_tokens, int64_t max_seqs,
+                                       int64_t max_model_len, int64_t block_size,
+                                       int64_t num_heads, int64_t head_dim,
+                                       int64_t max_graph_seqs) {
+  AttentionWorkspace w;
+  if (max_tokens <= 0 || max_seqs <= 0 || num_heads <= 0 || head_dim <= 0) return w;
+  // Eager: rows of < kPrefillMinQueries queries take the decode kernels, each over at most
+  // P partitions of its positions (< max_model_len); prefill tiles of kTileRows queries.
+  const int64_t p_eager = max_partitions(max_model_len);
+  const int64_t rows = std::min(max_tokens, (kPrefillMinQueries - 1) * max_seqs);
+  const int64_t merges = p_eager >= 2 ? rows : 0;
+  const int64_t tiles =
+      max_tokens / kTileRows + std::min(max_seqs, max_tokens / kPrefillMinQueries) + 1;
+  w.plan_bytes = 4 * (kDecodeItemInts * rows * p_eager + kMergeItemInts * merges +
+                      kPrefillItemInts * tiles);
+  int64_t slots =
+      p_eager >= 2 ? std::min(rows * p_eager, std::max(p_eager, kEagerPartialSlots)) : 0;
+  // Graphs: every decode item of the largest one at the block table's full capacity.
+  if (max_graph_seqs > 0 && block_size > 0 && max_model_len > 0) {
+    const int64_t cap = (max_model_len + block_size - 1) / block_size * block_size;
+    const int64_t p_graph = max_partitions(cap);
+    if (p_graph >= 2) slots = std::max(slots, max_graph_seqs * p_graph);
+  }
+  w.partial_floats = slots * num_heads * (head_dim + 2);
+  return w;
+}
+
+PagedAttention::PagedAttention() {
+  int device = 0, sms = 0;
+  OCTET_CUDA_CHECK(cudaGetDevice(&device));
+  OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  grid_cap_ = std::max<int64_t>(1, kGridItemsPerSm * sms);
+}
+
 PagedAttention::~PagedAttention() {
   // Destructors must not abort: errors (a lost device at exit) are ignored here.
   for (PlanSlot& slot : slots_) {
@@ -93,12 +148,14 @@ PagedAttention::~PagedAttention() {
     cudaFreeHost(slot.pinned);
   }
   cudaFree(work_);
-  cudaFree(partials_);
 }
 
 void PagedAttention::reserve_device(size_t work_bytes, size_t partial_floats,
                                     cudaStream_t stream) {
   if (work_bytes <= work_bytes_ && partial_floats <= partial_floats_) return;
+  OCTET_CHECK(!reserved_, "cuda paged_attention: a chunk of ", work_bytes, " plan bytes and ",
+              partial_floats, " partial floats exceeds the reserved workspace (", work_bytes_,
+              " bytes, ", partial_floats_, " floats)");
   OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));  // queued kernels may use the old buffers
   if (work_bytes > work_bytes_) {
     OCTET_CUDA_CHECK(cudaFree(work_));
@@ -107,20 +164,53 @@ void PagedAttention::reserve_device(size_t work_bytes, size_t partial_floats,
     OCTET_CUDA_CHECK(cudaMalloc(&work_, work_bytes_));
   }
   if (partial_floats > partial_floats_) {
-    OCTET_CUDA_CHECK(cudaFree(partials_));
-    partials_ = nullptr;
-    partial_floats_ = std::max(partial_floats, 2 * partial_floats_);
-    OCTET_CUDA_CHECK(cudaMalloc(&partials_, partial_floats_ * sizeof(float)));
+    const size_t want = std::max(partial_floats, 2 * partial_floats_);
+    partials_.reset();  // freed here unless a graph still holds it
+    partial_floats_ = 0;
+    partials_ = device_alloc(want * sizeof(float));
+    partial_floats_ = want;
   }
 }
 
-namespace {
+void PagedAttention::reserve(const AttentionWorkspace& w, cudaStream_t stream) {
+  OCTET_CHECK(capturing_ == nullptr, "cuda paged_attention: reserve during a graph capture");
+  OCTET_CHECK(w.plan_bytes >= 0 && w.partial_floats >= 0, "cuda paged_attention: reserve ",
+              w.plan_bytes, " bytes, ", w.partial_floats, " floats");
+  OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));
+  OCTET_CUDA_CHECK(cudaFree(work_));
+  work_ = nullptr;
+  work_bytes_ = 0;
+  partials_.reset();
+  partial_floats_ = 0;
+  reserved_ = false;
+  if (w.plan_bytes > 0) {
+    const cudaError_t err = cudaMalloc(&work_, static_cast<size_t>(w.plan_bytes));
+    if (err == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      work_ = nullptr;
+      throw std::bad_alloc();
+    }
+    OCTET_CUDA_CHECK(err);
+    work_bytes_ = static_cast<size_t>(w.plan_bytes);
+  }
+  if (w.partial_floats > 0) {
+    partials_ = device_alloc(static_cast<size_t>(w.partial_floats) * sizeof(float));
+    partial_floats_ = static_cast<size_t>(w.partial_floats);
+  }
+  reserved_ = true;
+}
 
-// The work of one call, as int32 records: decode items, merge items, prefill items.
+// The work of one call (or one chunk of it), as int32 records: decode items, merge items,
+// prefill items; slots: partial softmax states the merges read, numbered from 0.
 struct HostPlan {
   std::vector<int32_t> decode, merge, prefill;
-  int64_t slots = 0;  // partial softmax states the merges read
+  int64_t slots = 0;
+  int64_t ints() const {
+    return static_cast<int64_t>(decode.size() + merge.size() + prefill.size());
+  }
 };
+
+namespace {
 
 // The shape checks every call passes (eager or captured).
 void check_call(const KVCacheView& cache, int64_t num_heads, int64_t window) {
@@ -136,27 +226,35 @@ void check_call(const KVCacheView& cache, int64_t num_heads, int64_t window) {
               "cuda paged_attention: an FP8 cache needs k_scale and v_scale");
 }
 
-// Device memory freed (cudaFree) with its last owner.
-std::shared_ptr<void> device_alloc(size_t bytes) {
-  void* p = nullptr;
-  OCTET_CUDA_CHECK(cudaMalloc(&p, bytes));
-  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
-}
-
 // Ints of a graph plan's device layout (attention.h GraphAttention).
 size_t graph_plan_ints(int64_t max_decode, int64_t max_merge) {
   return static_cast<size_t>(2 + max_decode * kDecodeItemInts + max_merge * kMergeItemInts);
 }
 
 // Plans the batch (the host copies qsl, lens) for `window` over a block-table capacity of
-// `cap` positions; a broken batch is an OCTET_CHECK abort.
+// `cap` positions into chunks of whole query rows (and prefill tiles), each within max_slots
+// partial states and max_ints plan ints (the reserved workspace; no limit for graphs, which
+// take one chunk). The items are the same whatever the chunking: only their slot numbers
+// change, which no arithmetic reads. A broken batch, or one row that alone exceeds the
+// limits, is an OCTET_CHECK abort.
 void build_plan(const PagedAttentionBatch& b, const int64_t* qsl, const int64_t* lens,
-                int64_t window, int64_t cap, HostPlan& plan) {
+                int64_t window, int64_t cap, int64_t max_slots, int64_t max_ints,
+                std::vector<HostPlan>& chunks) {
   OCTET_CHECK(qsl[0] == 0, "cuda paged_attention: query_start_loc[0] = ", qsl[0]);
-  std::vector<int32_t>& decode = plan.decode;
-  std::vector<int32_t>& merge = plan.merge;
-  std::vector<int32_t>& prefill = plan.prefill;
-  int64_t& slots = plan.slots;
+  chunks.assign(1, HostPlan{});
+  // The chunk that takes a unit of `ints` plan ints and `slots` partial states.
+  const auto chunk_for = [&](int64_t ints, int64_t slots) -> HostPlan& {
+    OCTET_CHECK(ints <= max_ints && slots <= max_slots, "cuda paged_attention: one query row "
+                "needs ", slots, " partial states and ", ints, " plan ints; the reserved "
+                "workspace holds ", max_slots, " and ", max_ints, " (reserve_workspace was "
+                "given a shorter max_model_len or other heads)");
+    HostPlan* c = &chunks.back();
+    if (c->ints() > 0 && (c->ints() + ints > max_ints || c->slots + slots > max_slots)) {
+      chunks.emplace_back();
+      c = &chunks.back();
+    }
+    return *c;
+  };
   for (int64_t s = 0; s < b.num_seqs; ++s) {
     const int64_t nq = qsl[s + 1] - qsl[s], len = lens[s];
     OCTET_CHECK(nq >= 0 && nq <= len && len <= cap && len < (int64_t{1} << 30),
@@ -170,28 +268,33 @@ void build_plan(const PagedAttentionBatch& b, const int64_t* qsl, const int64_t*
         const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
         const int64_t j0 = lo / kPartitionTokens, j1 = pos / kPartitionTokens;
         if (j0 == j1) {
-          decode.insert(decode.end(), {static_cast<int32_t>(row), seq, static_cast<int32_t>(lo),
-                                       static_cast<int32_t>(pos + 1), -1});
+          HostPlan& c = chunk_for(kDecodeItemInts, 0);
+          c.decode.insert(c.decode.end(), {static_cast<int32_t>(row), seq, static_cast<int32_t>(lo),
+                                           static_cast<int32_t>(pos + 1), -1});
           continue;
         }
-        merge.insert(merge.end(), {static_cast<int32_t>(row), static_cast<int32_t>(slots),
-                                   static_cast<int32_t>(j1 - j0 + 1)});
+        const int64_t parts = j1 - j0 + 1;
+        HostPlan& c = chunk_for(kMergeItemInts + kDecodeItemInts * parts, parts);
+        OCTET_CHECK(c.slots + parts < (int64_t{1} << 31), "cuda paged_attention: batch too large");
+        c.merge.insert(c.merge.end(), {static_cast<int32_t>(row), static_cast<int32_t>(c.slots),
+                                       static_cast<int32_t>(parts)});
         for (int64_t j = j0; j <= j1; ++j) {
           const int64_t pb = std::max(lo, j * kPartitionTokens);
           const int64_t pe = std::min(pos + 1, (j + 1) * kPartitionTokens);
-          decode.insert(decode.end(), {static_cast<int32_t>(row), seq, static_cast<int32_t>(pb),
-                                       static_cast<int32_t>(pe), static_cast<int32_t>(slots++)});
+          c.decode.insert(c.decode.end(),
+                          {static_cast<int32_t>(row), seq, static_cast<int32_t>(pb),
+                           static_cast<int32_t>(pe), static_cast<int32_t>(c.slots++)});
         }
       }
     } else {
       for (int64_t r0 = 0; r0 < nq; r0 += kTileRows) {
-        prefill.insert(prefill.end(), {seq, static_cast<int32_t>(qsl[s] + r0),
-                                       static_cast<int32_t>(std::min(kTileRows, nq - r0)),
-                                       static_cast<int32_t>(len - nq + r0)});
+        HostPlan& c = chunk_for(kPrefillItemInts, 0);
+        c.prefill.insert(c.prefill.end(), {seq, static_cast<int32_t>(qsl[s] + r0),
+                                           static_cast<int32_t>(std::min(kTileRows, nq - r0)),
+                                           static_cast<int32_t>(len - nq + r0)});
       }
     }
-    OCTET_CHECK(qsl[s + 1] < (int64_t{1} << 31) && slots < (int64_t{1} << 31),
-                "cuda paged_attention: batch too large");
+    OCTET_CHECK(qsl[s + 1] < (int64_t{1} << 31), "cuda paged_attention: batch too large");
   }
 }
 
@@ -200,19 +303,30 @@ void build_plan(const PagedAttentionBatch& b, const int64_t* qsl, const int64_t*
 void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAttentionBatch& b,
                          const int64_t* qsl, const int64_t* lens, int64_t num_heads,
                          int64_t window, float softmax_scale, float* out, cudaStream_t stream) {
-  const int64_t hd = cache.head_dim;
   check_call(cache, num_heads, window);
+  // Reserved: chunks that fit the workspace (none grows); else one chunk (buffers grow).
+  int64_t max_slots = std::numeric_limits<int64_t>::max(), max_ints = max_slots;
+  if (reserved_) {
+    max_slots = static_cast<int64_t>(partial_floats_) / (num_heads * (cache.head_dim + 2));
+    max_ints = static_cast<int64_t>(work_bytes_ / sizeof(int32_t));
+  }
+  std::vector<HostPlan> chunks;
+  build_plan(b, qsl, lens, window, b.max_blocks_per_seq * cache.block_size, max_slots, max_ints,
+             chunks);
+  for (const HostPlan& plan : chunks)
+    if (plan.ints() > 0)
+      run_chunk(plan, cache, q, b, num_heads, window, softmax_scale, out, stream);
+}
 
-  HostPlan plan;
-  build_plan(b, qsl, lens, window, b.max_blocks_per_seq * cache.block_size, plan);
+void PagedAttention::run_chunk(const HostPlan& plan, const KVCacheView& cache, const float* q,
+                               const PagedAttentionBatch& b, int64_t num_heads, int64_t window,
+                               float softmax_scale, float* out, cudaStream_t stream) {
+  const int64_t hd = cache.head_dim;
   const std::vector<int32_t>& decode = plan.decode;
   const std::vector<int32_t>& merge = plan.merge;
   const std::vector<int32_t>& prefill = plan.prefill;
-  const int64_t slots = plan.slots;
-  const size_t total_ints = decode.size() + merge.size() + prefill.size();
-  if (total_ints == 0) return;
-  const size_t bytes = total_ints * sizeof(int32_t);
-  reserve_device(bytes, static_cast<size_t>(slots * num_heads * (hd + 2)), stream);
+  const size_t bytes = static_cast<size_t>(plan.ints()) * sizeof(int32_t);
+  reserve_device(bytes, static_cast<size_t>(plan.slots * num_heads * (hd + 2)), stream);
   PlanSlot& slot = slots_[next_slot_];
   next_slot_ = (next_slot_ + 1) % kPlanSlots;
   if (slot.copied == nullptr) {
@@ -233,7 +347,8 @@ void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAt
   std::memcpy(pinned + decode.size(), merge.data(), merge.size() * sizeof(int32_t));
   std::memcpy(pinned + decode.size() + merge.size(), prefill.data(),
               prefill.size() * sizeof(int32_t));
-  // Stream order: this upload into work_ runs after the previous call's kernels read it.
+  // Stream order: this upload into work_ runs after the previous chunk's or call's kernels
+  // read it.
   OCTET_CUDA_CHECK(cudaMemcpyAsync(work_, pinned, bytes, cudaMemcpyHostToDevice, stream));
   OCTET_CUDA_CHECK(cudaEventRecord(slot.copied, stream));
 
@@ -241,10 +356,11 @@ void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAt
   Launch a{KvArgs{static_cast<const uint8_t*>(cache.k), static_cast<const uint8_t*>(cache.v),
                   cache.k_scale, cache.v_scale, b.block_tables, b.max_blocks_per_seq,
                   cache.num_blocks, cache.block_size, cache.num_kv_heads, hd},
-           q, num_heads, window, softmax_scale, out, partials_,
+           q, num_heads, window, softmax_scale, out, static_cast<float*>(partials_.get()),
            w, static_cast<int64_t>(decode.size() / kDecodeItemInts),
            w + decode.size(), static_cast<int64_t>(merge.size() / kMergeItemInts),
            w + decode.size() + merge.size(), static_cast<int64_t>(prefill.size() / kPrefillItemInts)};
+  a.grid_cap = grid_cap_;
   launch_decode(a, cache.dtype, stream);
   launch_prefill(a, cache.dtype, stream);
 }
@@ -310,22 +426,31 @@ void PagedAttention::capture(const KVCacheView& cache, const float* q,
   OCTET_CHECK(plan->num_seqs == b.num_seqs && plan->max_blocks_per_seq == b.max_blocks_per_seq &&
                   plan->block_size == cache.block_size,
               "cuda paged_attention capture: calls of one graph differ in batch shape");
-  // Partial softmax states for every decode item at full capacity.
-  const size_t partial_floats = static_cast<size_t>(plan->max_decode * num_heads * (hd + 2));
-  if (partial_floats > graph_partial_floats_) {
-    graph_partials_ = device_alloc(partial_floats * sizeof(float));
-    graph_partial_floats_ = partial_floats;
+  // Partial softmax states for every decode item at full capacity (none when no row can span
+  // two partitions), in the one buffer eager calls and every graph share.
+  const size_t need = max_partitions(cap) >= 2
+                          ? static_cast<size_t>(plan->max_decode * num_heads * (hd + 2))
+                          : 0;
+  if (need > partial_floats_) {
+    OCTET_CHECK(!reserved_, "cuda paged_attention capture: a graph of ", b.num_seqs,
+                " sequences x ", cap, " positions needs ", need, " partial floats; the "
+                "reserved workspace holds ", partial_floats_, " (reserve_workspace was given "
+                "fewer graph sequences or a shorter max_model_len)");
+    if (partials_) g.partials.push_back(partials_);  // queued eager kernels may still use it
+    partials_ = device_alloc(need * sizeof(float));  // relaxed capture: cudaMalloc is allowed
+    partial_floats_ = need;
   }
-  g.partials.push_back(graph_partials_);
+  g.partials.push_back(partials_);
 
   const int32_t* w = plan->device;
   Launch a{KvArgs{static_cast<const uint8_t*>(cache.k), static_cast<const uint8_t*>(cache.v),
                   cache.k_scale, cache.v_scale, b.block_tables, b.max_blocks_per_seq,
                   cache.num_blocks, cache.block_size, cache.num_kv_heads, hd},
-           q, num_heads, window, softmax_scale, out, static_cast<float*>(graph_partials_.get()),
+           q, num_heads, window, softmax_scale, out, static_cast<float*>(partials_.get()),
            w + 2, plan->max_decode,
            w + 2 + plan->max_decode * kDecodeItemInts, plan->max_merge,
            nullptr, 0, w, w + 1};
+  a.grid_cap = grid_cap_;
   launch_decode(a, cache.dtype, stream);
 }
 
@@ -341,15 +466,16 @@ void PagedAttention::prepare_replay(GraphAttention& g, const PagedAttentionBatch
   } else {
     OCTET_CUDA_CHECK(cudaEventSynchronize(g.copied));  // the last replay's uploads are done
   }
-  HostPlan hp;
+  std::vector<HostPlan> chunks;
   for (const GraphAttention::Plan& p : g.plans) {
     OCTET_CHECK(b.num_seqs == p.num_seqs && b.max_blocks_per_seq == p.max_blocks_per_seq,
                 "cuda graph replay: batch of ", b.num_seqs, " sequences x ",
                 b.max_blocks_per_seq, " blocks, captured for ", p.num_seqs, " x ",
                 p.max_blocks_per_seq);
-    hp = HostPlan{};
+    const int64_t unlimited = std::numeric_limits<int64_t>::max();
     build_plan(b, b.host_query_start_loc, b.host_seq_lens, p.window,
-               p.max_blocks_per_seq * p.block_size, hp);
+               p.max_blocks_per_seq * p.block_size, unlimited, unlimited, chunks);
+    const HostPlan& hp = chunks.front();  // no limits: one chunk
     const int64_t nd = static_cast<int64_t>(hp.decode.size()) / kDecodeItemInts;
     const int64_t nm = static_cast<int64_t>(hp.merge.size()) / kMergeItemInts;
     OCTET_CHECK(hp.prefill.empty() && nd <= p.max_decode && nm <= p.max_merge &&

@@ -13,6 +13,13 @@
 // (host copies given by the caller, or read back by CudaBackend with one small device-to-host
 // copy that waits for the queued work) and uploads the plan through a ring of kPlanSlots pinned
 // buffers: a call waits only for the upload kPlanSlots calls back, not for the queued kernels.
+// The decode kernels launch a capped grid (at most kGridItemsPerSm x SMs blocks in x) whose
+// blocks loop over the work items, eager and in graphs alike; each item's arithmetic does not
+// depend on which block runs it, so the bits do not either.
+// Workspace: one partials buffer (and one eager plan buffer) per PagedAttention, shared by the
+// eager calls and every captured graph (they run one at a time on the stream). reserve() sizes
+// them once (attention_workspace); after it nothing grows: an eager call whose partial states or
+// plan exceed them runs in chunks of whole query rows that fit (the same items, so the same bits).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -31,6 +38,24 @@ inline constexpr int64_t kPrefillMinQueries = 8;
 inline constexpr int64_t kTileRows = 16;
 inline constexpr int64_t kKvTile = 32;
 inline constexpr int kPlanSlots = 8;
+inline constexpr int64_t kGridItemsPerSm = 4;  // decode / merge grid.x cap, per SM
+/// Partial-softmax slots an eager reservation holds at most (attention_workspace): more
+/// decode partitions in one call run in chunks.
+inline constexpr int64_t kEagerPartialSlots = 8192;
+
+/// The attention workspace PagedAttention::reserve takes for a rank's limits: the eager plan
+/// (bytes: decode, merge and prefill items of the worst batch) and the partial softmax states
+/// (floats) of the larger of an eager call (min(worst batch, kEagerPartialSlots) slots, at
+/// least one row's partitions) and the largest graph (every sequence at full capacity).
+/// max_tokens / max_seqs: one step's limits; max_graph_seqs 0: no graphs.
+struct AttentionWorkspace {
+  int64_t plan_bytes = 0;
+  int64_t partial_floats = 0;
+};
+AttentionWorkspace attention_workspace(int64_t max_tokens, int64_t max_seqs,
+                                       int64_t max_model_len, int64_t block_size,
+                                       int64_t num_heads, int64_t head_dim,
+                                       int64_t max_graph_seqs);
 
 /// Queues write_kv_cache (backend.h). FP8 caches need k_scale / v_scale.
 void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
@@ -41,10 +66,10 @@ void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
 /// the batch and the window), each in device memory at the address the graph's kernels read:
 ///   [0] decode items this replay, [1] merge items, then max_decode decode items
 ///   (kDecodeItemInts each), then max_merge merge items (kMergeItemInts each).
-/// The graph launches max_decode / max_merge blocks (a plan for every sequence at the block
-/// table's full capacity); prepare_replay rewrites the plans from the host batch before each
-/// launch, and the blocks past this replay's counts return at once. The items are those an
-/// eager call makes for the same batch, so replay output equals eager output bit for bit.
+/// The plans hold room for every sequence at the block table's full capacity; the graph's
+/// capped grids loop over this replay's counts, which prepare_replay writes with the plans
+/// before each launch. The items are those an eager call makes for the same batch, so replay
+/// output equals eager output bit for bit.
 struct GraphAttention {
   struct Plan {
     int64_t window = 0;
@@ -57,7 +82,7 @@ struct GraphAttention {
     size_t pinned_offset = 0;   // ints into `pinned`
   };
   std::vector<Plan> plans;
-  std::vector<std::shared_ptr<void>> partials;  // scratch the graph's kernels write
+  std::vector<std::shared_ptr<void>> partials;  // partials buffers its kernels use (kept alive)
   int32_t* pinned = nullptr;                    // host staging of every plan, made at 1st replay
   size_t pinned_ints = 0;
   cudaEvent_t copied = nullptr;                 // after the last replay's plan uploads
@@ -67,11 +92,13 @@ struct GraphAttention {
   ~GraphAttention();
 };
 
+struct HostPlan;  // one call's (or chunk's) work items (attention.cu)
+
 /// Plans and queues paged attention; owns the device work lists and partial-softmax scratch
 /// and the pinned host copy of the plan. One per backend (one stream).
 class PagedAttention {
  public:
-  PagedAttention() = default;
+  PagedAttention();
   ~PagedAttention();
   PagedAttention(const PagedAttention&) = delete;
   PagedAttention& operator=(const PagedAttention&) = delete;
@@ -81,6 +108,14 @@ class PagedAttention {
   void run(const KVCacheView& cache, const float* q, const PagedAttentionBatch& batch,
            const int64_t* host_query_start_loc, const int64_t* host_seq_lens, int64_t num_heads,
            int64_t sliding_window, float softmax_scale, float* out, cudaStream_t stream);
+
+  /// Frees the plan and partials buffers grown so far and allocates exactly `w` (after the
+  /// queued work); from then on nothing grows (eager calls run in chunks that fit) and a
+  /// capture needing more partials than w holds is an OCTET_CHECK abort. Graphs captured
+  /// before keep their buffers. Throws std::bad_alloc when the device lacks the memory.
+  void reserve(const AttentionWorkspace& w, cudaStream_t stream);
+  /// Whether reserve() was called.
+  bool reserved() const { return reserved_; }
 
   /// Starts recording a graph's calls (capture() until end_capture()).
   void begin_capture();
@@ -101,6 +136,10 @@ class PagedAttention {
 
  private:
   void reserve_device(size_t work_bytes, size_t partial_floats, cudaStream_t stream);
+  // Queues one chunk of an eager call (plan: its items, slots counted from 0).
+  void run_chunk(const HostPlan& plan, const KVCacheView& cache, const float* q,
+                 const PagedAttentionBatch& b, int64_t num_heads, int64_t window,
+                 float softmax_scale, float* out, cudaStream_t stream);
 
   // Pinned host staging of the plans, used in turn; each slot's event is recorded after its
   // upload, so the slot is reusable once that event has completed.
@@ -111,16 +150,15 @@ class PagedAttention {
   };
   PlanSlot slots_[kPlanSlots];
   int next_slot_ = 0;
-  void* work_ = nullptr;          // device copy of the plan
+  void* work_ = nullptr;          // device copy of the eager plan
   size_t work_bytes_ = 0;
-  float* partials_ = nullptr;     // [slots, heads, head_dim + 2]: acc, then m and l
+  // [slots, heads, head_dim + 2]: acc, then m and l. One buffer for eager calls and graphs;
+  // before reserve() a call needing more replaces it (graphs keep the one they captured).
+  std::shared_ptr<void> partials_;
   size_t partial_floats_ = 0;
-  // Graphs: the capture in progress, and the partials scratch the graphs share (they run one
-  // at a time on the stream); a capture needing more makes a larger one, older graphs keep
-  // theirs.
-  std::shared_ptr<GraphAttention> capturing_;
-  std::shared_ptr<void> graph_partials_;
-  size_t graph_partial_floats_ = 0;
+  bool reserved_ = false;
+  int64_t grid_cap_ = 1;          // decode / merge grid.x: kGridItemsPerSm x SMs
+  std::shared_ptr<GraphAttention> capturing_;  // the capture in progress
 };
 
 }  // namespace octet::cuda_kernels

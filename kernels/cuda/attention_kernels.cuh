@@ -85,11 +85,14 @@ struct Launch {
   int64_t num_merge;
   const int32_t* prefill_items;
   int64_t num_prefill;
-  // Graph replays (attention.h): num_decode / num_merge blocks are launched, the first
-  // *decode_count / *merge_count (device ints written before each replay) do the work, the
-  // rest return at once. Null: all launched blocks work (eager).
+  // Graph replays (attention.h): num_decode / num_merge are the plans' room; the items to do
+  // are the first *decode_count / *merge_count (device ints written before each replay).
+  // Null: all num_decode / num_merge items (eager).
   const int32_t* decode_count = nullptr;
   const int32_t* merge_count = nullptr;
+  // grid.x of the decode and merge kernels at most (PagedAttention: kGridItemsPerSm x SMs);
+  // their blocks loop over the items.
+  int64_t grid_cap = 1;
 };
 
 

@@ -30,6 +30,44 @@ constexpr size_t kStagingBytes = size_t{16} << 20;  // pinned download staging, 
 // Round n up to a multiple of 64 floats (256 bytes): the group stride of GEMM part sums.
 int64_t padded_group_stride(int64_t elems) { return (elems + 63) / 64 * 64; }
 
+// Makes `device` current for its life and restores the caller's device after (a rank thread
+// may call another rank's backend: kv_cache_setup reserves every rank's workspace).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    known_ = cudaGetDevice(&previous_) == cudaSuccess;
+    OCTET_CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceScope() {
+    if (known_) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool known_ = false;
+};
+
+// `bytes` of device memory on `device`, freed with its last owner (on that device);
+// std::bad_alloc when the device is full.
+std::shared_ptr<void> device_buffer(int device, size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear it
+    throw std::bad_alloc();
+  }
+  OCTET_CUDA_CHECK(err);
+  return std::shared_ptr<void>(p, [device](void* q) {
+    int current = device;
+    const bool known = cudaGetDevice(&current) == cudaSuccess;
+    cudaSetDevice(device);
+    cudaFree(q);
+    if (known) cudaSetDevice(current);
+  });
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const cudaDeviceProp& prop) : device_(device), prop_(prop) {
@@ -37,6 +75,7 @@ class CudaBackend final : public Backend {
     OCTET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     OCTET_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
     lt_ = std::make_unique<ck::LtGemm>(stream_, prop_.major, prop_.minor);
+    attention_ = std::make_unique<ck::PagedAttention>();  // on device_ (its SM count)
     if (!lt_->has_fp8()) {
       std::fprintf(stderr,
                    "octet: warning: %s has no FP8 tensor cores (sm_%d%d < sm_89): FP8 linear "
@@ -54,7 +93,7 @@ class CudaBackend final : public Backend {
     graphs_.clear();
     lt_.reset();
     attention_.reset();
-    cudaFree(scratch_);
+    scratch_.reset();
     cudaFreeHost(staging_);
     cudaStreamDestroy(stream_);
   }
@@ -72,6 +111,36 @@ class CudaBackend final : public Backend {
 
   int64_t memory_capacity_bytes() const override {
     return static_cast<int64_t>(prop_.totalGlobalMem);
+  }
+
+  DeviceMemoryInfo memory_info() const override {
+    DeviceScope on(device_);
+    size_t free_bytes = 0, total_bytes = 0;
+    OCTET_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
+  }
+
+  WorkspaceBytes workspace_bytes(const WorkspaceShape& shape) const override {
+    return cuda_workspace_bytes(shape, lt_->has_fp8());
+  }
+
+  WorkspaceBytes reserve_workspace(const WorkspaceShape& shape) override {
+    OCTET_CHECK(capture_key_ < 0, "reserve_workspace during graph capture ", capture_key_);
+    const WorkspaceBytes b = workspace_bytes(shape);
+    DeviceScope on(device_);
+    OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may use the old buffers
+    scratch_.reset();  // freed unless a graph holds it
+    scratch_floats_ = 0;
+    scratch_reserved_ = false;
+    if (b.gemm_scratch > 0) {
+      scratch_ = device_buffer(device_, static_cast<size_t>(b.gemm_scratch));
+      scratch_floats_ = static_cast<size_t>(b.gemm_scratch) / sizeof(float);
+    }
+    scratch_reserved_ = true;
+    attention_->reserve(ck::AttentionWorkspace{b.attention_plan,
+                                               b.attention_partials / int64_t{sizeof(float)}},
+                        stream_);
+    return b;
   }
 
   std::string describe() const override {
@@ -207,43 +276,60 @@ class CudaBackend final : public Backend {
     check_w8a8(w, "linear_w8a8");
     OCTET_CHECK(a_scale != nullptr, "linear_w8a8: null activation scale");
     if (m == 0 || w.n == 0) return;
-    const int64_t stride = padded_group_stride(m * w.n);
-    float* acc = scratch(w8a8_scratch_floats(m, w, stride));
-    if (lt_parts(qa, m, w, acc, stride)) {
-      ck::w8a8_combine(acc, w.k_groups, stride, a_scale,
-                       a_granularity == ScaleGranularity::PerRow, w.scale,
-                       w.granularity == ScaleGranularity::PerRow, w.bias, m, w.n, y, stream_);
-      return;
+    // Pieces of whole rows that fit the reserved scratch (rows never mix: the same bits as
+    // one call, the GEMMs being batch invariant); one piece before reserve_workspace.
+    const bool per_row = a_granularity == ScaleGranularity::PerRow;
+    const int64_t rows = chunk_rows(m, w, "linear_w8a8");
+    for (int64_t r0 = 0; r0 < m; r0 += rows) {
+      const int64_t mc = std::min(rows, m - r0);
+      const uint8_t* qa_c = qa + r0 * w.k;
+      const float* scale_c = per_row ? a_scale + r0 : a_scale;
+      float* y_c = y + r0 * w.n;
+      const int64_t stride = padded_group_stride(mc * w.n);
+      float* acc = scratch(gemm_scratch_floats(mc, w));
+      if (lt_parts(qa_c, mc, w, acc, stride)) {
+        ck::w8a8_combine(acc, w.k_groups, stride, scale_c, per_row, w.scale,
+                         w.granularity == ScaleGranularity::PerRow, w.bias, mc, w.n, y_c,
+                         stream_);
+        continue;
+      }
+      ck::SimtGemmArgs a = simt_w8a8(qa_c, mc, w, y_c);
+      a.out_kind = ck::SimtOut::W8A8;
+      a.bias = w.bias;
+      a.a_scale = scale_c;
+      a.a_per_row = per_row;
+      a.w_scale = w.scale;
+      a.w_per_row = w.granularity == ScaleGranularity::PerRow;
+      ck::simt_gemm(a, stream_);
     }
-    ck::SimtGemmArgs a = simt_w8a8(qa, m, w, y);
-    a.out_kind = ck::SimtOut::W8A8;
-    a.bias = w.bias;
-    a.a_scale = a_scale;
-    a.a_per_row = a_granularity == ScaleGranularity::PerRow;
-    a.w_scale = w.scale;
-    a.w_per_row = w.granularity == ScaleGranularity::PerRow;
-    ck::simt_gemm(a, stream_);
   }
 
   void linear_w8a8_partials(const uint8_t* qa, int64_t m, const WeightRef& w,
                             float* acc) override {
     check_w8a8(w, "linear_w8a8_partials");
     if (m == 0 || w.n == 0) return;
-    // The same decision and the same GEMMs as linear_w8a8, into the same aligned scratch, then
-    // copied into acc's packed [k_groups, m, n].
-    const int64_t mn = m * w.n, stride = padded_group_stride(mn);
-    float* parts = scratch(w8a8_scratch_floats(m, w, stride));
-    if (lt_parts(qa, m, w, parts, stride)) {
-      OCTET_CUDA_CHECK(cudaMemcpy2DAsync(acc, static_cast<size_t>(mn) * sizeof(float), parts,
-                                         static_cast<size_t>(stride) * sizeof(float),
-                                         static_cast<size_t>(mn) * sizeof(float),
-                                         static_cast<size_t>(w.k_groups),
-                                         cudaMemcpyDeviceToDevice, stream_));
+    // The same pieces, decisions and GEMMs as linear_w8a8, into the same aligned scratch, then
+    // each piece's rows copied into acc's packed [k_groups, m, n].
+    const int64_t mn = m * w.n;
+    const int64_t rows = chunk_rows(m, w, "linear_w8a8_partials");
+    for (int64_t r0 = 0; r0 < m; r0 += rows) {
+      const int64_t mc = std::min(rows, m - r0);
+      const int64_t stride = padded_group_stride(mc * w.n);
+      float* parts = scratch(gemm_scratch_floats(mc, w));
+      if (lt_parts(qa + r0 * w.k, mc, w, parts, stride)) {
+        OCTET_CUDA_CHECK(cudaMemcpy2DAsync(
+            acc + r0 * w.n, static_cast<size_t>(mn) * sizeof(float), parts,
+            static_cast<size_t>(stride) * sizeof(float),
+            static_cast<size_t>(mc * w.n) * sizeof(float), static_cast<size_t>(w.k_groups),
+            cudaMemcpyDeviceToDevice, stream_));
+        continue;
+      }
+      // cuBLASLt refused this piece: the CUDA-core kernel writes all of [k_groups, m, n].
+      ck::SimtGemmArgs a = simt_w8a8(qa, m, w, acc);
+      a.out_kind = ck::SimtOut::Partials;
+      ck::simt_gemm(a, stream_);
       return;
     }
-    ck::SimtGemmArgs a = simt_w8a8(qa, m, w, acc);
-    a.out_kind = ck::SimtOut::Partials;
-    ck::simt_gemm(a, stream_);
   }
 
   void linear_w8a8_combine(const float* acc, int64_t groups, const float* a_scale,
@@ -319,8 +405,8 @@ class CudaBackend final : public Backend {
     }
     attention_->begin_capture();
     capture_scratch_.clear();
-    // Relaxed: the capture may cudaMalloc its plan and scratch buffers; nothing on this
-    // stream may synchronise (the ops above refuse to).
+    // Relaxed: the capture may cudaMalloc its attention plans (and, before reserve_workspace,
+    // scratch); nothing on this stream may synchronise (the ops above refuse to).
     OCTET_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
     capture_key_ = key;
   }
@@ -386,17 +472,29 @@ class CudaBackend final : public Backend {
     return a;
   }
 
-  // Scratch floats of linear_w8a8 / _partials: the part sums [k_groups][stride], then (W8A16)
-  // the BF16 copies of one group's weight [n, kg] and activations [m, kg], 16-byte aligned.
-  size_t w8a8_scratch_floats(int64_t m, const WeightRef& w, int64_t stride) const {
-    const int64_t kg = w.k / w.k_groups;
-    int64_t floats = w.k_groups * stride;
-    if (!lt_->has_fp8()) floats += ((w.n * kg + 7) / 8 * 8 + (m * kg + 7) / 8 * 8) / 2;
-    return static_cast<size_t>(floats);
+  // Scratch floats of linear_w8a8 / _partials for m rows (cuda_gemm_scratch_floats): the part
+  // sums [k_groups][stride], then (W8A16) the BF16 copies of one group's weight [n, kg] and
+  // activations [m, kg], 16-byte aligned.
+  size_t gemm_scratch_floats(int64_t m, const WeightRef& w) const {
+    return static_cast<size_t>(cuda_gemm_scratch_floats(m, w.n, w.k, w.k_groups, lt_->has_fp8()));
+  }
+
+  // Rows of one piece of an m-row call: m before reserve_workspace, else what fits the
+  // reserved scratch (an OCTET_CHECK abort when not even one row does: a linear the
+  // reservation's shape did not list).
+  int64_t chunk_rows(int64_t m, const WeightRef& w, const char* op) const {
+    if (!scratch_reserved_) return m;
+    const int64_t rows = cuda_gemm_chunk_rows(static_cast<int64_t>(scratch_floats_), m, w.n, w.k,
+                                              w.k_groups, lt_->has_fp8());
+    OCTET_CHECK(rows >= 1, op, ": one row of a ", w.n, " x ", w.k, " linear (", w.k_groups,
+                " k parts) needs ", gemm_scratch_floats(1, w), " floats of GEMM scratch; "
+                "reserve_workspace reserved ", scratch_floats_);
+    return rows;
   }
 
   // The k-group part sums on cuBLASLt into parts + g * stride (parts: scratch of
-  // w8a8_scratch_floats): FP8 on sm_89+, W8A16 (both operands widened exactly to BF16) below. False, with nothing queued but conversions, when
+  // gemm_scratch_floats): FP8 on sm_89+, W8A16 (both operands widened exactly to BF16) below.
+  // False, with nothing queued but conversions, when
   // cuBLASLt cannot take the shape; the answer depends only on the shape and the operands'
   // alignment, so linear_w8a8 and linear_w8a8_partials always agree.
   bool lt_parts(const uint8_t* qa, int64_t m, const WeightRef& w, float* parts, int64_t stride) {
@@ -428,35 +526,31 @@ class CudaBackend final : public Backend {
     return true;
   }
 
-  // Device scratch of at least `floats` floats, 256-byte aligned. Growing it waits for the
-  // queued work (which may use the old one) and keeps nothing.
+  // The GEMM scratch, at least `floats` floats, 256-byte aligned: one buffer for eager calls
+  // and every graph (they run one at a time on the stream), which a graph keeps alive. After
+  // reserve_workspace it never grows (callers cut their work into pieces that fit); before,
+  // growing waits for the queued work outside a capture, and inside one allocates a new
+  // buffer while the capture keeps the old (its earlier nodes, and queued work, use it).
   float* scratch(size_t floats) {
-    if (capture_key_ >= 0) {
-      // A graph keeps its scratch for its life; eager growth never frees it (see below).
-      if (floats > graph_scratch_floats_) {
-        void* p = nullptr;
-        OCTET_CUDA_CHECK(cudaMalloc(&p, floats * sizeof(float)));
-        graph_scratch_ = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
-        graph_scratch_floats_ = floats;
-      }
-      capture_scratch_.push_back(graph_scratch_);
-      return static_cast<float*>(graph_scratch_.get());
-    }
     if (floats > scratch_floats_) {
-      OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      OCTET_CUDA_CHECK(cudaFree(scratch_));
-      scratch_ = nullptr;
-      const size_t want = std::max(floats, scratch_floats_ + scratch_floats_ / 2);
-      const cudaError_t err = cudaMalloc(reinterpret_cast<void**>(&scratch_), want * sizeof(float));
-      if (err == cudaErrorMemoryAllocation) {
-        cudaGetLastError();
+      OCTET_CHECK(!scratch_reserved_, "GEMM scratch: ", floats, " floats needed, ",
+                  scratch_floats_, " reserved by reserve_workspace");
+      if (capture_key_ >= 0) {
+        if (scratch_) capture_scratch_.push_back(scratch_);
+        scratch_ = device_buffer(device_, floats * sizeof(float));
+        scratch_floats_ = floats;
+      } else {
+        const size_t want = std::max(floats, scratch_floats_ + scratch_floats_ / 2);
+        OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        scratch_.reset();  // freed unless a graph holds it
         scratch_floats_ = 0;
-        throw std::bad_alloc();
+        scratch_ = device_buffer(device_, want * sizeof(float));
+        scratch_floats_ = want;
       }
-      OCTET_CUDA_CHECK(err);
-      scratch_floats_ = want;
     }
-    return scratch_;
+    if (capture_key_ >= 0 && (capture_scratch_.empty() || capture_scratch_.back() != scratch_))
+      capture_scratch_.push_back(scratch_);
+    return static_cast<float*>(scratch_.get());
   }
 
   // Device -> host through the pinned staging buffer, after all queued work.
@@ -477,12 +571,13 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   void* staging_ = nullptr;  // pinned, kStagingBytes
   std::unique_ptr<ck::LtGemm> lt_;
-  std::unique_ptr<ck::PagedAttention> attention_ = std::make_unique<ck::PagedAttention>();
-  float* scratch_ = nullptr;
+  std::unique_ptr<ck::PagedAttention> attention_;
+  std::shared_ptr<void> scratch_;  // GEMM scratch (scratch()), eager calls and graphs
   size_t scratch_floats_ = 0;
+  bool scratch_reserved_ = false;  // reserve_workspace sized it: it never grows
   std::vector<int64_t> host_batch_;
-  // Graphs: each with the attention plans and scratch its kernels read (shared between the
-  // graphs, which run one at a time; a capture needing more scratch makes a larger one).
+  // Graphs: each with the attention plans and the scratch buffers its kernels use (the
+  // backend's, shared with eager calls; kept alive here if they are replaced).
   struct Graph {
     cudaGraphExec_t exec = nullptr;
     std::shared_ptr<ck::GraphAttention> attention;
@@ -490,12 +585,50 @@ class CudaBackend final : public Backend {
   };
   std::map<int64_t, Graph> graphs_;
   int64_t capture_key_ = -1;  // the graph being captured, or -1
-  std::shared_ptr<void> graph_scratch_;
-  size_t graph_scratch_floats_ = 0;
   std::vector<std::shared_ptr<void>> capture_scratch_;
 };
 
 }  // namespace
+
+int64_t cuda_gemm_scratch_floats(int64_t m, int64_t n, int64_t k, int64_t k_groups,
+                                 bool has_fp8) {
+  const int64_t groups = std::max<int64_t>(k_groups, 1), kg = k / groups;
+  int64_t floats = groups * padded_group_stride(m * n);
+  if (!has_fp8) floats += ((n * kg + 7) / 8 * 8 + (m * kg + 7) / 8 * 8) / 2;
+  return floats;
+}
+
+int64_t cuda_gemm_chunk_rows(int64_t scratch_floats, int64_t m, int64_t n, int64_t k,
+                             int64_t k_groups, bool has_fp8) {
+  const auto fits = [&](int64_t r) {
+    return cuda_gemm_scratch_floats(r, n, k, k_groups, has_fp8) <= scratch_floats;
+  };
+  if (m <= 0) return 0;
+  if (fits(m)) return m;
+  int64_t lo = 0, hi = m;  // fits(lo) or lo == 0; !fits(hi); the need grows with r
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
+WorkspaceBytes cuda_workspace_bytes(const WorkspaceShape& s, bool has_fp8) {
+  WorkspaceBytes b;
+  const int64_t rows = std::min(
+      kCudaGemmChunkRows,
+      std::max({int64_t{1}, s.max_num_batched_tokens, s.max_num_seqs, s.max_graph_seqs}));
+  int64_t floats = 0;
+  for (const WorkspaceShape::Linear& l : s.fp8_linears)
+    floats = std::max(floats, cuda_gemm_scratch_floats(rows, l.n, l.k, l.k_groups, has_fp8));
+  b.gemm_scratch = floats * int64_t{sizeof(float)};
+  const ck::AttentionWorkspace a =
+      ck::attention_workspace(s.max_num_batched_tokens, s.max_num_seqs, s.max_model_len,
+                              s.block_size, s.num_heads, s.head_dim, s.max_graph_seqs);
+  b.attention_partials = a.partial_floats * int64_t{sizeof(float)};
+  b.attention_plan = a.plan_bytes;
+  return b;
+}
 
 void* cuda_backend_stream(Backend& backend) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);

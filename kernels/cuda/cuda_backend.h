@@ -33,4 +33,29 @@ void* cuda_backend_stream(Backend& backend);
 /// The CUDA device index of `backend`, a CudaBackend (OCTET_CHECK otherwise).
 int cuda_backend_device(const Backend& backend);
 
+// --- Workspace sizing (plain arithmetic: no GPU needed) ----------------------------------------
+
+/// Rows of an FP8 linear whose GEMM scratch reserve_workspace holds at once: every linear of
+/// the shape fits min(kCudaGemmChunkRows, max(1, max_num_batched_tokens, max_num_seqs,
+/// max_graph_seqs)) rows; a call with more rows runs in pieces (graphs, <= 512 rows, never do).
+inline constexpr int64_t kCudaGemmChunkRows = 512;
+
+/// Floats of GEMM scratch linear_w8a8 / linear_w8a8_partials need for m rows of a linear of
+/// n outputs, k inputs in k_groups parts: the part sums, k_groups x round_up(m n, 64), and
+/// without FP8 tensor cores (has_fp8 false: W8A16) the BF16 copies of one part's weight
+/// [n, k / k_groups] and activations [m, k / k_groups], 16-byte aligned.
+int64_t cuda_gemm_scratch_floats(int64_t m, int64_t n, int64_t k, int64_t k_groups,
+                                 bool has_fp8);
+
+/// The largest r <= m with cuda_gemm_scratch_floats(r, ...) <= scratch_floats: the rows of
+/// one piece of a call; 0 when not even one row fits.
+int64_t cuda_gemm_chunk_rows(int64_t scratch_floats, int64_t m, int64_t n, int64_t k,
+                             int64_t k_groups, bool has_fp8);
+
+/// What CudaBackend::reserve_workspace(shape) allocates, by part: GEMM scratch of
+/// cuda_gemm_scratch_floats at the chunk rows above, maximised over shape.fp8_linears; the
+/// attention partials and eager plan of kernels/cuda/attention.h's attention_workspace (one
+/// partials buffer for eager calls and every graph).
+WorkspaceBytes cuda_workspace_bytes(const WorkspaceShape& shape, bool has_fp8);
+
 }  // namespace octet

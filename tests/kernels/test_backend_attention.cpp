@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -408,5 +409,96 @@ void paged_attention_batch_invariance_case(Backend& be) {
   }
 }
 BACKEND_TEST_CASE("paged_attention is batch invariant", paged_attention_batch_invariance_case)
+
+// A backend whose workspace is reserved for one token and one sequence (Backend::
+// reserve_workspace: on CUDA, partial states for one row's 4 partitions and a 27-int plan) runs
+// a batch of long decode rows, a prefill and a mixed one in many chunks; its output equals an
+// unreserved backend's (one chunk) bit for bit, and the reference within tolerance. Fresh
+// backends of the device, so the reservation stays out of the other cases.
+void reserved_workspace_case(Backend& be) {
+  const std::string device = be.name().rfind("cpu", 0) == 0 ? "cpu" : "cuda";
+  const std::unique_ptr<Backend> small = make_backend(device), whole = make_backend(device);
+  WorkspaceShape shape;
+  shape.max_num_batched_tokens = 1;
+  shape.max_num_seqs = 1;
+  shape.max_model_len = 2048;
+  shape.block_size = 16;
+  shape.num_heads = 6;
+  shape.head_dim = 36;
+  const WorkspaceBytes w = small->reserve_workspace(shape);
+  CHECK(w.total() == small->workspace_bytes(shape).total());
+  INFO("reserved " << w.gemm_scratch << " + " << w.attention_partials << " + "
+                   << w.attention_plan << " bytes");
+  const std::vector<SeqSpec> seqs = {{1500, 3}, {2000, 1}, {600, 20}, {513, 2}, {37, 1},
+                                     {1024, 7}, {1999, 9}};
+  for (DType dtype : {DType::BF16, DType::FP8_E4M3}) {
+    std::mt19937 rng_a(21), rng_b(21);
+    const AttentionSetup a = make_attention(*small, rng_a, 6, 2, 36, 16, dtype, seqs);
+    const AttentionSetup b = make_attention(*whole, rng_b, 6, 2, 36, 16, dtype, seqs);
+    const float scale = 1.0f / std::sqrt(36.0f);
+    const int64_t n = static_cast<int64_t>(seqs.size());
+    for (int64_t window : {int64_t{0}, int64_t{700}}) {
+      CAPTURE(dtype_name(dtype), window);
+      const std::vector<float> chunked = run_attention(*small, a, 0, n, window, scale);
+      const std::vector<float> one = run_attention(*whole, b, 0, n, window, scale);
+      check_identical(chunked, one, "reserved (chunked) vs unreserved");
+      std::vector<double> ref, tol;
+      attention_reference(a, window, scale, ref, tol);
+      check_close(chunked, ref, tol, "paged_attention in chunks");
+    }
+  }
+}
+BACKEND_TEST_CASE("paged_attention in a reserved workspace equals one call",
+                  reserved_workspace_case)
+
+// The GEMM half of the same workspace (kept beside the attention case: one reservation): a
+// backend reserved for 8 rows of a 64 x 128 FP8 linear in 2 k parts runs linear_w8a8 and
+// linear_w8a8_partials on 100 rows in pieces of 8; the outputs equal an unreserved backend's
+// (one 100-row call) bit for bit. That needs the GEMM's bits not to depend on m, which the
+// Backend contract requires (batch invariance); cuBLASLt eligible shapes (k % 16, n % 4).
+void reserved_gemm_case(Backend& be) {
+  const std::string device = be.name().rfind("cpu", 0) == 0 ? "cpu" : "cuda";
+  const std::unique_ptr<Backend> small = make_backend(device), whole = make_backend(device);
+  const int64_t n = 64, k = 128, groups = 2, m = 100;
+  WorkspaceShape shape;
+  shape.max_num_batched_tokens = 8;
+  shape.max_num_seqs = 1;
+  shape.fp8_linears = {{n, k, groups}};
+  small->reserve_workspace(shape);
+  std::mt19937 rng(31);
+  // E4M3 codes of values in [-2, 2] (no NaN codes), per-row weight and activation scales.
+  const auto codes = [&](int64_t count) {
+    std::vector<uint8_t> c(static_cast<size_t>(count));
+    const std::vector<float> v = uniform(rng, count, -2.0f, 2.0f);
+    for (int64_t i = 0; i < count; ++i) c[i] = ref_fp8(DType::FP8_E4M3, v[i]);
+    return c;
+  };
+  const std::vector<uint8_t> wq = codes(n * k), qa = codes(m * k);
+  const std::vector<float> w_scale = uniform(rng, n, 0.01f, 0.02f);
+  const std::vector<float> a_scale = uniform(rng, m, 0.005f, 0.05f);
+  const std::vector<float> bias = uniform(rng, n, -1.0f, 1.0f);
+  std::vector<std::vector<float>> y, acc;
+  for (Backend* b : {small.get(), whole.get()}) {
+    const auto d_w = to_device(*b, wq), d_qa = to_device(*b, qa);
+    const auto d_ws = to_device(*b, w_scale), d_as = to_device(*b, a_scale);
+    const auto d_bias = to_device(*b, bias);
+    WeightRef w;
+    w.data = d_w.data();
+    w.dtype = DType::FP8_E4M3;
+    w.n = n;
+    w.k = k;
+    w.scale = d_ws.data();
+    w.bias = d_bias.data();
+    w.k_groups = groups;
+    auto d_y = device_zeros<float>(*b, m * n), d_acc = device_zeros<float>(*b, groups * m * n);
+    b->linear_w8a8(d_qa.data(), d_as.data(), ScaleGranularity::PerRow, m, w, d_y.data());
+    b->linear_w8a8_partials(d_qa.data(), m, w, d_acc.data());
+    y.push_back(to_host(*b, d_y));
+    acc.push_back(to_host(*b, d_acc));
+  }
+  check_identical(y[0], y[1], "linear_w8a8 in pieces vs one call");
+  check_identical(acc[0], acc[1], "linear_w8a8_partials in pieces vs one call");
+}
+BACKEND_TEST_CASE("linear_w8a8 in a reserved workspace equals one call", reserved_gemm_case)
 
 }  // namespace
