@@ -40,6 +40,7 @@ declare -A HOST_ONLY=(
   [test_cpu_backend]="checks that make_backend(\"cuda\") is refused without a GPU"
   [test_rank_group]="checks make_rank_group's refusals (no GPU touched)"
   [test_cuda_device_math]="device math headers compiled for the host"
+  [test_bench_figures]="checks that --device cuda is refused in a build without CUDA"
 )
 guard() {  # guard TESTS_DIR: prints each GPU-using source that gpu_check does not discover
   local dir="$1" listed src name
