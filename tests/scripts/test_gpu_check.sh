@@ -41,6 +41,7 @@ declare -A HOST_ONLY=(
   [test_rank_group]="checks make_rank_group's refusals (no GPU touched)"
   [test_cuda_device_math]="device math headers compiled for the host"
   [test_bench_figures]="checks that --device cuda is refused in a build without CUDA"
+  [test_multinode_cli]="--device cuda in flag errors raised before any device is touched"
 )
 guard() {  # guard TESTS_DIR: prints each GPU-using source that gpu_check does not discover
   local dir="$1" listed src name
@@ -54,7 +55,7 @@ guard() {  # guard TESTS_DIR: prints each GPU-using source that gpu_check does n
   done
 }
 missed=$(guard "$root/tests")
-[ -z "$missed" ] || fail "gpu_check does not discover these GPU tests (tag their GPU cases [cuda]): $missed"
+[ -z "$missed" ] || fail "gpu_check does not discover these GPU tests (tag their GPU cases [cuda]): ${missed//$'\n'/ }"
 for name in "${!HOST_ONLY[@]}"; do
   [ -n "$(find "$root/tests" -name "$name.cpp")" ] || fail "HOST_ONLY names a missing test: $name"
 done
