@@ -34,7 +34,7 @@ expect "unknown option '--no-such-option'" "$tmp/bad"
 
 # ---- discovery ------------------------------------------------------------------------------
 # What "uses the GPU" means here, independently of gpu_check's own rule.
-GPU_USE='make_backend\("cuda|make_cuda_backend|cudaGetDeviceCount|cuda_device_count\(|make_rank_group\("cuda"|OCTET_HAVE_NCCL|BACKEND_TEST_CASE\(|OCTET_BACKEND_CASE_|cudaMalloc|"--device", "cuda|--device cuda'
+GPU_USE='make_backend\("cuda|make_cuda_backend|cudaGetDeviceCount|cuda_device_count\(|make_rank_group\("cuda"|OCTET_HAVE_NCCL|BACKEND_TEST_CASE\(|OCTET_BACKEND_CASE_|cudaMalloc|"--device", "cuda|--device cuda|require_cuda|"cuda(:[0-9]+)?"|kBackendDevices'
 # Sources that match GPU_USE but need no GPU, each with its reason.
 declare -A HOST_ONLY=(
   [test_cpu_backend]="checks that make_backend(\"cuda\") is refused without a GPU"
@@ -42,6 +42,8 @@ declare -A HOST_ONLY=(
   [test_cuda_device_math]="device math headers compiled for the host"
   [test_bench_figures]="checks that --device cuda is refused in a build without CUDA"
   [test_multinode_cli]="--device cuda in flag errors raised before any device is touched"
+  [test_device_flag]="validates device names; opens no device"
+  [test_multinode_flags]="validates multi-node flags per device name; opens no device"
 )
 guard() {  # guard TESTS_DIR: prints each GPU-using source that gpu_check does not discover
   local dir="$1" listed src name
@@ -71,10 +73,13 @@ mkdir -p "$tmp/tests/kernels"
 printf 'TEST_CASE("x", "[fp8][cuda]") { cudaMalloc(nullptr, 0); }\n' >"$tmp/tests/kernels/test_planted_tag.cpp"
 printf 'OCTET_BACKEND_CASE_("cuda", "op", body)\n' >"$tmp/tests/kernels/test_planted_macro.cpp"
 printf 'TEST_CASE("y") { auto b = make_backend("cuda"); }\n' >"$tmp/tests/kernels/test_planted_untagged.cpp"
+printf 'TEST_CASE("z", "[logits]") { require_cuda_or_skip(); run_on("cuda:0"); }\n' \
+  >"$tmp/tests/kernels/test_planted_helper.cpp"
 listed=$(OCTET_GPU_CHECK_TESTS_DIR="$tmp/tests" "$script" --list-tests)
 grep -qx "test_planted_tag \[cuda\]" <<<"$listed" || fail "a [cuda] case was not discovered"
 grep -qx "test_planted_macro \[cuda\]" <<<"$listed" || fail "OCTET_BACKEND_CASE_ was not discovered"
-[ "$(guard "$tmp/tests")" = test_planted_untagged ] || fail "the guard missed an untagged GPU test"
+[ "$(guard "$tmp/tests" | paste -sd ' ')" = "test_planted_helper test_planted_untagged" ] ||
+  fail "the guard missed an untagged GPU test: $(guard "$tmp/tests" | paste -sd ' ')"
 
 # The built binaries: any with a [cuda] tag must be discovered (a source rule can drift).
 build="${OCTET_GPU_CHECK_BUILD:-}"
