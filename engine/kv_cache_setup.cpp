@@ -113,10 +113,6 @@ struct RankMemory {
 // "total 79.19 GiB, cap 75.23 GiB (0.95); weights ..., free left 3.96 GiB" for one rank.
 std::string device_parts_text(const MemoryFigures& m, double fraction, int64_t weights_rank,
                               int64_t activations_rank, int64_t graphs_rank,
-                              int64_t num_graph_sizes, bool graphs_supported);
-
-std::string device_parts_text(const MemoryFigures& m, double fraction, int64_t weights_rank,
-                              int64_t activations_rank, int64_t graphs_rank,
                               int64_t num_graph_sizes, bool graphs_supported) {
   std::ostringstream os;
   os << "total " << format_bytes(m.device_total_bytes);

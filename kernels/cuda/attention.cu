@@ -13,6 +13,7 @@
 #include "kernels/common/check.h"
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
 
 namespace octet::cuda_kernels {
 
@@ -87,18 +88,6 @@ void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
 
 namespace {
 
-// Device memory freed (cudaFree) with its last owner; std::bad_alloc when the device is full.
-std::shared_ptr<void> device_alloc(size_t bytes) {
-  void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, bytes);
-  if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError();  // clear it
-    throw std::bad_alloc();
-  }
-  OCTET_CUDA_CHECK(err);
-  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
-}
-
 // Partitions of kPartitionTokens positions a query row at position < cap spans at most.
 int64_t max_partitions(int64_t cap) { return cap > 0 ? (cap - 1) / kPartitionTokens + 1 : 1; }
 
@@ -167,7 +156,7 @@ void PagedAttention::reserve_device(size_t work_bytes, size_t partial_floats,
     const size_t want = std::max(partial_floats, 2 * partial_floats_);
     partials_.reset();  // freed here unless a graph still holds it
     partial_floats_ = 0;
-    partials_ = device_alloc(want * sizeof(float));
+    partials_ = device_buffer(want * sizeof(float));
     partial_floats_ = want;
   }
 }
@@ -194,7 +183,7 @@ void PagedAttention::reserve(const AttentionWorkspace& w, cudaStream_t stream) {
     work_bytes_ = static_cast<size_t>(w.plan_bytes);
   }
   if (w.partial_floats > 0) {
-    partials_ = device_alloc(static_cast<size_t>(w.partial_floats) * sizeof(float));
+    partials_ = device_buffer(static_cast<size_t>(w.partial_floats) * sizeof(float));
     partial_floats_ = static_cast<size_t>(w.partial_floats);
   }
   reserved_ = true;
@@ -437,7 +426,7 @@ void PagedAttention::capture(const KVCacheView& cache, const float* q,
                 "reserved workspace holds ", partial_floats_, " (reserve_workspace was given "
                 "fewer graph sequences or a shorter max_model_len)");
     if (partials_) g.partials.push_back(partials_);  // queued eager kernels may still use it
-    partials_ = device_alloc(need * sizeof(float));  // relaxed capture: cudaMalloc is allowed
+    partials_ = device_buffer(need * sizeof(float));  // relaxed capture: cudaMalloc is allowed
     partial_floats_ = need;
   }
   g.partials.push_back(partials_);

@@ -15,6 +15,7 @@
 #include "kernels/common/check.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/hadamard.h"
@@ -48,25 +49,6 @@ class DeviceScope {
   int previous_ = 0;
   bool known_ = false;
 };
-
-// `bytes` of device memory on `device`, freed with its last owner (on that device);
-// std::bad_alloc when the device is full.
-std::shared_ptr<void> device_buffer(int device, size_t bytes) {
-  void* p = nullptr;
-  const cudaError_t err = cudaMalloc(&p, bytes);
-  if (err == cudaErrorMemoryAllocation) {
-    cudaGetLastError();  // clear it
-    throw std::bad_alloc();
-  }
-  OCTET_CUDA_CHECK(err);
-  return std::shared_ptr<void>(p, [device](void* q) {
-    int current = device;
-    const bool known = cudaGetDevice(&current) == cudaSuccess;
-    cudaSetDevice(device);
-    cudaFree(q);
-    if (known) cudaSetDevice(current);
-  });
-}
 
 class CudaBackend final : public Backend {
  public:
@@ -133,7 +115,7 @@ class CudaBackend final : public Backend {
     scratch_floats_ = 0;
     scratch_reserved_ = false;
     if (b.gemm_scratch > 0) {
-      scratch_ = device_buffer(device_, static_cast<size_t>(b.gemm_scratch));
+      scratch_ = ck::device_buffer(device_, static_cast<size_t>(b.gemm_scratch));
       scratch_floats_ = static_cast<size_t>(b.gemm_scratch) / sizeof(float);
     }
     scratch_reserved_ = true;
@@ -537,14 +519,14 @@ class CudaBackend final : public Backend {
                   scratch_floats_, " reserved by reserve_workspace");
       if (capture_key_ >= 0) {
         if (scratch_) capture_scratch_.push_back(scratch_);
-        scratch_ = device_buffer(device_, floats * sizeof(float));
+        scratch_ = ck::device_buffer(device_, floats * sizeof(float));
         scratch_floats_ = floats;
       } else {
         const size_t want = std::max(floats, scratch_floats_ + scratch_floats_ / 2);
         OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));
         scratch_.reset();  // freed unless a graph holds it
         scratch_floats_ = 0;
-        scratch_ = device_buffer(device_, want * sizeof(float));
+        scratch_ = ck::device_buffer(device_, want * sizeof(float));
         scratch_floats_ = want;
       }
     }
