@@ -62,7 +62,7 @@ for name in "${!HOST_ONLY[@]}"; do
   [ -n "$(find "$root/tests" -name "$name.cpp")" ] || fail "HOST_ONLY names a missing test: $name"
 done
 all_listed=$("$script" --list-tests)
-for required in test_backend_ops test_backend_attention test_cuda_backend test_cuda_fp8 \
+for required in test_backend_ops test_backend_linear test_backend_attention test_cuda_backend test_cuda_fp8 \
                 test_long_context_attention test_nccl_communicator test_nccl_rank_group; do
   grep -qx "$required \[cuda\]" <<<"$all_listed" || fail "$required is not discovered"
 done
