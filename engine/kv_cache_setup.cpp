@@ -599,8 +599,9 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
       throw std::invalid_argument(
           "the KV cache of " + std::to_string(out.num_usable_blocks) + " + 1 blocks of " +
           std::to_string(out.bytes_per_block) + " bytes needs more than the " +
-          std::to_string(available) + " bytes of memory available; lower "
-          "--kv-cache-memory-bytes / --num-kv-blocks");
+          std::to_string(available) + " bytes of memory available now (budget from " +
+          mem.budget_source + "); lower --gpu-memory-utilization, --kv-cache-memory-bytes or "
+          "--num-kv-blocks");
   }
 
   uint64_t salt = 1469598103934665603ull;
