@@ -22,7 +22,7 @@ struct OptionDoc {
   std::string help;           // the declared help text, unescaped
 };
 
-/// "kv_cache_dtype" -> "--kv-cache-dtype" (the rule of server/cli.h's flag_name).
+/// "kv_cache_dtype" -> "--kv-cache-dtype" (the rule of server/cli/cli.h's flag_name).
 std::string flag_of_key(std::string_view key);
 
 /// A declared default as a user types it on the command line or in YAML: strings as they are

@@ -1,7 +1,7 @@
 #pragma once
 // Multi-node start-up options (vLLM's --nnodes, --node-rank, --master-addr, --master-port; the
 // same names as torchrun's): which node this process is and where node 0 listens for the
-// rendezvous that hands every node the NCCL unique id (server/rendezvous.h). Declared once;
+// rendezvous that hands every node the NCCL unique id (server/cli/rendezvous.h). Declared once;
 // the commands embed this struct and visit it after --tensor-parallel-size.
 #include <cstdint>
 #include <functional>
@@ -15,7 +15,7 @@ struct MultiNodeConfig {
   int64_t node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 29501;  // vLLM's default (torchrun's is 29500)
-  /// Not a flag: set by the serve / generate commands when nnodes > 1 (server/rendezvous.h's
+  /// Not a flag: set by the serve / generate commands when nnodes > 1 (server/cli/rendezvous.h's
   /// exchange over master_addr:master_port). Called once at load with node 0's new NCCL id
   /// (empty on the other nodes); returns node 0's id; throws on a timeout or refusal.
   std::function<std::vector<uint8_t>(const std::vector<uint8_t>& own_id)> exchange_id;

@@ -1,7 +1,7 @@
 #pragma once
 // RequestError: a request the engine refuses because of the request itself (STYLE.md 9 and 14),
 // with a kind that the HTTP edge maps to OpenAI's status, type and code in one place
-// (server/api_error.h to_api_error). The request rules that need the model (vocabulary,
+// (server/openai/api_error.h to_api_error). The request rules that need the model (vocabulary,
 // context length) live here once: the Engine checks them at add_requests, front ends trust it.
 // Std types only, so server/ may include it.
 #include <cstdint>

@@ -41,7 +41,7 @@ class RankGroup {
 /// Where this process's ranks sit in a multi-node group (--nnodes, --node-rank). One node:
 /// the defaults (the NCCL id is made in-process). Several: make_rank_group makes the id on
 /// node 0 (make_nccl_unique_id) and calls exchange_id on every node with that id (node 0) or
-/// an empty one (the others); it returns node 0's 128 bytes (server/rendezvous.h's
+/// an empty one (the others); it returns node 0's 128 bytes (server/cli/rendezvous.h's
 /// exchange_rendezvous_id behind a plain function, as Boost stays in server/) and throws, with
 /// a clear message, on a timeout.
 /// On the CPU (one rank per node, tensor_parallel_size == nnodes) the ranks' collectives go

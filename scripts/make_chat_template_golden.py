@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Golden chat-template renders for octet's Jinja interpreter (tests/server/test_chat_template.cpp).
+"""Golden chat-template renders for octet's Jinja interpreter (tests/jinja/test_chat_template.cpp).
 
 The reference is transformers' own `render_jinja_template` (transformers 5.x,
 utils/chat_template_utils.py): jinja2's ImmutableSandboxedEnvironment with trim_blocks=True,

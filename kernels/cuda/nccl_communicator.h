@@ -11,7 +11,7 @@
 // N-1 as on the CPU: a CPU and a GPU run of the same model may differ in the last bits.
 //
 // Start-up: rank 0 makes an id (nccl_unique_id) and hands it to every rank, by memory within a
-// process or over server/rendezvous.h across nodes; each rank then constructs its
+// process or over server/cli/rendezvous.h across nodes; each rank then constructs its
 // communicator, which blocks until all world_size ranks have joined. In one process with one
 // thread per GPU, make_nccl_communicators does all of it at once.
 // Errors: a failing start-up throws std::runtime_error naming the NCCL call, rank and device;
@@ -29,7 +29,7 @@
 
 namespace octet::cuda {
 
-/// Bytes of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES), the same as server/rendezvous.h's id.
+/// Bytes of an ncclUniqueId (NCCL_UNIQUE_ID_BYTES), the same as server/cli/rendezvous.h's id.
 inline constexpr size_t kNcclUniqueIdBytes = 128;
 using NcclUniqueId = std::array<uint8_t, kNcclUniqueIdBytes>;
 

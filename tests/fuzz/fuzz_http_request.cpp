@@ -18,9 +18,9 @@
 #include <boost/beast/http.hpp>
 
 #include "config/serve_config.h"
-#include "server/http_message.h"
-#include "server/routes.h"
-#include "server/server_context.h"
+#include "server/http/http_message.h"
+#include "server/openai/routes.h"
+#include "server/openai/server_context.h"
 
 namespace http = boost::beast::http;
 

@@ -1,6 +1,6 @@
-// fuzz-layer: server
+// fuzz-layer: jinja
 // libFuzzer harness: bytes -> a chat template and its context -> ChatTemplate::parse + render
-// (server/chat_template.h, the Jinja interpreter in server/jinja_*). The input is
+// (server/jinja/chat_template.h, the Jinja interpreter in server/jinja/jinja_*). The input is
 // TEMPLATE [ '\0' CONTEXT_JSON ]: without a NUL the whole input is the template, rendered with a
 // fixed conversation; with one, the JSON after it is the context (an object: used as is; an
 // array: the messages of the default context; anything else: the default context). Expected
@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/chat_template.h"
-#include "server/chat_template_error.h"
+#include "server/jinja/chat_template.h"
+#include "server/jinja/chat_template_error.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // fuzz-layer: server
 // libFuzzer harness: request body bytes -> parse_json_body -> parse_completion_request and
-// parse_chat_request (server/openai_request.h), as routes.cpp runs them. The expected failures
+// parse_chat_request (server/openai/openai_request.h), as routes.cpp runs them. The expected failures
 // of a bad body are ApiError (400) and std::invalid_argument; anything else escaping (another
 // exception, a crash, a sanitizer report, a hang) is a finding.
 #include <cstddef>
@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/api_error.h"
-#include "server/openai_request.h"
+#include "server/openai/api_error.h"
+#include "server/openai/openai_request.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include "cli_run.h"
 #include "config/config_reference.h"
 #include "config/serve_config.h"
-#include "server/cli.h"
+#include "server/cli/cli.h"
 
 using octet::OptionDoc;
 using octet::ServeConfig;

@@ -32,9 +32,9 @@
 
 #include <boost/beast/http.hpp>
 
-#include "server/http_limits.h"
-#include "server/http_message.h"
-#include "server/routes.h"
+#include "server/http/http_limits.h"
+#include "server/http/http_message.h"
+#include "server/openai/routes.h"
 
 using namespace std::chrono_literals;
 namespace http = boost::beast::http;

@@ -1,7 +1,7 @@
-// Budgets of the chat-template interpreter (server/jinja_budget.h): template bombs and request
+// Budgets of the chat-template interpreter (server/jinja/jinja_budget.h): template bombs and request
 // data that would hang, overflow the stack or exhaust memory must fail fast with
 // ChatTemplateError kind Limit, while real templates (tests/server/golden) still render and pass
-// check_chat_template (server/chat_render.h).
+// check_chat_template (server/openai/chat_render.h).
 #include <catch2/catch.hpp>
 
 #include <pthread.h>
@@ -13,9 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/chat_render.h"
-#include "server/chat_template.h"
-#include "server/jinja_budget.h"
+#include "server/openai/chat_render.h"
+#include "server/jinja/chat_template.h"
+#include "server/jinja/jinja_budget.h"
 
 using octet::ChatTemplate;
 using octet::ChatTemplateError;

@@ -5,7 +5,7 @@
 
 #include <sstream>
 
-#include "server/metrics.h"
+#include "server/openai/metrics.h"
 
 using namespace octet::server;
 

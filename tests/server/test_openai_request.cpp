@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/api_error.h"
-#include "server/openai_request.h"
+#include "server/openai/api_error.h"
+#include "server/openai/openai_request.h"
 
 using nlohmann::json;
 using octet::server::ApiError;

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/api_error.h"
-#include "server/http_message.h"
-#include "server/openai_response.h"
+#include "server/openai/api_error.h"
+#include "server/http/http_message.h"
+#include "server/openai/openai_response.h"
 
 using nlohmann::json;
 using namespace octet::server;

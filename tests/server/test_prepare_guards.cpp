@@ -16,10 +16,10 @@
 #include "engine/model_loader.h"
 #include "engine/request_error.h"
 #include "engine_test_support.h"
-#include "server/api_error.h"
-#include "server/chat_render.h"
-#include "server/prepare_cancel.h"
-#include "server/routes.h"
+#include "server/openai/api_error.h"
+#include "server/openai/chat_render.h"
+#include "server/openai/prepare_cancel.h"
+#include "server/openai/routes.h"
 #include "test_model_paths.h"
 
 using nlohmann::json;

@@ -1,4 +1,4 @@
-// The multi-node TCP rendezvous (server/rendezvous.h) over real sockets on 127.0.0.1: every
+// The multi-node TCP rendezvous (server/cli/rendezvous.h) over real sockets on 127.0.0.1: every
 // rank gets rank 0's bytes, a missing peer times out with a message naming it, and wrong
 // peers (garbage, silent, short, wrong world size, duplicate rank) are turned away while rank
 // 0 keeps waiting. Raw clients speak the wire format as the header comment spells it, bytes
@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "server/rendezvous.h"
+#include "server/cli/rendezvous.h"
 
 using namespace std::chrono_literals;
 using octet::server::exchange_rendezvous_id;

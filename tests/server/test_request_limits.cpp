@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "server/api_error.h"
-#include "server/generation_job.h"
-#include "server/openai_request.h"
+#include "server/openai/api_error.h"
+#include "server/openai/generation_job.h"
+#include "server/openai/openai_request.h"
 
 using nlohmann::json;
 using namespace octet;

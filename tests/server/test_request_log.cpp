@@ -1,4 +1,4 @@
-// Operational logging (server/request_log.h): which client request ids are honoured, the text
+// Operational logging (server/http/request_log.h): which client request ids are honoured, the text
 // and JSON line formats (expected lines written out by hand), escaping of injected bytes, and
 // the per-thread request id scope.
 #include <catch2/catch.hpp>
@@ -10,7 +10,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/details/log_msg.h>
 
-#include "server/request_log.h"
+#include "server/http/request_log.h"
+#include "server/openai/api_error.h"
 
 using namespace octet::server;
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "config/serve_config.h"
-#include "server/cli.h"
+#include "server/cli/cli.h"
 
 using octet::ServeConfig;
 

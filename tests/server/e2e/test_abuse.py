@@ -49,7 +49,7 @@ STORY = "Once upon a time there was a little girl named Lily. She loved to play 
 
 # Resource tolerances at the end of the module (see test_zz_resources_back_to_baseline).
 FD_SLACK = 2
-# server/http_limits.h kReservedProbeConnections: connections beyond --max-connections that
+# server/http/http_limits.h kReservedProbeConnections: connections beyond --max-connections that
 # may ask only GET /health or GET /metrics.
 RESERVED_PROBE_SLOTS = 8
 RSS_SLACK = 16 << 20

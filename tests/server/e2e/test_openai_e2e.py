@@ -90,7 +90,7 @@ def check_stream_invariants(chunks, n, chat):
 
 @pytest.fixture(scope="module")
 def chat_ready(server):
-    """Chat needs the chat template interpreter behind server/chat_render.cpp."""
+    """Chat needs the chat template interpreter behind server/openai/chat_render.cpp."""
     status, body = post_json(server, "/v1/chat/completions",
                              {"model": MODEL_NAME, "max_tokens": 1,
                               "messages": [{"role": "user", "content": "hi"}]})

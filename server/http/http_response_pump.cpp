@@ -1,0 +1,185 @@
+// A Session's response (http_connection.h): the pump turns a generation's outputs into bytes a
+// bounded batch (kUpdatesPerPump) per handler and cuts off a client that leaves more than
+// kMaxQueuedWriteBytes unsent; the disconnect watch keeps one read pending while a response is
+// produced (a gone client's engine requests are aborted at once, pipelined bytes are kept up
+// to kMaxPipelinedBytes); the write queue sends in slices under the write deadline; the end of
+// a response leads to the next request or to the close.
+#include "server/http/http_connection.h"
+
+#include <mutex>
+
+#include <spdlog/spdlog.h>
+
+#include "server/http/http_message.h"
+#include "server/http/request_log.h"
+
+namespace octet::server::detail {
+
+void Session::start_job(std::unique_ptr<GenerationJob> job) {
+  job_ = std::move(job);
+  // The engine thread calls this after each update: post one poll to our strand, no more
+  // than one pending at a time. It holds only a weak reference: a session that is gone is
+  // not kept alive (or destroyed) on the engine thread.
+  std::weak_ptr<Session> weak = weak_from_this();
+  auto pending = notify_pending_;
+  auto strand = strand_;
+  ServerContext* ctx = &ctx_;
+  job_->set_notify([weak, pending, strand, ctx] {
+    if (pending->exchange(true)) return;
+    std::lock_guard<std::mutex> lock(ctx->post_mu);
+    if (!ctx->io_open) return;
+    net::post(strand, [weak] {
+      if (auto self = weak.lock()) self->pump();
+    });
+  });
+  if (job_->stream()) {
+    // HTTP/1.0 has no chunked coding: the stream's end is the connection's close.
+    if (http10_) keep_alive_ = false;
+    status_ = 200;
+    queue_write(with_request_id(sse_head(keep_alive_, /*chunked=*/!http10_), request_id_));
+  }
+  watch();
+  pump();
+}
+
+/// Drains at most kUpdatesPerPump of the job's available updates into writes (on the
+/// strand); with more waiting it posts itself again, so that the disconnect watch, the
+/// deadlines and the other connections of this thread run in between (a backlog of 40,000
+/// updates drained in one handler kept a gone client's request running for minutes).
+void Session::pump() {
+  RequestLogScope scope(request_id_);
+  notify_pending_->store(false);
+  if (!job_ || response_done_ || closed_) return;
+  if (queued_bytes_ > kMaxQueuedWriteBytes) {
+    spdlog::warn("client reads too slowly: {} response bytes queued (limit {}); aborting its "
+                 "request and closing the connection",
+                 queued_bytes_, kMaxQueuedWriteBytes);
+    job_->abort();
+    close();
+    return;
+  }
+  const std::string data = job_->poll(kUpdatesPerPump);
+  if (job_->backlog() && !repump_pending_) {
+    repump_pending_ = true;
+    net::post(strand_, [self = shared_from_this()] {
+      self->repump_pending_ = false;
+      self->pump();
+    });
+  }
+  if (job_->stream()) {
+    if (!data.empty()) queue_write(http10_ ? data : http_chunk(data));
+    if (job_->done()) {
+      if (!http10_) queue_write(kLastChunk);
+      response_done_ = true;
+      if (writes_.empty() && !writing_) end_response();
+    }
+  } else if (job_->done()) {
+    status_ = job_->status();
+    queue_write(with_request_id(
+        serialize_response(job_->status(), "application/json", data, keep_alive_), request_id_));
+    response_done_ = true;
+  }
+}
+
+void Session::watch() {
+  if (watching_ || closed_) return;
+  if (buffer_.max_size() - buffer_.size() < 4096) return;  // full of pipelined bytes: paused
+  watching_ = true;
+  socket_.async_read_some(
+      buffer_.prepare(4096),
+      net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t n) {
+        self->on_watch(ec, n);
+      }));
+}
+
+void Session::on_watch(beast::error_code ec, size_t n) {
+  RequestLogScope scope(request_id_);
+  watching_ = false;
+  if (!ec) buffer_.commit(n);  // a pipelined request: kept for the next read
+  if (resume_after_watch_) {
+    resume_after_watch_ = false;
+    if (!ec || ec == net::error::operation_aborted) read_header();
+    else close();
+    return;
+  }
+  if (ec) {
+    if (preparing_) {
+      spdlog::info("client disconnected; stopping the preparation of its request");
+      if (prepare_cancel_) prepare_cancel_->store(true);
+    }
+    if (job_ && !job_->done()) {
+      spdlog::info("client disconnected; aborting its request");
+      job_->abort();
+    }
+    close();
+    return;
+  }
+  // Beyond a few KiB of pipelined bytes, stop reading until this response is done.
+  if ((job_ || preparing_) && buffer_.size() < kMaxPipelinedBytes) watch();
+}
+
+void Session::queue_write(std::string data) {
+  if (closed_ || data.empty()) return;
+  queued_bytes_ += data.size();
+  writes_.push_back(std::move(data));
+  if (!writing_) do_write();
+}
+
+/// Sends the next slice (at most kWriteSliceBytes) of writes_.front(). The deadline is armed
+/// per slice, so --read-timeout measures a client that stopped reading, not the time a large
+/// body takes (one deadline over a whole 86 MB body cut it short).
+void Session::do_write() {
+  writing_ = true;
+  write_deadline_.arm(ctx_.config.read_timeout, [self = shared_from_this()] {
+    RequestLogScope scope(self->request_id_);
+    spdlog::info("client stopped reading for {} s; closing the connection",
+                 self->ctx_.config.read_timeout);
+    self->close();
+  });
+  const std::string& front = writes_.front();
+  const size_t len = std::min(kWriteSliceBytes, front.size() - write_offset_);
+  net::async_write(
+      socket_, net::buffer(front.data() + write_offset_, len),
+      net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t n) {
+        self->on_write(ec, n);
+      }));
+}
+
+void Session::on_write(beast::error_code ec, size_t written) {
+  write_deadline_.cancel();
+  writing_ = false;
+  if (ec) {
+    if (job_) job_->abort();
+    close();
+    return;
+  }
+  write_offset_ += written;
+  queued_bytes_ -= written;
+  if (write_offset_ < writes_.front().size()) return do_write();
+  write_offset_ = 0;
+  writes_.pop_front();
+  if (!writes_.empty()) return do_write();
+  if (response_done_) end_response();
+}
+
+/// The whole response is on the wire: next request (keep-alive) or close.
+void Session::end_response() {
+  response_done_ = false;
+  end_request(status_);
+  job_.reset();
+  if (!keep_alive_) {
+    beast::error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    if (watching_) return close();
+    return linger();
+  }
+  if (watching_) {
+    resume_after_watch_ = true;
+    beast::error_code ec;
+    socket_.cancel(ec);  // the watch completes with operation_aborted, then reads on
+    return;
+  }
+  read_header();
+}
+
+}  // namespace octet::server::detail

@@ -1,0 +1,113 @@
+// Routing of a Session's request (http_connection.h): at header time, before any body byte
+// is read, the head checks, the reserved probe slots (GET /health and GET /metrics only), the
+// API key, the route and the method; once the request is whole, the replies that come at once
+// and the hand-off of the others to preparation (http_prepare.cpp).
+#include "server/http/http_connection.h"
+
+#include <spdlog/spdlog.h>
+
+#include "server/http/http_message.h"
+#include "server/http/request_log.h"
+
+namespace octet::server::detail {
+
+void Session::on_header(beast::error_code ec) {
+  read_deadline_.cancel();
+  if (ec) return on_read_error(ec);
+  const auto& req = parser_->get();
+  const std::string target(req.target());
+  begin_request(std::string(req.method_string()), target.substr(0, target.find('?')),
+                std::string_view(req["X-Request-Id"]));
+  RequestLogScope scope(request_id_);
+  if (auto error = validate_request_head(req.base()))
+    return reply_and_close(error->status, error->message);
+  // What the head decides is taken from the head alone: a chunked body's trailer fields are
+  // merged into the same field list by Beast, and must not authenticate or reframe.
+  http10_ = req.version() < 11;
+  keep_alive_ = req.keep_alive() && !http10_;
+  authorization_ = std::string(req[http::field::authorization]);
+  const bool has_body = parser_->chunked() || parser_->content_length().value_or(0) > 0;
+  if (probe_only_) {
+    keep_alive_ = false;  // one request per reserved slot
+    std::string allowed;
+    const Route route = route_for(target, &allowed);
+    if (has_body || (route != Route::kHealth && route != Route::kMetrics))
+      return reply_and_close(503, "too many connections (--max-connections " +
+                                      std::to_string(ctx_.config.max_connections) +
+                                      "); only GET /health and GET /metrics are answered now; "
+                                      "retry later");
+  }
+  if (has_body) {
+    // Authentication, route and method before any body byte is read: a client without the
+    // key (or on a path that takes no body) holds no body budget. The body is not read, so
+    // the connection closes after the answer.
+    if (auto error = access_error(req.method_string(), target))
+      return reply_and_close(error->status(), error->what(), error->code());
+  }
+  // The body's bytes are taken from the server-wide budget as they are buffered (not the
+  // declared Content-Length up front: idle clients declaring 16 MiB each could hold it all).
+  body_lease_ = BodyLease(&shared_.body_budget, 0);
+  if (req[http::field::expect] == "100-continue") queue_write("HTTP/1.1 100 Continue\r\n\r\n");
+  read_deadline_.arm(ctx_.config.read_timeout, [self = shared_from_this()] { self->close(); });
+  on_body_part(beast::error_code{});  // no body (is_done already), or body bytes buffered
+}
+
+/// The answer to a request without the API key (401), on an unknown path (404) or with a
+/// method the path does not take (405); nullopt when it may proceed. Authentication comes
+/// first: without the key, unknown paths and methods answer 401 too.
+std::optional<ApiError> Session::access_error(std::string_view method_name,
+                                              const std::string& target) {
+  const std::string path = target.substr(0, target.find('?'));
+  std::string method;
+  const Route route = route_for(target, &method);
+  if (!authorized(ctx_, route, authorization_))
+    return ApiError(401, "Incorrect API key provided.", "", "invalid_api_key");
+  if (route == Route::kNotFound)
+    return ApiError(404, "no such endpoint: " + std::string(method_name) + " " + path, "",
+                    "not_found");
+  // HEAD is GET without the body (RFC 9110 9.3.2): a probe may use it on /health.
+  if (method_name != method && !(method_name == "HEAD" && method == "GET"))
+    return ApiError(405, "method " + std::string(method_name) + " not allowed on " + path +
+                             "; use " + method);
+  return std::nullopt;
+}
+
+void Session::handle(http::request<http::string_body> req) {
+  // http10_, keep_alive_ and authorization_ come from the head (on_header), never a trailer;
+  // HTTP/1.0: one request per connection (no chunked framing, no persistent connections).
+  const std::string target(req.target());
+  const std::string path = target.substr(0, target.find('?'));
+  std::string method;
+  const Route route = route_for(target, &method);
+  Reply reply;
+  try {
+    if (auto error = access_error(req.method_string(), target)) throw *error;
+    switch (route) {
+      case Route::kHealth: reply = handle_health(ctx_); break;
+      case Route::kMetrics: reply = handle_metrics(ctx_); break;
+      case Route::kVersion: reply = handle_version(); break;
+      case Route::kModels: reply = handle_models(ctx_); break;
+      case Route::kTokenize:
+      case Route::kDetokenize:
+      case Route::kCompletions:
+      case Route::kChatCompletions:
+        prepare(route, std::string(req.method_string()) + " " + path, std::move(req.body()));
+        return;
+      case Route::kNotFound: break;
+    }
+  } catch (const ApiError& e) {
+    if (e.status() >= 500)
+      spdlog::warn("{} {}: {} {}", req.method_string(), path, e.status(), e.what());
+    reply = error_reply(e);
+  }
+  body_lease_.reset();
+  status_ = reply.status;
+  std::string response = serialize_response(reply.status, reply.content_type, reply.body,
+                                            keep_alive_);
+  if (req.method() == http::verb::head)  // the head alone, with the GET's Content-Length
+    response.resize(response.find("\r\n\r\n") + 4);
+  queue_write(with_request_id(std::move(response), request_id_));
+  response_done_ = true;
+}
+
+}  // namespace octet::server::detail

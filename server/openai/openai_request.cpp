@@ -1,0 +1,719 @@
+#include "server/openai/openai_request.h"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "config/file_read.h"
+#include "server/openai/api_error.h"
+
+namespace octet::server {
+
+namespace {
+
+using nlohmann::json;
+
+std::string type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "boolean";
+    case json::value_t::string: return "string";
+    case json::value_t::array: return "array";
+    case json::value_t::object: return "object";
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned: return "integer";
+    case json::value_t::number_float: return "number";
+    default: return "value";
+  }
+}
+
+std::string fmt(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+/// Integer value of a JSON number that holds an integer (2 and 2.0 both qualify).
+std::optional<int64_t> as_integer(const json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
+  if (v.is_number_integer()) return v.get<int64_t>();
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= 9007199254740992.0)
+      return static_cast<int64_t>(d);
+  }
+  return std::nullopt;
+}
+
+/// Reads the fields of one request object and remembers which keys were looked at, so the
+/// rest can be reported as unknown.
+class Fields {
+ public:
+  explicit Fields(const json& body) : body_(body) {
+    if (!body.is_object())
+      throw bad_request("the request body must be a JSON object, got " + type_name(body));
+  }
+
+  bool present(const char* key) {
+    seen_.insert(key);
+    return body_.contains(key);
+  }
+  /// The value, or nullptr when absent or null.
+  const json* get(const char* key) {
+    seen_.insert(key);
+    auto it = body_.find(key);
+    if (it == body_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::optional<double> number(const char* key) {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number())
+      throw bad_request(std::string("'") + key + "' must be a number, got " + type_name(*v), key);
+    const double d = v->get<double>();
+    if (!std::isfinite(d))
+      throw bad_request(std::string("'") + key + "' must be finite", key);
+    return d;
+  }
+  /// A number that a float holds: finite doubles beyond FLT_MAX (e.g. 1e300) get 400 rather
+  /// than becoming inf (or undefined behaviour) in the cast.
+  std::optional<float> float32(const char* key) {
+    const auto d = number(key);
+    if (!d) return std::nullopt;
+    if (std::fabs(*d) > FLT_MAX)
+      throw bad_request(std::string("'") + key + "' is out of range for a 32-bit float, got " +
+                            fmt(*d),
+                        key);
+    // A nonzero value below the smallest float keeps its sign and stays nonzero (vLLM reads
+    // doubles: top_p 1e-300 is > 0 there too), instead of becoming 0 and a misleading "got 0".
+    const float f = static_cast<float>(*d);
+    if (f == 0.0f && *d != 0.0)
+      return std::copysign(std::numeric_limits<float>::denorm_min(), static_cast<float>(*d));
+    return f;
+  }
+  std::optional<int64_t> integer(const char* key) {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    auto i = as_integer(*v);
+    if (!i)
+      throw bad_request(std::string("'") + key + "' must be an integer" +
+                            (v->is_number_unsigned() ||
+                                     (v->is_number_float() &&
+                                      v->get<double>() == std::floor(v->get<double>()))
+                                 ? " in [-2^63, 2^63)"
+                                 : "") +
+                            ", got " + (v->is_number() ? describe_json(*v) : type_name(*v)),
+                        key);
+    return i;
+  }
+  std::optional<bool> boolean(const char* key) {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean())
+      throw bad_request(std::string("'") + key + "' must be a boolean, got " + type_name(*v),
+                        key);
+    return v->get<bool>();
+  }
+  std::optional<std::string> string(const char* key) {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_string())
+      throw bad_request(std::string("'") + key + "' must be a string, got " + type_name(*v),
+                        key);
+    return v->get<std::string>();
+  }
+
+  std::vector<std::string> unknown() const {
+    std::vector<std::string> out;
+    for (auto it = body_.begin(); it != body_.end(); ++it)
+      if (!seen_.count(it.key())) out.push_back(it.key());
+    return out;
+  }
+
+ private:
+  const json& body_;
+  std::set<std::string> seen_;
+};
+
+void unsupported(const std::string& key, const std::string& why = "") {
+  throw bad_request("'" + key + "' is not supported by octet" + (why.empty() ? "" : ": " + why),
+                    key);
+}
+
+/// Fields octet recognises but cannot honour: any value other than null / the listed
+/// harmless ones gets 400 naming the field.
+void reject_unsupported(Fields& f, Endpoint endpoint) {
+  for (const char* key : {"tools", "functions"}) {
+    const json* v = f.get(key);
+    if (v && !(v->is_array() && v->empty())) unsupported(key, "tool calling is not implemented");
+  }
+  if (const json* v = f.get("tool_choice"); v && !(v->is_string() && *v == "none"))
+    unsupported("tool_choice", "tool calling is not implemented");
+  if (const json* v = f.get("function_call"); v && !(v->is_string() && *v == "none"))
+    unsupported("function_call", "tool calling is not implemented");
+  f.get("parallel_tool_calls");  // meaningless without tools: accepted
+  if (const json* v = f.get("response_format")) {
+    if (!v->is_object() || !v->contains("type") || (*v)["type"] != "text")
+      unsupported("response_format", "only {\"type\": \"text\"} is supported");
+  }
+  for (const char* key : {"audio", "prediction", "web_search_options", "guided_json",
+                          "guided_regex", "guided_choice", "guided_grammar",
+                          "structured_outputs", "logits_processors", "chat_template",
+                          "documents", "reasoning_effort"}) {
+    if (f.get(key)) unsupported(key);
+  }
+  if (const json* v = f.get("modalities")) {
+    if (!(v->is_array() && v->size() == 1 && (*v)[0] == "text"))
+      unsupported("modalities", "only [\"text\"] output is supported");
+  }
+  if (const json* v = f.get("chat_template_kwargs"); v && !(v->is_object() && v->empty()))
+    unsupported("chat_template_kwargs");
+  if (const json* v = f.get("continue_final_message"); v && *v != false)
+    unsupported("continue_final_message");
+  if (const json* v = f.get("store"); v && *v != false)
+    unsupported("store", "octet stores no completions");
+  f.get("metadata");      // only meaningful with store: accepted
+  f.get("service_tier");  // one tier: accepted
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (const json* v = f.get("echo"); v && *v != false)
+      unsupported("echo", "echo is supported on /v1/completions only");
+  }
+  if (endpoint == Endpoint::kChatCompletions) {
+    if (f.get("prompt_logprobs"))
+      unsupported("prompt_logprobs", "prompt logprobs are supported on /v1/completions only");
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    if (auto suffix = f.string("suffix"); suffix && !suffix->empty())
+      unsupported("suffix", "insertion (fill-in-the-middle) is not implemented");
+  }
+}
+
+/// A field that changes what is generated, which octet does not implement: a value other than
+/// the neutral ones (null and those that request nothing) gets 400 naming it, so that a client
+/// never receives output that silently ignored its request.
+struct Unimplemented {
+  const char* key;
+  bool (*neutral)(const json& v);  // the value requests nothing (null is always neutral)
+  const char* why;
+};
+
+bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
+bool is_empty_list(const json& v) { return v.is_array() && v.empty(); }
+bool is_empty_string(const json& v) { return v.is_string() && v.get<std::string>().empty(); }
+bool is_number(const json& v, double x) { return v.is_number() && v.get<double>() == x; }
+bool is_zero(const json& v) { return is_number(v, 0.0) || is_false(v); }
+bool is_one(const json& v) { return is_number(v, 1.0); }
+bool never(const json&) { return false; }
+
+// vLLM's and llama.cpp's extra fields (OpenAI's own unsupported ones: reject_unsupported).
+// Fields with no effect on the output (cache_prompt, id_slot, length_penalty and
+// early_stopping without beam search, ...) are left to the unknown-field warning.
+constexpr Unimplemented kUnimplemented[] = {
+    {"use_beam_search", is_false, "beam search is not implemented"},
+    {"truncate_prompt_tokens", never, "prompt truncation is not implemented"},
+    {"allowed_token_ids", never, "not implemented"},
+    {"bad_words", is_empty_list, "not implemented"},
+    {"return_tokens_as_token_ids", is_false, "not implemented"},
+    {"verbosity", never, "not implemented"},
+    // llama.cpp
+    {"grammar", is_empty_string, "constrained decoding is not implemented"},
+    {"json_schema", never, "constrained decoding is not implemented"},
+    {"n_predict", never, "use 'max_tokens'"},
+    {"n_probs", is_zero, "use 'logprobs'"},
+    {"repeat_penalty", is_one, "use 'repetition_penalty'"},
+    {"mirostat", is_zero, "mirostat sampling is not implemented"},
+    {"typical_p", is_one, "typical sampling is not implemented"},
+    {"top_a", is_zero, "top-a sampling is not implemented"},
+    {"tfs_z", is_one, "tail-free sampling is not implemented"},
+    {"dynatemp_range", is_zero, "dynamic temperature is not implemented"},
+    {"dry_multiplier", is_zero, "DRY sampling is not implemented"},
+    {"xtc_probability", is_zero, "XTC sampling is not implemented"},
+    {"top_n_sigma", [](const json& v) { return v.is_number() && v.get<double>() <= 0; },
+     "top-n-sigma sampling is not implemented"},
+    {"min_keep", is_zero, "not implemented"},
+    {"samplers", never, "the sampler order is fixed"},
+    {"t_max_predict_ms", is_zero, "not implemented"},
+    {"lora", is_empty_list, "adapters are not implemented"},
+};
+
+/// 400 for a kUnimplemented field holding a value that requests something, and for best_of
+/// other than n (octet returns n samples, it does not rank best_of of them).
+void reject_unimplemented(Fields& f, const GenerateRequest& r) {
+  for (const Unimplemented& u : kUnimplemented) {
+    const json* v = f.get(u.key);
+    if (v && !u.neutral(*v))
+      throw bad_request("'" + std::string(u.key) + "' " + describe_json(*v) +
+                            " is not supported by octet: " + u.why,
+                        u.key);
+  }
+  if (auto best_of = f.integer("best_of"); best_of && *best_of != r.n)
+    unsupported("best_of", "only best_of = n is supported (no ranking of extra samples)");
+}
+
+std::vector<std::string> parse_stop(const json& v) {
+  std::vector<std::string> stop;
+  if (v.is_string()) {
+    stop.push_back(v.get<std::string>());
+  } else if (v.is_array()) {
+    for (const auto& s : v) {
+      if (!s.is_string())
+        throw bad_request("'stop' must be a string or a list of strings", "stop");
+      stop.push_back(s.get<std::string>());
+    }
+  } else {
+    throw bad_request("'stop' must be a string or a list of strings, got " + type_name(v),
+                      "stop");
+  }
+  for (const auto& s : stop)
+    if (s.empty()) throw bad_request("'stop' strings must not be empty", "stop");
+  return stop;
+}
+
+std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (const auto& t : v) {
+    auto i = as_integer(t);
+    if (!i || *i < 0 || *i > std::numeric_limits<int32_t>::max())
+      throw bad_request(std::string("'") + key +
+                            "' must hold integer token ids in [0, 2147483647], got " +
+                            describe_json(t),
+                        key);
+    ids.push_back(static_cast<int32_t>(*i));
+  }
+  return ids;
+}
+
+/// Fields shared by both endpoints: sampling, n, stream, stop, penalties, priority, user.
+void parse_common(Fields& f, GenerateRequest& r) {
+  SamplingParams& p = r.params;
+  if (auto m = f.string("model")) r.model = *m;
+  // Ranges of the sampling fields: SamplingParams::validate() (validate_sampling below).
+  if (auto v = f.float32("temperature")) p.temperature = *v;
+  if (auto v = f.float32("top_p")) p.top_p = *v;
+  if (auto v = f.integer("top_k")) p.top_k = *v;
+  if (auto v = f.float32("min_p")) p.min_p = *v;
+  if (auto v = f.float32("presence_penalty")) p.presence_penalty = *v;
+  if (auto v = f.float32("frequency_penalty")) p.frequency_penalty = *v;
+  if (auto v = f.float32("repetition_penalty")) p.repetition_penalty = *v;
+  if (auto v = f.integer("seed")) {
+    // -1 is "no seed" (SamplingParams, and clients that send -1 for random); other negative
+    // seeds would silently become unseeded, so they are rejected.
+    if (*v < -1)
+      throw bad_request("'seed' must be in [0, " +
+                            std::to_string(std::numeric_limits<int64_t>::max()) +
+                            "] (or -1 for none), got " + std::to_string(*v),
+                        "seed");
+    p.seed = *v;
+  }
+  if (auto v = f.integer("n")) {
+    if (*v < 1 || *v > kMaxN)
+      throw bad_request("'n' must be in [1, " + std::to_string(kMaxN) + "], got " + fmt(*v), "n");
+    r.n = *v;
+  }
+  if (const json* v = f.get("stop")) p.stop = parse_stop(*v);
+  if (const json* v = f.get("stop_token_ids")) {
+    if (!v->is_array()) throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids");
+    p.stop_token_ids = parse_token_ids(*v, "stop_token_ids");
+  }
+  if (auto v = f.boolean("ignore_eos")) p.ignore_eos = *v;
+  if (auto v = f.integer("min_tokens")) {
+    if (*v < 0) throw bad_request("'min_tokens' must be >= 0, got " + fmt(*v), "min_tokens");
+    p.min_tokens = *v;
+  }
+  if (auto v = f.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
+  if (auto v = f.boolean("include_stop_str_in_output")) p.include_stop_str_in_output = *v;
+  if (const json* v = f.get("logit_bias")) {
+    if (!v->is_object())
+      throw bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      // A key is a decimal token id in [0, 2^31): digits only (no sign, space or exponent)
+      // and no leading zero ("05" would be a second entry for token 5).
+      const std::string& key = it.key();
+      const bool digits = !key.empty() && key.size() <= 10 &&
+                          key.find_first_not_of("0123456789") == std::string::npos &&
+                          (key[0] != '0' || key.size() == 1);
+      const long long id = digits ? std::stoll(key) : -1;
+      if (id < 0 || id > std::numeric_limits<int32_t>::max())
+        throw bad_request("'logit_bias' keys must be token ids in [0, 2147483647], got " +
+                              describe_json(json(key)),
+                          "logit_bias");
+      if (!it.value().is_number())
+        throw bad_request("'logit_bias' values must be numbers, got " + type_name(it.value()),
+                          "logit_bias");
+      const double b = it.value().get<double>();
+      // The range [-100, 100] is SamplingParams::validate()'s; a double outside float's
+      // range must not reach the cast.
+      if (!(std::fabs(b) <= FLT_MAX))
+        throw bad_request("'logit_bias' values must be in [-100, 100], got " + fmt(b),
+                          "logit_bias");
+      p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+    }
+    // Canonical keys are unique JSON members, so a repeated id can only come from a duplicate
+    // member; either way two entries would add up past the [-100, 100] bound.
+    std::vector<int32_t> ids;
+    ids.reserve(p.logit_bias.size());
+    for (const auto& e : p.logit_bias) ids.push_back(e.first);
+    std::sort(ids.begin(), ids.end());
+    if (auto d = std::adjacent_find(ids.begin(), ids.end()); d != ids.end())
+      throw bad_request("'logit_bias' has token id " + std::to_string(*d) + " more than once",
+                        "logit_bias");
+  }
+  if (auto v = f.boolean("stream")) r.stream = *v;
+  if (const json* v = f.get("stream_options")) {
+    if (!r.stream)
+      throw bad_request("'stream_options' is only allowed when 'stream' is true",
+                        "stream_options");
+    if (!v->is_object()) throw bad_request("'stream_options' must be an object", "stream_options");
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      if (it.key() == "include_usage") {
+        if (it.value().is_null()) continue;
+        if (!it.value().is_boolean())
+          throw bad_request("'stream_options.include_usage' must be a boolean",
+                            "stream_options.include_usage");
+        r.include_usage = it.value().get<bool>();
+      } else {
+        r.unknown_fields.push_back("stream_options." + it.key());
+      }
+    }
+  }
+  if (auto v = f.integer("priority")) r.priority = *v;
+  if (auto v = f.string("user")) r.user = *v;
+}
+
+/// The sampling ranges are SamplingParams::validate()'s (one rule, engine/sampling_params.h):
+/// its error becomes a 400 naming the request field.
+void validate_sampling(const GenerateRequest& r) {
+  SamplingParams p = r.params;
+  p.max_tokens = r.max_tokens.value_or(std::numeric_limits<int64_t>::max());  // checked apart
+  try {
+    p.validate();
+  } catch (const SamplingParamError& e) {
+    std::string field = e.field();
+    if (field == "logprobs" && r.endpoint == Endpoint::kChatCompletions) field = "top_logprobs";
+    throw bad_request(e.what(), field);
+  }
+}
+
+/// max_tokens: absent -> `absent_default` (nullopt = context limit); null -> context limit;
+/// an integer >= 0 otherwise.
+std::optional<int64_t> parse_max_tokens(Fields& f, const char* key,
+                                        std::optional<int64_t> absent_default) {
+  if (!f.present(key)) return absent_default;
+  auto v = f.integer(key);
+  if (!v) return std::nullopt;  // null
+  if (*v < 0)
+    throw bad_request(std::string("'") + key + "' must be >= 0 (or null for up to the context "
+                                                "limit), got " + std::to_string(*v),
+                      key);
+  return v;
+}
+
+void check_min_tokens(const GenerateRequest& r, const char* max_key) {
+  if (r.max_tokens && r.params.min_tokens > *r.max_tokens)
+    throw bad_request("'min_tokens' (" + std::to_string(r.params.min_tokens) +
+                          ") must not exceed '" + max_key + "' (" +
+                          std::to_string(*r.max_tokens) + ")",
+                      "min_tokens");
+}
+
+std::vector<PromptInput> parse_prompt(const json* v) {
+  if (!v) throw bad_request("'prompt' is required", "prompt");
+  std::vector<PromptInput> prompts;
+  auto text_prompt = [](const json& s) {
+    PromptInput p;
+    p.text = s.get<std::string>();
+    return p;
+  };
+  auto ids_prompt = [](const json& a) {
+    PromptInput p;
+    p.is_token_ids = true;
+    p.token_ids = parse_token_ids(a, "prompt");
+    if (p.token_ids.empty()) throw bad_request("'prompt' token id lists must not be empty", "prompt");
+    return p;
+  };
+  if (v->is_string()) {
+    prompts.push_back(text_prompt(*v));
+  } else if (v->is_array()) {
+    if (v->empty()) throw bad_request("'prompt' must not be an empty list", "prompt");
+    const json& first = (*v)[0];
+    if (first.is_string()) {
+      for (const auto& s : *v) {
+        if (!s.is_string())
+          throw bad_request("'prompt' lists must hold only strings or only token ids", "prompt");
+        prompts.push_back(text_prompt(s));
+      }
+    } else if (first.is_number()) {
+      prompts.push_back(ids_prompt(*v));
+    } else if (first.is_array()) {
+      for (const auto& a : *v) {
+        if (!a.is_array())
+          throw bad_request("'prompt' lists of token id lists must hold only lists", "prompt");
+        prompts.push_back(ids_prompt(a));
+      }
+    } else {
+      throw bad_request("'prompt' must be a string, a list of strings, a list of token ids or "
+                        "a list of token id lists",
+                        "prompt");
+    }
+  } else {
+    throw bad_request("'prompt' must be a string, a list of strings, a list of token ids or a "
+                      "list of token id lists, got " + type_name(*v),
+                      "prompt");
+  }
+  return prompts;
+}
+
+/// A role a chat template may write into the prompt as is: 1 to kMaxRoleBytes letters,
+/// digits, '_' or '-' (system, user, assistant, tool, developer, ipython, ...; custom
+/// templates may define their own). Anything else (newlines, control characters,
+/// "<|im_end|>") could close the turn and open a forged one, whatever the content
+/// tokenization, so it gets 400 naming the field.
+constexpr size_t kMaxRoleBytes = 64;
+void check_role_text(const std::string& value, const std::string& field) {
+  const bool ok = !value.empty() && value.size() <= kMaxRoleBytes &&
+                  std::all_of(value.begin(), value.end(), [](char c) {
+                    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                           (c >= '0' && c <= '9') || c == '_' || c == '-';
+                  });
+  if (!ok)
+    throw bad_request("'" + field + "' " + describe_json(json(value)) + " must be 1 to " +
+                          std::to_string(kMaxRoleBytes) +
+                          " letters, digits, '_' or '-' (e.g. system, user, assistant, tool)",
+                      field);
+}
+
+json parse_messages(const json* v) {
+  if (!v) throw bad_request("'messages' is required", "messages");
+  if (!v->is_array() || v->empty())
+    throw bad_request("'messages' must be a non-empty list of messages", "messages");
+  json out = json::array();
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw bad_request("'" + where + "' must be an object", where);
+    if (!m.contains("role") || !m["role"].is_string())
+      throw bad_request("'" + where + ".role' must be a string", where + ".role");
+    check_role_text(m["role"].get_ref<const std::string&>(), where + ".role");
+    json msg;
+    msg["role"] = m["role"];
+    const json content = m.contains("content") ? m["content"] : json(nullptr);
+    if (content.is_null()) {
+      msg["content"] = "";
+    } else if (content.is_string()) {
+      msg["content"] = content;
+    } else if (content.is_array()) {
+      std::string text;
+      for (size_t j = 0; j < content.size(); ++j) {
+        const json& part = content[j];
+        const std::string pw = where + ".content[" + std::to_string(j) + "]";
+        if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+          throw bad_request("'" + pw + "' must be an object with a 'type'", pw);
+        const std::string type = part["type"];
+        if (type != "text")
+          throw bad_request("'" + pw + ".type' " + describe_json(part["type"]) +
+                                " is not supported: octet serves text only",
+                            pw + ".type");
+        if (!part.contains("text") || !part["text"].is_string())
+          throw bad_request("'" + pw + ".text' must be a string", pw + ".text");
+        if (j > 0) text += "\n";
+        text += part["text"].get<std::string>();
+      }
+      msg["content"] = text;
+    } else {
+      throw bad_request("'" + where + ".content' must be a string, a list of text parts or null",
+                        where + ".content");
+    }
+    if (m.contains("name") && !m["name"].is_null()) {
+      if (!m["name"].is_string())
+        throw bad_request("'" + where + ".name' must be a string", where + ".name");
+      // OpenAI's rule for names: ^[^\s<|\\/>]+$ (no whitespace, none of < | \ / >).
+      const std::string& name = m["name"].get_ref<const std::string&>();
+      if (name.empty() || name.size() > 256 ||
+          std::any_of(name.begin(), name.end(), [](char c) {
+            return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f || c == '<' || c == '|' ||
+                   c == '\\' || c == '/' || c == '>';
+          }))
+        throw bad_request("'" + where + ".name' " + describe_json(m["name"]) +
+                              " must be 1 to 256 characters without whitespace, control "
+                              "characters or any of < | \\ / >",
+                          where + ".name");
+      msg["name"] = m["name"];
+    }
+    for (const char* key : {"tool_calls", "function_call"}) {
+      if (m.contains(key) && !m[key].is_null() && !(m[key].is_array() && m[key].empty()))
+        unsupported(where + "." + key, "tool calling is not implemented");
+    }
+    out.push_back(std::move(msg));
+  }
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json parse_json_body(const std::string& text) {
+  // Depth first, without recursion: a scan of the brackets outside strings. nlohmann's parser
+  // is iterative and its destructor too (3.11), but dump() and everything that walks a value
+  // recursively (error texts, chat templates) would overflow the stack on a deep value.
+  if (json_nesting_depth(text, int(kMaxJsonDepth)) > int(kMaxJsonDepth))
+    throw bad_request("the JSON body is nested deeper than " + std::to_string(kMaxJsonDepth) +
+                      " levels");
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    // e.what() quotes the last token read, which can be most of the body: bounded.
+    throw bad_request("malformed JSON: " + truncate_text(e.what(), 200));
+  } catch (const json::out_of_range& e) {
+    // A number literal too large for a double (1e999999).
+    throw bad_request("malformed JSON: a number is out of range (" +
+                      truncate_text(e.what(), 200) + ")");
+  } catch (const json::exception& e) {
+    throw bad_request("malformed JSON: " + truncate_text(e.what(), 200));
+  }
+}
+
+int64_t choice_seed(int64_t seed, int64_t i) {
+  if (seed < 0) return seed;
+  // (seed + i) mod 2^63, in uint64 where it cannot overflow: stays a valid seed in [0, 2^63).
+  return static_cast<int64_t>((static_cast<uint64_t>(seed) + static_cast<uint64_t>(i)) &
+                              static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+}
+
+int64_t resolve_max_tokens(int64_t n_prompt, std::optional<int64_t> requested,
+                           int64_t max_model_len) {
+  return requested ? *requested : max_tokens_left(n_prompt, max_model_len);
+}
+
+GenerateRequest parse_completion_request(const json& body) {
+  Fields f(body);
+  GenerateRequest r;
+  r.endpoint = Endpoint::kCompletions;
+  reject_unsupported(f, r.endpoint);
+  r.prompts = parse_prompt(f.get("prompt"));
+  parse_common(f, r);
+  reject_unimplemented(f, r);
+  // OpenAI's completions default max_tokens is 16; null means up to the context limit.
+  r.max_tokens = parse_max_tokens(f, "max_tokens", int64_t{16});
+  check_min_tokens(r, "max_tokens");
+  if (auto v = f.integer("logprobs")) {
+    if (*v < 0 || *v > kMaxLogprobs)
+      throw bad_request("'logprobs' must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
+                            std::to_string(*v),
+                        "logprobs");
+    r.logprobs = *v;
+  }
+  if (auto v = f.boolean("echo")) r.echo = *v;
+  if (auto v = f.boolean("add_special_tokens")) r.add_special_tokens = *v;
+  if (auto v = f.integer("prompt_logprobs")) {
+    if (*v < 0 || *v > kMaxLogprobs)
+      throw bad_request("'prompt_logprobs' must be in [0, " + std::to_string(kMaxLogprobs) + "]",
+                        "prompt_logprobs");
+    if (r.stream)  // as vLLM
+      throw bad_request("'prompt_logprobs' is not available when 'stream' is true",
+                        "prompt_logprobs");
+    r.prompt_logprobs = *v;
+    r.params.prompt_logprobs = *v;
+  }
+  r.params.logprobs = r.logprobs;
+  if (r.echo && r.logprobs >= 0)
+    r.params.prompt_logprobs = std::max(r.params.prompt_logprobs, r.logprobs);
+  validate_sampling(r);
+  r.unknown_fields = [&] {
+    auto u = f.unknown();
+    u.insert(u.end(), r.unknown_fields.begin(), r.unknown_fields.end());
+    return u;
+  }();
+  return r;
+}
+
+GenerateRequest parse_chat_request(const json& body) {
+  Fields f(body);
+  GenerateRequest r;
+  r.endpoint = Endpoint::kChatCompletions;
+  reject_unsupported(f, r.endpoint);
+  r.messages = parse_messages(f.get("messages"));
+  parse_common(f, r);
+  reject_unimplemented(f, r);
+  // max_completion_tokens replaces the deprecated max_tokens; absent or null: context limit.
+  const bool has_mct = f.present("max_completion_tokens");
+  auto mct = parse_max_tokens(f, "max_completion_tokens", std::nullopt);
+  auto mt = parse_max_tokens(f, "max_tokens", std::nullopt);
+  r.max_tokens = has_mct && mct ? mct : mt;
+  check_min_tokens(r, has_mct && mct ? "max_completion_tokens" : "max_tokens");
+  const bool logprobs = f.boolean("logprobs").value_or(false);
+  const auto top = f.integer("top_logprobs");
+  if (top) {
+    if (*top < 0 || *top > kMaxLogprobs)
+      throw bad_request("'top_logprobs' must be in [0, " + std::to_string(kMaxLogprobs) +
+                            "], got " + std::to_string(*top),
+                        "top_logprobs");
+    if (!logprobs)
+      throw bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
+  }
+  r.chat_logprobs = logprobs;
+  r.logprobs = logprobs ? top.value_or(0) : -1;
+  r.params.logprobs = r.logprobs;
+  if (auto v = f.boolean("add_generation_prompt")) r.add_generation_prompt = *v;
+  // vLLM: false for chat (the template writes the BOS itself).
+  r.add_special_tokens = f.boolean("add_special_tokens").value_or(false);
+  validate_sampling(r);
+  auto u = f.unknown();
+  u.insert(u.end(), r.unknown_fields.begin(), r.unknown_fields.end());
+  r.unknown_fields = u;
+  return r;
+}
+
+namespace {
+
+int64_t sat_mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
+}
+int64_t sat_add(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
+}
+
+}  // namespace
+
+int64_t logprob_entries(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
+                        const std::vector<int64_t>& max_tokens) {
+  const bool chat = r.endpoint == Endpoint::kChatCompletions;
+  const bool sampled = chat ? r.chat_logprobs : r.logprobs >= 0;
+  const int64_t per_sampled = sampled ? std::max<int64_t>(r.logprobs, 0) + 1 : 0;
+  const int64_t per_echoed = !chat && r.echo && r.logprobs >= 0 ? r.logprobs + 1 : 0;
+  const int64_t per_prompt = !chat && r.prompt_logprobs >= 0 ? r.prompt_logprobs + 1 : 0;
+  int64_t per_choice_total = 0;
+  for (size_t p = 0; p < prompt_lens.size(); ++p) {
+    const int64_t len = std::max<int64_t>(prompt_lens[p], 0);
+    const int64_t gen = p < max_tokens.size() ? std::max<int64_t>(max_tokens[p], 0) : 0;
+    per_choice_total = sat_add(per_choice_total, sat_mul(len, per_echoed + per_prompt));
+    per_choice_total = sat_add(per_choice_total, sat_mul(gen, per_sampled));
+  }
+  return sat_mul(per_choice_total, std::max<int64_t>(r.n, 1));
+}
+
+void check_logprob_budget(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
+                          const std::vector<int64_t>& max_tokens) {
+  const int64_t entries = logprob_entries(r, prompt_lens, max_tokens);
+  if (entries <= kMaxLogprobEntries) return;
+  const bool chat = r.endpoint == Endpoint::kChatCompletions;
+  const char* field = chat ? (r.logprobs > 0 ? "top_logprobs" : "logprobs")
+                           : (r.logprobs >= 0 ? "logprobs" : "prompt_logprobs");
+  throw bad_request("the response would carry " + std::to_string(entries) +
+                        " logprob entries (n x tokens x (top logprobs + 1)), more than the limit "
+                        "of " + std::to_string(kMaxLogprobEntries) +
+                        "; lower n, max_tokens, the number of top logprobs, or the prompt " +
+                        "(echo, prompt_logprobs)",
+                    field);
+}
+
+}  // namespace octet::server
