@@ -70,7 +70,7 @@ struct Engine::Impl {
   // Takes the id by value: it may name the Request that finish_request frees.
   void finish(std::string id, RequestStatus status, RequestOutput out);
   void fail_all(const std::string& error);
-  void refresh_stats(int64_t new_prompt_tokens, int64_t new_generated);
+  void refresh_stats(int64_t new_prompt_tokens, int64_t new_generated, int64_t step_tokens = 0);
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -503,7 +503,7 @@ void Engine::Impl::step() {
                     u.output.error);
     finish(u.request->request_id, u.status, std::move(u.output));
   }
-  refresh_stats(new_prompt_tokens, new_generated);
+  refresh_stats(new_prompt_tokens, new_generated, out.total_num_scheduled_tokens);
 }
 
 // Frees the request's blocks at once, ends its stream with `out` (finished), forgets it.
@@ -549,7 +549,8 @@ void Engine::Impl::fail_all(const std::string& error) {
   idle_cv.notify_all();
 }
 
-void Engine::Impl::refresh_stats(int64_t new_prompt_tokens, int64_t new_generated) {
+void Engine::Impl::refresh_stats(int64_t new_prompt_tokens, int64_t new_generated,
+                                 int64_t step_tokens) {
   const SchedulerStats s = scheduler->stats();
   std::lock_guard<std::mutex> lock(mu);
   stats.num_requests_running = s.num_running;
@@ -563,6 +564,12 @@ void Engine::Impl::refresh_stats(int64_t new_prompt_tokens, int64_t new_generate
   stats.prompt_tokens += new_prompt_tokens;
   stats.generation_tokens += new_generated;
   ++stats.num_steps;
+  if (step_tokens > 0) {
+    size_t k = 0;  // the smallest k with step_tokens <= 2^k
+    while (k + 1 < stats.step_tokens_log2.size() && (int64_t{1} << k) < step_tokens) ++k;
+    ++stats.step_tokens_log2[k];
+    stats.step_tokens_sum += step_tokens;
+  }
   if (saturation && saturation->take_changed()) stats.kv_saturation = saturation->counts();
 }
 

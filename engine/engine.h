@@ -4,6 +4,7 @@
 // whose loop is schedule -> execute -> update. Callers only enqueue (add_request, abort) and
 // read their request's output stream; they never run the model or take a lock around it.
 // Exposes only std types and engine/ value types, so server/ never sees models/ or kernels/.
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -46,6 +47,11 @@ struct EngineStats {
   int64_t prompt_tokens = 0;          // total prompt tokens computed
   int64_t generation_tokens = 0;      // total generated tokens
   int64_t num_steps = 0;
+  // Steps that ran the model, by tokens computed in the step (prompt chunks + decode tokens;
+  // vLLM's vllm:iteration_tokens_total): step_tokens_log2[k] counts the steps with
+  // 2^(k-1) < tokens <= 2^k (k = 0: tokens <= 1); step_tokens_sum adds their tokens.
+  std::array<int64_t, 48> step_tokens_log2{};
+  int64_t step_tokens_sum = 0;
   bool alive = true;                  // false once the engine thread has died
   std::vector<KVLayerSaturation> kv_saturation;  // FP8 static-scale layers, ascending
 };

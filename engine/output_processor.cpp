@@ -195,6 +195,8 @@ void OutputProcessor::complete(const RequestState& st, const Request* r,
   if (r) {
     out.num_prompt_tokens = r->num_prompt_tokens();
     out.num_generated_tokens = r->num_output_tokens();
+    out.num_preemptions = r->num_preemptions;
+    out.max_tokens = r->sampling_params.max_tokens;
   }
   out.finished = true;
   out.num_cached_tokens = st.num_cached_tokens;

@@ -44,6 +44,10 @@ struct RequestOutput {
   double queue_time_s = 0.0;       // added -> first scheduled
   double first_token_time_s = 0.0; // added -> first token
   double e2e_time_s = 0.0;         // added -> finished
+  // Also on the final update (vLLM's FinishedRequestStats): times the request was preempted,
+  // and the max_tokens it ran with (0 when it never reached the scheduler).
+  int64_t num_preemptions = 0;
+  int64_t max_tokens = 0;
 };
 
 /// A request's outputs in order; written by the engine thread, read by one consumer.

@@ -2,7 +2,8 @@
 # The container image check of CI (issue 15), without a Docker daemon or a registry:
 #   1. lints the Dockerfile with hadolint (no errors; warnings are printed) and validates the
 #      Kubernetes manifests deploy/k8s/*.yaml with kubernetes-validate (--strict), both from
-#      PyPI in a small virtualenv ($OCTET_CACHE_DIR/deploy-venv);
+#      PyPI in a small virtualenv ($OCTET_CACHE_DIR/deploy-venv), and the InferencePool of
+#      deploy/k8s/gateway/ against its CRD's schema (validate_inferencepool.py);
 #   2. makes the Debian bookworm base image once with mmdebstrap (from Debian's packages; the
 #      tarball is cached in $OCTET_CACHE_DIR/image) and imports it under the names the
 #      Dockerfile's FROM lines use (docker.io/library/debian:bookworm and :bookworm-slim);
@@ -38,6 +39,7 @@ if [ ! -x "$venv/bin/kubernetes-validate" ] || [ ! -x "$venv/bin/hadolint" ]; th
 fi
 "$venv/bin/hadolint" --no-color --failure-threshold error Dockerfile
 "$venv/bin/kubernetes-validate" --strict --quiet deploy/k8s/*.yaml
+"$venv/bin/python" deploy/k8s/gateway/validate_inferencepool.py  # a CRD kind: its own schema
 step "hadolint: no errors; kubernetes-validate: $(ls deploy/k8s/*.yaml | wc -l) files valid"
 
 # ---- 2. the bookworm base, made once ----------------------------------------------------------

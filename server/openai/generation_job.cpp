@@ -221,6 +221,8 @@ void GenerationJob::prepare() {
     throw ApiError(503, std::string("cannot queue the request: ") + e.what());
   }
   for (size_t k = 0; k < choices_.size(); ++k) choices_[k].stream = std::move(streams[k]);
+  for (size_t p = 0; p < prompt_ids_.size(); ++p)
+    ctx_.metrics.request_params_n.observe(static_cast<double>(req_.n));  // vllm:request_params_n
   if (req_.echo && !chat) {
     try {
       for (size_t p = 0; p < req_.prompts.size(); ++p)
@@ -331,11 +333,7 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
     c.finished = true;
     c.finish_reason = out.finish_reason;
     c.stop_reason = out.stop_reason;
-    ctx_.metrics.record_finish(out.finish_reason);
-    ctx_.metrics.e2e_request_latency.observe(out.e2e_time_s);
-    ctx_.metrics.request_queue_time.observe(out.queue_time_s);
-    if (out.num_generated_tokens > 0)
-      ctx_.metrics.time_to_first_token.observe(out.first_token_time_s);
+    ctx_.metrics.record_finished_request(out);
     if (!out.error.empty()) {
       spdlog::error("request {} failed in the engine: {}", c.request_id, out.error);
       fail(500, "the engine failed this request: " + out.error);

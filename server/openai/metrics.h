@@ -1,18 +1,22 @@
 #pragma once
 // /metrics: Prometheus text exposition format 0.0.4
-// (https://prometheus.io/docs/instrumenting/exposition_formats/) with vLLM's metric names
-// (vllm/v1/metrics/loggers.py) under an `octet:` prefix: engine gauges and counters from
-// Engine::stats(), request histograms recorded by the server, per-layer KV cache dtype and
-// scale gauges from Engine::kv_layers(), and per-layer sampled FP8 clipping counters
-// (EngineStats::kv_saturation: kv_cache_{sampled,saturated,underflow}_values_total with
-// labels layer and tensor = k | v).
+// (https://prometheus.io/docs/instrumenting/exposition_formats/). Every family vLLM defines
+// (vllm/v1/metrics/loggers.py, PrometheusStatLogger) that octet can fill carries vLLM's name,
+// type, labels (model_name, engine="0"), help text and histogram buckets under the `vllm:`
+// prefix, so dashboards, autoscalers and the Gateway API Inference Extension's endpoint picker
+// read octet as they read vLLM. octet's own series keep an `octet:` prefix: KV block counts,
+// engine_alive, steps, per-layer KV dtype/scale gauges (Engine::kv_layers()) and the per-layer
+// sampled FP8 clipping counters (EngineStats::kv_saturation).
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "config/engine_config.h"
 #include "engine/engine.h"
+#include "engine/request_output.h"
 
 namespace octet::server {
 
@@ -28,6 +32,9 @@ class Histogram {
     std::vector<int64_t> cumulative_counts;  // [upper_bounds.size()], count of values <= bound
     int64_t count = 0;                       // the +Inf bucket
     double sum = 0.0;
+    /// The same histogram with only the bounds <= max_bound (cumulative counts are unchanged by
+    /// dropping bounds, so this is exactly the histogram those bounds would have recorded).
+    Snapshot up_to(double max_bound) const;
   };
   Snapshot snapshot() const;
 
@@ -39,20 +46,40 @@ class Histogram {
   double sum_ = 0.0;
 };
 
-/// vLLM's bucket boundaries (seconds).
-std::vector<double> ttft_buckets();
-std::vector<double> itl_buckets();
-std::vector<double> request_latency_buckets();
+/// vLLM's bucket boundaries (vllm/v1/metrics/loggers.py).
+std::vector<double> ttft_buckets();             // seconds
+std::vector<double> itl_buckets();              // seconds
+std::vector<double> request_latency_buckets();  // seconds: e2e, queue, inference, prefill, decode
+std::vector<double> iteration_tokens_buckets(); // tokens per engine step: 1, 8, 16, ..., 16384
+std::vector<double> params_n_buckets();         // 1, 2, 5, 10, 20
+std::vector<double> num_preemptions_buckets();  // 1, 2, 3, 4, 5, 10, 20
+/// vLLM's build_1_2_5_buckets(max_value): 1, 2, 5, 10, 20, 50, ... while <= max_value.
+std::vector<double> one_two_five_buckets(double max_value);
 
-/// What the server itself measures. Thread-safe.
+/// What the server records per request. Thread-safe. The token-count histograms hold vLLM's
+/// 1-2-5 bounds up to 10^12 and are cut at max_model_len when rendered (vLLM's bounds).
 struct ServerMetrics {
   Histogram time_to_first_token{ttft_buckets()};
   Histogram inter_token_latency{itl_buckets()};
   Histogram e2e_request_latency{request_latency_buckets()};
   Histogram request_queue_time{request_latency_buckets()};
+  Histogram request_inference_time{request_latency_buckets()};
+  Histogram request_prefill_time{request_latency_buckets()};
+  Histogram request_decode_time{request_latency_buckets()};
+  Histogram request_prompt_tokens{one_two_five_buckets(1e12)};
+  Histogram request_generation_tokens{one_two_five_buckets(1e12)};
+  Histogram request_params_max_tokens{one_two_five_buckets(1e12)};
+  Histogram request_params_n{params_n_buckets()};  // once per prompt of an API request
+  Histogram request_num_preemptions{num_preemptions_buckets()};
 
-  /// Counts one finished engine request by finish reason ("stop", "length", "abort").
+  /// Counts one finished engine request by finish reason ("stop", "length", "abort", "error").
   void record_finish(const std::string& finish_reason);
+  /// Records an engine request's final output (out.finished): its finish reason ("error" when
+  /// out.error is set), e2e latency and queue time, and, once it produced a token, TTFT and
+  /// prefill (first scheduled -> first token), decode (first token -> finished) and inference
+  /// (first scheduled -> finished) times; prompt and generation tokens, preemptions, and
+  /// max_tokens when > 0.
+  void record_finished_request(const RequestOutput& out);
   std::map<std::string, int64_t> finished() const;
 
  private:
@@ -60,9 +87,21 @@ struct ServerMetrics {
   std::map<std::string, int64_t> finished_;
 };
 
+/// What /metrics reads from the engine (all empty/zero while the model loads).
+struct EngineMetricsView {
+  EngineStats stats;
+  std::vector<KVLayerInfo> kv_layers;
+  int64_t max_model_len = 0;
+  std::optional<CacheConfig> cache;  // as configured; set once the engine runs
+};
+
 /// Formats a sample value as Prometheus expects: integers without a fraction, other values
 /// in the shortest form that round-trips, NaN and +-Inf as "NaN", "+Inf", "-Inf".
 std::string format_value(double v);
+
+/// A histogram bound as vLLM's prometheus_client writes its le label (floatToGoString):
+/// 1 -> "1.0", 0.25 -> "0.25", 1e6 -> "1e+06", +Inf -> "+Inf".
+std::string format_le(double v);
 
 /// A float in its shortest round-tripping form (0.0123f -> "0.0123").
 std::string format_float(float v);
@@ -70,9 +109,10 @@ std::string format_float(float v);
 /// Escapes a label value (backslash, double quote, newline).
 std::string escape_label(const std::string& v);
 
-/// The whole /metrics page. Every metric carries model_name="<model_name>".
-std::string render_metrics(const std::string& model_name, const EngineStats& stats,
-                           const std::vector<KVLayerInfo>& kv_layers,
+/// The whole /metrics page. vllm: families carry model_name="<model_name>",engine="0"
+/// (vllm:cache_config_info: its config labels and engine, as vLLM); octet: families carry
+/// model_name.
+std::string render_metrics(const std::string& model_name, const EngineMetricsView& engine,
                            const ServerMetrics& metrics);
 
 }  // namespace octet::server

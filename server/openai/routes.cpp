@@ -102,10 +102,14 @@ Reply handle_health(const ServerContext& ctx) {
 
 Reply handle_metrics(const ServerContext& ctx) {
   const Engine* e = ctx.engine.load();
-  static const std::vector<KVLayerInfo> no_layers;
-  const std::string text =
-      render_metrics(ctx.model_name, e ? e->stats() : EngineStats{}, e ? e->kv_layers() : no_layers,
-                     ctx.metrics);
+  EngineMetricsView view;
+  if (e) {
+    view.stats = e->stats();
+    view.kv_layers = e->kv_layers();
+    view.max_model_len = e->max_model_len();
+    view.cache = ctx.config.engine.cache;
+  }
+  const std::string text = render_metrics(ctx.model_name, view, ctx.metrics);
   return Reply{200, "text/plain; version=0.0.4; charset=utf-8", text};
 }
 

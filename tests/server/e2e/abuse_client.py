@@ -194,7 +194,7 @@ def wait_idle(server, timeout=60.0):
     m = server.metrics()
     while time.time() < deadline:
         m = server.metrics()
-        if (m["octet:num_requests_running"] == 0 and m["octet:num_requests_waiting"] == 0
+        if (m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
                 and m["octet:kv_cache_num_free_blocks"] == m["octet:kv_cache_num_blocks"]):
             return m
         time.sleep(0.1)

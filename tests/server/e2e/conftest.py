@@ -126,7 +126,8 @@ class Server:
         raise RuntimeError("octet serve did not become healthy:\n" + self.diagnostic())
 
     def metrics(self):
-        """/metrics as {"name{labels}": value} without the model_name label."""
+        """/metrics as {"name{labels}": value} without the model_name and engine labels (vllm:
+        families carry model_name and engine="0", octet: ones model_name)."""
         with urllib.request.urlopen(self.base_url + "/metrics", timeout=10) as r:
             text = r.read().decode()
         out = {}
@@ -134,7 +135,7 @@ class Server:
             if not line or line.startswith("#"):
                 continue
             key, value = line.rsplit(" ", 1)
-            key = re.sub(r'model_name="[^"]*",?', "", key).replace("{}", "")
+            key = re.sub(r'(model_name|engine)="[^"]*",?', "", key).replace("{}", "")
             out[key] = float(value)
         return out
 

@@ -763,7 +763,7 @@ def test_mid_stream_disconnects_under_load(stories):
     assert [f.result(timeout=120 * SLOW)[0] for f in futures] == [200, 200]
     background.shutdown()
     after = wait_idle(stories, timeout=30)  # x SLOW inside
-    key = 'octet:request_success_total{finished_reason="%s"}'
+    key = 'vllm:request_success_total{finished_reason="%s"}'
     aborted = after[key % "abort"] - before[key % "abort"]
     finished = after[key % "length"] - before[key % "length"]
     assert aborted >= 1 and aborted + finished == 8 + 2, (aborted, finished)
@@ -1072,7 +1072,7 @@ def test_slow_reader_stream_is_cut_off(own_server):
     assert b"data: [DONE]" not in data
     assert "client reads too slowly" in stories.log_text()
     after = wait_idle(stories, timeout=30)
-    key = 'octet:request_success_total{finished_reason="abort"}'
+    key = 'vllm:request_success_total{finished_reason="abort"}'
     assert after[key] - before[key] >= 1
     assert_alive(stories)
 

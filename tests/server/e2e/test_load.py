@@ -48,7 +48,7 @@ def wait_drained(server, timeout=60.0):
     deadline = time.time() + timeout
     while time.time() < deadline:
         m = server.metrics()
-        if (m["octet:num_requests_running"] == 0 and m["octet:num_requests_waiting"] == 0
+        if (m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
                 and m["octet:kv_cache_num_free_blocks"] == m["octet:kv_cache_num_blocks"]):
             return m
         time.sleep(0.1)
@@ -66,10 +66,10 @@ def test_64_clients_x_10_requests_two_rounds():
         m2 = wait_drained(s)
         rss2 = s.rss_bytes()
         n = CLIENTS * REQUESTS_PER_CLIENT
-        ok = lambda m: sum(v for k, v in m.items() if k.startswith("octet:request_success_total")
+        ok = lambda m: sum(v for k, v in m.items() if k.startswith("vllm:request_success_total")
                            and "abort" not in k)
         assert ok(m1) == n and ok(m2) == 2 * n
-        assert m2['octet:request_success_total{finished_reason="abort"}'] == 0
+        assert m2['vllm:request_success_total{finished_reason="abort"}'] == 0
         print(json.dumps({"round1_s": round(t1, 1), "round2_s": round(t2, 1),
                           "rss1_MiB": rss1 >> 20, "rss2_MiB": rss2 >> 20}))
         assert abs(rss2 - rss1) <= 0.05 * rss1, (rss1, rss2)

@@ -519,7 +519,7 @@ def wait_idle(server, timeout=30.0):
     m = server.metrics()
     while time.time() < deadline:
         m = server.metrics()
-        if (m["octet:num_requests_running"] == 0 and m["octet:num_requests_waiting"] == 0
+        if (m["vllm:num_requests_running"] == 0 and m["vllm:num_requests_waiting"] == 0
                 and m["octet:kv_cache_num_free_blocks"] == m["octet:kv_cache_num_blocks"]):
             return m
         time.sleep(0.05)
@@ -538,7 +538,7 @@ def raw_post(server, path, body):
 @pytest.mark.parametrize("stream", [True, False])
 def test_disconnect_frees_blocks(server, stream):
     before = wait_idle(server)
-    aborted_before = before['octet:request_success_total{finished_reason="abort"}']
+    aborted_before = before['vllm:request_success_total{finished_reason="abort"}']
     s = raw_post(server, "/v1/completions",
                  {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": 800, "ignore_eos": True,
                   "stream": stream})
@@ -546,7 +546,7 @@ def test_disconnect_frees_blocks(server, stream):
     deadline = time.time() + 30
     while time.time() < deadline:
         m = server.metrics()
-        if m["octet:num_requests_running"] >= 1 and m["octet:kv_cache_num_free_blocks"] < m["octet:kv_cache_num_blocks"]:
+        if m["vllm:num_requests_running"] >= 1 and m["octet:kv_cache_num_free_blocks"] < m["octet:kv_cache_num_blocks"]:
             break
         time.sleep(0.02)
     else:
@@ -557,7 +557,7 @@ def test_disconnect_frees_blocks(server, stream):
     s.close()
     after = wait_idle(server, timeout=10)
     assert time.time() - t0 < 5.0  # far sooner than 800 tokens would take
-    assert after['octet:request_success_total{finished_reason="abort"}'] == aborted_before + 1
+    assert after['vllm:request_success_total{finished_reason="abort"}'] == aborted_before + 1
 
 
 # ---- metrics -------------------------------------------------------------------------------
@@ -568,14 +568,38 @@ def test_metrics_counts(server, client):
     r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=5, temperature=0,
                                   extra_body={"ignore_eos": True})
     m1 = wait_idle(server)
-    assert m1["octet:generation_tokens_total"] - m0["octet:generation_tokens_total"] == 5
-    assert m1['octet:request_success_total{finished_reason="length"}'] == \
-        m0['octet:request_success_total{finished_reason="length"}'] + 1
-    assert m1["octet:time_to_first_token_seconds_count"] == m0["octet:time_to_first_token_seconds_count"] + 1
-    assert m1["octet:e2e_request_latency_seconds_count"] == m0["octet:e2e_request_latency_seconds_count"] + 1
-    assert m1["octet:inter_token_latency_seconds_count"] - m0["octet:inter_token_latency_seconds_count"] == 4
+    assert m1["vllm:generation_tokens_total"] - m0["vllm:generation_tokens_total"] == 5
+    assert m1['vllm:request_success_total{finished_reason="length"}'] == \
+        m0['vllm:request_success_total{finished_reason="length"}'] + 1
+    assert m1["vllm:time_to_first_token_seconds_count"] == m0["vllm:time_to_first_token_seconds_count"] + 1
+    assert m1["vllm:e2e_request_latency_seconds_count"] == m0["vllm:e2e_request_latency_seconds_count"] + 1
+    assert m1["vllm:inter_token_latency_seconds_count"] - m0["vllm:inter_token_latency_seconds_count"] == 4
     assert any(k.startswith("octet:kv_cache_layer_info") for k in m1)
     assert r.usage.completion_tokens == 5
+    # vLLM's per-request histograms: one observation each, with this request's numbers.
+    d = lambda k: m1[k] - m0[k]
+    p = r.usage.prompt_tokens
+    assert d("vllm:request_prompt_tokens_count") == 1 and d("vllm:request_prompt_tokens_sum") == p
+    assert d("vllm:request_generation_tokens_sum") == 5
+    assert d("vllm:request_params_n_count") == 1 and d("vllm:request_params_n_sum") == 1
+    assert d("vllm:request_params_max_tokens_sum") == 5
+    assert d("vllm:request_num_preemptions_count") == 1 and d("vllm:request_num_preemptions_sum") == 0
+    for phase in ("queue", "prefill", "decode", "inference"):
+        assert d(f"vllm:request_{phase}_time_seconds_count") == 1, phase
+    # Decode lies within inference, and inference + queue within the e2e latency.
+    assert d("vllm:request_decode_time_seconds_sum") <= d("vllm:request_inference_time_seconds_sum")
+    assert (d("vllm:request_inference_time_seconds_sum") + d("vllm:request_queue_time_seconds_sum")
+            <= d("vllm:e2e_request_latency_seconds_sum") + 1e-9)
+    # Steps: the prompt's uncached tokens (in one chunk) and then 4 single-token decode steps.
+    cached = r.usage.prompt_tokens_details.cached_tokens
+    assert d("vllm:iteration_tokens_total_count") == 5
+    assert d("vllm:iteration_tokens_total_sum") == p - cached + 4
+    assert d('vllm:iteration_tokens_total_bucket{le="1.0"}') == 4 + (p - cached == 1)
+    assert m1['vllm:num_requests_waiting_by_reason{reason="capacity"}'] == 0
+    assert m1['vllm:num_requests_waiting_by_reason{reason="deferred"}'] == 0
+    info = [k for k in m1 if k.startswith("vllm:cache_config_info{")]
+    assert len(info) == 1 and 'block_size="' in info[0] and 'num_gpu_blocks="' in info[0]
+    assert not any(k.startswith("octet:num_requests") or "lora" in k for k in m1)
 
 
 # ---- separate servers: API key, limits, shutdown ---------------------------------------------
@@ -638,7 +662,7 @@ def test_sigterm_drains_in_flight_requests():
     t = threading.Thread(target=long_request)
     t.start()
     deadline = time.time() + 30
-    while s.metrics()["octet:num_requests_running"] < 1 and time.time() < deadline:
+    while s.metrics()["vllm:num_requests_running"] < 1 and time.time() < deadline:
         time.sleep(0.02)
     import signal as sig
     s.proc.send_signal(sig.SIGTERM)
@@ -677,7 +701,7 @@ def test_sigterm_timeout_ends_streams_with_an_error_and_done():
     t = threading.Thread(target=long_stream)
     t.start()
     deadline = time.time() + 30
-    while s.metrics()["octet:num_requests_running"] < 1 and time.time() < deadline:
+    while s.metrics()["vllm:num_requests_running"] < 1 and time.time() < deadline:
         time.sleep(0.02)
     import signal as sig
     s.proc.send_signal(sig.SIGTERM)
