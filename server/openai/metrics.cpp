@@ -85,6 +85,8 @@ void ServerMetrics::record_finished_request(const RequestOutput& out) {
   }
   request_prompt_tokens.observe(static_cast<double>(out.num_prompt_tokens));
   request_generation_tokens.observe(static_cast<double>(out.num_generated_tokens));
+  request_prefill_kv_computed_tokens.observe(
+      static_cast<double>(out.num_prompt_tokens - std::max<int64_t>(out.num_cached_tokens, 0)));
   request_num_preemptions.observe(static_cast<double>(out.num_preemptions));
   if (out.max_tokens > 0) request_params_max_tokens.observe(static_cast<double>(out.max_tokens));
 }
@@ -287,6 +289,9 @@ void render_vllm(Page& p, const EngineMetricsView& e, const ServerMetrics& m) {
   p.histogram("vllm:request_decode_time_seconds",
               "Histogram of time spent in DECODE phase for request.",
               m.request_decode_time.snapshot());
+  p.histogram("vllm:request_prefill_kv_computed_tokens",
+              "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+              m.request_prefill_kv_computed_tokens.snapshot().up_to(max_len));
 
   // An info-style gauge (value 1) whose labels are the cache config, as vLLM's
   // CacheConfig.metrics_info() plus engine; no model_name label (as vLLM).

@@ -69,6 +69,7 @@ struct ServerMetrics {
   Histogram request_prompt_tokens{one_two_five_buckets(1e12)};
   Histogram request_generation_tokens{one_two_five_buckets(1e12)};
   Histogram request_params_max_tokens{one_two_five_buckets(1e12)};
+  Histogram request_prefill_kv_computed_tokens{one_two_five_buckets(1e12)};  // prompt - cached
   Histogram request_params_n{params_n_buckets()};  // once per prompt of an API request
   Histogram request_num_preemptions{num_preemptions_buckets()};
 
@@ -77,8 +78,8 @@ struct ServerMetrics {
   /// Records an engine request's final output (out.finished): its finish reason ("error" when
   /// out.error is set), e2e latency and queue time, and, once it produced a token, TTFT and
   /// prefill (first scheduled -> first token), decode (first token -> finished) and inference
-  /// (first scheduled -> finished) times; prompt and generation tokens, preemptions, and
-  /// max_tokens when > 0.
+  /// (first scheduled -> finished) times; prompt, generation and computed prompt (prompt minus
+  /// prefix-cache hits) tokens, preemptions, and max_tokens when > 0.
   void record_finished_request(const RequestOutput& out);
   std::map<std::string, int64_t> finished() const;
 

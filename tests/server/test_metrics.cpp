@@ -124,6 +124,7 @@ std::vector<VllmFamily> vllm_families() {
       {"vllm:request_inference_time_seconds", "histogram", kBase, kLatency},
       {"vllm:request_prefill_time_seconds", "histogram", kBase, kLatency},
       {"vllm:request_decode_time_seconds", "histogram", kBase, kLatency},
+      {"vllm:request_prefill_kv_computed_tokens", "histogram", kBase, k125To2048},
       // CacheConfig.metrics_info() keys (the ones octet has) + engine; no model_name.
       {"vllm:cache_config_info",
        "gauge",
@@ -324,6 +325,7 @@ TEST_CASE("per-request histograms after a known sequence of requests", "[server]
   a.e2e_time_s = 1.4;
   a.num_preemptions = 1;
   a.max_tokens = 20;
+  a.num_cached_tokens = 16;  // 14 computed
   // B: stop after 3 tokens; queued 0.5 s, first token at 0.7 s, done at 0.9 s; 7 prompt
   //    tokens, max_tokens 1500, never preempted.
   octet::RequestOutput b = a;
@@ -335,6 +337,7 @@ TEST_CASE("per-request histograms after a known sequence of requests", "[server]
   b.e2e_time_s = 0.9;
   b.num_preemptions = 0;
   b.max_tokens = 1500;
+  b.num_cached_tokens = 0;  // 7 computed
   // C: the engine failed it before any token (error): 12 prompt tokens, queued 0.2 s, e2e 0.3.
   octet::RequestOutput c;
   c.finished = true;
@@ -397,6 +400,10 @@ TEST_CASE("per-request histograms after a known sequence of requests", "[server]
   CHECK(v("vllm:request_generation_tokens_sum") == 23);
   CHECK(le("vllm:request_generation_tokens", "1.0") == 1);  // C's 0
   CHECK(le("vllm:request_generation_tokens", "5.0") == 2);
+  // Prompt tokens computed (not from the prefix cache): 14, 7, 12.
+  CHECK(v("vllm:request_prefill_kv_computed_tokens_sum") == 33);
+  CHECK(le("vllm:request_prefill_kv_computed_tokens", "10.0") == 1);
+  CHECK(le("vllm:request_prefill_kv_computed_tokens", "20.0") == 3);
   // max_tokens 20, 1500, 64.
   CHECK(v("vllm:request_params_max_tokens_count") == 3);
   CHECK(v("vllm:request_params_max_tokens_sum") == 1584);

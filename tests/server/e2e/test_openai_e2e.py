@@ -592,6 +592,7 @@ def test_metrics_counts(server, client):
             <= d("vllm:e2e_request_latency_seconds_sum") + 1e-9)
     # Steps: the prompt's uncached tokens (in one chunk) and then 4 single-token decode steps.
     cached = r.usage.prompt_tokens_details.cached_tokens
+    assert d("vllm:request_prefill_kv_computed_tokens_sum") == p - cached
     assert d("vllm:iteration_tokens_total_count") == 5
     assert d("vllm:iteration_tokens_total_sum") == p - cached + 4
     assert d('vllm:iteration_tokens_total_bucket{le="1.0"}') == 4 + (p - cached == 1)
