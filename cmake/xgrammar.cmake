@@ -17,7 +17,8 @@ if(NOT EXISTS "${OCTET_XGRAMMAR_TARBALL}")
   get_filename_component(octet_xgrammar_dir "${OCTET_XGRAMMAR_TARBALL}" DIRECTORY)
   file(MAKE_DIRECTORY "${octet_xgrammar_dir}")
   file(DOWNLOAD "${octet_xgrammar_url}" "${OCTET_XGRAMMAR_TARBALL}.part"
-       EXPECTED_HASH SHA256=${octet_xgrammar_sha256} STATUS octet_xgrammar_status TLS_VERIFY ON)
+       EXPECTED_HASH SHA256=${octet_xgrammar_sha256} STATUS octet_xgrammar_status TLS_VERIFY ON
+       INACTIVITY_TIMEOUT 30 TIMEOUT 600)
   list(GET octet_xgrammar_status 0 octet_xgrammar_code)
   if(NOT octet_xgrammar_code EQUAL 0)
     file(REMOVE "${OCTET_XGRAMMAR_TARBALL}.part")
