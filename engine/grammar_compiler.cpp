@@ -58,17 +58,19 @@ xgrammar::GrammarCompiler& GrammarCompilerService::compiler() {
   std::call_once(compiler_once_, [this] {
     // xgrammar's own cache is off: ours (by key) sits in front of it. Two threads inside one
     // compile (its token-mask precomputation).
-    compiler_ = std::make_unique<xgrammar::GrammarCompiler>(
-        make_tokenizer_info(tokenizer_, eos_token_ids_, vocab_size_), /*max_threads=*/2,
-        /*cache_enabled=*/false);
+    tokenizer_info_ = std::make_unique<xgrammar::TokenizerInfo>(
+        make_tokenizer_info(tokenizer_, eos_token_ids_, vocab_size_));
+    compiler_ = std::make_unique<xgrammar::GrammarCompiler>(*tokenizer_info_, /*max_threads=*/2,
+                                                            /*cache_enabled=*/false);
   });
   return *compiler_;
 }
 
 CompiledGrammarPtr GrammarCompilerService::compile_one(const StructuredOutputParams& p) {
-  const xgrammar::Grammar grammar = build_grammar(p);  // RequestError naming p.field
+  xgrammar::GrammarCompiler& c = compiler();
+  const xgrammar::Grammar grammar = build_grammar(p, tokenizer_info_.get());  // RequestError
   try {
-    return std::make_shared<const xgrammar::CompiledGrammar>(compiler().CompileGrammar(grammar));
+    return std::make_shared<const xgrammar::CompiledGrammar>(c.CompileGrammar(grammar));
   } catch (const std::exception& e) {
     throw RequestError(RequestErrorKind::InvalidRequest,
                        std::string("invalid ") + structured_output_kind_name(p.kind) + " for '" +

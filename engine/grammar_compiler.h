@@ -23,9 +23,11 @@ namespace octet {
 
 class Tokenizer;
 
-/// xgrammar's Grammar for `p` (no tokenizer). Throws RequestError(InvalidRequest, p.field)
-/// when it does not parse or convert.
-xgrammar::Grammar build_grammar(const StructuredOutputParams& p);
+/// xgrammar's Grammar for `p`. tokenizer_info: resolves a structural tag's token-level formats
+/// (nullptr: validation without a tokenizer, where they do not convert). Throws
+/// RequestError(InvalidRequest, p.field) when it does not parse or convert.
+xgrammar::Grammar build_grammar(const StructuredOutputParams& p,
+                                const xgrammar::TokenizerInfo* tokenizer_info = nullptr);
 
 /// xgrammar's TokenizerInfo of the model: token i's encoded string is octet's own decoding of
 /// it (Tokenizer::token_bytes, vocab type RAW), so the grammar matches exactly the bytes the
@@ -78,6 +80,7 @@ class GrammarCompilerService {
   int64_t vocab_size_;
   std::function<void()> on_done_;
   std::once_flag compiler_once_;
+  std::unique_ptr<xgrammar::TokenizerInfo> tokenizer_info_;
   std::unique_ptr<xgrammar::GrammarCompiler> compiler_;
 
   std::mutex mu_;

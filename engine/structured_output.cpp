@@ -39,7 +39,7 @@ std::string ebnf_literal(const std::string& s) {
                      p.field);
 }
 
-xgrammar::Grammar build(const StructuredOutputParams& p) {
+xgrammar::Grammar build(const StructuredOutputParams& p, const xgrammar::TokenizerInfo* info) {
   switch (p.kind) {
     case StructuredOutputKind::Json:
       return xgrammar::Grammar::FromJSONSchema(p.spec, p.any_whitespace);
@@ -58,7 +58,8 @@ xgrammar::Grammar build(const StructuredOutputParams& p) {
     case StructuredOutputKind::Grammar:
       return xgrammar::Grammar::FromEBNF(p.spec);
     case StructuredOutputKind::StructuralTag: {
-      auto r = xgrammar::Grammar::FromStructuralTag(p.spec);
+      auto r = info ? xgrammar::Grammar::FromStructuralTag(p.spec, *info)
+                    : xgrammar::Grammar::FromStructuralTag(p.spec);
       if (auto* g = std::get_if<xgrammar::Grammar>(&r)) return *g;
       std::string msg;
       std::visit([&](const auto& e) { msg = e.what(); }, std::get<1>(r));
@@ -97,9 +98,10 @@ std::string structured_output_key(const StructuredOutputParams& p) {
   return key;
 }
 
-xgrammar::Grammar build_grammar(const StructuredOutputParams& p) {
+xgrammar::Grammar build_grammar(const StructuredOutputParams& p,
+                                const xgrammar::TokenizerInfo* tokenizer_info) {
   try {
-    return build(p);
+    return build(p, tokenizer_info);
   } catch (const RequestError&) {
     throw;
   } catch (const std::exception& e) {

@@ -318,6 +318,19 @@ TEST_CASE("structured outputs: JSON schema, regex, choice and EBNF outputs are i
     }
     CHECK(!seen.empty());
   }
+  SECTION("structural tag") {
+    const std::string tag =
+        R"({"type": "structural_tag", "format": {"type": "tag", "begin": "<n>",
+            "content": {"type": "regex", "pattern": "[0-9]{2,3}"}, "end": "</n>"}})";
+    for (int64_t seed : {-1, 41}) {
+      const Result r = collect(*engine->add_request(
+          "tag", prompt, constrained(so_params(StructuredOutputKind::StructuralTag, tag, "structural_tag"),
+                                     30, seed < 0 ? 0.0f : 1.0f, seed)));
+      INFO("output: " << r.text);
+      CHECK(std::regex_match(r.text, std::regex("<n>[0-9]{2,3}</n>")));
+      CHECK(r.finish_reason == "stop");
+    }
+  }
   SECTION("EBNF grammar") {
     const std::string ebnf = R"G(root ::= "(" num (op num)* ")"
 num ::= [0-9] | [1-9] [0-9]
