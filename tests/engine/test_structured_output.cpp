@@ -3,8 +3,8 @@
 // (checked by independent means: nlohmann::json and hand-written field checks, std::regex);
 // a constrained request ends with "stop" when its grammar ends; a bad spec fails its request
 // alone; unconstrained rows are untouched (bitwise); preemption keeps outputs valid and equal to
-// their solo runs; a pending compile never delays other requests. Fast cases run the tiny
-// stories260K (SentencePiece, byte fallback); SmolLM2 (byte-level BPE) cases exit 77 without it.
+// their solo runs; a pending compile never delays other requests. The tiny stories260K
+// (SentencePiece, byte fallback); SmolLM2 (byte-level BPE): test_structured_output_smollm2.cpp.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -23,7 +23,6 @@
 #include "engine/engine.h"
 #include "engine/sampler.h"
 #include "engine/structured_output.h"
-#include "engine/structured_output_bench.h"
 #include "engine_test_support.h"
 #include "test_model_paths.h"
 
@@ -557,40 +556,6 @@ TEST_CASE("structured outputs: an abort while compiling ends the request", "[str
   release.set_value();
   CHECK(engine->wait_idle(std::chrono::milliseconds(5000)));
   engine->set_structured_output_compile_hook(nullptr);
-}
-
-// SmolLM2 (byte-level BPE, 49152 tokens): a JSON schema through the real chat model.
-TEST_CASE("structured outputs: SmolLM2 follows a JSON schema", "[structured][smollm2]") {
-  auto engine = Engine::create(testing::engine_args(
-      testing::smollm2(), {.kv_cache_memory_bytes = 64 << 20, .max_model_len = 512}));
-  const std::vector<int32_t> prompt = engine->tokenizer().tokenize(
-      "<|im_start|>user\nGive me a person as JSON.<|im_end|>\n<|im_start|>assistant\n", true);
-  for (int64_t seed : {-1, 5}) {
-    INFO("seed " << seed);
-    SamplingParams p = constrained(so_params(StructuredOutputKind::Json, kPersonSchema, "json_schema"),
-                                   120, seed < 0 ? 0.0f : 0.8f, seed);
-    p.logprobs = 2;
-    const Result r = collect(*engine->add_request("smol", prompt, p));
-    check_person(r.text);
-    CHECK(r.finish_reason == "stop");
-  }
-  const Result re = collect(*engine->add_request(
-      "smol-re", prompt,
-      constrained(so_params(StructuredOutputKind::Regex, "Answer: (yes|no)\\.", "regex"), 20)));
-  CHECK(std::regex_match(re.text, std::regex("Answer: (yes|no)\\.")));
-}
-
-// Manual: `test_structured_output "[.bench]"` prints the bench_structured JSON on SmolLM2.
-TEST_CASE("structured outputs: bench on SmolLM2", "[.bench][smollm2]") {
-  auto engine = Engine::create(testing::engine_args(
-      testing::smollm2(), {.kv_cache_memory_bytes = 256 << 20, .max_model_len = 512}));
-  const std::vector<std::string> schemas = {
-      kPersonSchema,
-      R"({"type":"object","properties":{"id":{"type":"integer"},"items":{"type":"array","items":{"type":"object","properties":{"sku":{"type":"string","pattern":"^[A-Z]{3}-[0-9]{4}$"},"qty":{"type":"integer","minimum":1},"price":{"type":"number"}},"required":["sku","qty","price"]}},"note":{"type":["string","null"]}},"required":["id","items"]})"};
-  const StructuredBenchResult r = bench_structured(*engine, schemas, {1, 16}, 64);
-  std::printf("%s\n", structured_bench_json(r).c_str());
-  CHECK(r.compile_ms.size() == 2);
-  CHECK(r.bitmask_fills > 0);
 }
 
 }  // namespace octet
