@@ -526,13 +526,13 @@ void Engine::Impl::poll_compiles() {
       ++i;
       continue;
     }
-    PendingGrammar p = std::move(compiling[i]);
-    compiling.erase(compiling.begin() + static_cast<std::ptrdiff_t>(i));
-    const std::string id = p.req->request_id;
+    const std::string id = compiling[i].req->request_id;
     RequestOutput out;
     try {
-      outputs->find(id)->grammar = std::make_unique<GrammarState>(p.grammar.get());
-      scheduler->add_request(std::move(p.req));
+      outputs->find(id)->grammar = std::make_unique<GrammarState>(compiling[i].grammar.get());
+      std::unique_ptr<Request> req = std::move(compiling[i].req);
+      compiling.erase(compiling.begin() + static_cast<std::ptrdiff_t>(i));
+      scheduler->add_request(std::move(req));
       continue;
     } catch (const RequestError& e) {
       out.error = e.what();
@@ -584,13 +584,16 @@ void Engine::Impl::step() {
 void Engine::Impl::finish(std::string id, RequestStatus status, RequestOutput out) {
   RequestState* st = outputs->find(id);
   if (!st) return;
+  std::unique_ptr<Request> compiling_req;  // a request still waiting for its grammar
   for (size_t i = 0; i < compiling.size(); ++i)
     if (compiling[i].req->request_id == id) {
+      compiling_req = std::move(compiling[i].req);
       compiling.erase(compiling.begin() + static_cast<std::ptrdiff_t>(i));
       break;
     }
   out.request_id = id;
-  OutputProcessor::complete(*st, scheduler->get(id), Clock::now(), out);
+  const Request* r = scheduler->get(id);
+  OutputProcessor::complete(*st, r ? r : compiling_req.get(), Clock::now(), out);
   scheduler->finish_request(id, status);
   pending.emplace_back(st->stream, std::move(out));
   outputs->erase(id);

@@ -122,6 +122,7 @@ struct Failure {
   std::string error, param, finish_reason;
   bool invalid_request = false;
   size_t num_tokens = 0;
+  int64_t num_prompt_tokens = 0;
 };
 Failure read_failure(RequestStream& s) {
   Failure f;
@@ -132,6 +133,7 @@ Failure read_failure(RequestStream& s) {
       f.param = o->error_param;
       f.invalid_request = o->invalid_request;
       f.finish_reason = o->finish_reason;
+      f.num_prompt_tokens = o->num_prompt_tokens;
     }
   }
   return f;
@@ -402,6 +404,7 @@ TEST_CASE("structured outputs: a bad spec fails only its request", "[structured]
   CHECK(bad.param == "response_format");
   CHECK(bad.error.find("response_format") != std::string::npos);
   CHECK(bad.num_tokens == 0);
+  CHECK(bad.num_prompt_tokens == 6);
   const Result good = collect(*streams[1]);
   CHECK(good.token_ids.size() == 10);
   check_person(collect(*streams[2]).text);
