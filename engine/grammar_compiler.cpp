@@ -135,7 +135,7 @@ GrammarState::GrammarState(const CompiledGrammarPtr& grammar)
       bitmask_(static_cast<size_t>(
           xgrammar::GetBitmaskSize(grammar->GetTokenizerInfo().GetVocabSize()))) {}
 
-const int32_t* GrammarState::fill_bitmask() {
+void GrammarState::fill_bitmask() noexcept {
   int64_t shape[1] = {static_cast<int64_t>(bitmask_.size())};
   DLTensor t{};
   t.data = bitmask_.data();
@@ -145,8 +145,14 @@ const int32_t* GrammarState::fill_bitmask() {
   t.shape = shape;
   t.strides = nullptr;
   t.byte_offset = 0;
-  matcher_.FillNextTokenBitmask(&t);
-  return bitmask_.data();
+  try {
+    fill_error_.clear();
+    matcher_.FillNextTokenBitmask(&t);
+  } catch (const std::exception& e) {
+    fill_error_ = e.what();
+  } catch (...) {
+    fill_error_ = "unknown error";
+  }
 }
 
 }  // namespace octet

@@ -98,8 +98,12 @@ class GrammarCompilerService {
 class GrammarState {
  public:
   explicit GrammarState(const CompiledGrammarPtr& grammar);
-  /// The allowed tokens for the next position; valid until the next call.
-  const int32_t* fill_bitmask();
+  /// Fills bitmask() with the tokens allowed at the next position. Never throws: an xgrammar
+  /// error is kept in fill_error() (so fills can run on a thread team). Thread-safe across
+  /// different GrammarStates.
+  void fill_bitmask() noexcept;
+  const int32_t* bitmask() const { return bitmask_.data(); }
+  const std::string& fill_error() const { return fill_error_; }
   /// Advances past `token`; false when the grammar rejects it (then the state is unchanged).
   bool accept(int32_t token) { return matcher_.AcceptToken(token); }
   /// True once the matcher accepted a stop token (the grammar ended with EOS).
@@ -109,6 +113,7 @@ class GrammarState {
   CompiledGrammarPtr grammar_;  // keeps the compiled grammar alive for the matcher
   xgrammar::GrammarMatcher matcher_;
   std::vector<int32_t> bitmask_;
+  std::string fill_error_;
 };
 
 }  // namespace octet

@@ -85,8 +85,10 @@ class OutputProcessor {
   std::vector<RequestUpdate> updates(EngineClock::time_point now, int64_t* new_prompt_tokens,
                                      int64_t* new_generated);
 
-  /// Structured outputs: grammar bitmasks filled (one per constrained row sampled) and their
-  /// total wall time in seconds, since construction (engine/structured_output_bench.h).
+  /// Structured outputs: grammar bitmasks filled (one per constrained row sampled) and the
+  /// total wall time of filling them in seconds (a step's fills run in parallel on the CPU
+  /// thread team: time per fill is amortised), since construction
+  /// (engine/structured_output_bench.h).
   int64_t num_bitmask_fills() const { return num_bitmask_fills_; }
   double bitmask_fill_s() const { return bitmask_fill_s_; }
 
@@ -108,6 +110,7 @@ class OutputProcessor {
   int64_t max_model_len_;
   std::unordered_map<std::string, RequestState> states_;
   std::vector<Sampled> sampled_;  // of the last sample()
+  std::vector<GrammarState*> fills_;  // this step's constrained rows (sample())
   int64_t num_bitmask_fills_ = 0;
   double bitmask_fill_s_ = 0.0;
 };
