@@ -20,6 +20,11 @@ RUN apt-get update \
       libyaml-cpp-dev \
  && rm -rf /var/lib/apt/lists/*
 ENV CCACHE_DIR=/ccache CCACHE_BASEDIR=/src CCACHE_MAXSIZE=2G
+# xgrammar's pinned sdist (cmake/xgrammar.cmake verifies its SHA-256), where the configure
+# looks for it: $OCTET_CACHE_DIR/xgrammar-0.2.8.tar.gz.
+ADD https://files.pythonhosted.org/packages/03/0f/29f521535729be740779c2c98b630ef6607cf28be9b669895dd2b821ff63/xgrammar-0.2.8.tar.gz \
+    /opt/octet-cache/xgrammar-0.2.8.tar.gz
+ENV OCTET_CACHE_DIR=/opt/octet-cache
 
 FROM toolchain AS toolchain-cuda
 # nvcc 13 from NVIDIA's Debian 12 repository (the same bookworm toolchain as the CPU image).
@@ -38,6 +43,7 @@ FROM toolchain AS build-cpu
 # Only what the binary is built from (a change elsewhere, e.g. docs or scripts, reuses the
 # build layer); CMakeLists.txt needs tests/catch_main.cpp to configure.
 COPY CMakeLists.txt /src/
+COPY cmake /src/cmake
 COPY config /src/config
 COPY kernels /src/kernels
 COPY models /src/models
@@ -52,6 +58,7 @@ FROM toolchain-cuda AS build-cuda
 # Only what the binary is built from (a change elsewhere, e.g. docs or scripts, reuses the
 # build layer); CMakeLists.txt needs tests/catch_main.cpp to configure.
 COPY CMakeLists.txt /src/
+COPY cmake /src/cmake
 COPY config /src/config
 COPY kernels /src/kernels
 COPY models /src/models

@@ -5,7 +5,9 @@
 #include <utility>
 
 #include "engine/detokenizer.h"
+#include "engine/grammar_compiler.h"
 #include "engine/model_runner.h"
+#include "kernels/common/host_parallel.h"
 
 namespace octet {
 
@@ -74,6 +76,23 @@ void OutputProcessor::on_scheduled(const SchedulerOutput& out, EngineClock::time
 // logprobs) is recorded and fails that request alone in updates().
 void OutputProcessor::sample(const SchedulerOutput& out, const StepLogits& logits) {
   sampled_.clear();
+  // Structured outputs: the grammar bitmasks of the constrained rows sampled this step, filled
+  // first and in parallel on the CPU thread team (independent matchers; the forward is done, so
+  // the team is idle). xgrammar's fill costs ~0.1 ms per row for a JSON schema.
+  fills_.clear();
+  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+    const Request& r = *out.scheduled[i];
+    if (logits.sample_row[i] < 0 || r.sampling_params.max_tokens == 0) continue;
+    RequestState& st = states_.at(r.request_id);
+    if (st.grammar) fills_.push_back(st.grammar.get());
+  }
+  if (!fills_.empty()) {
+    const EngineClock::time_point t0 = EngineClock::now();
+    const int64_t n = static_cast<int64_t>(fills_.size());
+    host_parallel_for(n, n > 1, [&](int64_t k) { fills_[static_cast<size_t>(k)]->fill_bitmask(); });
+    bitmask_fill_s_ += seconds_between(t0, EngineClock::now());
+    num_bitmask_fills_ += n;
+  }
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     Request& r = *out.scheduled[i];
     RequestState& st = states_.at(r.request_id);
@@ -97,10 +116,19 @@ void OutputProcessor::sample(const SchedulerOutput& out, const StepLogits& logit
         sampled_.push_back({&r, SampleResult{}, true, ""});
         continue;
       }
+      const int32_t* bitmask = nullptr;
+      if (st.grammar) {  // filled above
+        if (!st.grammar->fill_error().empty())
+          throw std::runtime_error("structured output: " + st.grammar->fill_error());
+        bitmask = st.grammar->bitmask();
+      }
       SampleResult res = octet::sample(logits.row(logits.sample_row[i]), logits.vocab, p,
                                        r.prompt_token_ids, r.output_token_ids, eos_token_ids_,
-                                       st.rng);
+                                       st.rng, bitmask);
       if (!res.ok()) throw std::runtime_error("sampling: " + res.error);
+      if (st.grammar && !st.grammar->accept(res.token_id))
+        throw std::runtime_error("structured output: the grammar rejected sampled token " +
+                                 std::to_string(res.token_id));
       r.append_output_token(res.token_id);
       sampled_.push_back({&r, std::move(res), false, ""});
     } catch (const std::exception& e) {
@@ -161,6 +189,9 @@ RequestUpdate OutputProcessor::update_for(Request& r, const SampleResult& res, b
     if (p.logprobs >= 0) o.logprobs.push_back(to_token_logprobs(res));
     const bool may_stop = n_out >= p.min_tokens;
     if (may_stop && contains(eos_token_ids_, tok) && !p.ignore_eos) {
+      status = RequestStatus::FinishedStopped;
+    } else if (st.grammar && st.grammar->terminated()) {
+      // The grammar ended with a stop token (EOS, even with ignore_eos): nothing can follow.
       status = RequestStatus::FinishedStopped;
     } else if (may_stop && contains(p.stop_token_ids, tok)) {
       status = RequestStatus::FinishedStopped;
