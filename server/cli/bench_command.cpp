@@ -155,6 +155,7 @@ int run_bench(int argc, const char* const* argv) {
   if (sub == "serve") return run_bench_serve(argc - 1, argv + 1);
   if (sub == "sweep") return run_bench_sweep(argc - 1, argv + 1);
   if (sub == "kernels") return run_bench_kernels(argc - 1, argv + 1);
+  if (sub == "structured") return run_bench_structured(argc - 1, argv + 1);
   const bool help = sub == "--help" || sub == "-h";
   if (!help && !sub.empty()) std::cerr << "octet bench: unknown benchmark '" << sub << "'\n";
   (help ? std::cout : std::cerr) << "usage: octet bench latency --model PATH [--quantization auto|fp8|none] "
@@ -165,7 +166,8 @@ int run_bench(int argc, const char* const* argv) {
                "       octet bench engine --model PATH [--concurrency 1,4,16,64] "
                "[--contexts 512,...,8192] [--kv-cache-dtypes bf16,fp8_e4m3]\n"
                "       octet bench serve [--base-url URL] [--num-prompts N] ... (vLLM's flags)\n"
-               "       octet bench sweep --model PATH | --base-url URL [--max-concurrency 1,4,16]\n";
+               "       octet bench sweep --model PATH | --base-url URL [--max-concurrency 1,4,16]\n"
+               "       octet bench structured --model PATH --schemas FILE [--concurrency 1,16]\n";
   return help ? 0 : 2;
 }
 
