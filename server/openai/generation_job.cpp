@@ -395,7 +395,10 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
   const json stop = stop_reason_json(c.stop_reason, req_.params.stop);
   if (chat) {
     const bool has_tokens = !out.token_ids.empty();
-    if (out.text.empty() && !c.finished && !(req_.chat_logprobs && has_tokens)) return "";
+    // With return_token_ids every update with tokens makes a chunk (vLLM), text or not.
+    if (out.text.empty() && !c.finished &&
+        !((req_.chat_logprobs || req_.return_token_ids) && has_tokens))
+      return "";
     json delta = json::object();
     if (!out.text.empty() || (req_.chat_logprobs && has_tokens)) delta["content"] = out.text;
     const json lp = req_.chat_logprobs ? chat_logprobs(out.logprobs, text_of, req_.logprobs)
@@ -407,8 +410,11 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
   std::string text = out.text;
   if (first && req_.echo) text = prompt_texts_[c.prompt_index] + text;
   const bool has_lp = req_.logprobs >= 0 && !lp_update["tokens"].empty();
-  // A choice's first update always makes a chunk when it carries the prompt ids.
-  if (text.empty() && !c.finished && !has_lp && !(first && req_.return_token_ids)) return "";
+  // With return_token_ids the first update (the prompt ids) and every update with tokens make
+  // a chunk, text or not.
+  if (text.empty() && !c.finished && !has_lp &&
+      !(req_.return_token_ids && (first || !out.token_ids.empty())))
+    return "";
   json j = completion_chunk(meta_, c.index, text, lp_update, finish, stop, req_.include_usage);
   add_stream_extras(j, c, out.token_ids, first);
   return sse_data(j);

@@ -474,6 +474,7 @@ int64_t engine_logprobs(int64_t k) { return k == kLogprobsWholeVocab ? 0 : k; }
 void parse_prompt_logprobs(Fields& f, GenerateRequest& r) {
   const auto v = logprob_count(f, "prompt_logprobs");
   if (!v) return;
+  if (r.stream && *v == 0) return;  // vLLM accepts 0 with stream (and sends nothing)
   if (r.stream)  // as vLLM
     throw bad_request("'prompt_logprobs' is not available when 'stream' is true",
                       "prompt_logprobs");
@@ -724,8 +725,12 @@ GenerateRequest parse_chat_request(const json& body, const NumberLiterals* liter
   r.add_special_tokens = f.boolean("add_special_tokens").value_or(false);
   parse_prompt_logprobs(f, r);
   if (auto v = f.boolean("echo")) r.echo = *v;
-  // vLLM: echo without prompt_logprobs scores the prompt with top_logprobs (unused by the
-  // chat response, which carries prompt_logprobs only when asked): not copied here.
+  // vLLM: echo without prompt_logprobs scores the prompt with top_logprobs (default 0, whether
+  // or not logprobs is true), and a non-streaming response carries them.
+  if (r.echo && r.prompt_logprobs < 0 && !r.stream) {
+    r.prompt_logprobs = top.value_or(0);
+    r.params.prompt_logprobs = engine_logprobs(r.prompt_logprobs);
+  }
   if (auto v = f.boolean("continue_final_message")) r.continue_final_message = *v;
   // vLLM (and Hugging Face's apply_chat_template): add_generation_prompt defaults to true, so
   // continue_final_message needs add_generation_prompt: false.

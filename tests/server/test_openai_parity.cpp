@@ -157,6 +157,9 @@ TEST_CASE("chat prompt_logprobs as on completions", "[server][parity]") {
     parse_chat_request(chat({{"prompt_logprobs", 1}, {"stream", true}}));
   });
   CHECK(s.param() == "prompt_logprobs");
+  // vLLM: 0 passes with stream (nothing is sent).
+  CHECK(parse_chat_request(chat({{"prompt_logprobs", 0}, {"stream", true}})).prompt_logprobs ==
+        -1);
   CHECK(error_of([] { parse_chat_request(chat({{"prompt_logprobs", 21}})); }).param() ==
         "prompt_logprobs");
   // The logprob budget counts a chat prompt's logprobs too: 100,000 tokens x 21 entries.
@@ -212,6 +215,14 @@ TEST_CASE("continue_final_message and chat echo", "[server][parity]") {
   CHECK(r.continue_final_message);
   CHECK_FALSE(r.add_generation_prompt);
   CHECK(r.echo);
+  // vLLM: echo scores the prompt with top_logprobs (default 0) unless prompt_logprobs is given.
+  CHECK(r.prompt_logprobs == 0);
+  CHECK(parse_chat_request(chat({{"echo", true}, {"logprobs", true}, {"top_logprobs", 4}}))
+            .prompt_logprobs == 4);
+  CHECK(parse_chat_request(chat({{"echo", true}, {"prompt_logprobs", 2}, {"top_logprobs", 4},
+                                 {"logprobs", true}}))
+            .prompt_logprobs == 2);
+  CHECK(parse_chat_request(chat({{"echo", true}, {"stream", true}})).prompt_logprobs == -1);
   // On /v1/completions it means nothing: 400 naming it.
   CHECK(error_of([] { parse_completion_request(completion({{"continue_final_message", true}})); })
             .param() == "continue_final_message");
