@@ -14,6 +14,7 @@
 #include "server/openai/chat_render.h"
 #include "server/openai/prepare_cancel.h"
 #include "server/openai/prompt_truncation.h"
+#include "server/openai/request_checks.h"
 
 namespace octet::server {
 

@@ -92,7 +92,7 @@ class Fields {
     if (!d) return std::nullopt;
     if (std::fabs(*d) > FLT_MAX)
       throw bad_request(std::string("'") + key + "' is out of range for a 32-bit float, got " +
-                            fmt(*d),
+                            as_sent(key, json(*d)),
                         key);
     // A nonzero value below the smallest float keeps its sign and stays nonzero (vLLM reads
     // doubles: top_p 1e-300 is > 0 there too), instead of becoming 0 and a misleading "got 0".
@@ -744,39 +744,6 @@ GenerateRequest parse_chat_request(const json& body, const NumberLiterals* liter
   u.insert(u.end(), r.unknown_fields.begin(), r.unknown_fields.end());
   r.unknown_fields = u;
   return r;
-}
-
-void resolve_logprobs(GenerateRequest& r, int64_t vocab_size, int64_t max_logprobs) {
-  const bool chat = r.endpoint == Endpoint::kChatCompletions;
-  const auto resolve = [&](int64_t& k, const char* what, const char* field) {
-    if (k == kLogprobsWholeVocab) k = vocab_size;
-    if (k > max_logprobs)
-      throw bad_request(std::string("Requested ") + what + " logprobs of " + std::to_string(k) +
-                            ", which is greater than max allowed: " +
-                            std::to_string(max_logprobs) + " (--max-logprobs)",
-                        field);
-  };
-  resolve(r.logprobs, "sample", chat ? "top_logprobs" : "logprobs");
-  resolve(r.prompt_logprobs, "prompt", "prompt_logprobs");
-  r.params.logprobs = r.logprobs;
-  r.params.prompt_logprobs = r.prompt_logprobs;
-  if (!chat && r.echo && r.logprobs >= 0)
-    r.params.prompt_logprobs = std::max(r.params.prompt_logprobs, r.logprobs);
-}
-
-void check_logit_bias_vocab(const SamplingParams& params, int64_t vocab_size) {
-  std::vector<int32_t> bad;
-  for (const auto& [id, bias] : params.logit_bias)
-    if (id < 0 || id >= vocab_size) bad.push_back(id);
-  if (bad.empty()) return;
-  std::sort(bad.begin(), bad.end());
-  std::string list;
-  for (size_t i = 0; i < bad.size() && i < 16; ++i)
-    list += (i ? ", " : "") + std::to_string(bad[i]);
-  if (bad.size() > 16) list += ", ... " + std::to_string(bad.size() - 16) + " more";
-  throw bad_request("token_id(s) [" + list + "] in logit_bias contain out-of-vocab token ids. "
-                        "Vocabulary size: " + std::to_string(vocab_size),
-                    "logit_bias");
 }
 
 namespace {

@@ -112,16 +112,6 @@ int64_t choice_seed(int64_t seed, int64_t i);
 int64_t resolve_max_tokens(int64_t n_prompt, std::optional<int64_t> requested,
                            int64_t max_model_len);
 
-/// Resolves the logprob counts of `r` against the model and the server (vLLM's
-/// _validate_logprobs): kLogprobsWholeVocab becomes vocab_size; a count above max_logprobs
-/// (--max-logprobs) gets ApiError 400 naming the field ("Requested sample logprobs of N, which
-/// is greater than max allowed: M", or "prompt logprobs"). Sets r.params to the resolved counts.
-void resolve_logprobs(GenerateRequest& r, int64_t vocab_size, int64_t max_logprobs);
-
-/// ApiError 400 (param "logit_bias") naming every logit_bias token id outside [0, vocab_size),
-/// as vLLM lists them all (the engine's own check names the first only).
-void check_logit_bias_vocab(const SamplingParams& params, int64_t vocab_size);
-
 /// Most logprob entries (a token's logprob, or one of its top alternatives) one response may
 /// carry: ~16 bytes of JSON each, so ~16 MB. A 2000-token prompt echoed with logprobs 20 is
 /// 2000 x 21 = 42,000 per choice; the same with n = 128 (5.4M) is refused.

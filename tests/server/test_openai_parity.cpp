@@ -16,6 +16,7 @@
 #include "server/openai/openai_request.h"
 #include "server/openai/openai_response.h"
 #include "server/openai/prompt_truncation.h"
+#include "server/openai/request_checks.h"
 #include "server/openai/routes.h"
 
 using nlohmann::json;
@@ -76,6 +77,7 @@ TEST_CASE("out-of-range integers are quoted as sent", "[server][parity]") {
       {R"({"prompt": "x", "max_tokens": 1e20})", "max_tokens", "got 1e20"},
       {R"({"prompt": "x", "n": 99999999999999999999})", "n", "got 99999999999999999999"},
       {R"({"prompt": "x", "priority": 1.5E-3})", "priority", "got 1.5E-3"},
+      {R"({"prompt": "x", "temperature": 1E300})", "temperature", "got 1E300"},
   };
   for (const auto& c : cases) {
     INFO(c.body);
