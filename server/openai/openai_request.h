@@ -8,7 +8,7 @@
 //
 // - A field octet recognises but cannot honour, one that would change what is generated
 //   (tools, response_format other than text, best_of other than n, suffix, guided_*, vLLM's
-//   use_beam_search / truncate_prompt_tokens, llama.cpp's grammar / json_schema / n_predict /
+//   use_beam_search / allowed_token_ids, llama.cpp's grammar / json_schema / n_predict /
 //   mirostat, ...), is rejected with 400 naming it, never silently dropped; the values that
 //   request nothing (null, use_beam_search false, response_format {"type": "text"}) pass.
 // - A field octet does not know is listed in `unknown_fields` (the caller logs one warning) and
