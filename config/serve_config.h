@@ -32,6 +32,7 @@ struct ServeConfig {
   double read_timeout = 30.0;        // seconds to receive a body / to accept a response write
   double shutdown_timeout = 30.0;    // seconds in-flight requests get after SIGTERM/SIGINT
   int64_t max_num_waiting = 1024;    // engine requests waiting before new ones get 503
+  int64_t max_logprobs = 20;         // largest logprobs / top_logprobs / prompt_logprobs (vLLM)
   int64_t http_threads = 2;          // I/O threads (they only parse, enqueue and stream)
   int64_t num_prepare_threads = 2;   // threads that parse, render and tokenize request bodies
   int64_t max_queued_prepares = 64;  // requests being prepared or queued before new ones get 503
@@ -73,6 +74,10 @@ struct ServeConfig {
       "seconds in-flight requests may take to finish after SIGTERM or SIGINT");
     v(c.max_num_waiting, "max_num_waiting",
       "waiting engine requests beyond which new requests get 503");
+    v(c.max_logprobs, "max_logprobs",
+      "largest logprobs / top_logprobs / prompt_logprobs a request may ask for, as vLLM's "
+      "--max-logprobs (at most 20, the engine's bound; -1 in a request asks for the whole "
+      "vocabulary and so gets 400 unless it is this small)");
     v(c.http_threads, "http_threads", "HTTP I/O threads (they never run the model)");
     v(c.num_prepare_threads, "num_prepare_threads",
       "threads that parse request bodies, render chat templates and tokenize, off the I/O "

@@ -13,6 +13,8 @@
 #include "server/openai/api_error.h"
 #include "server/openai/chat_render.h"
 #include "server/openai/prepare_cancel.h"
+#include "server/openai/prompt_truncation.h"
+#include "server/openai/request_checks.h"
 
 namespace octet::server {
 
@@ -43,8 +45,13 @@ std::vector<int32_t> tokenize_chat(const ServerContext& ctx, const ModelTokenize
     const RenderedChat r = render_chat_with_spans(ctx.chat_template, messages,
                                                   add_generation_prompt, tok.bos_token(),
                                                   tok.eos_token());
-    if (r.text != text) throw std::logic_error("the chat template rendered two texts");
-    return tok.tokenize_with_plain_spans(r.text, r.content_spans, add_special_tokens);
+    // `text` is the rendering, or its prefix under continue_final_message.
+    if (text.size() > r.text.size() || r.text.compare(0, text.size(), text) != 0)
+      throw std::logic_error("the chat template rendered two texts");
+    std::vector<std::pair<size_t, size_t>> spans;
+    for (auto [b, e] : r.content_spans)
+      if (b < text.size()) spans.emplace_back(b, std::min(e, text.size()));
+    return tok.tokenize_with_plain_spans(text, spans, add_special_tokens);
   } catch (const std::invalid_argument& e) {
     throw bad_request(e.what(), "messages");
   }
@@ -114,6 +121,9 @@ void GenerationJob::prepare() {
                           " needs the priority scheduler (start with --scheduling-policy "
                           "priority)",
                       "priority");
+  // vLLM's logprobs -1 (the whole vocabulary) and --max-logprobs; every bad logit_bias id.
+  resolve_logprobs(req_, engine_.vocab_size(), ctx_.config.max_logprobs);
+  check_logit_bias_vocab(req_.params, engine_.vocab_size());
   meta_.id = random_id(chat ? "chatcmpl-" : "cmpl-");
   meta_.created = unix_now();
   meta_.model = ctx_.model_name;
@@ -136,24 +146,35 @@ void GenerationJob::prepare() {
     } catch (const std::exception& e) {
       throw ApiError(500, std::string("cannot render the chat template: ") + e.what());
     }
-    check_prompt_bytes(tok, text, engine_.max_model_len());
+    if (req_.continue_final_message)
+      text.resize(continue_final_message_end(text, req_.messages));
+    // Truncation takes any length (vLLM skips its length check before tokenizing then).
+    if (!req_.truncate_prompt_tokens) check_prompt_bytes(tok, text, engine_.max_model_len());
     check_prepare_cancelled("tokenizing the rendered messages");
     prompt_ids_.push_back(tokenize_chat(ctx_, tok, req_.messages, text, req_.add_generation_prompt,
                                         req_.add_special_tokens));
     prompt_texts_.push_back(text);
+    if (req_.echo) chat_echo_ = chat_echo_text(req_.messages, req_.add_generation_prompt);
   } else {
     for (const PromptInput& p : req_.prompts) {
       if (p.is_token_ids) {
         prompt_ids_.push_back(p.token_ids);
         prompt_texts_.push_back("");  // echo: detokenized once the engine accepted the ids
       } else {
-        check_prompt_bytes(tok, p.text, engine_.max_model_len());
+        if (!req_.truncate_prompt_tokens) check_prompt_bytes(tok, p.text, engine_.max_model_len());
         check_prepare_cancelled("tokenizing a prompt");
         prompt_ids_.push_back(tok.tokenize(p.text, req_.add_special_tokens));
         prompt_texts_.push_back(p.text);
       }
     }
   }
+
+  // vLLM's truncate_prompt_tokens; echo shows the prompt that was kept.
+  for (size_t p = 0; p < prompt_ids_.size(); ++p)
+    if (truncate_prompt(prompt_ids_[p], req_.truncate_prompt_tokens, req_.truncate_left,
+                        engine_.max_model_len(), req_.max_tokens) &&
+        !chat && req_.echo && !req_.prompts[p].is_token_ids)
+      prompt_texts_[p] = detokenize_known(tok, prompt_ids_[p], /*skip_special_tokens=*/false);
 
   // max_tokens: as requested, or up to the context limit.
   std::vector<int64_t> max_tokens;
@@ -270,6 +291,30 @@ std::string GenerationJob::token_text(int32_t id) const {
   return t;
 }
 
+TokenText GenerationJob::logprob_text() const {
+  if (req_.return_tokens_as_token_ids)
+    return [](int32_t id) { return "token_id:" + std::to_string(id); };
+  return [this](int32_t id) { return token_text(id); };
+}
+
+void GenerationJob::add_stream_extras(json& j, const Choice& c,
+                                      const std::vector<int32_t>& update_ids, bool first) const {
+  if (req_.continuous_usage) {
+    Usage u;
+    u.prompt_tokens = static_cast<int64_t>(prompt_ids_[c.prompt_index].size());
+    u.completion_tokens = static_cast<int64_t>(c.token_ids.size());
+    j["usage"] = usage_json(u);
+    j["usage"].erase("prompt_tokens_details");  // vLLM: the counts only
+  }
+  if (!req_.return_token_ids) return;
+  const bool chat = req_.endpoint == Endpoint::kChatCompletions;
+  json& choice = j["choices"][0];
+  choice["token_ids"] = update_ids;
+  // vLLM: chat chunks carry prompt_token_ids at the top (the role chunk), completion chunks
+  // in the choice (its first chunk).
+  if (first) (chat ? j : choice)["prompt_token_ids"] = prompt_ids_[c.prompt_index];
+}
+
 void GenerationJob::fail(int status, const std::string& message) {
   if (status_ == 200) {
     status_ = status;
@@ -281,7 +326,7 @@ void GenerationJob::fail(int status, const std::string& message) {
 std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
   const auto now = std::chrono::steady_clock::now();
   const bool chat = req_.endpoint == Endpoint::kChatCompletions;
-  const TokenText text_of = [this](int32_t id) { return token_text(id); };
+  const TokenText text_of = logprob_text();
   const bool first = c.first_update;
   c.first_update = false;
   if (first) {
@@ -349,19 +394,29 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
   const json stop = stop_reason_json(c.stop_reason, req_.params.stop);
   if (chat) {
     const bool has_tokens = !out.token_ids.empty();
-    if (out.text.empty() && !c.finished && !(req_.chat_logprobs && has_tokens)) return "";
+    // With return_token_ids every update with tokens makes a chunk (vLLM), text or not.
+    if (out.text.empty() && !c.finished &&
+        !((req_.chat_logprobs || req_.return_token_ids) && has_tokens))
+      return "";
     json delta = json::object();
     if (!out.text.empty() || (req_.chat_logprobs && has_tokens)) delta["content"] = out.text;
     const json lp = req_.chat_logprobs ? chat_logprobs(out.logprobs, text_of, req_.logprobs)
                                        : json(nullptr);
-    return sse_data(chat_chunk(meta_, c.index, delta, lp, finish, stop, req_.include_usage));
+    json j = chat_chunk(meta_, c.index, delta, lp, finish, stop, req_.include_usage);
+    add_stream_extras(j, c, out.token_ids, /*first=*/false);  // prompt ids: the role chunk
+    return sse_data(j);
   }
   std::string text = out.text;
   if (first && req_.echo) text = prompt_texts_[c.prompt_index] + text;
   const bool has_lp = req_.logprobs >= 0 && !lp_update["tokens"].empty();
-  if (text.empty() && !c.finished && !has_lp) return "";
-  return sse_data(completion_chunk(meta_, c.index, text, lp_update, finish, stop,
-                                   req_.include_usage));
+  // With return_token_ids the first update (the prompt ids) and every update with tokens make
+  // a chunk, text or not.
+  if (text.empty() && !c.finished && !has_lp &&
+      !(req_.return_token_ids && (first || !out.token_ids.empty())))
+    return "";
+  json j = completion_chunk(meta_, c.index, text, lp_update, finish, stop, req_.include_usage);
+  add_stream_extras(j, c, out.token_ids, first);
+  return sse_data(j);
 }
 
 Usage GenerationJob::usage() const {
@@ -389,7 +444,11 @@ std::string GenerationJob::finish_stream() {
 std::string GenerationJob::final_body() {
   if (status_ != 200) return dump(error_json(status_, error_message_));
   const bool chat = req_.endpoint == Endpoint::kChatCompletions;
-  const TokenText text_of = [this](int32_t id) { return token_text(id); };
+  const TokenText text_of = logprob_text();
+  const TokenText decoded = [this](int32_t id) { return token_text(id); };
+  const auto ids_or_null = [&](const std::vector<int32_t>& ids) {
+    return req_.return_token_ids ? json(ids) : json(nullptr);
+  };
   json choices = json::array();
   for (const Choice& c : choices_) {
     const json finish = finish_reason_json(true, c.finish_reason);
@@ -397,26 +456,38 @@ std::string GenerationJob::final_body() {
     if (chat) {
       choices.push_back(json{
           {"index", c.index},
-          {"message", {{"role", "assistant"}, {"content", c.text}}},
+          {"message", {{"role", "assistant"}, {"content", chat_echo_ + c.text}}},
           {"logprobs", req_.chat_logprobs ? chat_logprobs(c.logprobs, text_of, req_.logprobs)
                                           : json(nullptr)},
           {"finish_reason", finish},
-          {"stop_reason", stop}});
+          {"stop_reason", stop},
+          {"token_ids", ids_or_null(c.token_ids)}});
     } else {
       const std::string text = (req_.echo ? prompt_texts_[c.prompt_index] : "") + c.text;
       json choice{{"index", c.index},
                   {"text", text},
                   {"logprobs", req_.logprobs >= 0 ? c.completion_logprobs : json(nullptr)},
                   {"finish_reason", finish},
-                  {"stop_reason", stop}};
+                  {"stop_reason", stop},
+                  {"token_ids", ids_or_null(c.token_ids)},
+                  {"prompt_logprobs", nullptr},  // vLLM always sends the key
+                  {"prompt_token_ids", ids_or_null(prompt_ids_[c.prompt_index])}};
       if (req_.prompt_logprobs >= 0)
         choice["prompt_logprobs"] =
-            prompt_logprobs_json(c.prompt_logprobs, text_of, req_.prompt_logprobs);
+            prompt_logprobs_json(c.prompt_logprobs, decoded, req_.prompt_logprobs);
       choices.push_back(std::move(choice));
     }
   }
-  return dump(chat ? chat_response(meta_, std::move(choices), usage())
-                   : completion_response(meta_, std::move(choices), usage()));
+  if (!chat) return dump(completion_response(meta_, std::move(choices), usage()));
+  json body = chat_response(meta_, std::move(choices), usage());
+  // vLLM: a chat response carries its prompt's logprobs and ids at the top (one prompt).
+  body["prompt_logprobs"] =
+      req_.prompt_logprobs >= 0 && !choices_.empty()
+          ? prompt_logprobs_json(choices_[0].prompt_logprobs, decoded, req_.prompt_logprobs)
+          : json(nullptr);
+  body["prompt_token_ids"] = ids_or_null(prompt_ids_.empty() ? std::vector<int32_t>{}
+                                                             : prompt_ids_[0]);
+  return dump(body);
 }
 
 std::string GenerationJob::poll(size_t max_updates) {
@@ -426,10 +497,24 @@ std::string GenerationJob::poll(size_t max_updates) {
   const bool chat = req_.endpoint == Endpoint::kChatCompletions;
   if (!started_) {
     started_ = true;
-    if (req_.stream && chat)
-      for (const Choice& c : choices_)
-        out += sse_data(chat_chunk(meta_, c.index, json{{"role", "assistant"}, {"content", ""}},
-                                   nullptr, nullptr, nullptr, req_.include_usage));
+    if (req_.stream && chat) {
+      for (const Choice& c : choices_) {
+        json j = chat_chunk(meta_, c.index, json{{"role", "assistant"}, {"content", ""}},
+                            nullptr, nullptr, nullptr, req_.include_usage);
+        add_stream_extras(j, c, {}, /*first=*/true);
+        if (req_.return_token_ids) j["choices"][0].erase("token_ids");  // none generated yet
+        out += sse_data(j);
+      }
+      // vLLM's chat echo: one chunk per choice repeating the last message's content.
+      if (!chat_echo_.empty())
+        for (const Choice& c : choices_) {
+          json j = chat_chunk(meta_, c.index, json{{"content", chat_echo_}}, nullptr, nullptr,
+                              nullptr, req_.include_usage);
+          add_stream_extras(j, c, {}, /*first=*/false);
+          if (req_.return_token_ids) j["choices"][0].erase("token_ids");
+          out += sse_data(j);
+        }
+    }
   }
   bool all_finished = true;
   size_t updates = 0;

@@ -125,6 +125,13 @@ class GenerationJob {
   std::string finish_stream();
   std::string final_body();
   std::string token_text(int32_t id) const;
+  /// The token strings of logprobs: token_text, or "token_id:N" (return_tokens_as_token_ids).
+  TokenText logprob_text() const;
+  /// vLLM's per-chunk extras of a stream chunk `j` of choice c: usage so far
+  /// (continuous_usage_stats), token_ids of this update and prompt_token_ids on the choice's
+  /// first chunk (return_token_ids).
+  void add_stream_extras(nlohmann::json& j, const Choice& c,
+                         const std::vector<int32_t>& update_ids, bool first) const;
 
   ServerContext& ctx_;
   Engine& engine_;
@@ -132,6 +139,7 @@ class GenerationJob {
   ResponseMeta meta_;
   std::vector<std::vector<int32_t>> prompt_ids_;  // per prompt
   std::vector<std::string> prompt_texts_;         // per prompt (echo)
+  std::string chat_echo_;                         // chat echo: the text repeated before output
   std::vector<Choice> choices_;
   bool started_ = false;   // role chunks sent
   bool backlog_ = false;   // the last poll() stopped at its bound

@@ -9,6 +9,7 @@
 
 #include "config/file_read.h"
 #include "server/openai/api_error.h"
+#include "server/openai/json_literals.h"
 
 namespace octet::server {
 
@@ -56,7 +57,8 @@ std::optional<int64_t> as_integer(const json& v) {
 /// rest can be reported as unknown.
 class Fields {
  public:
-  explicit Fields(const json& body) : body_(body) {
+  explicit Fields(const json& body, const NumberLiterals* literals = nullptr)
+      : body_(body), literals_(literals) {
     if (!body.is_object())
       throw bad_request("the request body must be a JSON object, got " + type_name(body));
   }
@@ -90,7 +92,7 @@ class Fields {
     if (!d) return std::nullopt;
     if (std::fabs(*d) > FLT_MAX)
       throw bad_request(std::string("'") + key + "' is out of range for a 32-bit float, got " +
-                            fmt(*d),
+                            as_sent(key, json(*d)),
                         key);
     // A nonzero value below the smallest float keeps its sign and stays nonzero (vLLM reads
     // doubles: top_p 1e-300 is > 0 there too), instead of becoming 0 and a misleading "got 0".
@@ -110,7 +112,7 @@ class Fields {
                                       v->get<double>() == std::floor(v->get<double>()))
                                  ? " in [-2^63, 2^63)"
                                  : "") +
-                            ", got " + (v->is_number() ? describe_json(*v) : type_name(*v)),
+                            ", got " + (v->is_number() ? as_sent(key, *v) : type_name(*v)),
                         key);
     return i;
   }
@@ -131,6 +133,15 @@ class Fields {
     return v->get<std::string>();
   }
 
+  /// A number as the client wrote it: its literal when it parsed as a double (1e30 stays
+  /// "1e30", -9223372036854775809 is not shown as -9.223372036854776e+18).
+  std::string as_sent(const char* key, const json& v) const {
+    if (literals_ && v.is_number_float())
+      if (auto it = literals_->find(key); it != literals_->end())
+        return truncate_text(it->second, 64);
+    return describe_json(v);
+  }
+
   std::vector<std::string> unknown() const {
     std::vector<std::string> out;
     for (auto it = body_.begin(); it != body_.end(); ++it)
@@ -140,6 +151,7 @@ class Fields {
 
  private:
   const json& body_;
+  const NumberLiterals* literals_;
   std::set<std::string> seen_;
 };
 
@@ -176,20 +188,14 @@ void reject_unsupported(Fields& f, Endpoint endpoint) {
   }
   if (const json* v = f.get("chat_template_kwargs"); v && !(v->is_object() && v->empty()))
     unsupported("chat_template_kwargs");
-  if (const json* v = f.get("continue_final_message"); v && *v != false)
-    unsupported("continue_final_message");
+  if (endpoint == Endpoint::kCompletions) {
+    if (const json* v = f.get("continue_final_message"); v && *v != false)
+      unsupported("continue_final_message", "it applies to /v1/chat/completions only");
+  }
   if (const json* v = f.get("store"); v && *v != false)
     unsupported("store", "octet stores no completions");
   f.get("metadata");      // only meaningful with store: accepted
   f.get("service_tier");  // one tier: accepted
-  if (endpoint == Endpoint::kChatCompletions) {
-    if (const json* v = f.get("echo"); v && *v != false)
-      unsupported("echo", "echo is supported on /v1/completions only");
-  }
-  if (endpoint == Endpoint::kChatCompletions) {
-    if (f.get("prompt_logprobs"))
-      unsupported("prompt_logprobs", "prompt logprobs are supported on /v1/completions only");
-  }
   if (endpoint == Endpoint::kCompletions) {
     if (auto suffix = f.string("suffix"); suffix && !suffix->empty())
       unsupported("suffix", "insertion (fill-in-the-middle) is not implemented");
@@ -218,10 +224,8 @@ bool never(const json&) { return false; }
 // early_stopping without beam search, ...) are left to the unknown-field warning.
 constexpr Unimplemented kUnimplemented[] = {
     {"use_beam_search", is_false, "beam search is not implemented"},
-    {"truncate_prompt_tokens", never, "prompt truncation is not implemented"},
     {"allowed_token_ids", never, "not implemented"},
     {"bad_words", is_empty_list, "not implemented"},
-    {"return_tokens_as_token_ids", is_false, "not implemented"},
     {"verbosity", never, "not implemented"},
     // llama.cpp
     {"grammar", is_empty_string, "constrained decoding is not implemented"},
@@ -316,7 +320,9 @@ void parse_common(Fields& f, GenerateRequest& r) {
   }
   if (auto v = f.integer("n")) {
     if (*v < 1 || *v > kMaxN)
-      throw bad_request("'n' must be in [1, " + std::to_string(kMaxN) + "], got " + fmt(*v), "n");
+      throw bad_request("'n' must be in [1, " + std::to_string(kMaxN) + "], got " +
+                            std::to_string(*v),
+                        "n");
     r.n = *v;
   }
   if (const json* v = f.get("stop")) p.stop = parse_stop(*v);
@@ -326,7 +332,8 @@ void parse_common(Fields& f, GenerateRequest& r) {
   }
   if (auto v = f.boolean("ignore_eos")) p.ignore_eos = *v;
   if (auto v = f.integer("min_tokens")) {
-    if (*v < 0) throw bad_request("'min_tokens' must be >= 0, got " + fmt(*v), "min_tokens");
+    if (*v < 0)
+      throw bad_request("'min_tokens' must be >= 0, got " + std::to_string(*v), "min_tokens");
     p.min_tokens = *v;
   }
   if (auto v = f.boolean("skip_special_tokens")) p.skip_special_tokens = *v;
@@ -334,6 +341,11 @@ void parse_common(Fields& f, GenerateRequest& r) {
   if (const json* v = f.get("logit_bias")) {
     if (!v->is_object())
       throw bad_request("'logit_bias' must be an object of token id -> bias", "logit_bias");
+    // Every malformed key is named in one message (vLLM lists all the bad ids), at most
+    // kMaxNamedKeys of them.
+    constexpr size_t kMaxNamedKeys = 16;
+    std::vector<std::string> bad_keys;
+    size_t num_bad_keys = 0;
     for (auto it = v->begin(); it != v->end(); ++it) {
       // A key is a decimal token id in [0, 2^31): digits only (no sign, space or exponent)
       // and no leading zero ("05" would be a second entry for token 5).
@@ -342,10 +354,10 @@ void parse_common(Fields& f, GenerateRequest& r) {
                           key.find_first_not_of("0123456789") == std::string::npos &&
                           (key[0] != '0' || key.size() == 1);
       const long long id = digits ? std::stoll(key) : -1;
-      if (id < 0 || id > std::numeric_limits<int32_t>::max())
-        throw bad_request("'logit_bias' keys must be token ids in [0, 2147483647], got " +
-                              describe_json(json(key)),
-                          "logit_bias");
+      if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+        if (num_bad_keys++ < kMaxNamedKeys) bad_keys.push_back(describe_json(json(key), 40));
+        continue;
+      }
       if (!it.value().is_number())
         throw bad_request("'logit_bias' values must be numbers, got " + type_name(it.value()),
                           "logit_bias");
@@ -356,6 +368,15 @@ void parse_common(Fields& f, GenerateRequest& r) {
         throw bad_request("'logit_bias' values must be in [-100, 100], got " + fmt(b),
                           "logit_bias");
       p.logit_bias.emplace_back(static_cast<int32_t>(id), static_cast<float>(b));
+    }
+    if (num_bad_keys > 0) {
+      std::string list;
+      for (const std::string& k : bad_keys) list += (list.empty() ? "" : ", ") + k;
+      if (num_bad_keys > bad_keys.size())
+        list += ", ... " + std::to_string(num_bad_keys - bad_keys.size()) + " more";
+      throw bad_request("'logit_bias' keys must be token ids in [0, 2147483647], got " +
+                            std::to_string(num_bad_keys) + " that are not: " + list,
+                        "logit_bias");
     }
     // Canonical keys are unique JSON members, so a repeated id can only come from a duplicate
     // member; either way two entries would add up past the [-100, 100] bound.
@@ -380,6 +401,12 @@ void parse_common(Fields& f, GenerateRequest& r) {
           throw bad_request("'stream_options.include_usage' must be a boolean",
                             "stream_options.include_usage");
         r.include_usage = it.value().get<bool>();
+      } else if (it.key() == "continuous_usage_stats") {  // vLLM: usage on every chunk
+        if (it.value().is_null()) continue;
+        if (!it.value().is_boolean())
+          throw bad_request("'stream_options.continuous_usage_stats' must be a boolean",
+                            "stream_options.continuous_usage_stats");
+        r.continuous_usage = it.value().get<bool>();
       } else {
         r.unknown_fields.push_back("stream_options." + it.key());
       }
@@ -423,6 +450,58 @@ void check_min_tokens(const GenerateRequest& r, const char* max_key) {
                           ") must not exceed '" + max_key + "' (" +
                           std::to_string(*r.max_tokens) + ")",
                       "min_tokens");
+}
+
+/// logprobs / top_logprobs / prompt_logprobs: an integer in [0, kMaxLogprobs], or -1 (vLLM: the
+/// whole vocabulary, kLogprobsWholeVocab); nullopt when absent or null.
+std::optional<int64_t> logprob_count(Fields& f, const char* key) {
+  auto v = f.integer(key);
+  if (!v) return std::nullopt;
+  if (*v == -1) return kLogprobsWholeVocab;
+  if (*v < 0 || *v > kMaxLogprobs)
+    throw bad_request(std::string("'") + key + "' must be in [0, " +
+                          std::to_string(kMaxLogprobs) +
+                          "] or -1 (the whole vocabulary), got " + std::to_string(*v),
+                      key);
+  return v;
+}
+
+/// The engine's value of a logprob count: kLogprobsWholeVocab stays 0 until GenerationJob
+/// resolves it against the vocabulary (SamplingParams::validate() bounds the rest).
+int64_t engine_logprobs(int64_t k) { return k == kLogprobsWholeVocab ? 0 : k; }
+
+/// vLLM's prompt_logprobs (both endpoints): not with stream.
+void parse_prompt_logprobs(Fields& f, GenerateRequest& r) {
+  const auto v = logprob_count(f, "prompt_logprobs");
+  if (!v) return;
+  if (r.stream && *v == 0) return;  // vLLM accepts 0 with stream (and sends nothing)
+  if (r.stream)  // as vLLM
+    throw bad_request("'prompt_logprobs' is not available when 'stream' is true",
+                      "prompt_logprobs");
+  r.prompt_logprobs = *v;
+  r.params.prompt_logprobs = engine_logprobs(*v);
+}
+
+/// vLLM's extra fields shared by both endpoints: return_token_ids, return_tokens_as_token_ids,
+/// truncate_prompt_tokens (-1 or >= 0) and truncation_side ("left" | "right").
+void parse_vllm_extras(Fields& f, GenerateRequest& r) {
+  r.continuous_usage = r.continuous_usage && r.include_usage;  // vLLM: only with include_usage
+  if (auto v = f.boolean("return_token_ids")) r.return_token_ids = *v;
+  if (auto v = f.boolean("return_tokens_as_token_ids")) r.return_tokens_as_token_ids = *v;
+  if (auto v = f.integer("truncate_prompt_tokens")) {
+    if (*v < -1)
+      throw bad_request("'truncate_prompt_tokens' must be >= -1 (-1: the context limit), got " +
+                            std::to_string(*v),
+                        "truncate_prompt_tokens");
+    r.truncate_prompt_tokens = *v;
+  }
+  if (auto v = f.string("truncation_side")) {
+    if (*v != "left" && *v != "right")
+      throw bad_request("'truncation_side' must be \"left\" or \"right\", got " +
+                            describe_json(json(*v)),
+                        "truncation_side");
+    r.truncate_left = *v == "left";
+  }
 }
 
 std::vector<PromptInput> parse_prompt(const json* v) {
@@ -559,7 +638,7 @@ json parse_messages(const json* v) {
 
 }  // namespace
 
-nlohmann::json parse_json_body(const std::string& text) {
+nlohmann::json parse_json_body(const std::string& text, NumberLiterals* literals) {
   // Depth first, without recursion: a scan of the brackets outside strings. nlohmann's parser
   // is iterative and its destructor too (3.11), but dump() and everything that walks a value
   // recursively (error texts, chat templates) would overflow the stack on a deep value.
@@ -567,7 +646,7 @@ nlohmann::json parse_json_body(const std::string& text) {
     throw bad_request("the JSON body is nested deeper than " + std::to_string(kMaxJsonDepth) +
                       " levels");
   try {
-    return json::parse(text);
+    return parse_json_keeping_literals(text, literals);
   } catch (const json::parse_error& e) {
     // e.what() quotes the last token read, which can be most of the body: bounded.
     throw bad_request("malformed JSON: " + truncate_text(e.what(), 200));
@@ -592,8 +671,8 @@ int64_t resolve_max_tokens(int64_t n_prompt, std::optional<int64_t> requested,
   return requested ? *requested : max_tokens_left(n_prompt, max_model_len);
 }
 
-GenerateRequest parse_completion_request(const json& body) {
-  Fields f(body);
+GenerateRequest parse_completion_request(const json& body, const NumberLiterals* literals) {
+  Fields f(body, literals);
   GenerateRequest r;
   r.endpoint = Endpoint::kCompletions;
   reject_unsupported(f, r.endpoint);
@@ -603,28 +682,14 @@ GenerateRequest parse_completion_request(const json& body) {
   // OpenAI's completions default max_tokens is 16; null means up to the context limit.
   r.max_tokens = parse_max_tokens(f, "max_tokens", int64_t{16});
   check_min_tokens(r, "max_tokens");
-  if (auto v = f.integer("logprobs")) {
-    if (*v < 0 || *v > kMaxLogprobs)
-      throw bad_request("'logprobs' must be in [0, " + std::to_string(kMaxLogprobs) + "], got " +
-                            std::to_string(*v),
-                        "logprobs");
-    r.logprobs = *v;
-  }
+  if (auto v = logprob_count(f, "logprobs")) r.logprobs = *v;
   if (auto v = f.boolean("echo")) r.echo = *v;
   if (auto v = f.boolean("add_special_tokens")) r.add_special_tokens = *v;
-  if (auto v = f.integer("prompt_logprobs")) {
-    if (*v < 0 || *v > kMaxLogprobs)
-      throw bad_request("'prompt_logprobs' must be in [0, " + std::to_string(kMaxLogprobs) + "]",
-                        "prompt_logprobs");
-    if (r.stream)  // as vLLM
-      throw bad_request("'prompt_logprobs' is not available when 'stream' is true",
-                        "prompt_logprobs");
-    r.prompt_logprobs = *v;
-    r.params.prompt_logprobs = *v;
-  }
-  r.params.logprobs = r.logprobs;
+  parse_prompt_logprobs(f, r);
+  r.params.logprobs = engine_logprobs(r.logprobs);
   if (r.echo && r.logprobs >= 0)
-    r.params.prompt_logprobs = std::max(r.params.prompt_logprobs, r.logprobs);
+    r.params.prompt_logprobs = std::max(r.params.prompt_logprobs, engine_logprobs(r.logprobs));
+  parse_vllm_extras(f, r);
   validate_sampling(r);
   r.unknown_fields = [&] {
     auto u = f.unknown();
@@ -634,8 +699,8 @@ GenerateRequest parse_completion_request(const json& body) {
   return r;
 }
 
-GenerateRequest parse_chat_request(const json& body) {
-  Fields f(body);
+GenerateRequest parse_chat_request(const json& body, const NumberLiterals* literals) {
+  Fields f(body, literals);
   GenerateRequest r;
   r.endpoint = Endpoint::kChatCompletions;
   reject_unsupported(f, r.endpoint);
@@ -649,21 +714,31 @@ GenerateRequest parse_chat_request(const json& body) {
   r.max_tokens = has_mct && mct ? mct : mt;
   check_min_tokens(r, has_mct && mct ? "max_completion_tokens" : "max_tokens");
   const bool logprobs = f.boolean("logprobs").value_or(false);
-  const auto top = f.integer("top_logprobs");
-  if (top) {
-    if (*top < 0 || *top > kMaxLogprobs)
-      throw bad_request("'top_logprobs' must be in [0, " + std::to_string(kMaxLogprobs) +
-                            "], got " + std::to_string(*top),
-                        "top_logprobs");
-    if (!logprobs)
-      throw bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
-  }
+  const auto top = logprob_count(f, "top_logprobs");
+  if (top && *top != 0 && !logprobs)  // vLLM: top_logprobs 0 passes without logprobs
+    throw bad_request("'top_logprobs' requires 'logprobs' to be true", "top_logprobs");
   r.chat_logprobs = logprobs;
   r.logprobs = logprobs ? top.value_or(0) : -1;
-  r.params.logprobs = r.logprobs;
+  r.params.logprobs = engine_logprobs(r.logprobs);
   if (auto v = f.boolean("add_generation_prompt")) r.add_generation_prompt = *v;
   // vLLM: false for chat (the template writes the BOS itself).
   r.add_special_tokens = f.boolean("add_special_tokens").value_or(false);
+  parse_prompt_logprobs(f, r);
+  if (auto v = f.boolean("echo")) r.echo = *v;
+  // vLLM: echo without prompt_logprobs scores the prompt with top_logprobs (default 0, whether
+  // or not logprobs is true), and a non-streaming response carries them.
+  if (r.echo && r.prompt_logprobs < 0 && !r.stream) {
+    r.prompt_logprobs = top.value_or(0);
+    r.params.prompt_logprobs = engine_logprobs(r.prompt_logprobs);
+  }
+  if (auto v = f.boolean("continue_final_message")) r.continue_final_message = *v;
+  // vLLM (and Hugging Face's apply_chat_template): add_generation_prompt defaults to true, so
+  // continue_final_message needs add_generation_prompt: false.
+  if (r.continue_final_message && r.add_generation_prompt)
+    throw bad_request("Cannot set both 'continue_final_message' and 'add_generation_prompt' to "
+                      "true (add_generation_prompt defaults to true: send false)",
+                      "continue_final_message");
+  parse_vllm_extras(f, r);
   validate_sampling(r);
   auto u = f.unknown();
   u.insert(u.end(), r.unknown_fields.begin(), r.unknown_fields.end());
@@ -690,7 +765,7 @@ int64_t logprob_entries(const GenerateRequest& r, const std::vector<int64_t>& pr
   const bool sampled = chat ? r.chat_logprobs : r.logprobs >= 0;
   const int64_t per_sampled = sampled ? std::max<int64_t>(r.logprobs, 0) + 1 : 0;
   const int64_t per_echoed = !chat && r.echo && r.logprobs >= 0 ? r.logprobs + 1 : 0;
-  const int64_t per_prompt = !chat && r.prompt_logprobs >= 0 ? r.prompt_logprobs + 1 : 0;
+  const int64_t per_prompt = r.prompt_logprobs >= 0 ? r.prompt_logprobs + 1 : 0;
   int64_t per_choice_total = 0;
   for (size_t p = 0; p < prompt_lens.size(); ++p) {
     const int64_t len = std::max<int64_t>(prompt_lens[p], 0);
@@ -706,7 +781,9 @@ void check_logprob_budget(const GenerateRequest& r, const std::vector<int64_t>& 
   const int64_t entries = logprob_entries(r, prompt_lens, max_tokens);
   if (entries <= kMaxLogprobEntries) return;
   const bool chat = r.endpoint == Endpoint::kChatCompletions;
-  const char* field = chat ? (r.logprobs > 0 ? "top_logprobs" : "logprobs")
+  const char* field = chat ? (!r.chat_logprobs ? "prompt_logprobs"
+                              : r.logprobs > 0 ? "top_logprobs"
+                                               : "logprobs")
                            : (r.logprobs >= 0 ? "logprobs" : "prompt_logprobs");
   throw bad_request("the response would carry " + std::to_string(entries) +
                         " logprob entries (n x tokens x (top logprobs + 1)), more than the limit "

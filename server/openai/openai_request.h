@@ -8,7 +8,7 @@
 //
 // - A field octet recognises but cannot honour, one that would change what is generated
 //   (tools, response_format other than text, best_of other than n, suffix, guided_*, vLLM's
-//   use_beam_search / truncate_prompt_tokens, llama.cpp's grammar / json_schema / n_predict /
+//   use_beam_search / allowed_token_ids, llama.cpp's grammar / json_schema / n_predict /
 //   mirostat, ...), is rejected with 400 naming it, never silently dropped; the values that
 //   request nothing (null, use_beam_search false, response_format {"type": "text"}) pass.
 // - A field octet does not know is listed in `unknown_fields` (the caller logs one warning) and
@@ -16,6 +16,7 @@
 // - null means "the default" for every optional field; for max_tokens/max_completion_tokens it
 //   means "up to the context limit".
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/sampling_params.h"
+#include "server/openai/json_literals.h"
 
 namespace octet::server {
 
@@ -55,23 +57,39 @@ struct GenerateRequest {
   int64_t prompt_logprobs = -1;       // completions (vLLM extra): top-k per prompt token; -1 = none
   int64_t priority = 0;               // any int64 (compared only, never summed)
   std::string user;
+  // vLLM extras (docs: README.md's API section; resolved by GenerationJob::prepare):
+  bool continuous_usage = false;      // stream_options.continuous_usage_stats (with include_usage)
+  bool return_token_ids = false;      // token_ids per choice, prompt_token_ids
+  bool return_tokens_as_token_ids = false;  // logprob tokens as "token_id:N"
+  std::optional<int64_t> truncate_prompt_tokens;  // keep k prompt tokens; -1 = max_model_len -
+                                                  // max_tokens (vLLM's max_input_tokens)
+  bool truncate_left = true;          // truncation_side "left" (keep the last k; vLLM's default)
+  bool continue_final_message = false;  // chat: the last message stays open (no end of turn)
   std::vector<std::string> unknown_fields;  // ignored; the caller logs them once
 };
 
-/// Largest n accepted per request, and the largest logprobs / top_logprobs (vLLM's default
-/// max_logprobs).
+/// Largest n accepted per request, and the largest logprobs / top_logprobs / prompt_logprobs
+/// (vLLM's default max_logprobs; the engine's bound, engine/sampling_params.h). The server's
+/// --max-logprobs may lower it (GenerationJob::prepare checks it).
 inline constexpr int64_t kMaxN = 128;
 inline constexpr int64_t kMaxLogprobs = 20;
+/// logprobs / top_logprobs / prompt_logprobs -1 (vLLM): the whole vocabulary, resolved against
+/// the model's vocabulary size and --max-logprobs when the job starts (then 400 unless the
+/// vocabulary is at most --max-logprobs, as vLLM).
+inline constexpr int64_t kLogprobsWholeVocab = std::numeric_limits<int64_t>::max();
 
 /// Parses a /v1/completions body. Throws ApiError 400 naming the field for a body that is not
 /// an object, a missing or malformed prompt, a wrong type, a value out of range or an
 /// unsupported field.
-GenerateRequest parse_completion_request(const nlohmann::json& body);
+/// `literals` (parse_json_body's): the text of top-level numbers, quoted as sent in errors.
+GenerateRequest parse_completion_request(const nlohmann::json& body,
+                                         const NumberLiterals* literals = nullptr);
 
 /// Parses a /v1/chat/completions body. messages: a non-empty list of {"role": string,
 /// "content": string | null | [{"type": "text", "text": string}, ...]}; text parts are joined
 /// with "\n" (vLLM's "string" content format). Other part types get 400.
-GenerateRequest parse_chat_request(const nlohmann::json& body);
+GenerateRequest parse_chat_request(const nlohmann::json& body,
+                                   const NumberLiterals* literals = nullptr);
 
 /// Deepest nesting of arrays and objects a request body may have (the top-level object is
 /// depth 1). A chat request with content parts is 5 deep ({messages: [{content: [{...}]}]}), a
@@ -81,7 +99,8 @@ inline constexpr int64_t kMaxJsonDepth = 64;
 /// Parses JSON text. Throws ApiError 400 for a body nested deeper than kMaxJsonDepth (checked
 /// first, without recursion), "malformed JSON: ..." for a syntax error or a number literal out
 /// of a double's range (1e999999). Messages are bounded (they never quote the whole body).
-nlohmann::json parse_json_body(const std::string& text);
+/// `literals` (optional) receives the text of the top-level floating-point members.
+nlohmann::json parse_json_body(const std::string& text, NumberLiterals* literals = nullptr);
 
 /// The seed of choice i of a request seeded with `seed` (vLLM: seed + i), as (seed + i) mod
 /// 2^63 so that it never overflows and stays >= 0; -1 (no seed) stays -1.

@@ -194,6 +194,8 @@ json usage_chunk(const ResponseMeta& meta, const std::string& object, const Usag
 json completion_response(const ResponseMeta& meta, json choices, const Usage& usage) {
   json j = base(meta, "text_completion");
   j["choices"] = std::move(choices);
+  j["service_tier"] = nullptr;        // vLLM sends both keys, null
+  j["system_fingerprint"] = nullptr;
   j["usage"] = usage_json(usage);
   return j;
 }
@@ -201,6 +203,8 @@ json completion_response(const ResponseMeta& meta, json choices, const Usage& us
 json chat_response(const ResponseMeta& meta, json choices, const Usage& usage) {
   json j = base(meta, "chat.completion");
   j["choices"] = std::move(choices);
+  j["service_tier"] = nullptr;        // vLLM sends both keys, null
+  j["system_fingerprint"] = nullptr;
   j["usage"] = usage_json(usage);
   return j;
 }

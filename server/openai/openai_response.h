@@ -94,7 +94,7 @@ nlohmann::json usage_chunk(const ResponseMeta& meta, const std::string& object,
                            const Usage& usage);
 
 /// Non-streaming bodies: object "text_completion" / "chat.completion" with choices in index
-/// order and usage.
+/// order, "service_tier": null and "system_fingerprint": null (as vLLM) and usage.
 nlohmann::json completion_response(const ResponseMeta& meta, nlohmann::json choices,
                                    const Usage& usage);
 nlohmann::json chat_response(const ResponseMeta& meta, nlohmann::json choices,

@@ -10,6 +10,7 @@
 #include "server/openai/openai_request.h"
 #include "server/openai/openai_response.h"
 #include "server/openai/prepare_cancel.h"
+#include "server/openai/prompt_truncation.h"
 
 #ifndef OCTET_VERSION
 #define OCTET_VERSION "0.1.0"
@@ -55,7 +56,11 @@ Route route_for(const std::string& path, std::string* method) {
                {"/tokenize", "POST", Route::kTokenize},
                {"/detokenize", "POST", Route::kDetokenize},
                {"/v1/completions", "POST", Route::kCompletions},
-               {"/v1/chat/completions", "POST", Route::kChatCompletions}};
+               {"/v1/chat/completions", "POST", Route::kChatCompletions},
+               // Without /v1, as llama.cpp's server also answers them.
+               {"/models", "GET", Route::kModels},
+               {"/completions", "POST", Route::kCompletions},
+               {"/chat/completions", "POST", Route::kChatCompletions}};
   std::string p = path.substr(0, path.find('?'));
   if (p.size() > 1 && p.back() == '/') p.pop_back();
   for (const auto& r : table)
@@ -136,6 +141,7 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
   if (body.contains("messages")) {
     json chat_body = body;
     chat_body.erase("add_special_tokens");
+    chat_body.erase("return_token_strs");
     const GenerateRequest r = parse_chat_request(chat_body);
     if (ctx.chat_template.empty())
       throw bad_request("this model has no chat template", "messages");
@@ -144,6 +150,8 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     try {
       prompt = render_chat(ctx.chat_template, r.messages, r.add_generation_prompt,
                            engine.tokenizer().bos_token(), engine.tokenizer().eos_token());
+      if (r.continue_final_message)  // vLLM's /tokenize takes it too
+        prompt.resize(continue_final_message_end(prompt, r.messages));
     } catch (const std::invalid_argument& e) {
       throw bad_request(std::string("the chat template rejected the messages: ") + e.what(),
                         "messages");
@@ -172,10 +180,22 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     check_prepare_cancelled("tokenizing the prompt");
     ids = engine.tokenizer().tokenize(prompt, add_special);
   }
+  // vLLM's return_token_strs: each token's string (octet: the token decoded alone, special
+  // tokens kept; vLLM gives the tokenizer's raw pieces, e.g. "Ġhello").
+  json token_strs = nullptr;
+  if (body.contains("return_token_strs") && !body["return_token_strs"].is_null()) {
+    if (!body["return_token_strs"].is_boolean())
+      throw bad_request("'return_token_strs' must be a boolean", "return_token_strs");
+    if (body["return_token_strs"].get<bool>()) {
+      token_strs = json::array();
+      for (int32_t id : ids)
+        token_strs.push_back(detokenize_known(engine.tokenizer(), {id}, false));
+    }
+  }
   return json_reply(json{{"count", ids.size()},
                          {"max_model_len", engine.max_model_len()},
                          {"tokens", ids},
-                         {"token_strs", nullptr}});
+                         {"token_strs", token_strs}});
 }
 
 Reply handle_detokenize(ServerContext& ctx, const std::string& text) {
@@ -206,9 +226,11 @@ Reply handle_detokenize(ServerContext& ctx, const std::string& text) {
 
 std::unique_ptr<GenerationJob> start_generation(ServerContext& ctx, Endpoint endpoint,
                                                 const std::string& text) {
-  const json body = parse_json_body(text);
-  GenerateRequest r = endpoint == Endpoint::kChatCompletions ? parse_chat_request(body)
-                                                             : parse_completion_request(body);
+  NumberLiterals literals;
+  const json body = parse_json_body(text, &literals);
+  GenerateRequest r = endpoint == Endpoint::kChatCompletions
+                          ? parse_chat_request(body, &literals)
+                          : parse_completion_request(body, &literals);
   if (!r.unknown_fields.empty())
     spdlog::warn("ignoring unknown request fields: {}", field_names_for_log(r.unknown_fields));
   return std::make_unique<GenerationJob>(ctx, std::move(r));

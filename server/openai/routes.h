@@ -26,7 +26,8 @@ enum class Route {
   kHealth, kMetrics, kVersion, kModels, kTokenize, kDetokenize, kCompletions,
   kChatCompletions, kNotFound
 };
-/// Route for a path; `allowed_method` is set to "GET" or "POST" for known paths.
+/// Route for a path; `allowed_method` is set to "GET" or "POST" for known paths. The OpenAI
+/// routes also answer without /v1 (/completions, /chat/completions, /models), as llama.cpp's.
 Route route_for(const std::string& path, std::string* allowed_method);
 
 /// True when the two strings are equal, in time that depends only on their lengths (for
@@ -50,7 +51,9 @@ Reply handle_version();
 /// "owned_by": "octet", "root", "max_model_len"}]}.
 Reply handle_models(const ServerContext& ctx);
 /// POST /tokenize (vLLM): {"prompt": str, "add_special_tokens": bool = true} or {"messages",
-/// "add_generation_prompt": bool = true} -> {"count", "max_model_len", "tokens"}. A text
+/// "add_generation_prompt": bool = true, "continue_final_message": bool = false} -> {"count",
+/// "max_model_len", "tokens", "token_strs" (each token decoded alone with "return_token_strs":
+/// true, else null)}. A text
 /// certain to exceed the context (check_prompt_bytes, the prompts' byte bound) is refused
 /// untokenized: RequestError ContextLengthExceeded (400). Between its steps it checks the
 /// preparation's cancellation (prepare_cancel.h: ApiError 499 once the client left).

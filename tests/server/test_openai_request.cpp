@@ -228,7 +228,7 @@ TEST_CASE("type and range errors name the field", "[server][request]") {
       {{{"stream", true}, {"stream_options", {{"include_usage", "y"}}}},
        "stream_options.include_usage"},
       {{{"logprobs", 21}}, "logprobs"},
-      {{{"logprobs", -1}}, "logprobs"},
+      {{{"logprobs", -2}}, "logprobs"},  // -1 is vLLM's whole vocabulary
       {{{"logprobs", true}}, "logprobs"},  // an integer on completions
       {{{"echo", "true"}}, "echo"},
       {{{"priority", 1.5}}, "priority"},
@@ -271,7 +271,6 @@ TEST_CASE("recognised but unsupported fields get 400 naming them", "[server][req
       {{{"guided_json", {{"type", "object"}}}}, "guided_json"},
       {{{"store", true}}, "store"},
       {{{"chat_template_kwargs", {{"x", 1}}}}, "chat_template_kwargs"},
-      {{{"echo", true}}, "echo"},
   };
   for (const auto& c : cases) {
     INFO(c.extra.dump());
@@ -298,7 +297,6 @@ TEST_CASE("fields that change the output but are not implemented get 400 naming 
   // silently did not follow the request.
   const std::vector<std::pair<json, std::string>> cases = {
       {{{"use_beam_search", true}}, "use_beam_search"},
-      {{{"truncate_prompt_tokens", 5}}, "truncate_prompt_tokens"},
       {{{"grammar", "root ::= \"a\""}}, "grammar"},
       {{{"json_schema", {{"type", "object"}}}}, "json_schema"},
       {{{"allowed_token_ids", {1, 2}}}, "allowed_token_ids"},
@@ -325,7 +323,6 @@ TEST_CASE("fields that change the output but are not implemented get 400 naming 
     CHECK(h.status() == 400);
     CHECK(h.param() == param);
   }
-  CHECK(chat_error(chat({{"prompt_logprobs", 1}})).param() == "prompt_logprobs");
   // Values that request nothing are accepted, and not reported as unknown.
   const json neutral = {{"use_beam_search", false}, {"truncate_prompt_tokens", nullptr},
                         {"response_format", {{"type", "text"}}}, {"grammar", ""},
@@ -372,9 +369,10 @@ TEST_CASE("unknown fields are listed, not rejected", "[server][request]") {
   const auto r = parse_completion_request(
       completion({{"foo", 1}, {"bar", "x"}, {"stream", true},
                   {"stream_options", {{"include_usage", true}, {"continuous_usage_stats", true}}}}));
-  CHECK(r.unknown_fields == std::vector<std::string>{"bar", "foo", "stream_options.continuous_usage_stats"});
+  CHECK(r.unknown_fields == std::vector<std::string>{"bar", "foo"});
   CHECK(r.stream);
   CHECK(r.include_usage);
+  CHECK(r.continuous_usage);  // vLLM's continuous_usage_stats
 }
 
 TEST_CASE("completion logprobs and echo", "[server][request]") {
