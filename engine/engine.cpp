@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/detokenizer.h"
+#include "engine/grammar_compiler.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/kv_cache_setup.h"
 #include "engine/kv_saturation.h"
@@ -48,6 +49,7 @@ struct Engine::Impl {
   std::vector<std::string> abort_inbox;
   std::unordered_set<std::string> live_ids;  // queued or running
   bool stopping = false;
+  bool grammar_ready = false;  // a grammar compile finished: the engine thread polls `compiling`
   bool accepting = true;
   // The scheduler's waiting queue as of the last refresh_stats, plus the arrivals handed to it
   // since (add_requests' queue limit: sched_waiting + inbox.size() never undercounts).
@@ -59,6 +61,15 @@ struct Engine::Impl {
   // Outputs of this step, pushed after the stats are refreshed, so that a client that sees its
   // request finish also sees its blocks freed in stats().
   std::vector<std::pair<std::shared_ptr<RequestStream>, RequestOutput>> pending;
+  // Structured-output requests whose grammar is compiling: not in the scheduler yet (nothing
+  // waits on them; the others are scheduled as usual), but in `outputs` (aborts, stats).
+  struct PendingGrammar {
+    std::unique_ptr<Request> req;
+    std::shared_future<CompiledGrammarPtr> grammar;
+  };
+  std::vector<PendingGrammar> compiling;
+  void admit(std::unique_ptr<Request> req, RequestState st);
+  void poll_compiles();
   void flush_pending() {
     for (auto& [stream, out] : pending) stream->push(std::move(out));
     pending.clear();
@@ -71,6 +82,9 @@ struct Engine::Impl {
   void finish(std::string id, RequestStatus status, RequestOutput out);
   void fail_all(const std::string& error);
   void refresh_stats(int64_t new_prompt_tokens, int64_t new_generated);
+
+  // Last: destroyed first, joining its workers while mu and cv (which on_done uses) live.
+  std::unique_ptr<GrammarCompilerService> grammars;
 };
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -189,6 +203,14 @@ void Engine::Impl::start() {
   m.stats.num_free_kv_blocks = m.setup.num_usable_blocks;
   m.saturation = std::make_unique<KVSaturationSampler>(m.setup.layers);
   m.stats.kv_saturation = m.saturation->counts();
+  m.grammars = std::make_unique<GrammarCompilerService>(
+      *m.loaded->tokenizer, m.loaded->eos_token_ids, c.vocab_size, [this] {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          grammar_ready = true;
+        }
+        cv.notify_all();
+      });
 }
 
 Engine::~Engine() {
@@ -393,6 +415,17 @@ int64_t Engine::decode_weight_bytes() const {
 
 int64_t Engine::kv_bytes_per_token() const { return impl_->setup.memory.kv_bytes_per_token; }
 
+double Engine::compile_structured_output(const StructuredOutputParams& p) {
+  double ms = 0.0;
+  impl_->grammars->compile_now(p, &ms);
+  return ms;
+}
+
+void Engine::set_structured_output_compile_hook(
+    std::function<void(const StructuredOutputParams&)> hook) {
+  impl_->grammars->set_before_compile(std::move(hook));
+}
+
 void Engine::stop_accepting() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->accepting = false;
@@ -412,25 +445,25 @@ void Engine::Impl::loop() {
     {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] {
-        return stopping || !inbox.empty() || !abort_inbox.empty() || !outputs->empty();
+        return stopping || !inbox.empty() || !abort_inbox.empty() || grammar_ready ||
+               scheduler->has_unfinished_requests();
       });
       if (stopping) break;
+      grammar_ready = false;
       arrivals.swap(inbox);
       aborts.swap(abort_inbox);
       sched_waiting += static_cast<int64_t>(arrivals.size());
     }
     try {
-      for (auto& [req, st] : arrivals) {
-        outputs->add(req->request_id, std::move(st));
-        scheduler->add_request(std::move(req));
-      }
+      for (auto& [req, st] : arrivals) admit(std::move(req), std::move(st));
       for (const std::string& id : aborts) {
         if (!outputs->find(id)) continue;
         RequestOutput out;
         out.finish_reason = "abort";
         finish(id, RequestStatus::FinishedAborted, std::move(out));
       }
-      if (!outputs->empty()) {
+      poll_compiles();
+      if (scheduler->has_unfinished_requests()) {
         step();
       } else {
         refresh_stats(0, 0);
@@ -473,6 +506,47 @@ void Engine::run_follower(const EngineArgs& args) {
   spdlog::info("octet: node 0 shut down; node {} exiting", args.multinode.node_rank);
 }
 
+// A new request goes to the scheduler, or first to `compiling` when its output is constrained.
+void Engine::Impl::admit(std::unique_ptr<Request> req, RequestState st) {
+  const std::string id = req->request_id;
+  outputs->add(id, std::move(st));
+  const StructuredOutputParams& so = req->sampling_params.structured_outputs;
+  if (!so.active()) {
+    scheduler->add_request(std::move(req));
+    return;
+  }
+  compiling.push_back({std::move(req), grammars->compile(so)});
+}
+
+// Requests whose grammar is ready go to the scheduler with a fresh matcher; a grammar that did
+// not compile fails its request alone (an invalid request, naming the field). Never waits.
+void Engine::Impl::poll_compiles() {
+  for (size_t i = 0; i < compiling.size();) {
+    if (compiling[i].grammar.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+      ++i;
+      continue;
+    }
+    PendingGrammar p = std::move(compiling[i]);
+    compiling.erase(compiling.begin() + static_cast<std::ptrdiff_t>(i));
+    const std::string id = p.req->request_id;
+    RequestOutput out;
+    try {
+      outputs->find(id)->grammar = std::make_unique<GrammarState>(p.grammar.get());
+      scheduler->add_request(std::move(p.req));
+      continue;
+    } catch (const RequestError& e) {
+      out.error = e.what();
+      out.invalid_request = true;
+      out.error_param = e.param();
+    } catch (const std::exception& e) {
+      out.error = std::string("structured output: ") + e.what();
+    }
+    spdlog::info("octet engine: request {} failed: {}", id, out.error);
+    out.finish_reason = "abort";
+    finish(id, RequestStatus::FinishedAborted, std::move(out));
+  }
+}
+
 // schedule -> execute -> update. A request's failure (a non-finite logit, a sampler error, any
 // exception from its own logprobs, detokenizer or stop strings) fails that request alone: its
 // stream ends with RequestOutput::error, its blocks are freed, the others of the step go on.
@@ -510,6 +584,11 @@ void Engine::Impl::step() {
 void Engine::Impl::finish(std::string id, RequestStatus status, RequestOutput out) {
   RequestState* st = outputs->find(id);
   if (!st) return;
+  for (size_t i = 0; i < compiling.size(); ++i)
+    if (compiling[i].req->request_id == id) {
+      compiling.erase(compiling.begin() + static_cast<std::ptrdiff_t>(i));
+      break;
+    }
   out.request_id = id;
   OutputProcessor::complete(*st, scheduler->get(id), Clock::now(), out);
   scheduler->finish_request(id, status);
@@ -553,8 +632,10 @@ void Engine::Impl::refresh_stats(int64_t new_prompt_tokens, int64_t new_generate
   const SchedulerStats s = scheduler->stats();
   std::lock_guard<std::mutex> lock(mu);
   stats.num_requests_running = s.num_running;
-  sched_waiting = s.num_waiting;
-  stats.num_requests_waiting = s.num_waiting + static_cast<int64_t>(inbox.size());
+  sched_waiting = s.num_waiting + static_cast<int64_t>(compiling.size());
+  stats.num_requests_waiting = sched_waiting + static_cast<int64_t>(inbox.size());
+  stats.num_bitmask_fills = outputs->num_bitmask_fills();
+  stats.bitmask_fill_s = outputs->bitmask_fill_s();
   stats.num_preemptions = s.num_preemptions;
   stats.kv_cache_usage = s.kv_cache_usage;
   stats.num_free_kv_blocks = kv->num_free_blocks();

@@ -21,6 +21,7 @@
 #include "engine/request_error.h"
 #include "engine/request_output.h"
 #include "engine/sampling_params.h"
+#include "engine/structured_output.h"
 
 namespace octet {
 
@@ -47,6 +48,10 @@ struct EngineStats {
   int64_t generation_tokens = 0;      // total generated tokens
   int64_t num_steps = 0;
   bool alive = true;                  // false once the engine thread has died
+  // Structured outputs: grammar bitmasks filled (one per constrained token sampled) and their
+  // total wall time (engine/structured_output_bench.h).
+  int64_t num_bitmask_fills = 0;
+  double bitmask_fill_s = 0.0;
   std::vector<KVLayerSaturation> kv_saturation;  // FP8 static-scale layers, ascending
 };
 
@@ -146,6 +151,16 @@ class Engine {
   int64_t decode_weight_bytes() const;
   /// KV cache bytes per token of context, all layers, K and V (bench latency's floor).
   int64_t kv_bytes_per_token() const;
+
+  /// Compiles `p` (active) against the model's tokenizer on the calling thread, bypassing the
+  /// engine's grammar cache, and returns the compile time in ms (benchmarks; the tokenizer's
+  /// xgrammar vocabulary is built once, before the clock starts). Throws RequestError
+  /// (InvalidRequest, p.field) when it does not compile.
+  double compile_structured_output(const StructuredOutputParams& p);
+  /// Test hook: when set, the grammar compiler's workers call it with each request's params
+  /// before compiling (a test blocks in it to hold a compile pending). Never blocks the engine
+  /// thread: a request waits for its grammar outside the scheduler.
+  void set_structured_output_compile_hook(std::function<void(const StructuredOutputParams&)> hook);
 
   /// Stops admitting requests (add_request throws std::runtime_error "shutting down"); running
   /// ones continue. Used for graceful shutdown.

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "engine/detokenizer.h"
+#include "engine/grammar_compiler.h"
 #include "engine/model_runner.h"
 
 namespace octet {
@@ -97,10 +98,20 @@ void OutputProcessor::sample(const SchedulerOutput& out, const StepLogits& logit
         sampled_.push_back({&r, SampleResult{}, true, ""});
         continue;
       }
+      const int32_t* bitmask = nullptr;
+      if (st.grammar) {
+        const EngineClock::time_point t0 = EngineClock::now();
+        bitmask = st.grammar->fill_bitmask();
+        bitmask_fill_s_ += seconds_between(t0, EngineClock::now());
+        ++num_bitmask_fills_;
+      }
       SampleResult res = octet::sample(logits.row(logits.sample_row[i]), logits.vocab, p,
                                        r.prompt_token_ids, r.output_token_ids, eos_token_ids_,
-                                       st.rng);
+                                       st.rng, bitmask);
       if (!res.ok()) throw std::runtime_error("sampling: " + res.error);
+      if (st.grammar && !st.grammar->accept(res.token_id))
+        throw std::runtime_error("structured output: the grammar rejected sampled token " +
+                                 std::to_string(res.token_id));
       r.append_output_token(res.token_id);
       sampled_.push_back({&r, std::move(res), false, ""});
     } catch (const std::exception& e) {
@@ -161,6 +172,9 @@ RequestUpdate OutputProcessor::update_for(Request& r, const SampleResult& res, b
     if (p.logprobs >= 0) o.logprobs.push_back(to_token_logprobs(res));
     const bool may_stop = n_out >= p.min_tokens;
     if (may_stop && contains(eos_token_ids_, tok) && !p.ignore_eos) {
+      status = RequestStatus::FinishedStopped;
+    } else if (st.grammar && st.grammar->terminated()) {
+      // The grammar ended with a stop token (EOS, even with ignore_eos): nothing can follow.
       status = RequestStatus::FinishedStopped;
     } else if (may_stop && contains(p.stop_token_ids, tok)) {
       status = RequestStatus::FinishedStopped;

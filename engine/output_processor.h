@@ -19,6 +19,7 @@
 
 namespace octet {
 
+class GrammarState;
 class RequestDetokenizer;
 struct StepLogits;
 
@@ -37,6 +38,10 @@ struct RequestState {
   bool produced_first = false;
   int64_t num_cached_tokens = 0;
   std::vector<TokenLogprobs> prompt_logprobs;  // [num_prompt_tokens] when requested
+  // Structured outputs: the grammar's matcher, advanced by each output token (set once the
+  // grammar is compiled, before the request is scheduled; kept across preemption, which keeps
+  // the output tokens). nullptr for an unconstrained request.
+  std::unique_ptr<GrammarState> grammar;
 
   RequestState();
   RequestState(RequestState&&) noexcept;
@@ -80,6 +85,11 @@ class OutputProcessor {
   std::vector<RequestUpdate> updates(EngineClock::time_point now, int64_t* new_prompt_tokens,
                                      int64_t* new_generated);
 
+  /// Structured outputs: grammar bitmasks filled (one per constrained row sampled) and their
+  /// total wall time in seconds, since construction (engine/structured_output_bench.h).
+  int64_t num_bitmask_fills() const { return num_bitmask_fills_; }
+  double bitmask_fill_s() const { return bitmask_fill_s_; }
+
   /// Fills a final output's counters and timings (seconds since arrival) from the record.
   static void complete(const RequestState& st, const Request* r, EngineClock::time_point now,
                        RequestOutput& out);
@@ -98,6 +108,8 @@ class OutputProcessor {
   int64_t max_model_len_;
   std::unordered_map<std::string, RequestState> states_;
   std::vector<Sampled> sampled_;  // of the last sample()
+  int64_t num_bitmask_fills_ = 0;
+  double bitmask_fill_s_ = 0.0;
 };
 
 }  // namespace octet

@@ -37,6 +37,11 @@ struct RequestOutput {
   std::string finish_reason;  // on the final update: "stop", "length" or "abort"
   std::string stop_reason;    // the stop string or stop token id (decimal) that matched, or ""
   std::string error;          // non-empty when the engine failed this request (internal fault)
+  // With error: true when the request itself was at fault, not the engine (a structured output
+  // that does not compile against the model's tokenizer): answer as a RequestError of kind
+  // InvalidRequest naming error_param (HTTP 400), not as an internal fault (500).
+  bool invalid_request = false;
+  std::string error_param;
   int64_t num_prompt_tokens = 0;
   int64_t num_generated_tokens = 0;
   int64_t num_cached_tokens = 0;           // prompt tokens served by the prefix cache

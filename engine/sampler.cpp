@@ -210,6 +210,10 @@ int64_t first_bad_logit(const float* x, int64_t n) {
   return -1;
 }
 
+/// logprobs_for() once token is known to be in [0, vocab) and no logit NaN or +inf; -inf
+/// logits (masked by a grammar) are allowed and never listed in top_logprobs.
+SampleResult logprobs_of(const float* logits, int64_t vocab, int32_t token, int64_t k);
+
 std::string describe_logit(const float* x, int64_t i) {
   return std::to_string(x[i]) + " for token id " + std::to_string(i);
 }
@@ -373,14 +377,55 @@ std::vector<double> sampling_probs(const float* processed_logits, int64_t vocab,
   return probs;
 }
 
-SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& params,
+void apply_token_bitmask(float* logits, int64_t vocab, const int32_t* bitmask) {
+  const int64_t words = (vocab + 31) / 32;
+  for (int64_t w = 0; w < words; ++w) {
+    const uint32_t bits = static_cast<uint32_t>(bitmask[w]);
+    if (bits == 0xffffffffu) continue;
+    float* x = logits + w * 32;
+    if (bits == 0 && w * 32 + 32 <= vocab) {
+      for (int b = 0; b < 32; ++b) x[b] = kNegInf;
+      continue;
+    }
+    const int64_t end = std::min<int64_t>(32, vocab - w * 32);
+    if (end == 32) {
+      // Four lanes at a time: lane j of group b keeps x[b + j] when bit b + j is set (explicit
+      // vector masks: a scalar select would not vectorise under -ftrapping-math).
+      using u32x4 = uint32_t __attribute__((vector_size(16)));
+      const u32x4 lane_bit = {1u, 2u, 4u, 8u};
+      const f32x4 neg_inf = f32x4{} + kNegInf;
+      for (int b = 0; b < 32; b += 4) {
+        const u32x4 word = u32x4{} + (bits >> b);
+        const i32x4 keep = reinterpret_cast<i32x4>((word & lane_bit) != 0);
+        f32x4 v;
+        std::memcpy(&v, x + b, sizeof v);
+        v = select(keep, v, neg_inf);
+        std::memcpy(x + b, &v, sizeof v);
+      }
+    } else {
+      for (int64_t b = 0; b < end; ++b)
+        if (!((bits >> b) & 1u)) x[b] = kNegInf;
+    }
+  }
+}
+
+SampleResult sample(const float* raw_logits, int64_t vocab, const SamplingParams& params,
                     const std::vector<int32_t>& prompt_ids,
                     const std::vector<int32_t>& output_ids,
-                    const std::vector<int32_t>& eos_token_ids, std::mt19937_64& rng) {
+                    const std::vector<int32_t>& eos_token_ids, std::mt19937_64& rng,
+                    const int32_t* token_bitmask) {
   SampleResult r;
-  if (const int64_t bad = first_bad_logit<false>(logits, vocab); bad >= 0) {
-    r.error = "the model produced a non-finite logit (" + describe_logit(logits, bad) + ")";
+  if (const int64_t bad = first_bad_logit<false>(raw_logits, vocab); bad >= 0) {
+    r.error = "the model produced a non-finite logit (" + describe_logit(raw_logits, bad) + ")";
     return r;
+  }
+  // From here `logits` is the raw row as the sampler sees it: masked by the grammar if any.
+  const float* logits = raw_logits;
+  if (token_bitmask) {
+    thread_local std::vector<float> t_masked;
+    t_masked.assign(raw_logits, raw_logits + vocab);
+    apply_token_bitmask(t_masked.data(), vocab, token_bitmask);
+    logits = t_masked.data();
   }
   const float* l = logits;
   if (has_processors(params, static_cast<int64_t>(output_ids.size()))) {
@@ -395,9 +440,12 @@ SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& pa
       return r;
     }
   }
-  static const char* const kAllMasked =
-      "every token's logit is -inf after logits processing (min_tokens masks EOS and "
-      "stop_token_ids): no token can be sampled";
+  const char* const kAllMasked =
+      token_bitmask
+          ? "the structured output grammar allows no token here (with min_tokens masking EOS "
+            "and stop_token_ids, or logit_bias): no token can be sampled"
+          : "every token's logit is -inf after logits processing (min_tokens masks EOS and "
+            "stop_token_ids): no token can be sampled";
   int32_t token;
   if (params.temperature < kGreedyTemperature) {
     token = argmax(l, vocab);
@@ -420,20 +468,28 @@ SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& pa
     r.token_id = token;
     return r;
   }
-  return logprobs_for(logits, vocab, token, params.logprobs);
+  return logprobs_of(logits, vocab, token, params.logprobs);
 }
 
 SampleResult logprobs_for(const float* logits, int64_t vocab, int32_t token, int64_t k) {
-  SampleResult r;
   if (token < 0 || token >= vocab) {
+    SampleResult r;
     r.error = "logprobs_for: token id " + std::to_string(token) +
               " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
     return r;
   }
   if (const int64_t bad = first_bad_logit<false>(logits, vocab); bad >= 0) {
+    SampleResult r;
     r.error = "the model produced a non-finite logit (" + describe_logit(logits, bad) + ")";
     return r;
   }
+  return logprobs_of(logits, vocab, token, k);
+}
+
+namespace {
+
+SampleResult logprobs_of(const float* logits, int64_t vocab, int32_t token, int64_t k) {
+  SampleResult r;
   // One pass after the max: the softmax sum, the rank and the top k.
   // log_softmax in FP32 with an FP64 sum: logprob_i = (l_i - max) - log(sum exp(l - max))
   // (subtracting the max first keeps the precision of large logits).
@@ -482,8 +538,11 @@ SampleResult logprobs_for(const float* logits, int64_t vocab, int32_t token, int
   r.rank = ahead + 1;
   r.top_logprobs.reserve(top.size());
   for (size_t i = 0; i < top.size(); ++i)
-    r.top_logprobs.push_back({top[i], logprob(top[i]), static_cast<int64_t>(i) + 1});
+    if (logits[top[i]] != kNegInf)  // a token masked by a grammar is no alternative
+      r.top_logprobs.push_back({top[i], logprob(top[i]), static_cast<int64_t>(i) + 1});
   return r;
 }
+
+}  // namespace
 
 }  // namespace octet

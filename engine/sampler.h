@@ -97,10 +97,21 @@ std::vector<double> sampling_probs(const float* processed_logits, int64_t vocab,
 /// token) or no token survived the filters. Costs one more bit-test pass over the raw row (and
 /// one over the processed row when a processor is active) for these checks.
 /// Thread-safe (scratch buffers are thread_local).
+/// token_bitmask (structured outputs, engine/grammar_compiler.h): when given, the tokens it
+/// disallows are set to -inf in a copy of the raw row before step 1, so the raw logprobs, the
+/// processors and the draw all see the masked distribution (vLLM v1 applies the grammar
+/// bitmask to the logits before its sampler); masked tokens never appear in top_logprobs
+/// (fewer than k entries when fewer tokens are allowed). An all-masked row is an `error`.
 SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& params,
                     const std::vector<int32_t>& prompt_ids,
                     const std::vector<int32_t>& output_ids,
-                    const std::vector<int32_t>& eos_token_ids, std::mt19937_64& rng);
+                    const std::vector<int32_t>& eos_token_ids, std::mt19937_64& rng,
+                    const int32_t* token_bitmask = nullptr);
+
+/// Sets logits[i] = -inf for every token i in [0, vocab) whose bit is clear in bitmask:
+/// [ceil(vocab / 32)] int32 words, bit (i % 32) of word i / 32 (xgrammar's layout). Words that
+/// are all ones (the common case inside a JSON string) cost one compare.
+void apply_token_bitmask(float* logits, int64_t vocab, const int32_t* bitmask);
 
 /// Raw logprob and rank of `token` and the top k (k >= 0) tokens of logits: [vocab] (for prompt
 /// logprobs: the logits at position i scored against prompt token i + 1). token_id = token.

@@ -82,6 +82,23 @@ void SamplingParams::validate() const {
   if (prompt_logprobs < -1 || prompt_logprobs > kMaxLogprobs)
     bad("prompt_logprobs", "-1 (none) or in [0, " + std::to_string(kMaxLogprobs) + "]",
         std::to_string(prompt_logprobs));
+  const StructuredOutputParams& so = structured_outputs;
+  if (so.active()) {
+    const std::string& f = so.field;
+    if (so.spec.size() > kMaxStructuredSpecBytes)
+      bad(f, f, "at most " + std::to_string(kMaxStructuredSpecBytes) + " bytes",
+          std::to_string(so.spec.size()) + " bytes");
+    if (so.kind == StructuredOutputKind::Choice && so.choice.empty())
+      bad(f, f, "a non-empty list of choices", "an empty list");
+    if (so.choice.size() > kMaxStructuredChoices)
+      bad(f, f, "at most " + std::to_string(kMaxStructuredChoices) + " choices",
+          std::to_string(so.choice.size()));
+    size_t choice_bytes = 0;
+    for (const std::string& c : so.choice) choice_bytes += c.size();
+    if (choice_bytes > kMaxStructuredChoiceBytes)
+      bad(f, f, "choices of at most " + std::to_string(kMaxStructuredChoiceBytes) + " bytes in all",
+          std::to_string(choice_bytes) + " bytes");
+  }
 }
 
 }  // namespace octet

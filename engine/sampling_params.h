@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/request_error.h"
+#include "engine/structured_output.h"
 
 namespace octet {
 
@@ -71,6 +72,9 @@ struct SamplingParams {
   int64_t logprobs = -1;         // -1 = none; k in [0, 20]: the sampled token's raw logprob and
                                  // rank + the top k (engine/sampler.h)
   int64_t prompt_logprobs = -1;  // -1 = none; k in [0, 20]: each prompt token's logprob + top k
+  // Constrains the output to a JSON schema, regex, choice, grammar or structural tag
+  // (engine/structured_output.h); validate() checks only its size bounds (kMaxStructured*).
+  StructuredOutputParams structured_outputs;
 
   /// Throws SamplingParamError (a std::invalid_argument) naming the field for an out-of-range
   /// value (temperature < 0 or not finite, top_p outside (0, 1], top_k < -1 or > kMaxTopK, min_p
@@ -78,7 +82,9 @@ struct SamplingParams {
   /// [0.01, 100], a logit_bias outside [-100, 100], max_tokens or min_tokens < 0, min_tokens >
   /// max_tokens, logprobs or prompt_logprobs < -1 or > 20, an empty stop string, a negative
   /// logit_bias or stop_token_ids id, more stop strings, stop bytes, stop_token_ids or
-  /// logit_bias entries than the kMax* bounds above; NaN is out of every range). Ids beyond the vocabulary:
+  /// logit_bias entries than the kMax* bounds above; a structured_outputs spec or choice list
+  /// beyond the kMaxStructured* bounds of engine/structured_output.h or a Choice without
+  /// choices, naming structured_outputs.field; NaN is out of every range). Ids beyond the vocabulary:
   /// validate_token_ids() in engine/sampler.h.
   void validate() const;
 };

@@ -1,0 +1,115 @@
+// Structured-output specs -> xgrammar grammars, and their validation (structured_output.h).
+#include "engine/structured_output.h"
+
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <variant>
+
+#include "engine/grammar_compiler.h"
+#include "engine/request_error.h"
+
+namespace octet {
+namespace {
+
+/// `s` as an xgrammar EBNF string literal: '"' and '\' escaped, control bytes as \uXXXX (fixed
+/// width: \x takes any number of hex digits), other bytes (UTF-8) as they are.
+std::string ebnf_literal(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+[[noreturn]] void invalid(const StructuredOutputParams& p, const std::string& what) {
+  throw RequestError(RequestErrorKind::InvalidRequest,
+                     std::string("invalid ") + structured_output_kind_name(p.kind) + " for '" +
+                         p.field + "': " + what,
+                     p.field);
+}
+
+xgrammar::Grammar build(const StructuredOutputParams& p) {
+  switch (p.kind) {
+    case StructuredOutputKind::Json:
+      return xgrammar::Grammar::FromJSONSchema(p.spec, p.any_whitespace);
+    case StructuredOutputKind::JsonObject:
+      // As vLLM's xgrammar backend: any JSON object.
+      return xgrammar::Grammar::FromJSONSchema("{\"type\": \"object\"}", p.any_whitespace);
+    case StructuredOutputKind::Regex:
+      return xgrammar::Grammar::FromRegex(p.spec);
+    case StructuredOutputKind::Choice: {
+      if (p.choice.empty()) invalid(p, "the choice list is empty");
+      std::string ebnf = "root ::= ";
+      for (size_t i = 0; i < p.choice.size(); ++i)
+        ebnf += (i ? " | " : "") + ebnf_literal(p.choice[i]);
+      return xgrammar::Grammar::FromEBNF(ebnf);
+    }
+    case StructuredOutputKind::Grammar:
+      return xgrammar::Grammar::FromEBNF(p.spec);
+    case StructuredOutputKind::StructuralTag: {
+      auto r = xgrammar::Grammar::FromStructuralTag(p.spec);
+      if (auto* g = std::get_if<xgrammar::Grammar>(&r)) return *g;
+      std::string msg;
+      std::visit([&](const auto& e) { msg = e.what(); }, std::get<1>(r));
+      invalid(p, msg);
+    }
+    case StructuredOutputKind::None:
+      break;
+  }
+  invalid(p, "no constraint given");
+}
+
+}  // namespace
+
+const char* structured_output_kind_name(StructuredOutputKind kind) {
+  switch (kind) {
+    case StructuredOutputKind::None: return "none";
+    case StructuredOutputKind::Json: return "json";
+    case StructuredOutputKind::JsonObject: return "json_object";
+    case StructuredOutputKind::Regex: return "regex";
+    case StructuredOutputKind::Choice: return "choice";
+    case StructuredOutputKind::Grammar: return "grammar";
+    case StructuredOutputKind::StructuralTag: return "structural_tag";
+  }
+  return "unknown";
+}
+
+std::string structured_output_key(const StructuredOutputParams& p) {
+  std::string key = structured_output_kind_name(p.kind);
+  key += p.any_whitespace ? ":ws:" : ":compact:";
+  if (p.kind == StructuredOutputKind::Choice) {
+    // Length-prefixed, so no two lists share a key.
+    for (const std::string& c : p.choice) key += std::to_string(c.size()) + ":" + c;
+  } else {
+    key += p.spec;
+  }
+  return key;
+}
+
+xgrammar::Grammar build_grammar(const StructuredOutputParams& p) {
+  try {
+    return build(p);
+  } catch (const RequestError&) {
+    throw;
+  } catch (const std::exception& e) {
+    invalid(p, e.what());  // xgrammar's errors are std::runtime_error with a message
+  }
+}
+
+void validate_structured_output(const StructuredOutputParams& p) {
+  if (!p.active()) return;
+  (void)build_grammar(p);
+}
+
+}  // namespace octet

@@ -1,0 +1,53 @@
+#pragma once
+// Structured outputs (vLLM's StructuredOutputsParams; OpenAI's response_format json_schema /
+// json_object, vLLM's structured_outputs regex / choice / grammar / structural_tag): what a
+// request's output is constrained to. The engine compiles it with xgrammar
+// (engine/grammar_compiler.h) off the engine thread and masks each step's logits with the
+// grammar's allowed tokens (docs/structured_outputs.md). Std types only, so server/ may include it.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace octet {
+
+enum class StructuredOutputKind : uint8_t { None, Json, JsonObject, Regex, Choice, Grammar, StructuralTag };
+
+/// "none", "json", "json_object", "regex", "choice", "grammar", "structural_tag".
+const char* structured_output_kind_name(StructuredOutputKind kind);
+
+/// Bounds SamplingParams::validate() enforces (compiling costs CPU time per distinct spec; the
+/// compiled grammar's memory grows with its size): a spec of at most kMaxStructuredSpecBytes
+/// (1 MiB), at most kMaxStructuredChoices choices of at most kMaxStructuredChoiceBytes bytes in
+/// all (1 MiB), and at least one choice for kind Choice.
+inline constexpr size_t kMaxStructuredSpecBytes = size_t{1} << 20;
+inline constexpr size_t kMaxStructuredChoices = 1024;
+inline constexpr size_t kMaxStructuredChoiceBytes = size_t{1} << 20;
+
+/// What a request's output is constrained to (vLLM's StructuredOutputsParams).
+struct StructuredOutputParams {
+  StructuredOutputKind kind = StructuredOutputKind::None;
+  // Json: JSON-schema text; Regex: the pattern; Grammar: EBNF (xgrammar's EBNF, GBNF-compatible,
+  // root rule "root"); StructuralTag: xgrammar structural-tag JSON text. Unused otherwise.
+  std::string spec;
+  std::vector<std::string> choice;  // Choice: the allowed outputs (exact strings)
+  // Json / JsonObject: allow any whitespace between JSON tokens (vLLM's default for xgrammar:
+  // true, i.e. not disable_any_whitespace); false = compact separators (", " and ": ").
+  bool any_whitespace = true;
+  // The request field named in errors ("response_format", "json_schema", "grammar", ...).
+  std::string field = "structured_outputs";
+  bool active() const { return kind != StructuredOutputKind::None; }
+};
+
+/// Throws RequestError(InvalidRequest, message, field) when the spec does not parse or convert
+/// (a bad JSON schema, regex, EBNF or structural tag, or an empty choice list). Cheap: builds
+/// xgrammar's Grammar without a tokenizer (no token masks). Thread-safe. The server calls it on
+/// its own thread before submitting, so a bad schema is a 400; the engine compiles again
+/// against the tokenizer and fails the request alone if that fails.
+void validate_structured_output(const StructuredOutputParams& p);
+
+/// The cache key of `p`: its kind, any_whitespace and spec or choices, unambiguously encoded
+/// (field is not part of it).
+std::string structured_output_key(const StructuredOutputParams& p);
+
+}  // namespace octet

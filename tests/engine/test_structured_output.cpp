@@ -1,0 +1,583 @@
+// Structured outputs (engine/structured_output.h) on xgrammar: validation errors name the field;
+// the engine's outputs are in the language of their JSON schema / regex / choice / EBNF grammar
+// (checked by independent means: nlohmann::json and hand-written field checks, std::regex);
+// a constrained request ends with "stop" when its grammar ends; a bad spec fails its request
+// alone; unconstrained rows are untouched (bitwise); preemption keeps outputs valid and equal to
+// their solo runs; a pending compile never delays other requests. Fast cases run the tiny
+// stories260K (SentencePiece, byte fallback); SmolLM2 (byte-level BPE) cases exit 77 without it.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <future>
+#include <mutex>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "engine/structured_output.h"
+#include "engine/structured_output_bench.h"
+#include "engine_test_support.h"
+#include "test_model_paths.h"
+
+namespace octet {
+namespace {
+
+using testing::collect;
+using testing::collect_outcome;
+using testing::Result;
+
+// A person: bounded fields, so that even a tiny model's greedy output ends.
+constexpr const char* kPersonSchema = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "minLength": 1, "maxLength": 8},
+    "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    "ok": {"type": "boolean"},
+    "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}
+  },
+  "required": ["name", "age", "ok", "tags"],
+  "additionalProperties": false
+})";
+
+/// Checks by hand that `text` is a JSON object of kPersonSchema.
+void check_person(const std::string& text) {
+  INFO("output: " << text);
+  const nlohmann::json j = nlohmann::json::parse(text);  // throws: not JSON
+  REQUIRE(j.is_object());
+  CHECK(j.size() == 4);
+  REQUIRE(j.contains("name"));
+  REQUIRE(j["name"].is_string());
+  const std::string name = j["name"];
+  // maxLength counts characters; the stories model only makes ASCII-ish text, bound by bytes
+  // loosely: at most 8 code points.
+  size_t code_points = 0;
+  for (unsigned char c : name) code_points += (c & 0xC0) != 0x80;
+  CHECK(code_points >= 1);
+  CHECK(code_points <= 8);
+  REQUIRE(j.contains("age"));
+  REQUIRE(j["age"].is_number_integer());
+  CHECK(j["age"].get<int64_t>() >= 0);
+  CHECK(j["age"].get<int64_t>() <= 120);
+  REQUIRE(j.contains("ok"));
+  CHECK(j["ok"].is_boolean());
+  REQUIRE(j.contains("tags"));
+  REQUIRE(j["tags"].is_array());
+  CHECK(j["tags"].size() <= 2);
+  for (const auto& t : j["tags"]) CHECK((t == "a" || t == "b"));
+}
+
+StructuredOutputParams so_params(StructuredOutputKind kind, std::string spec,
+                                 std::string field = "structured_outputs") {
+  StructuredOutputParams so;
+  so.kind = kind;
+  so.spec = std::move(spec);
+  so.field = std::move(field);
+  return so;
+}
+
+/// A JSON schema without free whitespace (any_whitespace false).
+StructuredOutputParams compact(const std::string& schema) {
+  StructuredOutputParams so = so_params(StructuredOutputKind::Json, schema, "json_schema");
+  so.any_whitespace = false;
+  return so;
+}
+
+SamplingParams constrained(StructuredOutputParams so, int64_t max_tokens, float temperature = 0.0f,
+                           int64_t seed = -1) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.seed = seed;
+  p.max_tokens = max_tokens;
+  p.structured_outputs = std::move(so);
+  return p;
+}
+
+/// n stories260K token ids in [259, 512): no byte-fallback token (ids 3..258 are <0x00>..<0xFF>),
+/// so the prompt never ends inside a UTF-8 character whose completion would be emitted (as
+/// U+FFFD) with the output's first text.
+std::vector<int32_t> text_prompt(int n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int32_t& t : p) t = static_cast<int32_t>(259 + rng() % 253);
+  return p;
+}
+
+// Unquantized stories260K, max_model_len 256, 64 blocks of 16.
+EngineArgs stories_args(int64_t num_kv_blocks = 64) {
+  return testing::engine_args(testing::stories(), {.quantization = "none",
+                                                   .num_kv_blocks = num_kv_blocks,
+                                                   .max_model_len = 256});
+}
+
+/// The error a request's stream ended with, and whether the engine marked it the request's
+/// own fault (RequestOutput::invalid_request, error_param).
+struct Failure {
+  std::string error, param, finish_reason;
+  bool invalid_request = false;
+  size_t num_tokens = 0;
+};
+Failure read_failure(RequestStream& s) {
+  Failure f;
+  while (auto o = s.next()) {
+    f.num_tokens += o->token_ids.size();
+    if (o->finished) {
+      f.error = o->error;
+      f.param = o->error_param;
+      f.invalid_request = o->invalid_request;
+      f.finish_reason = o->finish_reason;
+    }
+  }
+  return f;
+}
+
+void require_invalid(const StructuredOutputParams& p, const std::string& needle) {
+  INFO("kind " << structured_output_kind_name(p.kind) << " spec " << p.spec);
+  try {
+    validate_structured_output(p);
+    FAIL("no error");
+  } catch (const RequestError& e) {
+    CHECK(e.kind() == RequestErrorKind::InvalidRequest);
+    CHECK(e.param() == p.field);
+    const std::string msg = e.what();
+    CHECK(msg.find(p.field) != std::string::npos);
+    CHECK(msg.find(needle) != std::string::npos);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("structured outputs: validate names the field of a bad schema, regex, grammar or tag",
+          "[structured]") {
+  require_invalid(so_params(StructuredOutputKind::Json, "{\"type\": ", "response_format"), "json");
+  require_invalid(so_params(StructuredOutputKind::Json, R"({"type": "no-such-type"})", "json_schema"),
+                  "json");
+  require_invalid(so_params(StructuredOutputKind::Regex, "([a-z", "regex"), "regex");
+  require_invalid(so_params(StructuredOutputKind::Grammar, "root ::= undefined_rule", "grammar"),
+                  "grammar");
+  require_invalid(so_params(StructuredOutputKind::Grammar, "root ::= \"a", "grammar"), "grammar");
+  require_invalid(so_params(StructuredOutputKind::StructuralTag, "{\"type\": \"nope\"}",
+                            "structural_tag"),
+                  "structural_tag");
+  StructuredOutputParams empty_choice = so_params(StructuredOutputKind::Choice, "", "choice");
+  require_invalid(empty_choice, "empty");
+
+  // Valid specs pass.
+  CHECK_NOTHROW(validate_structured_output(so_params(StructuredOutputKind::Json, kPersonSchema)));
+  CHECK_NOTHROW(validate_structured_output(so_params(StructuredOutputKind::JsonObject, "")));
+  CHECK_NOTHROW(validate_structured_output(so_params(StructuredOutputKind::Regex, "[a-c]+x")));
+  CHECK_NOTHROW(validate_structured_output(
+      so_params(StructuredOutputKind::Grammar, "root ::= \"(\" [0-9] \")\"")));
+  StructuredOutputParams choice = so_params(StructuredOutputKind::Choice, "");
+  choice.choice = {"a \"quoted\" one", "back\\slash", "tab\there", ""};
+  CHECK_NOTHROW(validate_structured_output(choice));
+  CHECK_NOTHROW(validate_structured_output(StructuredOutputParams{}));  // none: nothing to check
+}
+
+TEST_CASE("structured outputs: SamplingParams::validate bounds the spec and the choices",
+          "[structured]") {
+  SamplingParams p;
+  p.structured_outputs = so_params(StructuredOutputKind::Regex, std::string(kMaxStructuredSpecBytes, 'a'),
+                                   "regex");
+  CHECK_NOTHROW(p.validate());
+  p.structured_outputs.spec += "a";
+  try {
+    p.validate();
+    FAIL("no error");
+  } catch (const SamplingParamError& e) {
+    CHECK(e.field() == "regex");
+  }
+  p.structured_outputs = so_params(StructuredOutputKind::Choice, "", "choice");
+  CHECK_THROWS_AS(p.validate(), SamplingParamError);  // no choices
+  p.structured_outputs.choice.assign(kMaxStructuredChoices + 1, "x");
+  CHECK_THROWS_AS(p.validate(), SamplingParamError);
+  p.structured_outputs.choice.assign(kMaxStructuredChoices, "x");
+  CHECK_NOTHROW(p.validate());
+  // A spec beyond the bound is not checked when nothing is constrained.
+  p.structured_outputs = StructuredOutputParams{};
+  p.structured_outputs.spec.assign(kMaxStructuredSpecBytes + 1, 'a');
+  CHECK_NOTHROW(p.validate());
+}
+
+TEST_CASE("structured outputs: apply_token_bitmask and sample() honour the mask", "[structured]") {
+  // vocab 70: words 0..2, bits LSB first. Allowed: 0, 31, 32, 69 only.
+  const int64_t vocab = 70;
+  std::vector<int32_t> mask(3, 0);
+  mask[0] = static_cast<int32_t>((1u << 0) | (1u << 31));
+  mask[1] = 1;                 // token 32
+  mask[2] = 1 << (69 - 64);    // token 69
+  std::vector<float> logits(vocab);
+  for (int64_t i = 0; i < vocab; ++i) logits[i] = static_cast<float>(i % 7);  // 6 is the max
+  std::vector<float> masked = logits;
+  apply_token_bitmask(masked.data(), vocab, mask.data());
+  for (int64_t i = 0; i < vocab; ++i) {
+    INFO("token " << i);
+    if (i == 0 || i == 31 || i == 32 || i == 69)
+      CHECK(masked[i] == logits[i]);
+    else
+      CHECK(std::isinf(masked[i]));
+  }
+  // Greedy: logits 0 -> 0, 31 -> 3, 32 -> 4, 69 -> 6: token 69. Raw logprobs of the masked
+  // distribution: log(e^6 / (e^0 + e^3 + e^4 + e^6)); top list only the 4 allowed tokens.
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.logprobs = 10;
+  std::mt19937_64 rng(1);
+  const SampleResult r = sample(logits.data(), vocab, p, {1}, {}, {}, rng, mask.data());
+  REQUIRE(r.ok());
+  CHECK(r.token_id == 69);
+  const double z = std::exp(0.0) + std::exp(3.0) + std::exp(4.0) + std::exp(6.0);
+  CHECK(r.logprob == Approx(6.0 - std::log(z)).epsilon(1e-5));
+  CHECK(r.rank == 1);
+  REQUIRE(r.top_logprobs.size() == 4);
+  CHECK(r.top_logprobs[0].token_id == 69);
+  CHECK(r.top_logprobs[1].token_id == 32);
+  CHECK(r.top_logprobs[2].token_id == 31);
+  CHECK(r.top_logprobs[3].token_id == 0);
+  CHECK(r.top_logprobs[3].logprob == Approx(0.0 - std::log(z)).epsilon(1e-5));
+  // Sampling never draws a masked token.
+  p.temperature = 1.0f;
+  p.logprobs = -1;
+  for (int i = 0; i < 200; ++i) {
+    const SampleResult s = sample(logits.data(), vocab, p, {1}, {}, {}, rng, mask.data());
+    REQUIRE(s.ok());
+    CHECK((s.token_id == 0 || s.token_id == 31 || s.token_id == 32 || s.token_id == 69));
+  }
+  // Everything masked: an error, no token.
+  std::vector<int32_t> none(3, 0);
+  const SampleResult e = sample(logits.data(), vocab, p, {1}, {}, {}, rng, none.data());
+  CHECK(!e.ok());
+  CHECK(e.error.find("structured output grammar allows no token") != std::string::npos);
+}
+
+TEST_CASE("structured outputs: JSON schema, regex, choice and EBNF outputs are in their language",
+          "[structured]") {
+  auto engine = Engine::create(stories_args());
+  const std::vector<int32_t> prompt = text_prompt(12, 3);
+
+  SECTION("json schema, greedy and sampled, compact and any whitespace") {
+    for (bool any_ws : {false, true}) {
+      for (int64_t seed : {-2, 1, 2, 3}) {  // -2: greedy
+        INFO("any_whitespace " << any_ws << " seed " << seed);
+        StructuredOutputParams so = so_params(StructuredOutputKind::Json, kPersonSchema, "json_schema");
+        so.any_whitespace = any_ws;
+        const SamplingParams p =
+            constrained(so, 200, seed < 0 ? 0.0f : 1.0f, seed < 0 ? -1 : seed);
+        const Result r = collect(*engine->add_request("json", prompt, p));
+        INFO("output: " << r.text);
+        if (!any_ws) {
+          // Compact: bounded fields and xgrammar's separators ", " and ": " only: it ends.
+          check_person(r.text);
+          CHECK(r.finish_reason == "stop");
+          CHECK(r.text.find_first_of("\n\t") == std::string::npos);
+        } else if (r.finish_reason == "stop") {
+          check_person(r.text);
+        } else {
+          // Any whitespace lets a tiny model pad forever (as in vLLM): cut by max_tokens.
+          CHECK(r.finish_reason == "length");
+          CHECK(r.text.rfind("{", 0) == 0);
+        }
+      }
+    }
+  }
+  SECTION("json_object") {
+    const Result r = collect(*engine->add_request(
+        "obj", prompt, constrained(so_params(StructuredOutputKind::JsonObject, ""), 200, 1.0f, 7)));
+    INFO("output: " << r.text);
+    if (r.finish_reason == "stop") CHECK(nlohmann::json::parse(r.text).is_object());
+    else CHECK(r.text.rfind("{", 0) == 0);  // cut by max_tokens: still an object's prefix
+  }
+  SECTION("regex") {
+    const std::string re = "[a-c]{2,5}x(yz)?";
+    for (int64_t seed : {-1, 11, 12}) {
+      const Result r = collect(*engine->add_request(
+          "re", prompt, constrained(so_params(StructuredOutputKind::Regex, re, "regex"), 50,
+                                    seed < 0 ? 0.0f : 1.0f, seed)));
+      INFO("output: " << r.text);
+      CHECK(std::regex_match(r.text, std::regex(re)));
+      CHECK(r.finish_reason == "stop");
+    }
+  }
+  SECTION("choice") {
+    StructuredOutputParams so = so_params(StructuredOutputKind::Choice, "", "choice");
+    so.choice = {"red", "green", "light blue", "say \"hi\""};
+    std::set<std::string> seen;
+    for (int64_t seed = 20; seed < 28; ++seed) {
+      const Result r = collect(*engine->add_request("ch", prompt, constrained(so, 30, 1.0f, seed)));
+      INFO("output: " << r.text);
+      CHECK(std::find(so.choice.begin(), so.choice.end(), r.text) != so.choice.end());
+      CHECK(r.finish_reason == "stop");
+      seen.insert(r.text);
+    }
+    CHECK(!seen.empty());
+  }
+  SECTION("EBNF grammar") {
+    const std::string ebnf = R"G(root ::= "(" num (op num)* ")"
+num ::= [0-9] | [1-9] [0-9]
+op ::= "+" | "*")G";
+    for (int64_t seed : {-1, 31, 32, 33}) {
+      const Result r = collect(*engine->add_request(
+          "g", prompt, constrained(so_params(StructuredOutputKind::Grammar, ebnf, "grammar"), 100,
+                                   seed < 0 ? 0.0f : 1.0f, seed)));
+      INFO("output: " << r.text);
+      if (r.finish_reason == "stop")
+        CHECK(std::regex_match(r.text, std::regex(R"(\((0|[1-9][0-9]?)([+*](0|[1-9][0-9]?))*\))")));
+      else  // max_tokens: a prefix of the language
+        CHECK(std::regex_match(r.text, std::regex(R"(\((0|[1-9][0-9]?)([+*](0|[1-9][0-9]?)?)*)")));
+    }
+  }
+}
+
+TEST_CASE("structured outputs: a grammar's end stops the request, even with ignore_eos",
+          "[structured]") {
+  auto engine = Engine::create(stories_args());
+  StructuredOutputParams so = so_params(StructuredOutputKind::Choice, "", "choice");
+  so.choice = {"once upon"};
+  SamplingParams p = constrained(so, 100);
+  p.ignore_eos = true;
+  p.logprobs = 0;
+  const Result r = collect(*engine->add_request("end", text_prompt(5, 1), p));
+  CHECK(r.text == "once upon");
+  CHECK(r.finish_reason == "stop");
+  CHECK(r.token_ids.size() < 100);
+  // The last token is the EOS the grammar ended with (its text dropped, as any EOS).
+  const int32_t eos = 2;  // stories260K (llama2.c): </s>
+  CHECK(r.token_ids.back() == eos);
+}
+
+TEST_CASE("structured outputs: logprobs are those of the masked distribution", "[structured]") {
+  auto engine = Engine::create(stories_args());
+  StructuredOutputParams so = so_params(StructuredOutputKind::Choice, "", "choice");
+  so.choice = {"red", "green", "blue"};
+  SamplingParams p = constrained(so, 20);
+  p.logprobs = 20;
+  const Result r = collect(*engine->add_request("lp", text_prompt(8, 2), p));
+  REQUIRE(!r.logprobs.empty());
+  // The first position allows only tokens that begin a choice: far fewer than 20 of stories'
+  // 512, all listed, their probabilities summing to 1 over the masked distribution.
+  const TokenLogprobs& first = r.logprobs[0];
+  CHECK(first.top.size() < 20);
+  double mass = 0.0;
+  for (const auto& [id, lp] : first.top) mass += std::exp(static_cast<double>(lp));
+  CHECK(mass == Approx(1.0).epsilon(1e-4));
+  CHECK(first.rank == 1);  // greedy
+  CHECK(std::find(so.choice.begin(), so.choice.end(), r.text) != so.choice.end());
+}
+
+TEST_CASE("structured outputs: a bad spec fails only its request", "[structured]") {
+  auto engine = Engine::create(stories_args());
+  std::vector<NewRequest> reqs(3);
+  reqs[0].request_id = "bad";
+  reqs[0].prompt_token_ids = text_prompt(6, 1);
+  reqs[0].params = constrained(so_params(StructuredOutputKind::Json, "{\"type\": [", "response_format"), 20);
+  reqs[1].request_id = "good";
+  reqs[1].prompt_token_ids = text_prompt(6, 2);
+  reqs[1].params = testing::greedy_params(10, -1);
+  reqs[2].request_id = "good-json";
+  reqs[2].prompt_token_ids = text_prompt(6, 3);
+  reqs[2].params = constrained(compact(kPersonSchema), 200);
+  auto streams = engine->add_requests(std::move(reqs));
+  const Failure bad = read_failure(*streams[0]);
+  CHECK(!bad.error.empty());
+  CHECK(bad.invalid_request);
+  CHECK(bad.param == "response_format");
+  CHECK(bad.error.find("response_format") != std::string::npos);
+  CHECK(bad.num_tokens == 0);
+  const Result good = collect(*streams[1]);
+  CHECK(good.token_ids.size() == 10);
+  check_person(collect(*streams[2]).text);
+  CHECK(engine->wait_idle(std::chrono::milliseconds(5000)));
+  const EngineStats st = engine->stats();
+  CHECK(st.alive);
+  CHECK(st.num_free_kv_blocks == st.num_kv_blocks);
+}
+
+TEST_CASE("structured outputs: a grammar allowing nothing (min_tokens vs EOS) fails alone",
+          "[structured]") {
+  auto engine = Engine::create(stories_args());
+  StructuredOutputParams so = so_params(StructuredOutputKind::Choice, "", "choice");
+  so.choice = {"ab"};
+  SamplingParams p = constrained(so, 50);
+  p.min_tokens = 40;  // the grammar ends long before: only EOS is allowed, and min_tokens masks it
+  auto failing = engine->add_request("stuck", text_prompt(6, 1), p);
+  auto other = engine->add_request("other", text_prompt(6, 2), testing::greedy_params(8, -1));
+  const Failure f = read_failure(*failing);
+  CHECK(f.error.find("structured output grammar allows no token") != std::string::npos);
+  CHECK(f.finish_reason == "abort");
+  CHECK(collect(*other).token_ids.size() == 8);
+}
+
+TEST_CASE("structured outputs: n = 2 choices each follow the grammar", "[structured]") {
+  auto engine = Engine::create(stories_args());
+  const std::string re = "(yes|no), [a-z]{3,6}\\.";
+  std::vector<NewRequest> reqs(2);
+  for (int i = 0; i < 2; ++i) {
+    reqs[i].request_id = "n-" + std::to_string(i);
+    reqs[i].prompt_token_ids = text_prompt(10, 5);
+    reqs[i].params =
+        constrained(so_params(StructuredOutputKind::Regex, re, "regex"), 40, 1.0f, 100 + i);
+  }
+  auto streams = engine->add_requests(std::move(reqs));
+  for (auto& s : streams) {
+    const Result r = collect(*s);
+    INFO("output: " << r.text);
+    CHECK(std::regex_match(r.text, std::regex(re)));
+  }
+}
+
+TEST_CASE("structured outputs: unconstrained rows of a mixed batch equal their solo runs",
+          "[structured]") {
+  auto engine = Engine::create(stories_args());
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(text_prompt(10 + 3 * i, 40 + i));
+  std::vector<Result> solo;
+  for (int i = 0; i < 4; ++i)
+    solo.push_back(collect(*engine->add_request("solo" + std::to_string(i), prompts[i],
+                                                testing::greedy_params(24, 3))));
+  std::vector<NewRequest> reqs;
+  for (int i = 0; i < 4; ++i) {
+    NewRequest a;
+    a.request_id = "plain" + std::to_string(i);
+    a.prompt_token_ids = prompts[i];
+    a.params = testing::greedy_params(24, 3);
+    reqs.push_back(a);
+    NewRequest b;
+    b.request_id = "json" + std::to_string(i);
+    b.prompt_token_ids = prompts[i];
+    b.params = constrained(compact(kPersonSchema), 200, 1.0f, i);
+    reqs.push_back(b);
+  }
+  auto streams = engine->add_requests(std::move(reqs));
+  for (int i = 0; i < 4; ++i) {
+    INFO("request " << i);
+    testing::require_same_logprobs(solo[i], collect(*streams[2 * i]));
+    check_person(collect(*streams[2 * i + 1]).text);
+  }
+}
+
+TEST_CASE("structured outputs: preemption by recompute keeps outputs valid and as solo",
+          "[structured]") {
+  auto engine = Engine::create(stories_args(/*num_kv_blocks=*/16));  // one 256-token sequence
+  const std::string re = "[a-z]{40}\\.";
+  std::vector<Result> solo;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(text_prompt(40, 70 + i));
+  for (int i = 0; i < 6; ++i)
+    solo.push_back(collect(*engine->add_request(
+        "solo" + std::to_string(i), prompts[i],
+        constrained(so_params(StructuredOutputKind::Regex, re, "regex"), 80))));
+  CHECK(engine->stats().num_preemptions == 0);
+  std::vector<NewRequest> reqs(6);
+  for (int i = 0; i < 6; ++i) {
+    reqs[i].request_id = "b" + std::to_string(i);
+    reqs[i].prompt_token_ids = prompts[i];
+    reqs[i].params = constrained(so_params(StructuredOutputKind::Regex, re, "regex"), 80);
+  }
+  auto streams = engine->add_requests(std::move(reqs));
+  for (int i = 0; i < 6; ++i) {
+    INFO("request " << i);
+    const Result r = collect(*streams[i]);
+    INFO("output: " << r.text << " (" << r.finish_reason << ", " << r.token_ids.size()
+                    << " tokens)");
+    CHECK(std::regex_match(r.text, std::regex(re)));
+    CHECK(r.token_ids == solo[i].token_ids);
+  }
+  CHECK(engine->stats().num_preemptions > 0);
+}
+
+TEST_CASE("structured outputs: a request waiting for its compile does not delay the others",
+          "[structured]") {
+  auto engine = Engine::create(stories_args());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, released = false;
+  engine->set_structured_output_compile_hook([&](const StructuredOutputParams&) {
+    std::unique_lock<std::mutex> lock(mu);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+  });
+  auto held = engine->add_request(
+      "held", text_prompt(6, 1),
+      constrained(so_params(StructuredOutputKind::Regex, "[a-c]{3}", "regex"), 10));
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    REQUIRE(cv.wait_for(lock, std::chrono::seconds(30), [&] { return entered; }));
+  }
+  // The compile is held: the unconstrained request runs to its end meanwhile.
+  const Result free_run =
+      collect(*engine->add_request("free", text_prompt(6, 2), testing::greedy_params(12, -1)));
+  CHECK(free_run.token_ids.size() == 12);
+  CHECK(engine->stats().num_requests_waiting == 1);  // the held one, counted as waiting
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    released = true;
+  }
+  cv.notify_all();
+  const Result r = collect(*held);
+  INFO("output: " << r.text);
+  CHECK(std::regex_match(r.text, std::regex("[a-c]{3}")));
+  engine->set_structured_output_compile_hook(nullptr);
+}
+
+TEST_CASE("structured outputs: an abort while compiling ends the request", "[structured]") {
+  auto engine = Engine::create(stories_args());
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  engine->set_structured_output_compile_hook([released](const StructuredOutputParams&) {
+    released.wait();
+  });
+  auto held = engine->add_request(
+      "held", text_prompt(6, 1),
+      constrained(so_params(StructuredOutputKind::Regex, "[a-c]{3}", "regex"), 10));
+  engine->abort("held");
+  const Result r = collect_outcome(*held);
+  CHECK(r.finish_reason == "abort");
+  CHECK(r.token_ids.empty());
+  release.set_value();
+  CHECK(engine->wait_idle(std::chrono::milliseconds(5000)));
+  engine->set_structured_output_compile_hook(nullptr);
+}
+
+// SmolLM2 (byte-level BPE, 49152 tokens): a JSON schema through the real chat model.
+TEST_CASE("structured outputs: SmolLM2 follows a JSON schema", "[structured][smollm2]") {
+  auto engine = Engine::create(testing::engine_args(
+      testing::smollm2(), {.kv_cache_memory_bytes = 64 << 20, .max_model_len = 512}));
+  const std::vector<int32_t> prompt = engine->tokenizer().tokenize(
+      "<|im_start|>user\nGive me a person as JSON.<|im_end|>\n<|im_start|>assistant\n", true);
+  for (int64_t seed : {-1, 5}) {
+    INFO("seed " << seed);
+    SamplingParams p = constrained(so_params(StructuredOutputKind::Json, kPersonSchema, "json_schema"),
+                                   120, seed < 0 ? 0.0f : 0.8f, seed);
+    p.logprobs = 2;
+    const Result r = collect(*engine->add_request("smol", prompt, p));
+    check_person(r.text);
+    CHECK(r.finish_reason == "stop");
+  }
+  const Result re = collect(*engine->add_request(
+      "smol-re", prompt,
+      constrained(so_params(StructuredOutputKind::Regex, "Answer: (yes|no)\\.", "regex"), 20)));
+  CHECK(std::regex_match(re.text, std::regex("Answer: (yes|no)\\.")));
+}
+
+// Manual: `test_structured_output "[.bench]"` prints the bench_structured JSON on SmolLM2.
+TEST_CASE("structured outputs: bench on SmolLM2", "[.bench][smollm2]") {
+  auto engine = Engine::create(testing::engine_args(
+      testing::smollm2(), {.kv_cache_memory_bytes = 256 << 20, .max_model_len = 512}));
+  const std::vector<std::string> schemas = {
+      kPersonSchema,
+      R"({"type":"object","properties":{"id":{"type":"integer"},"items":{"type":"array","items":{"type":"object","properties":{"sku":{"type":"string","pattern":"^[A-Z]{3}-[0-9]{4}$"},"qty":{"type":"integer","minimum":1},"price":{"type":"number"}},"required":["sku","qty","price"]}},"note":{"type":["string","null"]}},"required":["id","items"]})"};
+  const StructuredBenchResult r = bench_structured(*engine, schemas, {1, 16}, 64);
+  std::printf("%s\n", structured_bench_json(r).c_str());
+  CHECK(r.compile_ms.size() == 2);
+  CHECK(r.bitmask_fills > 0);
+}
+
+}  // namespace octet
