@@ -10,6 +10,7 @@
 #include "server/openai/openai_request.h"
 #include "server/openai/openai_response.h"
 #include "server/openai/prepare_cancel.h"
+#include "server/openai/structured_request.h"
 
 #ifndef OCTET_VERSION
 #define OCTET_VERSION "0.1.0"
@@ -132,14 +133,16 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
   if (body.contains("messages")) {
     json chat_body = body;
     chat_body.erase("add_special_tokens");
-    const GenerateRequest r = parse_chat_request(chat_body);
+    GenerateRequest r = parse_chat_request(chat_body);
+    keep_key_order(r, text);
     if (ctx.chat_template.empty())
       throw bad_request("this model has no chat template", "messages");
     std::string prompt;
     check_prepare_cancelled("rendering the chat template");
     try {
       prompt = render_chat(ctx.chat_template, r.messages, r.add_generation_prompt,
-                           engine.tokenizer().bos_token(), engine.tokenizer().eos_token());
+                           engine.tokenizer().bos_token(), engine.tokenizer().eos_token(),
+                           r.tools.tools);
     } catch (const std::invalid_argument& e) {
       throw bad_request(std::string("the chat template rejected the messages: ") + e.what(),
                         "messages");
@@ -152,7 +155,7 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     check_prompt_bytes(engine.tokenizer(), prompt, engine.max_model_len());
     check_prepare_cancelled("tokenizing the rendered messages");
     ids = tokenize_chat(ctx, engine.tokenizer(), r.messages, prompt, r.add_generation_prompt,
-                        add_special);
+                        add_special, r.tools.tools);
   } else {
     if (!body.contains("prompt") || !body["prompt"].is_string())
       throw bad_request("'prompt' must be a string", "prompt");
@@ -205,6 +208,7 @@ std::unique_ptr<GenerationJob> start_generation(ServerContext& ctx, Endpoint end
   const json body = parse_json_body(text);
   GenerateRequest r = endpoint == Endpoint::kChatCompletions ? parse_chat_request(body)
                                                              : parse_completion_request(body);
+  keep_key_order(r, text);  // schemas and tools in the client's key order
   if (!r.unknown_fields.empty())
     spdlog::warn("ignoring unknown request fields: {}", field_names_for_log(r.unknown_fields));
   return std::make_unique<GenerationJob>(ctx, std::move(r));
