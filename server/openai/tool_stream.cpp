@@ -117,6 +117,17 @@ json ChoiceTools::final_message(const std::string& text, std::string* finish_rea
     }
     case ToolChoice::kRequired:
       calls = parse_required_tool_calls(text);
+      if (calls.empty()) {
+        // Cut off (finish_reason "length"): the calls that are complete, not none.
+        for (const PartialToolCall& c : parse_partial_required(text).calls) {
+          if (!c.complete || !c.name || c.arguments.empty()) break;
+          try {
+            calls.push_back(ParsedToolCall{*c.name, python_json_dumps(json::parse(c.arguments))});
+          } catch (const json::exception&) {
+            break;
+          }
+        }
+      }
       if (!calls.empty()) content = std::nullopt;
       break;
     case ToolChoice::kNamed:

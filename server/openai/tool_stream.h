@@ -48,7 +48,8 @@ class ChoiceTools {
   std::vector<nlohmann::json> stream_deltas(const std::string& text, bool finished);
 
   /// Non-streaming: the assistant message {"role", "content", ["tool_calls"]} for the whole
-  /// output, and *finish_reason rewritten as above.
+  /// output, and *finish_reason rewritten as above. A "required" output cut off by max_tokens
+  /// keeps its complete calls (finish_reason stays "length").
   nlohmann::json final_message(const std::string& text, std::string* finish_reason) const;
 
   /// The finish_reason of a stream that ended with `engine_reason`.

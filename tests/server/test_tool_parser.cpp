@@ -445,6 +445,19 @@ TEST_CASE("streamed tool calls accumulate to the non-streamed ones", "[server][t
   }
 }
 
+TEST_CASE("a required output cut off by max_tokens keeps its complete calls", "[server][tools]") {
+  const ToolRequest req = tools_of({{"tools", {kWeather}}, {"tool_choice", "required"}});
+  std::string reason = "length";
+  const json m = ChoiceTools(req, std::nullopt)
+                     .final_message("[{\"name\": \"get_weather\", \"parameters\": {\"city\":\"A\"}}, "
+                                    "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"B",
+                                    &reason);
+  REQUIRE(m["tool_calls"].size() == 1);
+  CHECK(m["tool_calls"][0]["function"]["arguments"] == "{\"city\": \"A\"}");
+  CHECK(m["content"].is_null());
+  CHECK(reason == "length");
+}
+
 TEST_CASE("partial outputs: names only once complete, arguments only growing", "[server][tools]") {
   auto p = parse_partial_tool_calls(ToolParserKind::kHermes, "Hi <tool_call>{\"name\": \"get_wea");
   CHECK(p.content_end == 3);

@@ -89,10 +89,13 @@ def test_parse_pydantic_schemas(client, model):
 
 
 def test_json_object_and_completions_json_schema(client):
+    # Any object: its strings are unbounded, so only a finished one must parse.
     r = client.chat.completions.create(
         model=MODEL_NAME, messages=[{"role": "user", "content": "A JSON object about a cat."}],
         response_format={"type": "json_object"}, max_tokens=300, temperature=0, extra_body=COMPACT)
-    assert isinstance(json.loads(r.choices[0].message.content), dict)
+    assert r.choices[0].message.content.startswith("{")
+    if r.choices[0].finish_reason == "stop":
+        assert isinstance(json.loads(r.choices[0].message.content), dict)
     # /v1/completions with response_format json_schema (vLLM accepts it there too).
     schema = schemas20.Weather.model_json_schema()
     c = client.completions.create(
@@ -161,34 +164,34 @@ def test_structured_output_errors(server, client):
     assert e.value.body["param"] == "tool_choice"
 
 
-def test_tool_choice_required(client):
+# "required" with parallel_tool_calls (vLLM's schema: an array of calls with no upper bound):
+# SmolLM2 at temperature 1 may keep adding calls until max_tokens, so the 20/20 runs are with
+# parallel_tool_calls false (at most one call), and the parallel runs check that every complete
+# call validates, also when the output was cut.
+@pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
+def test_tool_choice_required(client, streamed):
     for seed in range(TRIES):
+        kwargs = dict(model=MODEL_NAME, messages=ASK, tools=TOOLS, tool_choice="required",
+                      parallel_tool_calls=False, temperature=1.0, seed=seed, max_tokens=400)
+        if streamed:
+            with client.chat.completions.stream(**kwargs) as stream:
+                r = stream.get_final_completion()
+        else:
+            r = client.chat.completions.create(**kwargs)
+        choice = r.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert len(choice.message.tool_calls) == 1
+        check_calls(choice.message.tool_calls, SCHEMA_OF)
+
+
+def test_tool_choice_required_parallel(client):
+    for seed in range(5):
         r = client.chat.completions.create(
             model=MODEL_NAME, messages=ASK, tools=TOOLS, tool_choice="required",
             temperature=1.0, seed=seed, max_tokens=400)
         choice = r.choices[0]
-        assert choice.finish_reason == "tool_calls"
+        assert choice.finish_reason in ("tool_calls", "length")
         check_calls(choice.message.tool_calls, SCHEMA_OF)
-
-
-def test_tool_choice_required_streamed(client):
-    for seed in range(TRIES):
-        with client.chat.completions.stream(
-                model=MODEL_NAME, messages=ASK, tools=TOOLS, tool_choice="required",
-                temperature=1.0, seed=seed, max_tokens=400) as stream:
-            final = stream.get_final_completion()
-        choice = final.choices[0]
-        assert choice.finish_reason == "tool_calls"
-        check_calls(choice.message.tool_calls, SCHEMA_OF)
-
-
-def test_tool_choice_required_one_call(client):
-    for seed in range(5):
-        r = client.chat.completions.create(
-            model=MODEL_NAME, messages=ASK, tools=TOOLS, tool_choice="required",
-            parallel_tool_calls=False, temperature=1.0, seed=seed, max_tokens=400)
-        assert len(r.choices[0].message.tool_calls) == 1
-        check_calls(r.choices[0].message.tool_calls, SCHEMA_OF)
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
@@ -213,7 +216,7 @@ def test_streamed_tool_call_deltas(client):
     later ones only argument fragments; the last chunk has finish_reason "tool_calls"."""
     chunks = list(client.chat.completions.create(
         model=MODEL_NAME, messages=ASK, tools=TOOLS, tool_choice="required", seed=1,
-        temperature=1.0, max_tokens=400, stream=True))
+        parallel_tool_calls=False, temperature=1.0, max_tokens=400, stream=True))
     seen = {}
     for chunk in chunks:
         for tc in chunk.choices[0].delta.tool_calls or []:
