@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config/serve_config.h"
 #include "server/openai/api_error.h"
 #include "server/openai/openai_request.h"
 #include "server/openai/structured_request.h"
@@ -474,4 +475,21 @@ TEST_CASE("partial outputs: names only once complete, arguments only growing", "
   CHECK(parse_partial_tool_calls(ToolParserKind::kLlama3Json, "Hello").content_end == 5);
   CHECK(json_value_end("{\"a\": \"}\"} tail", 0) == 10);
   CHECK(json_value_end("[1, {\"b\": 2}", 0) == std::string::npos);
+}
+
+TEST_CASE("--enable-auto-tool-choice and --tool-call-parser are validated", "[server][tools]") {
+  octet::ServeConfig c;
+  c.engine.model = "m";
+  CHECK_NOTHROW(c.validate());
+  c.enable_auto_tool_choice = true;
+  CHECK_THROWS_WITH(c.validate(), "--enable-auto-tool-choice requires --tool-call-parser");
+  for (const char* name : {"hermes", "llama3_json", "mistral"}) {
+    c.tool_call_parser = name;
+    CHECK_NOTHROW(c.validate());
+    CHECK(tool_parser_from_name(name).has_value());
+  }
+  c.tool_call_parser = "pythonic";
+  CHECK_THROWS_WITH(c.validate(),
+                    "--tool-call-parser must be hermes, llama3_json or mistral, got 'pythonic'");
+  CHECK_FALSE(tool_parser_from_name("pythonic").has_value());
 }
