@@ -145,6 +145,12 @@ void ServeConfig::validate() const {
   };
   constexpr int64_t kTiB = int64_t{1} << 40;
   if (host.empty()) throw std::invalid_argument("--host must not be empty");
+  if (!tool_call_parser.empty() && tool_call_parser != "hermes" &&
+      tool_call_parser != "llama3_json" && tool_call_parser != "mistral")
+    throw std::invalid_argument("--tool-call-parser must be hermes, llama3_json or mistral, got '" +
+                                tool_call_parser + "'");
+  if (enable_auto_tool_choice && tool_call_parser.empty())  // vLLM refuses this too
+    throw std::invalid_argument("--enable-auto-tool-choice requires --tool-call-parser");
   if (port < 0 || port > 65535)
     throw std::invalid_argument("--port must be in [0, 65535], got " + std::to_string(port));
   in_range(max_body_bytes, 1, kTiB, "max_body_bytes", " (1 TiB)");

@@ -26,6 +26,8 @@ struct ServeConfig {
   std::string api_key;  // "" = none; else required on every path but /health and /metrics
   std::string chat_template;         // Jinja file overriding the model's template ("" = none)
   bool special_tokens_in_content = true;  // false = message contents are plain text
+  bool enable_auto_tool_choice = false;   // tool_choice "auto" (needs tool_call_parser)
+  std::string tool_call_parser;           // hermes | llama3_json | mistral ("" = none)
   int64_t max_body_bytes = 16 << 20;     // larger bodies get 413
   int64_t max_header_bytes = 16 << 10;   // larger request headers get 431
   double idle_timeout = 60.0;        // seconds a keep-alive connection may wait for a request
@@ -64,6 +66,14 @@ struct ServeConfig {
       "as control tokens, as vLLM and Hugging Face do; --no-special-tokens-in-content "
       "tokenizes contents as plain text, so that a user cannot forge a system turn (the "
       "template's own special tokens still count)");
+    v(c.enable_auto_tool_choice, "enable_auto_tool_choice",
+      "allow tool_choice \"auto\" (the default when a request has tools): the model decides "
+      "when to call tools, and --tool-call-parser reads the calls from its output (vLLM's "
+      "flag; \"required\" and named tool choices work without it)");
+    v(c.tool_call_parser, "tool_call_parser",
+      "how tool calls are read from the model's output under tool_choice \"auto\": hermes "
+      "(<tool_call>{...}</tool_call>: Hermes, Qwen2.5, Qwen3), llama3_json (Llama 3.1 / 3.2 "
+      "JSON calls) or mistral ([TOOL_CALLS] [...]); needs --enable-auto-tool-choice");
     v(c.max_body_bytes, "max_body_bytes", "largest request body accepted (413 beyond)");
     v(c.max_header_bytes, "max_header_bytes", "largest request header accepted (431 beyond)");
     v(c.idle_timeout, "idle_timeout",

@@ -112,6 +112,15 @@ WEATHER_TOOL = {
     },
 }
 
+TIME_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_time",
+        "description": "Get the current local time.",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+
 CONVERSATIONS = [
     ("system_user", {}, [
         {"role": "system", "content": "You are a helpful assistant."},
@@ -150,6 +159,30 @@ CONVERSATIONS = [
     ("tools", {"tools": [WEATHER_TOOL]}, [
         {"role": "system", "content": "You can call tools."},
         {"role": "user", "content": "Weather in Paris?"},
+    ]),
+    # Tool calls and results as octet (and vLLM) hand them to templates: an assistant message
+    # with content "" and tool_calls whose arguments are parsed into a dict (vLLM's
+    # chat_utils), then role "tool" messages with tool_call_id. Ids of 9 letters and digits,
+    # which Mistral's templates require.
+    ("tool_call_result", {"tools": [WEATHER_TOOL]}, [
+        {"role": "system", "content": "You can call tools."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "abc123XYZ", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}]},
+        {"role": "tool", "tool_call_id": "abc123XYZ", "content": "{\"temperature\": 18, \"sky\": \"clear\"}"},
+    ]),
+    ("parallel_tool_calls", {"tools": [WEATHER_TOOL, TIME_TOOL]}, [
+        {"role": "user", "content": "Weather and time in Rome?"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "call00001", "type": "function",
+             "function": {"name": "get_weather", "arguments": {"city": "Rome"}}},
+            {"id": "call00002", "type": "function",
+             "function": {"name": "get_time", "arguments": {}}}]},
+        {"role": "tool", "tool_call_id": "call00001", "content": "21 C, sunny"},
+        {"role": "tool", "tool_call_id": "call00002", "content": "14:05"},
+        {"role": "assistant", "content": "It is 21 C and sunny in Rome; the time is 14:05."},
+        {"role": "user", "content": "Thanks!"},
     ]),
 ]
 

@@ -34,14 +34,17 @@ std::shared_ptr<const ChatTemplate> parsed(const std::string& source) {
 
 std::string render_chat(const std::string& template_source, const nlohmann::json& messages,
                         bool add_generation_prompt, const std::string& bos_token,
-                        const std::string& eos_token) {
+                        const std::string& eos_token, const nlohmann::ordered_json& tools) {
   const auto t = parsed(template_source);
   // ChatTemplateError (raise_exception, or a render error caused by the messages) derives from
   // std::invalid_argument: the caller answers 400.
-  return t->render(nlohmann::json{{"messages", messages},
-                                  {"add_generation_prompt", add_generation_prompt},
-                                  {"bos_token", bos_token},
-                                  {"eos_token", eos_token}});
+  // Ordered, so that the tools' tojson keeps the client's key order (as vLLM's prompt).
+  nlohmann::ordered_json context{{"messages", nlohmann::ordered_json(messages)},
+                                 {"add_generation_prompt", add_generation_prompt},
+                                 {"bos_token", bos_token},
+                                 {"eos_token", eos_token}};
+  if (!tools.is_null()) context["tools"] = tools;
+  return t->render(context);
 }
 
 namespace {
@@ -62,14 +65,16 @@ std::string trimmed(const std::string& s) {
 
 RenderedChat render_chat_with_spans(const std::string& template_source,
                                     const nlohmann::json& messages, bool add_generation_prompt,
-                                    const std::string& bos_token, const std::string& eos_token) {
+                                    const std::string& bos_token, const std::string& eos_token,
+                                    const nlohmann::ordered_json& tools) {
   RenderedChat out;
-  out.text = render_chat(template_source, messages, add_generation_prompt, bos_token, eos_token);
+  out.text =
+      render_chat(template_source, messages, add_generation_prompt, bos_token, eos_token, tools);
   nlohmann::json marked = messages;
   for (size_t i = 0; i < marked.size(); ++i)
     if (marked[i].contains("content")) marked[i]["content"] = content_marker(i);
   const std::string m =
-      render_chat(template_source, marked, add_generation_prompt, bos_token, eos_token);
+      render_chat(template_source, marked, add_generation_prompt, bos_token, eos_token, tools);
   const auto fail = [] {
     throw std::invalid_argument(
         "the chat template changes message contents (or branches on them), so their special "

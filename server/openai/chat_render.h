@@ -12,13 +12,15 @@ namespace octet::server {
 
 /// Renders `template_source` (Jinja, as in tokenizer_config.json's chat_template or GGUF's
 /// tokenizer.chat_template) with the variables HF's apply_chat_template passes: messages
-/// ([{"role", "content" (string)}, ...]), add_generation_prompt, bos_token, eos_token.
+/// ([{"role", "content" (string)}, ...]), add_generation_prompt, bos_token, eos_token, and
+/// `tools` ([{"type": "function", "function": {...}}]) when not null (as HF's tools=).
 /// Throws std::invalid_argument with a client-facing message when the template rejects the
 /// conversation (raise_exception(...), e.g. roles that do not alternate), std::runtime_error for
 /// a template the interpreter cannot run.
 std::string render_chat(const std::string& template_source, const nlohmann::json& messages,
                         bool add_generation_prompt, const std::string& bos_token,
-                        const std::string& eos_token);
+                        const std::string& eos_token,
+                        const nlohmann::ordered_json& tools = nullptr);
 
 /// A rendered conversation and the byte ranges of `text` that came from message contents, in
 /// order ([begin, end)).
@@ -36,7 +38,8 @@ struct RenderedChat {
 /// Other errors as render_chat().
 RenderedChat render_chat_with_spans(const std::string& template_source,
                                     const nlohmann::json& messages, bool add_generation_prompt,
-                                    const std::string& bos_token, const std::string& eos_token);
+                                    const std::string& bos_token, const std::string& eos_token,
+                                    const nlohmann::ordered_json& tools = nullptr);
 
 /// Parses `chat_template` and renders a sample conversation (system, user, assistant, user;
 /// with and without add_generation_prompt) under the same budgets as requests

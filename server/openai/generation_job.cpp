@@ -15,6 +15,7 @@
 #include "server/openai/prepare_cancel.h"
 #include "server/openai/prompt_truncation.h"
 #include "server/openai/request_checks.h"
+#include "server/openai/tool_stream.h"
 
 namespace octet::server {
 
@@ -39,12 +40,13 @@ int64_t unix_now() {
 
 std::vector<int32_t> tokenize_chat(const ServerContext& ctx, const ModelTokenizer& tok,
                                    const nlohmann::json& messages, const std::string& text,
-                                   bool add_generation_prompt, bool add_special_tokens) {
+                                   bool add_generation_prompt, bool add_special_tokens,
+                                   const nlohmann::ordered_json& tools) {
   if (ctx.config.special_tokens_in_content) return tok.tokenize(text, add_special_tokens);
   try {
     const RenderedChat r = render_chat_with_spans(ctx.chat_template, messages,
                                                   add_generation_prompt, tok.bos_token(),
-                                                  tok.eos_token());
+                                                  tok.eos_token(), tools);
     // `text` is the rendering, or its prefix under continue_final_message.
     if (text.size() > r.text.size() || r.text.compare(0, text.size(), text) != 0)
       throw std::logic_error("the chat template rendered two texts");
@@ -130,6 +132,9 @@ void GenerationJob::prepare() {
 
   // Prompts -> token ids (checked against the vocabulary by the engine).
   const ModelTokenizer& tok = engine_.tokenizer();
+  if (chat && req_.tools.active())  // tool_choice vs the server's flags; its constraint
+    prepare_tool_request(req_.tools, ctx_.config.enable_auto_tool_choice,
+                         ctx_.config.tool_call_parser, req_.params);
   if (chat) {
     if (ctx_.chat_template.empty())
       throw bad_request("this model has no chat template; start the server with "
@@ -139,7 +144,7 @@ void GenerationJob::prepare() {
     check_prepare_cancelled("rendering the chat template");
     try {
       text = render_chat(ctx_.chat_template, req_.messages, req_.add_generation_prompt,
-                         tok.bos_token(), tok.eos_token());
+                         tok.bos_token(), tok.eos_token(), req_.tools.tools);
     } catch (const std::invalid_argument& e) {
       throw bad_request(std::string("the chat template rejected the messages: ") + e.what(),
                         "messages");
@@ -152,7 +157,7 @@ void GenerationJob::prepare() {
     if (!req_.truncate_prompt_tokens) check_prompt_bytes(tok, text, engine_.max_model_len());
     check_prepare_cancelled("tokenizing the rendered messages");
     prompt_ids_.push_back(tokenize_chat(ctx_, tok, req_.messages, text, req_.add_generation_prompt,
-                                        req_.add_special_tokens));
+                                        req_.add_special_tokens, req_.tools.tools));
     prompt_texts_.push_back(text);
     if (req_.echo) chat_echo_ = chat_echo_text(req_.messages, req_.add_generation_prompt);
   } else {
@@ -206,6 +211,9 @@ void GenerationJob::prepare() {
       c.index = static_cast<int64_t>(p) * req_.n + i;
       c.prompt_index = p;
       c.request_id = meta_.id + "-" + std::to_string(c.index);
+      if (chat && req_.tools.active())
+        c.tools = std::make_shared<ChoiceTools>(
+            req_.tools, tool_parser_from_name(ctx_.config.tool_call_parser));
       NewRequest nr;
       nr.request_id = c.request_id;
       nr.prompt_token_ids = prompt_ids_[p];
@@ -392,6 +400,7 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
 
   const json finish = finish_reason_json(c.finished, c.finish_reason);
   const json stop = stop_reason_json(c.stop_reason, req_.params.stop);
+  if (chat && c.tools) return tool_chunks(c, out);
   if (chat) {
     const bool has_tokens = !out.token_ids.empty();
     // With return_token_ids every update with tokens makes a chunk (vLLM), text or not.
@@ -417,6 +426,25 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
   json j = completion_chunk(meta_, c.index, text, lp_update, finish, stop, req_.include_usage);
   add_stream_extras(j, c, out.token_ids, first);
   return sse_data(j);
+}
+
+std::string GenerationJob::tool_chunks(Choice& c, const RequestOutput& out) {
+  const TokenText text_of = [this](int32_t id) { return token_text(id); };
+  std::vector<json> deltas = c.tools->stream_deltas(c.text, c.finished);
+  const json lp = req_.chat_logprobs && !out.token_ids.empty()
+                      ? chat_logprobs(out.logprobs, text_of, req_.logprobs)
+                      : json(nullptr);
+  // The finish reason, and logprobs with nothing else to send, need a chunk of their own.
+  if (deltas.empty() && (c.finished || !lp.is_null())) deltas.push_back(json::object());
+  std::string chunks;
+  for (size_t k = 0; k < deltas.size(); ++k) {
+    const bool last = k + 1 == deltas.size() && c.finished;
+    const json finish = last ? json(c.tools->stream_finish_reason(c.finish_reason)) : json(nullptr);
+    const json stop = last ? stop_reason_json(c.stop_reason, req_.params.stop) : json(nullptr);
+    chunks += sse_data(chat_chunk(meta_, c.index, std::move(deltas[k]), k == 0 ? lp : json(nullptr),
+                                  finish, stop, req_.include_usage));
+  }
+  return chunks;
 }
 
 Usage GenerationJob::usage() const {
@@ -454,12 +482,15 @@ std::string GenerationJob::final_body() {
     const json finish = finish_reason_json(true, c.finish_reason);
     const json stop = stop_reason_json(c.stop_reason, req_.params.stop);
     if (chat) {
+      std::string reason = c.finish_reason;
+      const json message = c.tools ? c.tools->final_message(c.text, &reason)
+                                   : json{{"role", "assistant"}, {"content", chat_echo_ + c.text}};
       choices.push_back(json{
           {"index", c.index},
-          {"message", {{"role", "assistant"}, {"content", chat_echo_ + c.text}}},
+          {"message", message},
           {"logprobs", req_.chat_logprobs ? chat_logprobs(c.logprobs, text_of, req_.logprobs)
                                           : json(nullptr)},
-          {"finish_reason", finish},
+          {"finish_reason", finish_reason_json(true, reason)},
           {"stop_reason", stop},
           {"token_ids", ids_or_null(c.token_ids)}});
     } else {

@@ -23,6 +23,8 @@
 
 namespace octet::server {
 
+class ChoiceTools;  // server/openai/tool_stream.h
+
 /// Whether a prompt of `text_bytes` bytes is certain to exceed `max_model_len` tokens without
 /// tokenizing it, given that no token covers more than `max_token_bytes` bytes of input text:
 /// text_bytes > max_model_len * max_token_bytes (saturating). A cheap bound, not the exact
@@ -50,7 +52,8 @@ void check_prompt_bytes(const ModelTokenizer& tok, const std::string& text, int6
 /// ApiError 400 (param "messages") when the contents cannot be isolated.
 std::vector<int32_t> tokenize_chat(const ServerContext& ctx, const ModelTokenizer& tok,
                                    const nlohmann::json& messages, const std::string& text,
-                                   bool add_generation_prompt, bool add_special_tokens);
+                                   bool add_generation_prompt, bool add_special_tokens,
+                                   const nlohmann::ordered_json& tools = nullptr);
 
 class GenerationJob {
  public:
@@ -114,6 +117,7 @@ class GenerationJob {
     std::string finish_reason, stop_reason;
     int64_t num_cached_tokens = 0;
     std::chrono::steady_clock::time_point last_token_time{};
+    std::shared_ptr<ChoiceTools> tools;  // chat with tool_choice other than "none"
   };
 
   /// The constructor's work: prompts, max_tokens, the engine requests (throws RequestError
@@ -121,6 +125,8 @@ class GenerationJob {
   void prepare();
   /// Streaming chunks for one update of choice c (may be empty).
   std::string on_output(Choice& c, RequestOutput& out);
+  /// Streaming chunks of a chat choice with tools (tool_stream.h) for update `out`.
+  std::string tool_chunks(Choice& c, const RequestOutput& out);
   void fail(int status, const std::string& message);
   std::string finish_stream();
   std::string final_body();

@@ -10,6 +10,7 @@
 #include "config/file_read.h"
 #include "server/openai/api_error.h"
 #include "server/openai/json_literals.h"
+#include "server/openai/structured_request.h"
 
 namespace octet::server {
 
@@ -163,23 +164,21 @@ void unsupported(const std::string& key, const std::string& why = "") {
 /// Fields octet recognises but cannot honour: any value other than null / the listed
 /// harmless ones gets 400 naming the field.
 void reject_unsupported(Fields& f, Endpoint endpoint) {
-  for (const char* key : {"tools", "functions"}) {
-    const json* v = f.get(key);
-    if (v && !(v->is_array() && v->empty())) unsupported(key, "tool calling is not implemented");
+  // Tools: chat only (tool_request.h); structured outputs: both (structured_request.h).
+  if (endpoint == Endpoint::kCompletions) {
+    if (const json* v = f.get("tools"); v && !(v->is_array() && v->empty()))
+      unsupported("tools", "tool calling is supported on /v1/chat/completions only");
+    if (const json* v = f.get("tool_choice"); v && !(v->is_string() && *v == "none"))
+      unsupported("tool_choice", "tool calling is supported on /v1/chat/completions only");
+    f.get("parallel_tool_calls");  // meaningless without tools: accepted
   }
-  if (const json* v = f.get("tool_choice"); v && !(v->is_string() && *v == "none"))
-    unsupported("tool_choice", "tool calling is not implemented");
+  if (const json* v = f.get("functions"); v && !(v->is_array() && v->empty()))
+    unsupported("functions", "use 'tools' (the deprecated 'functions' is not implemented)");
   if (const json* v = f.get("function_call"); v && !(v->is_string() && *v == "none"))
-    unsupported("function_call", "tool calling is not implemented");
-  f.get("parallel_tool_calls");  // meaningless without tools: accepted
-  if (const json* v = f.get("response_format")) {
-    if (!v->is_object() || !v->contains("type") || (*v)["type"] != "text")
-      unsupported("response_format", "only {\"type\": \"text\"} is supported");
-  }
-  for (const char* key : {"audio", "prediction", "web_search_options", "guided_json",
-                          "guided_regex", "guided_choice", "guided_grammar",
-                          "structured_outputs", "logits_processors", "chat_template",
-                          "documents", "reasoning_effort"}) {
+    unsupported("function_call", "use 'tool_choice'");
+  for (const std::string& key : structured_output_fields()) f.present(key.c_str());
+  for (const char* key : {"audio", "prediction", "web_search_options", "logits_processors",
+                          "chat_template", "documents", "reasoning_effort"}) {
     if (f.get(key)) unsupported(key);
   }
   if (const json* v = f.get("modalities")) {
@@ -213,7 +212,6 @@ struct Unimplemented {
 
 bool is_false(const json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool is_empty_list(const json& v) { return v.is_array() && v.empty(); }
-bool is_empty_string(const json& v) { return v.is_string() && v.get<std::string>().empty(); }
 bool is_number(const json& v, double x) { return v.is_number() && v.get<double>() == x; }
 bool is_zero(const json& v) { return is_number(v, 0.0) || is_false(v); }
 bool is_one(const json& v) { return is_number(v, 1.0); }
@@ -228,8 +226,6 @@ constexpr Unimplemented kUnimplemented[] = {
     {"bad_words", is_empty_list, "not implemented"},
     {"verbosity", never, "not implemented"},
     // llama.cpp
-    {"grammar", is_empty_string, "constrained decoding is not implemented"},
-    {"json_schema", never, "constrained decoding is not implemented"},
     {"n_predict", never, "use 'max_tokens'"},
     {"n_probs", is_zero, "use 'logprobs'"},
     {"repeat_penalty", is_one, "use 'repetition_penalty'"},
@@ -627,10 +623,7 @@ json parse_messages(const json* v) {
                           where + ".name");
       msg["name"] = m["name"];
     }
-    for (const char* key : {"tool_calls", "function_call"}) {
-      if (m.contains(key) && !m[key].is_null() && !(m[key].is_array() && m[key].empty()))
-        unsupported(where + "." + key, "tool calling is not implemented");
-    }
+    parse_message_tool_fields(m, where, msg);  // tool_calls, tool_call_id (tool_request.h)
     out.push_back(std::move(msg));
   }
   return out;
@@ -678,6 +671,7 @@ GenerateRequest parse_completion_request(const json& body, const NumberLiterals*
   reject_unsupported(f, r.endpoint);
   r.prompts = parse_prompt(f.get("prompt"));
   parse_common(f, r);
+  r.params.structured_outputs = parse_structured_outputs(body);
   reject_unimplemented(f, r);
   // OpenAI's completions default max_tokens is 16; null means up to the context limit.
   r.max_tokens = parse_max_tokens(f, "max_tokens", int64_t{16});
@@ -706,6 +700,9 @@ GenerateRequest parse_chat_request(const json& body, const NumberLiterals* liter
   reject_unsupported(f, r.endpoint);
   r.messages = parse_messages(f.get("messages"));
   parse_common(f, r);
+  for (const char* key : {"tools", "tool_choice", "parallel_tool_calls"}) f.present(key);
+  r.tools = parse_tool_request(body);
+  r.params.structured_outputs = parse_structured_outputs(body);
   reject_unimplemented(f, r);
   // max_completion_tokens replaces the deprecated max_tokens; absent or null: context limit.
   const bool has_mct = f.present("max_completion_tokens");

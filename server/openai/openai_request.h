@@ -7,10 +7,12 @@
 // priority). Every failure is an ApiError 400 naming the field (`param`).
 //
 // - A field octet recognises but cannot honour, one that would change what is generated
-//   (tools, response_format other than text, best_of other than n, suffix, guided_*, vLLM's
-//   use_beam_search / allowed_token_ids, llama.cpp's grammar / json_schema / n_predict /
-//   mirostat, ...), is rejected with 400 naming it, never silently dropped; the values that
-//   request nothing (null, use_beam_search false, response_format {"type": "text"}) pass.
+//   (functions, best_of other than n, suffix, vLLM's use_beam_search / allowed_token_ids,
+//   llama.cpp's n_predict / mirostat, ...), is rejected with 400 naming it, never silently
+//   dropped; the values that request nothing (null, use_beam_search false) pass.
+// - Structured outputs (response_format, structured_outputs, guided_*, llama.cpp's json_schema /
+//   grammar): server/openai/structured_request.h, into params.structured_outputs. Tools (chat
+//   only): server/openai/tool_request.h, into `tools`.
 // - A field octet does not know is listed in `unknown_fields` (the caller logs one warning) and
 //   otherwise ignored, as OpenAI-compatible servers do.
 // - null means "the default" for every optional field; for max_tokens/max_completion_tokens it
@@ -25,6 +27,7 @@
 
 #include "engine/sampling_params.h"
 #include "server/openai/json_literals.h"
+#include "server/openai/tool_request.h"
 
 namespace octet::server {
 
@@ -43,7 +46,9 @@ struct GenerateRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;                  // "" when absent or null
   std::vector<PromptInput> prompts;   // completions: one or more prompts
-  nlohmann::json messages;            // chat: [{"role", "content" (string), ["name"]}]
+  nlohmann::json messages;            // chat: [{"role", "content" (string), ["name"],
+                                      //   ["tool_calls"], ["tool_call_id"]}]
+  ToolRequest tools;                  // chat: tools, tool_choice, parallel_tool_calls
   bool add_generation_prompt = true;  // chat (vLLM extra)
   bool add_special_tokens = true;     // BOS when the model wants it (chat: default false)
   SamplingParams params;              // max_tokens left at its default here

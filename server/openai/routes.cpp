@@ -11,6 +11,7 @@
 #include "server/openai/openai_response.h"
 #include "server/openai/prepare_cancel.h"
 #include "server/openai/prompt_truncation.h"
+#include "server/openai/structured_request.h"
 
 #ifndef OCTET_VERSION
 #define OCTET_VERSION "0.1.0"
@@ -142,14 +143,16 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     json chat_body = body;
     chat_body.erase("add_special_tokens");
     chat_body.erase("return_token_strs");
-    const GenerateRequest r = parse_chat_request(chat_body);
+    GenerateRequest r = parse_chat_request(chat_body);
+    keep_key_order(r, text);
     if (ctx.chat_template.empty())
       throw bad_request("this model has no chat template", "messages");
     std::string prompt;
     check_prepare_cancelled("rendering the chat template");
     try {
       prompt = render_chat(ctx.chat_template, r.messages, r.add_generation_prompt,
-                           engine.tokenizer().bos_token(), engine.tokenizer().eos_token());
+                           engine.tokenizer().bos_token(), engine.tokenizer().eos_token(),
+                           r.tools.tools);
       if (r.continue_final_message)  // vLLM's /tokenize takes it too
         prompt.resize(continue_final_message_end(prompt, r.messages));
     } catch (const std::invalid_argument& e) {
@@ -164,7 +167,7 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     check_prompt_bytes(engine.tokenizer(), prompt, engine.max_model_len());
     check_prepare_cancelled("tokenizing the rendered messages");
     ids = tokenize_chat(ctx, engine.tokenizer(), r.messages, prompt, r.add_generation_prompt,
-                        add_special);
+                        add_special, r.tools.tools);
   } else {
     if (!body.contains("prompt") || !body["prompt"].is_string())
       throw bad_request("'prompt' must be a string", "prompt");
@@ -231,6 +234,7 @@ std::unique_ptr<GenerationJob> start_generation(ServerContext& ctx, Endpoint end
   GenerateRequest r = endpoint == Endpoint::kChatCompletions
                           ? parse_chat_request(body, &literals)
                           : parse_completion_request(body, &literals);
+  keep_key_order(r, text);  // schemas and tools in the client's key order
   if (!r.unknown_fields.empty())
     spdlog::warn("ignoring unknown request fields: {}", field_names_for_log(r.unknown_fields));
   return std::make_unique<GenerationJob>(ctx, std::move(r));
