@@ -122,6 +122,8 @@ def translate_vllm(argv):
             flags += [k] + ([v] if v is not None else [])
         else:
             log("dropped %s%s" % (k, "" if v is None else " " + v))
+    if os.environ.get("VLLM_API_KEY") and "--api-key" not in flags:
+        flags += ["--api-key", os.environ["VLLM_API_KEY"]]  # vLLM reads its key from there too
     # --served-model-name takes several names in vLLM; positionals after it are more names.
     served = names[0] if names else model
     return host, port, ["--served-model-name", served] + last_wins(flags)
@@ -225,7 +227,9 @@ def main():
                          str(port)] + flags)
     lease = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     lease.connect(sock_path)
-    lease.sendall((json.dumps({"flags": flags}) + "\n").encode())
+    # vLLM's tests expect a new server per RemoteOpenAIServer (its /metrics counters start at
+    # zero); llama.cpp's start one per test and share its state only through the pool.
+    lease.sendall((json.dumps({"flags": flags, "fresh": dialect == "vllm"}) + "\n").encode())
     reply = json.loads(lease.makefile().readline() or '{"error": "pool closed"}')
     if "error" in reply:
         log("octet did not start: " + reply["error"])

@@ -6,7 +6,8 @@
 Listens on the Unix socket SOCKET. A client (tests/peer/launch_octet.py) sends one JSON line
 {"flags": [...]} (octet serve flags, without --model/--host/--port) and gets back
 {"port": N, "id": K} once an `octet serve --model $PEER_OCTET_MODEL --port 0 FLAGS` is healthy
-(reused when one with the same flags is running), or {"error": "..."} when it exited or did not
+(reused when one with the same flags is running, unless the request has "fresh": true: then
+a new process, the idle one with those flags stopped), or {"error": "..."} when it exited or did not
 become healthy in $PEER_POOL_START_TIMEOUT seconds (default 240). The client keeps the
 connection open while it relays to that instance (a lease). At most $PEER_POOL_MAX (default 2)
 instances live; the least recently leased one without a live lease is stopped (SIGTERM) to make
@@ -84,10 +85,15 @@ class Pool:
     def __init__(self, logdir):
         self.logdir, self.lock, self.instances, self.next_id = logdir, threading.Lock(), [], 0
 
-    def acquire(self, flags):
+    def acquire(self, flags, fresh=False):
         with self.lock:
             self.instances = [i for i in self.instances if i.proc.poll() is None]
             inst = next((i for i in self.instances if i.flags == flags), None)
+            if inst is not None and fresh:
+                if inst.leases == 0:
+                    inst.stop()
+                    self.instances.remove(inst)
+                inst = None
             if inst is None:
                 idle = sorted((i for i in self.instances if i.leases == 0),
                               key=lambda i: i.last_used)
@@ -124,7 +130,7 @@ def main():
     class Handler(socketserver.StreamRequestHandler):
         def handle(self):
             req = json.loads(self.rfile.readline())
-            inst, error = pool.acquire(req["flags"])
+            inst, error = pool.acquire(req["flags"], req.get("fresh", False))
             if inst is None:
                 self.wfile.write((json.dumps({"error": error}) + "\n").encode())
                 return

@@ -15,6 +15,7 @@ them, puts stand-ins into sys.modules:
   SmolLM2).
 - vllm.utils.network_utils.get_open_port: a free TCP port.
 - vllm.platforms.current_platform: every is_*() is False (not ROCm, not TPU, ...).
+- vllm.envs.VLLM_USE_RUST_FRONTEND: False (vLLM's default; read by a skipif at import).
 - vllm.version: __version__ 0.34.0 (the vendored tests' version) and _prev_minor_version.
 - torch: only torch.long / torch.int64 and torch.iinfo (one seed-range test uses them).
 - Everything else under vllm (request classes, SamplingParams, envs, engine) and
@@ -157,6 +158,8 @@ def _fill(module):
         module.get_open_port = get_open_port
     elif name == "vllm.platforms":
         module.current_platform = _Platform()
+    elif name == "vllm.envs":  # read at import by tool_use/test_chat_completions.py
+        module.VLLM_USE_RUST_FRONTEND = False  # vLLM's default (its Python frontend)
     elif name == "vllm.version":  # the vendored tests' version (flag values only)
         module.__version__ = "0.34.0"
         module._prev_minor_version = lambda: "0.33"
