@@ -31,7 +31,7 @@ while (($#)); do
     --suite) SUITE="$2"; shift 2 ;;
     --octet) OCTET="$2"; shift 2 ;;
     --out) OUT_DIR="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n "2,19p" "$0"; exit 0 ;;
     *) PYTEST_ARGS+=("$1"); shift ;;
   esac
 done
