@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -39,13 +40,23 @@ std::string ebnf_literal(const std::string& s) {
                      p.field);
 }
 
+/// With any_whitespace, at most kMaxJsonWhitespace whitespace characters between two JSON
+/// tokens (llama.cpp's JSON-schema grammars allow a newline and 20 more): unbounded, a small
+/// model at temperature 0 may emit newlines until max_tokens (seen with SmolLM2-135M).
+std::optional<int> whitespace_bound(const StructuredOutputParams& p) {
+  return p.any_whitespace ? std::optional<int>(kMaxJsonWhitespace) : std::nullopt;
+}
+
 xgrammar::Grammar build(const StructuredOutputParams& p, const xgrammar::TokenizerInfo* info) {
   switch (p.kind) {
     case StructuredOutputKind::Json:
-      return xgrammar::Grammar::FromJSONSchema(p.spec, p.any_whitespace);
+      return xgrammar::Grammar::FromJSONSchema(p.spec, p.any_whitespace, std::nullopt,
+                                               std::nullopt, true, whitespace_bound(p));
     case StructuredOutputKind::JsonObject:
       // As vLLM's xgrammar backend: any JSON object.
-      return xgrammar::Grammar::FromJSONSchema("{\"type\": \"object\"}", p.any_whitespace);
+      return xgrammar::Grammar::FromJSONSchema("{\"type\": \"object\"}", p.any_whitespace,
+                                               std::nullopt, std::nullopt, true,
+                                               whitespace_bound(p));
     case StructuredOutputKind::Regex:
       return xgrammar::Grammar::FromRegex(p.spec);
     case StructuredOutputKind::Choice: {

@@ -24,6 +24,10 @@ inline constexpr size_t kMaxStructuredSpecBytes = size_t{1} << 20;
 inline constexpr size_t kMaxStructuredChoices = 1024;
 inline constexpr size_t kMaxStructuredChoiceBytes = size_t{1} << 20;
 
+/// Json / JsonObject with any_whitespace: the most whitespace characters allowed between two
+/// JSON tokens (xgrammar's max_whitespace_cnt), so that whitespace cannot loop to max_tokens.
+inline constexpr int kMaxJsonWhitespace = 20;
+
 /// What a request's output is constrained to (vLLM's StructuredOutputsParams).
 struct StructuredOutputParams {
   StructuredOutputKind kind = StructuredOutputKind::None;

@@ -323,10 +323,11 @@ void GenerationJob::add_stream_extras(json& j, const Choice& c,
   if (first) (chat ? j : choice)["prompt_token_ids"] = prompt_ids_[c.prompt_index];
 }
 
-void GenerationJob::fail(int status, const std::string& message) {
+void GenerationJob::fail(int status, const std::string& message, const std::string& param) {
   if (status_ == 200) {
     status_ = status;
     error_message_ = message;
+    error_param_ = param;
   }
   abort();  // the other choices of a failed response are useless
 }
@@ -387,7 +388,11 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
     c.finish_reason = out.finish_reason;
     c.stop_reason = out.stop_reason;
     ctx_.metrics.record_finished_request(out);
-    if (!out.error.empty()) {
+    if (!out.error.empty() && out.invalid_request) {
+      // The request's own fault found in the engine (a grammar that does not compile against
+      // the tokenizer): a 400 naming the field, like the checks made before submitting.
+      fail(400, out.error, out.error_param);
+    } else if (!out.error.empty()) {
       spdlog::error("request {} failed in the engine: {}", c.request_id, out.error);
       fail(500, "the engine failed this request: " + out.error);
     } else if (out.finish_reason == "abort") {
@@ -460,7 +465,7 @@ Usage GenerationJob::usage() const {
 std::string GenerationJob::finish_stream() {
   std::string out;
   if (status_ != 200) {
-    out += sse_data(error_json(status_, error_message_));
+    out += sse_data(error_json(status_, error_message_, error_param_));
   } else if (req_.include_usage) {
     const bool chat = req_.endpoint == Endpoint::kChatCompletions;
     out += sse_data(usage_chunk(meta_, chat ? "chat.completion.chunk" : "text_completion", usage()));
@@ -470,7 +475,7 @@ std::string GenerationJob::finish_stream() {
 }
 
 std::string GenerationJob::final_body() {
-  if (status_ != 200) return dump(error_json(status_, error_message_));
+  if (status_ != 200) return dump(error_json(status_, error_message_, error_param_));
   const bool chat = req_.endpoint == Endpoint::kChatCompletions;
   const TokenText text_of = logprob_text();
   const TokenText decoded = [this](int32_t id) { return token_text(id); };

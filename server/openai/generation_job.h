@@ -127,7 +127,7 @@ class GenerationJob {
   std::string on_output(Choice& c, RequestOutput& out);
   /// Streaming chunks of a chat choice with tools (tool_stream.h) for update `out`.
   std::string tool_chunks(Choice& c, const RequestOutput& out);
-  void fail(int status, const std::string& message);
+  void fail(int status, const std::string& message, const std::string& param = "");
   std::string finish_stream();
   std::string final_body();
   std::string token_text(int32_t id) const;
@@ -153,6 +153,7 @@ class GenerationJob {
   bool aborted_ = false;
   int status_ = 200;
   std::string error_message_;
+  std::string error_param_;  // the request field a 400 names ("" when none)
   bool counted_ = false;   // counted in ctx_.active_jobs
   std::chrono::steady_clock::time_point first_token_time_{};
   mutable std::unordered_map<int32_t, std::string> token_text_cache_;
