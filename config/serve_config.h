@@ -35,6 +35,7 @@ struct ServeConfig {
   double shutdown_timeout = 30.0;    // seconds in-flight requests get after SIGTERM/SIGINT
   int64_t max_num_waiting = 1024;    // engine requests waiting before new ones get 503
   int64_t max_logprobs = 20;         // largest logprobs / top_logprobs / prompt_logprobs (vLLM)
+  bool enable_prompt_tokens_details = false;  // usage.prompt_tokens_details (vLLM's flag)
   int64_t http_threads = 2;          // I/O threads (they only parse, enqueue and stream)
   int64_t num_prepare_threads = 2;   // threads that parse, render and tokenize request bodies
   int64_t max_queued_prepares = 64;  // requests being prepared or queued before new ones get 503
@@ -88,6 +89,9 @@ struct ServeConfig {
       "largest logprobs / top_logprobs / prompt_logprobs a request may ask for, as vLLM's "
       "--max-logprobs (at most 20, the engine's bound; -1 in a request asks for the whole "
       "vocabulary and so gets 400 unless it is this small)");
+    v(c.enable_prompt_tokens_details, "enable_prompt_tokens_details",
+      "add usage.prompt_tokens_details.cached_tokens (prompt tokens served by the prefix cache) "
+      "to responses, as vLLM's flag");
     v(c.http_threads, "http_threads", "HTTP I/O threads (they never run the model)");
     v(c.num_prepare_threads, "num_prepare_threads",
       "threads that parse request bodies, render chat templates and tokenize, off the I/O "

@@ -577,7 +577,9 @@ void Engine::Impl::step() {
                     u.output.error);
     finish(u.request->request_id, u.status, std::move(u.output));
   }
-  refresh_stats(new_prompt_tokens, new_generated, out.total_num_scheduled_tokens);
+  // vLLM's iteration tokens: the prompts whose first token came this step plus the tokens
+  // generated (vllm/v1/metrics/stats.py IterationStats), not the tokens the model computed.
+  refresh_stats(new_prompt_tokens, new_generated, new_prompt_tokens + new_generated);
 }
 
 // Frees the request's blocks at once, ends its stream with `out` (finished), forgets it.

@@ -48,8 +48,9 @@ struct EngineStats {
   int64_t prompt_tokens = 0;          // total prompt tokens computed
   int64_t generation_tokens = 0;      // total generated tokens
   int64_t num_steps = 0;
-  // Steps that ran the model, by tokens computed in the step (prompt chunks + decode tokens;
-  // vLLM's vllm:iteration_tokens_total): step_tokens_log2[k] counts the steps with
+  // Steps by their tokens as vLLM counts them for vllm:iteration_tokens_total: the prompt
+  // tokens of the requests whose first token came in the step, plus the tokens generated in it
+  // (steps with none are not counted): step_tokens_log2[k] counts the steps with
   // 2^(k-1) < tokens <= 2^k (k = 0: tokens <= 1); step_tokens_sum adds their tokens.
   std::array<int64_t, 48> step_tokens_log2{};
   int64_t step_tokens_sum = 0;

@@ -160,6 +160,10 @@ std::string ModelTokenizer::eos_token() const {
 
 int64_t ModelTokenizer::vocab_size() const { return tokenizer_->vocab_size(); }
 
+const std::string& ModelTokenizer::token_text(int32_t id) const {
+  return tokenizer_->token_text(id);
+}
+
 LoadOptions make_load_options(const std::string& quantization,
                               const std::string& weight_strategy) {
   LoadOptions lo;

@@ -40,6 +40,9 @@ class ModelTokenizer {
   std::string eos_token() const;
   /// Tokens the tokenizer knows (at most the model's vocab_size).
   int64_t vocab_size() const;
+  /// Token `id`'s vocabulary string as the tokenizer stores it (GPT-2 byte-level: "Ġhello";
+  /// SentencePiece: "▁hello"). Throws std::out_of_range for an id outside [0, vocab_size()).
+  const std::string& token_text(int32_t id) const;
 
  private:
   const Tokenizer* tokenizer_;

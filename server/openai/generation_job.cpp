@@ -311,8 +311,8 @@ void GenerationJob::add_stream_extras(json& j, const Choice& c,
     Usage u;
     u.prompt_tokens = static_cast<int64_t>(prompt_ids_[c.prompt_index].size());
     u.completion_tokens = static_cast<int64_t>(c.token_ids.size());
+    u.details = false;  // vLLM: the counts only
     j["usage"] = usage_json(u);
-    j["usage"].erase("prompt_tokens_details");  // vLLM: the counts only
   }
   if (!req_.return_token_ids) return;
   const bool chat = req_.endpoint == Endpoint::kChatCompletions;
@@ -454,6 +454,7 @@ std::string GenerationJob::tool_chunks(Choice& c, const RequestOutput& out) {
 
 Usage GenerationJob::usage() const {
   Usage u;
+  u.details = ctx_.config.enable_prompt_tokens_details;
   for (const auto& ids : prompt_ids_) u.prompt_tokens += static_cast<int64_t>(ids.size());
   for (const Choice& c : choices_) {
     u.completion_tokens += static_cast<int64_t>(c.token_ids.size());

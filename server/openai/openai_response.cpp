@@ -41,10 +41,11 @@ json base(const ResponseMeta& meta, const char* object) {
 }  // namespace
 
 json usage_json(const Usage& u) {
-  return json{{"prompt_tokens", u.prompt_tokens},
-              {"completion_tokens", u.completion_tokens},
-              {"total_tokens", u.prompt_tokens + u.completion_tokens},
-              {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  json j{{"prompt_tokens", u.prompt_tokens},
+         {"completion_tokens", u.completion_tokens},
+         {"total_tokens", u.prompt_tokens + u.completion_tokens}};
+  if (u.details) j["prompt_tokens_details"] = {{"cached_tokens", u.cached_tokens}};
+  return j;
 }
 
 std::string random_id(const std::string& prefix) {

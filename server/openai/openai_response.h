@@ -30,11 +30,13 @@ struct ResponseMeta {
 
 /// OpenAI's usage object: prompt_tokens counts each distinct prompt once (not once per n),
 /// completion_tokens sums over every choice; prompt_tokens_details.cached_tokens are the
-/// prompt tokens served by the prefix cache.
+/// prompt tokens served by the prefix cache (only when `details`; vLLM sends it only with
+/// --enable-prompt-tokens-details).
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;
+  bool details = true;  // carry prompt_tokens_details (octet serve: --enable-prompt-tokens-details)
 };
 nlohmann::json usage_json(const Usage& u);
 

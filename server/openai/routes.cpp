@@ -183,8 +183,8 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     check_prepare_cancelled("tokenizing the prompt");
     ids = engine.tokenizer().tokenize(prompt, add_special);
   }
-  // vLLM's return_token_strs: each token's string (octet: the token decoded alone, special
-  // tokens kept; vLLM gives the tokenizer's raw pieces, e.g. "Ġhello").
+  // vLLM's return_token_strs: each token's vocabulary string (convert_ids_to_tokens: the raw
+  // piece, e.g. "Ġhello"); "" for ids of a padded vocabulary past the tokenizer's.
   json token_strs = nullptr;
   if (body.contains("return_token_strs") && !body["return_token_strs"].is_null()) {
     if (!body["return_token_strs"].is_boolean())
@@ -192,7 +192,8 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     if (body["return_token_strs"].get<bool>()) {
       token_strs = json::array();
       for (int32_t id : ids)
-        token_strs.push_back(detokenize_known(engine.tokenizer(), {id}, false));
+        token_strs.push_back(id < engine.tokenizer().vocab_size() ? engine.tokenizer().token_text(id)
+                                                                   : std::string());
     }
   }
   return json_reply(json{{"count", ids.size()},

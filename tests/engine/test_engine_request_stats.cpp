@@ -55,7 +55,8 @@ TEST_CASE("engine stats: a solo request's steps, preemptions, max_tokens and pha
   CHECK(out.queue_time_s >= 0.0);
   CHECK(out.first_token_time_s >= out.queue_time_s);
   CHECK(out.e2e_time_s >= out.first_token_time_s);
-  // One 20-token prefill step (2^4 < 20 <= 2^5) and 5 one-token decode steps (bin 0).
+  // vLLM's count: the prefill step is 20 prompt + 1 generated tokens (2^4 < 21 <= 2^5), then 5
+  // one-token decode steps (bin 0).
   std::array<int64_t, 48> bins{};
   for (size_t k = 0; k < bins.size(); ++k)
     bins[k] = after.step_tokens_log2[k] - before.step_tokens_log2[k];
@@ -63,7 +64,7 @@ TEST_CASE("engine stats: a solo request's steps, preemptions, max_tokens and pha
   want[0] = 5;
   want[5] = 1;
   CHECK(bins == want);
-  CHECK(after.step_tokens_sum - before.step_tokens_sum == 20 + 5);
+  CHECK(after.step_tokens_sum - before.step_tokens_sum == 20 + 6);
 }
 
 TEST_CASE("engine stats: preemptions are counted per request and sum to the engine's",
@@ -94,9 +95,8 @@ TEST_CASE("engine stats: preemptions are counted per request and sum to the engi
   // Every step computed at least one token, and the bins count every step that ran the model.
   CHECK(total(st.step_tokens_log2) >= 60);
   CHECK(total(st.step_tokens_log2) <= st.num_steps);
-  // Tokens computed: each request's 20 + 59 at least (the last sampled token is never fed
-  // back), plus what preemption recomputes.
-  CHECK(st.step_tokens_sum >= 6 * (20 + 59));
+  // Each request's 20 prompt tokens (when its first token came) and 60 generated.
+  CHECK(st.step_tokens_sum == 6 * (20 + 60));
 }
 
 }  // namespace octet

@@ -72,6 +72,10 @@ TEST_CASE("usage chunk: empty choices and the usage", "[server][response]") {
   CHECK(u == json::parse(R"({"id":"cmpl-abc","object":"text_completion","created":1700000000,
       "model":"smol","choices":[],"usage":{"prompt_tokens":7,"completion_tokens":5,
       "total_tokens":12,"prompt_tokens_details":{"cached_tokens":3}}})"));
+  // Without --enable-prompt-tokens-details (vLLM's default): the counts only.
+  const json plain = usage_chunk(kMeta, "text_completion", Usage{7, 5, 3, false});
+  CHECK(plain["usage"] == json::parse(R"({"prompt_tokens":7,"completion_tokens":5,
+      "total_tokens":12})"));
 }
 
 TEST_CASE("non-streaming bodies", "[server][response]") {

@@ -162,7 +162,8 @@ class Server:
 
 @pytest.fixture(scope="session")
 def server():
-    s = Server()
+    # cached_tokens in usage (vLLM's flag; off by default, as vLLM): the prefix-cache tests read it.
+    s = Server("--enable-prompt-tokens-details")
     yield s
     code = s.stop()
     assert code == 0, "octet serve exited with %s:\n%s" % (code, s.log_text()[-4000:])

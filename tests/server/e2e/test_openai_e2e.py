@@ -591,12 +591,12 @@ def test_metrics_counts(server, client):
     assert d("vllm:request_decode_time_seconds_sum") <= d("vllm:request_inference_time_seconds_sum")
     assert (d("vllm:request_inference_time_seconds_sum") + d("vllm:request_queue_time_seconds_sum")
             <= d("vllm:e2e_request_latency_seconds_sum") + 1e-9)
-    # Steps: the prompt's uncached tokens (in one chunk) and then 4 single-token decode steps.
+    # Steps (vLLM's count): the prompt and its first token, then 4 single-token decode steps.
     cached = r.usage.prompt_tokens_details.cached_tokens
     assert d("vllm:request_prefill_kv_computed_tokens_sum") == p - cached
     assert d("vllm:iteration_tokens_total_count") == 5
-    assert d("vllm:iteration_tokens_total_sum") == p - cached + 4
-    assert d('vllm:iteration_tokens_total_bucket{le="1.0"}') == 4 + (p - cached == 1)
+    assert d("vllm:iteration_tokens_total_sum") == p + 5
+    assert d('vllm:iteration_tokens_total_bucket{le="1.0"}') == 4
     assert m1['vllm:num_requests_waiting_by_reason{reason="capacity"}'] == 0
     assert m1['vllm:num_requests_waiting_by_reason{reason="deferred"}'] == 0
     info = [k for k in m1 if k.startswith("vllm:cache_config_info{")]
