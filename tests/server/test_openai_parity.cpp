@@ -310,7 +310,7 @@ TEST_CASE("the OpenAI routes answer without /v1", "[server][parity]") {
   CHECK(route_for("/v1/tokenize", &method) == Route::kNotFound);
 }
 
-TEST_CASE("--max-logprobs is in [0, 20]", "[server][parity]") {
+TEST_CASE("serve: --max-logprobs is in [0, 20]", "[server][parity]") {
   octet::ServeConfig c;
   c.engine.model = "m";
   CHECK(c.max_logprobs == 20);  // vLLM's default

@@ -477,7 +477,7 @@ TEST_CASE("partial outputs: names only once complete, arguments only growing", "
   CHECK(json_value_end("[1, {\"b\": 2}", 0) == std::string::npos);
 }
 
-TEST_CASE("--enable-auto-tool-choice and --tool-call-parser are validated", "[server][tools]") {
+TEST_CASE("serve: --enable-auto-tool-choice and --tool-call-parser are validated", "[server][tools]") {
   octet::ServeConfig c;
   c.engine.model = "m";
   CHECK_NOTHROW(c.validate());
