@@ -113,7 +113,7 @@ void OutputProcessor::sample(const SchedulerOutput& out, const StepLogits& logit
       }
       if (logits.sample_row[i] < 0) continue;
       if (p.max_tokens == 0) {
-        sampled_.push_back({&r, SampleResult{}, true, ""});
+        sampled_.push_back({&r, SampleResult{}, true, "", ""});
         continue;
       }
       const int32_t* bitmask = nullptr;
@@ -125,14 +125,22 @@ void OutputProcessor::sample(const SchedulerOutput& out, const StepLogits& logit
       SampleResult res = octet::sample(logits.row(logits.sample_row[i]), logits.vocab, p,
                                        r.prompt_token_ids, r.output_token_ids, eos_token_ids_,
                                        st.rng, bitmask);
+      if (!res.ok() && bitmask && res.error.find("grammar allows no token") != std::string::npos) {
+        // The request's own constraint admits nothing here (e.g. `root ::= root`, a schema
+        // that only refers to itself, or min_tokens masking the grammar's only way out): a
+        // client error naming the field, not an engine fault.
+        sampled_.push_back({&r, SampleResult{}, false, "sampling: " + res.error,
+                            p.structured_outputs.field});
+        continue;
+      }
       if (!res.ok()) throw std::runtime_error("sampling: " + res.error);
       if (st.grammar && !st.grammar->accept(res.token_id))
         throw std::runtime_error("structured output: the grammar rejected sampled token " +
                                  std::to_string(res.token_id));
       r.append_output_token(res.token_id);
-      sampled_.push_back({&r, std::move(res), false, ""});
+      sampled_.push_back({&r, std::move(res), false, "", ""});
     } catch (const std::exception& e) {
-      sampled_.push_back({&r, SampleResult{}, false, e.what()});
+      sampled_.push_back({&r, SampleResult{}, false, e.what(), ""});
     }
   }
 }
@@ -153,6 +161,8 @@ std::vector<RequestUpdate> OutputProcessor::updates(EngineClock::time_point now,
       u.status = RequestStatus::FinishedAborted;
       u.output.finish_reason = "abort";
       u.output.error = e.what();
+      u.output.invalid_request = !s.invalid_param.empty();
+      u.output.error_param = s.invalid_param;
       result.push_back(std::move(u));
     }
   }

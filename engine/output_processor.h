@@ -102,6 +102,7 @@ class OutputProcessor {
     SampleResult res;
     bool no_token;      // max_tokens == 0 with prompt logprobs: finish without sampling
     std::string error;  // non-empty: fail this request (no token was appended)
+    std::string invalid_param;  // non-empty: the failure is the request's own (400 naming it)
   };
   RequestUpdate update_for(Request& r, const SampleResult& res, bool no_token,
                            EngineClock::time_point now, int64_t* new_prompt_tokens);

@@ -426,6 +426,9 @@ TEST_CASE("structured outputs: a grammar allowing nothing (min_tokens vs EOS) fa
   const Failure f = read_failure(*failing);
   CHECK(f.error.find("structured output grammar allows no token") != std::string::npos);
   CHECK(f.finish_reason == "abort");
+  // The request's own constraint admits nothing: a client error naming its field (HTTP 400).
+  CHECK(f.invalid_request);
+  CHECK(f.param == "choice");
   CHECK(collect(*other).token_ids.size() == 8);
 }
 
