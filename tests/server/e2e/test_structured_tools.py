@@ -13,6 +13,7 @@ against `octet serve` with SmolLM2-135M on the engine's xgrammar constraints.
   structured outputs with "auto"); the parser then has to find it, streamed and not. The auto path
   without a constraint is checked for consistency (tool_calls exactly when the text had a call).
 """
+import concurrent.futures
 import json
 import os
 import re
@@ -166,20 +167,26 @@ def test_structured_output_errors(server, client):
     assert e.value.body["param"] == "tool_choice"
 
 
+def concurrently(fn, args, workers=8):
+    """fn over args on `workers` threads (the engine batches them), results in order."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(fn, args))
+
+
 # "required" with parallel_tool_calls (vLLM's schema: an array of calls with no upper bound):
 # SmolLM2 at temperature 1 may keep adding calls until max_tokens, so the 20/20 runs are with
 # parallel_tool_calls false (at most one call), and the parallel runs check that every complete
 # call validates, also when the output was cut.
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_tool_choice_required(client, streamed):
-    for seed in range(TRIES):
+    def run(seed):
         kwargs = dict(model=MODEL_NAME, messages=ASK, tools=TOOLS, tool_choice="required",
                       parallel_tool_calls=False, temperature=1.0, seed=seed, max_tokens=400)
         if streamed:
             with client.chat.completions.stream(**kwargs) as stream:
-                r = stream.get_final_completion()
-        else:
-            r = client.chat.completions.create(**kwargs)
+                return stream.get_final_completion()
+        return client.chat.completions.create(**kwargs)
+    for r in concurrently(run, range(TRIES)):
         choice = r.choices[0]
         assert choice.finish_reason == "tool_calls"
         assert len(choice.message.tool_calls) == 1
@@ -199,14 +206,15 @@ def test_tool_choice_required_parallel(client):
 @pytest.mark.parametrize("streamed", [False, True], ids=["plain", "streamed"])
 def test_tool_choice_named(client, streamed):
     named = {"type": "function", "function": {"name": "get_weather"}}
-    for seed in range(TRIES):
+
+    def run(seed):
         kwargs = dict(model=MODEL_NAME, messages=ASK, tools=TOOLS, tool_choice=named,
                       temperature=1.0, seed=seed, max_tokens=300)
         if streamed:
             with client.chat.completions.stream(**kwargs) as stream:
-                r = stream.get_final_completion()
-        else:
-            r = client.chat.completions.create(**kwargs)
+                return stream.get_final_completion()
+        return client.chat.completions.create(**kwargs)
+    for r in concurrently(run, range(TRIES)):
         choice = r.choices[0]
         assert choice.finish_reason == "stop"  # OpenAI and vLLM: "stop" for a named choice
         assert len(choice.message.tool_calls) == 1
