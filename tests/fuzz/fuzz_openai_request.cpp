@@ -39,7 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const std::invalid_argument&) {
     return 0;
   }
-  parse_one(body, octet::server::parse_completion_request);
-  parse_one(body, octet::server::parse_chat_request);
+  parse_one(body, [](const nlohmann::json& b) { return octet::server::parse_completion_request(b); });
+  parse_one(body, [](const nlohmann::json& b) { return octet::server::parse_chat_request(b); });
   return 0;
 }
