@@ -18,30 +18,13 @@
 #include "engine/engine.h"
 #include "server/cli/command.h"
 #include "server/cli/commands.h"
+#include "server/cli/int_list.h"
 
 namespace octet {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::vector<int64_t> parse_list(const std::string& s, const char* flag) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    try {
-      size_t used = 0;
-      const long long v = std::stoll(item, &used);
-      if (used != item.size() || v <= 0) throw std::invalid_argument(item);
-      out.push_back(v);
-    } catch (const std::exception&) {
-      throw std::invalid_argument(std::string(flag) + ": '" + item + "' is not a positive integer");
-    }
-  }
-  return out;
-}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;

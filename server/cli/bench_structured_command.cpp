@@ -17,6 +17,7 @@
 #include "engine/structured_output_bench.h"
 #include "server/cli/command.h"
 #include "server/cli/commands.h"
+#include "server/cli/int_list.h"
 
 namespace octet {
 
@@ -49,22 +50,11 @@ struct BenchStructuredConfig {
 };
 
 std::vector<int64_t> parse_concurrency(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size() || v < 1 || v > 4096)
-      throw std::invalid_argument("--concurrency: '" + item + "' is not an integer in [1, 4096]");
-    out.push_back(v);
-  }
+  std::vector<int64_t> out = parse_list(s, "--concurrency");
   if (out.empty()) throw std::invalid_argument("--concurrency: no value");
+  for (int64_t v : out)
+    if (v > 4096)
+      throw std::invalid_argument("--concurrency: " + std::to_string(v) + " is above 4096");
   return out;
 }
 
