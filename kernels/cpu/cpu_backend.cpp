@@ -27,14 +27,11 @@ class CpuBackend final : public Backend {
   Buffer allocate(int64_t bytes) override {
     OCTET_CHECK(bytes >= 0, "allocate: negative size ", bytes);
     if (bytes == 0) return {};
-    HugePageAllocator<uint8_t> alloc;
+    // Zero-filled; a large buffer's pages are faulted in when first touched (see
+    // huge_page_allocator.h: a KV cache costs the pages its sequences use).
     const size_t n = static_cast<size_t>(bytes);
-    uint8_t* p = alloc.allocate(n);
-    std::memset(p, 0, n);
-    return Buffer(std::shared_ptr<void>(p, [n](void* q) {
-                    HugePageAllocator<uint8_t>().deallocate(static_cast<uint8_t*>(q), n);
-                  }),
-                  bytes);
+    void* p = huge_page_alloc(n);
+    return Buffer(std::shared_ptr<void>(p, [n](void* q) { huge_page_free(q, n); }), bytes);
   }
 
   void upload(const Buffer& dst, int64_t offset, const void* src, int64_t bytes) override {
