@@ -140,11 +140,24 @@ class Server:
         return out
 
     def rss_bytes(self):
-        with open(f"/proc/{self.proc.pid}/status") as f:
+        """Resident bytes outside the backend's buffers (the heap, stacks, glibc's mappings):
+        what a leak grows. The backend's large buffers (weights, the KV pool, activations:
+        kernels/cpu/huge_page_allocator.h) are 2 MiB-aligned mappings marked MADV_HUGEPAGE
+        (VmFlags "hg" in smaps) whose pages are faulted in when first used, so the KV pool's
+        resident size grows as the LRU free list hands out blocks never used before; they are
+        left out."""
+        total = pools = 0
+        rss = 0
+        with open(f"/proc/{self.proc.pid}/smaps") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-        raise RuntimeError("no VmRSS")
+                if line.startswith("Rss:"):
+                    rss = int(line.split()[1]) * 1024
+                    total += rss
+                elif line.startswith("VmFlags:") and " hg" in line:
+                    pools += rss
+        if total == 0:
+            raise RuntimeError("no Rss in smaps")
+        return total - pools
 
     def stop(self, timeout=60.0):
         """SIGTERM, then the exit code (killed after `timeout` x SLOW). Raises AssertionError
