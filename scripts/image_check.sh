@@ -71,6 +71,19 @@ fi
 # The build's output goes to a log (shown on failure); ccache's counts when it compiled.
 mkdir -p "$CACHE/image"
 build_log="$CACHE/image/build.log"
+# The build stage compiles octet with the compiler and headers of the Release tree (the same
+# bookworm packages) at the same paths relative to its checkout (CCACHE_BASEDIR: /src there,
+# the checkout here), so the Release build's ccache entries serve it: they are hard-linked
+# into the stage's cache mount (buildah keeps `--mount=type=cache,id=octet-ccache` under
+# ${TMPDIR:-/var/tmp}/buildah-cache/octet-ccache). A file that exists is kept; without a host
+# cache, or across file systems, the stage compiles on its own.
+host_ccache="$(ccache -k cache_dir 2>/dev/null || true)"
+stage_ccache="${TMPDIR:-/var/tmp}/buildah-cache/octet-ccache"
+if [ -n "$host_ccache" ] && [ -d "$host_ccache" ]; then
+  mkdir -p "$stage_ccache"
+  cp -aln "$host_ccache/." "$stage_ccache/" 2>/dev/null ||
+    echo "image_check: could not link $host_ccache into $stage_ccache; the stage compiles alone" >&2
+fi
 if ! buildah bud --isolation chroot --pull=never --layers --format docker --target cpu \
     --tag "$IMAGE" . >"$build_log" 2>&1; then
   tail -n 80 "$build_log" >&2

@@ -28,6 +28,9 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 [ "${1:-}" = --packages-only ] && exit 0
+# ccache keys on paths relative to the checkout, so that other clones and the image's build
+# stage (/src, scripts/image_check.sh seeds its cache from this one) hit the same entries.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 
 CACHE="${OCTET_CACHE_DIR:-$HOME/.cache/octet}"
 MODEL="$CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"

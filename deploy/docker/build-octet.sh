@@ -1,17 +1,17 @@
 #!/bin/sh
 # Build stage helper of the Dockerfile: configures and builds the `octet` binary only (no tests)
-# from /src into /build, with ccache in $CCACHE_DIR (a cache mount that outlives the build, so a
+# from /src into /src/build, with ccache in $CCACHE_DIR (a cache mount that outlives the build, so a
 # rebuild recompiles only what changed), then copies the binary and the shared libraries it
 # needs (ldd) into /out: /out/bin/octet and /out/lib/*. glibc, libgcc_s and libstdc++ are left
 # out: every Debian/Ubuntu runtime base has them (apt needs them).
 #   build-octet.sh OFF|ON    OCTET_CUDA: ON builds the CUDA kernels (needs nvcc on PATH)
 set -eu
 cuda="${1:-OFF}"
-cmake -S /src -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release -DOCTET_CUDA="$cuda" >/dev/null
-ninja -C /build octet
+cmake -S /src -B /src/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DOCTET_CUDA="$cuda" >/dev/null
+ninja -C /src/build octet
 ccache --show-stats 2>/dev/null | grep -Ei 'hits|misses' || true
 mkdir -p /out/bin /out/lib
-cp /build/octet /out/bin/octet
+cp /src/build/octet /out/bin/octet
 strip --strip-unneeded /out/bin/octet
 ldd /out/bin/octet | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | while read -r lib; do
   case "$(basename "$lib")" in
