@@ -31,6 +31,10 @@ fi
 # ccache keys on paths relative to the checkout, so that other clones and the image's build
 # stage (/src, scripts/image_check.sh seeds its cache from this one) hit the same entries.
 export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
+# ccache hashes the locale variables (they change the compiler's messages): one fixed locale,
+# the one deploy/docker/build-octet.sh compiles under.
+export LANG=C.UTF-8
+unset LC_ALL LC_CTYPE LC_MESSAGES
 
 CACHE="${OCTET_CACHE_DIR:-$HOME/.cache/octet}"
 MODEL="$CACHE/SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -7,6 +7,10 @@
 #   build-octet.sh OFF|ON    OCTET_CUDA: ON builds the CUDA kernels (needs nvcc on PATH)
 set -eu
 cuda="${1:-OFF}"
+# The locale scripts/setup.sh compiles under (ccache hashes it): the Release tree's ccache
+# entries, seeded into this stage's cache by scripts/image_check.sh, then serve this build.
+export LANG=C.UTF-8
+unset LC_ALL LC_CTYPE LC_MESSAGES
 cmake -S /src -B /src/build -G Ninja -DCMAKE_BUILD_TYPE=Release -DOCTET_CUDA="$cuda" >/dev/null
 ninja -C /src/build octet
 ccache --show-stats 2>/dev/null | grep -Ei 'hits|misses' || true
