@@ -489,8 +489,13 @@ std::string GenerationJob::final_body() {
     const json stop = stop_reason_json(c.stop_reason, req_.params.stop);
     if (chat) {
       std::string reason = c.finish_reason;
-      const json message = c.tools ? c.tools->final_message(c.text, &reason)
-                                   : json{{"role", "assistant"}, {"content", chat_echo_ + c.text}};
+      json message = c.tools ? c.tools->final_message(c.text, &reason)
+                             : json{{"role", "assistant"}, {"content", c.text}};
+      // vLLM's echo: the last message's content + the message content (null counts as "").
+      if (req_.echo) {
+        const json& content = message["content"];
+        message["content"] = chat_echo_ + (content.is_string() ? content.get<std::string>() : "");
+      }
       choices.push_back(json{
           {"index", c.index},
           {"message", message},

@@ -307,3 +307,22 @@ def test_tool_results_round_trip(hermes_client):
     r = hermes_client.chat.completions.create(model=MODEL_NAME, messages=messages, tools=TOOLS,
                                               tool_choice="none", max_tokens=16, temperature=0)
     assert r.choices[0].message.content
+
+
+def test_auto_tool_call_with_echo(hermes_client):
+    """vLLM's chat echo under "auto": the echoed last message comes first in the content of the
+    non-streamed message as in the stream (the call's own text is not content)."""
+    messages = ASK + [{"role": "assistant", "content": "Sure. "}]
+    kwargs = dict(model=MODEL_NAME, messages=messages, tools=TOOLS, tool_choice="auto",
+                  temperature=1.0, seed=0, max_tokens=200,
+                  extra_body={"structured_outputs": {"regex": HERMES_CALL}, "echo": True,
+                              "add_generation_prompt": False,
+                              "continue_final_message": True})
+    plain = hermes_client.chat.completions.create(**kwargs)
+    with hermes_client.chat.completions.stream(**kwargs) as stream:
+        streamed = stream.get_final_completion()
+    for r in (plain, streamed):
+        choice = r.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert choice.message.content == "Sure. Let me check.\n"
+        check_calls(choice.message.tool_calls, ["get_weather"])
