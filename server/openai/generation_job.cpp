@@ -41,12 +41,13 @@ int64_t unix_now() {
 std::vector<int32_t> tokenize_chat(const ServerContext& ctx, const ModelTokenizer& tok,
                                    const nlohmann::json& messages, const std::string& text,
                                    bool add_generation_prompt, bool add_special_tokens,
-                                   const nlohmann::ordered_json& tools) {
+                                   const nlohmann::ordered_json& tools,
+                                   const nlohmann::ordered_json& template_kwargs) {
   if (ctx.config.special_tokens_in_content) return tok.tokenize(text, add_special_tokens);
   try {
     const RenderedChat r = render_chat_with_spans(ctx.chat_template, messages,
                                                   add_generation_prompt, tok.bos_token(),
-                                                  tok.eos_token(), tools);
+                                                  tok.eos_token(), tools, template_kwargs);
     // `text` is the rendering, or its prefix under continue_final_message.
     if (text.size() > r.text.size() || r.text.compare(0, text.size(), text) != 0)
       throw std::logic_error("the chat template rendered two texts");
@@ -144,9 +145,12 @@ void GenerationJob::prepare() {
     check_prepare_cancelled("rendering the chat template");
     try {
       text = render_chat(ctx_.chat_template, req_.messages, req_.add_generation_prompt,
-                         tok.bos_token(), tok.eos_token(), req_.tools.tools);
+                         tok.bos_token(), tok.eos_token(), req_.tools.tools,
+                         req_.chat_template_kwargs);
     } catch (const std::invalid_argument& e) {
-      throw bad_request(std::string("the chat template rejected the messages: ") + e.what(),
+      throw bad_request(std::string("the chat template rejected the messages") +
+                            (req_.chat_template_kwargs.empty() ? "" : " (or chat_template_kwargs)") +
+                            ": " + e.what(),
                         "messages");
     } catch (const std::exception& e) {
       throw ApiError(500, std::string("cannot render the chat template: ") + e.what());
@@ -157,7 +161,8 @@ void GenerationJob::prepare() {
     if (!req_.truncate_prompt_tokens) check_prompt_bytes(tok, text, engine_.max_model_len());
     check_prepare_cancelled("tokenizing the rendered messages");
     prompt_ids_.push_back(tokenize_chat(ctx_, tok, req_.messages, text, req_.add_generation_prompt,
-                                        req_.add_special_tokens, req_.tools.tools));
+                                        req_.add_special_tokens, req_.tools.tools,
+                                        req_.chat_template_kwargs));
     prompt_texts_.push_back(text);
     if (req_.echo) chat_echo_ = chat_echo_text(req_.messages, req_.add_generation_prompt);
   } else {

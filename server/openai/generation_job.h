@@ -46,14 +46,17 @@ int64_t max_token_input_bytes(const ModelTokenizer& tok);
 /// prompts, /tokenize included; the message names the limit.
 void check_prompt_bytes(const ModelTokenizer& tok, const std::string& text, int64_t max_model_len);
 
-/// The token ids of a rendered chat prompt `text` (render_chat of `messages`): tok.tokenize()
-/// as vLLM does, or, with --no-special-tokens-in-content, with the message contents taken as
-/// plain text (render_chat_with_spans, ModelTokenizer::tokenize_with_plain_spans). Throws
-/// ApiError 400 (param "messages") when the contents cannot be isolated.
+/// The token ids of a rendered chat prompt `text` (render_chat of `messages`, `tools` and
+/// `template_kwargs`): tok.tokenize() as vLLM does, or, with --no-special-tokens-in-content,
+/// with the message contents taken as plain text (render_chat_with_spans,
+/// ModelTokenizer::tokenize_with_plain_spans; text the template writes from template_kwargs is
+/// not a message content and keeps its special tokens). Throws ApiError 400 (param "messages")
+/// when the contents cannot be isolated.
 std::vector<int32_t> tokenize_chat(const ServerContext& ctx, const ModelTokenizer& tok,
                                    const nlohmann::json& messages, const std::string& text,
                                    bool add_generation_prompt, bool add_special_tokens,
-                                   const nlohmann::ordered_json& tools = nullptr);
+                                   const nlohmann::ordered_json& tools = nullptr,
+                                   const nlohmann::ordered_json& template_kwargs = nullptr);
 
 class GenerationJob {
  public:

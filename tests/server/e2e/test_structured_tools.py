@@ -326,3 +326,39 @@ def test_auto_tool_call_with_echo(hermes_client):
         assert choice.finish_reason == "tool_calls"
         assert choice.message.content == "Sure. Let me check.\n"
         check_calls(choice.message.tool_calls, ["get_weather"])
+
+
+def test_chat_template_kwargs(hermes_server):
+    """vLLM's chat_template_kwargs reach the template: {"enable_thinking": false} opens Qwen3's
+    empty think block (hermes_tool_template.jinja), in /tokenize and in the chat prompt."""
+    from test_openai_e2e import post_json
+
+    def tokens(**extra):
+        status, r = post_json(hermes_server, "/tokenize",
+                              {"model": MODEL_NAME, "messages": ASK, **extra})
+        assert status == 200, r
+        return r["tokens"]
+
+    def text_of(ids):
+        status, r = post_json(hermes_server, "/detokenize", {"model": MODEL_NAME, "tokens": ids})
+        assert status == 200, r
+        return r["prompt"]
+
+    plain = tokens()
+    off = tokens(chat_template_kwargs={"enable_thinking": False})
+    assert text_of(plain).endswith("<|im_start|>assistant\n")
+    assert text_of(off) == text_of(plain) + "<think>\n\n</think>\n\n"
+    # true, unset values (null, "auto" as vLLM) and keys the template does not read: no change.
+    assert tokens(chat_template_kwargs={"enable_thinking": True, "other": [1, {"a": None}]}) == plain
+    assert tokens(chat_template_kwargs={"enable_thinking": None}) == plain
+    # The request's own variables win (vLLM: add_generation_prompt; octet: messages too).
+    assert tokens(chat_template_kwargs={"add_generation_prompt": False, "messages": []}) == plain
+    status, r = post_json(hermes_server, "/v1/chat/completions",
+                          {"model": MODEL_NAME, "messages": ASK, "max_tokens": 1,
+                           "temperature": 0, "return_token_ids": True,
+                           "chat_template_kwargs": {"enable_thinking": False}})
+    assert status == 200, r
+    assert r["prompt_token_ids"] == off
+    status, e = post_json(hermes_server, "/v1/chat/completions",
+                          {"model": MODEL_NAME, "messages": ASK, "chat_template_kwargs": [1]})
+    assert status == 400 and e["error"]["param"] == "chat_template_kwargs", e
