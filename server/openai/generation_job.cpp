@@ -19,7 +19,8 @@
 
 namespace octet::server {
 
-using nlohmann::json;
+// Response bodies keep the order their keys were built in (openai_response.h).
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -440,7 +441,8 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
 
 std::string GenerationJob::tool_chunks(Choice& c, const RequestOutput& out) {
   const TokenText text_of = [this](int32_t id) { return token_text(id); };
-  std::vector<json> deltas = c.tools->stream_deltas(c.text, c.finished);
+  std::vector<json> deltas;
+  for (nlohmann::json& d : c.tools->stream_deltas(c.text, c.finished)) deltas.emplace_back(std::move(d));
   const json lp = req_.chat_logprobs && !out.token_ids.empty()
                       ? chat_logprobs(out.logprobs, text_of, req_.logprobs)
                       : json(nullptr);
@@ -494,7 +496,7 @@ std::string GenerationJob::final_body() {
     const json stop = stop_reason_json(c.stop_reason, req_.params.stop);
     if (chat) {
       std::string reason = c.finish_reason;
-      json message = c.tools ? c.tools->final_message(c.text, &reason)
+      json message = c.tools ? json(c.tools->final_message(c.text, &reason))
                              : json{{"role", "assistant"}, {"content", c.text}};
       // vLLM's echo: the last message's content + the message content (null counts as "").
       if (req_.echo) {

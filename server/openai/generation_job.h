@@ -113,7 +113,7 @@ class GenerationJob {
     std::vector<int32_t> token_ids;
     std::vector<TokenLogprobs> logprobs;
     std::vector<TokenLogprobs> prompt_logprobs;
-    nlohmann::json completion_logprobs;  // legacy format, accumulated (completions)
+    nlohmann::ordered_json completion_logprobs;  // legacy format, accumulated (completions)
     int64_t text_offset = 0;
     bool first_update = true;
     bool finished = false;
@@ -139,7 +139,7 @@ class GenerationJob {
   /// vLLM's per-chunk extras of a stream chunk `j` of choice c: usage so far
   /// (continuous_usage_stats), token_ids of this update and prompt_token_ids on the choice's
   /// first chunk (return_token_ids).
-  void add_stream_extras(nlohmann::json& j, const Choice& c,
+  void add_stream_extras(nlohmann::ordered_json& j, const Choice& c,
                          const std::vector<int32_t>& update_ids, bool first) const;
 
   ServerContext& ctx_;
