@@ -362,3 +362,21 @@ def test_chat_template_kwargs(hermes_server):
     status, e = post_json(hermes_server, "/v1/chat/completions",
                           {"model": MODEL_NAME, "messages": ASK, "chat_template_kwargs": [1]})
     assert status == 400 and e["error"]["param"] == "chat_template_kwargs", e
+
+
+def test_auto_tool_call_arguments_keep_numbers(hermes_client):
+    """Parsed arguments are the model's own JSON (json.dumps layout), never re-serialized
+    through doubles: a 23-digit integer and 0.1 arrive exactly, streamed and not."""
+    args = '{"city": "Paris", "days": 12345678901234567890123, "x": 0.1, "y": 1e5}'
+    regex = re.escape('<tool_call>\n{"name": "get_weather", "arguments": ' + args + '}\n</tool_call>')
+    kwargs = dict(model=MODEL_NAME, messages=ASK, tools=TOOLS, tool_choice="auto",
+                  temperature=0, max_tokens=200, extra_body={"structured_outputs": {"regex": regex}})
+    plain = hermes_client.chat.completions.create(**kwargs)
+    call = plain.choices[0].message.tool_calls[0]
+    # vLLM's json.dumps(arguments): 1e5 is the float 100000.0; the integer keeps its digits.
+    assert call.function.arguments == \
+        '{"city": "Paris", "days": 12345678901234567890123, "x": 0.1, "y": 100000.0}'
+    with hermes_client.chat.completions.stream(**kwargs) as stream:
+        streamed = stream.get_final_completion()
+    # Streamed: the model's text of the arguments as it grew (vLLM streams the raw text).
+    assert streamed.choices[0].message.tool_calls[0].function.arguments == args
