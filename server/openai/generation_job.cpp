@@ -239,6 +239,7 @@ void GenerationJob::prepare() {
     streams = engine_.add_requests(std::move(group), ctx_.config.max_num_waiting);
   } catch (const EngineOverloaded& e) {
     choices_.clear();  // nothing was queued
+    ctx_.metrics.record_admission_rejection();  // vllm:admission_rejections_total
     throw ApiError(503,
                    "the server is overloaded: " + std::to_string(e.num_waiting()) +
                        " requests are waiting (limit " + std::to_string(e.limit()) +
