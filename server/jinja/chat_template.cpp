@@ -5,11 +5,59 @@
 
 namespace octet {
 
+namespace {
+
+// The names read by an expression or a statement list. Recursion depth is bounded by the
+// parser's kMaxParseDepth (jinja_budget.h).
+void collect_names(const jinja::Expr* e, std::set<std::string>& out);
+
+void collect_names(const std::vector<std::pair<std::string, jinja::ExprPtr>>& kwargs,
+                   std::set<std::string>& out) {
+  for (const auto& kv : kwargs) collect_names(kv.second.get(), out);
+}
+
+void collect_names(const jinja::Expr* e, std::set<std::string>& out) {
+  if (!e) return;
+  if (e->type == jinja::Expr::Type::Name) out.insert(e->name);
+  for (const auto& c : e->children) collect_names(c.get(), out);
+  collect_names(e->kwargs, out);
+  collect_names(e->dyn_args.get(), out);
+  collect_names(e->dyn_kwargs.get(), out);
+}
+
+void collect_names(const jinja::Body& body, std::set<std::string>& out) {
+  for (const auto& s : body) {
+    collect_names(s->expr.get(), out);
+    collect_names(s->cond.get(), out);
+    for (const auto& [cond, branch] : s->branches) {
+      collect_names(cond.get(), out);
+      collect_names(branch, out);
+    }
+    collect_names(s->body, out);
+    collect_names(s->else_body, out);
+    for (const auto& p : s->params) collect_names(p.default_value.get(), out);
+    for (const auto& f : s->filters) collect_names(f.get(), out);
+    collect_names(s->assigns, out);
+    if (!s->target.ns_attr.empty() && !s->target.names.empty())  // {% set ns.attr = ... %}
+      out.insert(s->target.names[0]);
+  }
+}
+
+}  // namespace
+
 ChatTemplate ChatTemplate::parse(const std::string& source) {
   ChatTemplate t;
   t.source_ = std::make_shared<const std::string>(source);
   t.body_ = std::make_shared<const jinja::Body>(jinja::parse_template(source));
+  auto names = std::make_shared<std::set<std::string>>();
+  collect_names(*t.body_, *names);
+  t.variable_names_ = std::move(names);
   return t;
+}
+
+const std::set<std::string>& ChatTemplate::variable_names() const {
+  static const std::set<std::string> none;
+  return variable_names_ ? *variable_names_ : none;
 }
 
 namespace {

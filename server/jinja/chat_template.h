@@ -16,6 +16,7 @@
 #include <ctime>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -60,8 +61,15 @@ class ChatTemplate {
   /// The source text given to parse() ("" for an empty template).
   const std::string& source() const;
 
+  /// Every variable name the template reads anywhere (jinja2's Name nodes in load context:
+  /// `{{ x }}`, `x.attr`, `x | f`, `x is defined`, ...), a superset of jinja2.meta's
+  /// find_undeclared_variables (names the template also sets or loops over stay in). A context
+  /// key outside this set cannot change the rendering. Empty for an empty template.
+  const std::set<std::string>& variable_names() const;
+
  private:
   std::shared_ptr<const std::string> source_;
+  std::shared_ptr<const std::set<std::string>> variable_names_;
   std::shared_ptr<const std::vector<std::unique_ptr<jinja::Stmt>>> body_;
 };
 

@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string_view>
 
@@ -32,9 +33,21 @@ std::shared_ptr<const ChatTemplate> parsed(const std::string& source) {
 
 }  // namespace
 
+bool is_reserved_chat_template_kwarg(const std::string& key) {
+  static const std::set<std::string> reserved = {
+      // set by octet from the request and the model
+      "messages", "tools", "add_generation_prompt", "bos_token", "eos_token",
+      // apply_chat_template's options (transformers), not template variables
+      "chat_template", "tokenize", "continue_final_message", "conversation", "return_dict",
+      "return_assistant_tokens_mask", "padding", "truncation", "max_length", "return_tensors",
+      "tokenizer_kwargs"};
+  return reserved.count(key) > 0;
+}
+
 std::string render_chat(const std::string& template_source, const nlohmann::json& messages,
                         bool add_generation_prompt, const std::string& bos_token,
-                        const std::string& eos_token, const nlohmann::ordered_json& tools) {
+                        const std::string& eos_token, const nlohmann::ordered_json& tools,
+                        const nlohmann::ordered_json& template_kwargs) {
   const auto t = parsed(template_source);
   // ChatTemplateError (raise_exception, or a render error caused by the messages) derives from
   // std::invalid_argument: the caller answers 400.
@@ -44,6 +57,12 @@ std::string render_chat(const std::string& template_source, const nlohmann::json
                                  {"bos_token", bos_token},
                                  {"eos_token", eos_token}};
   if (!tools.is_null()) context["tools"] = tools;
+  if (template_kwargs.is_object()) {
+    const std::set<std::string>& read = t->variable_names();
+    for (auto it = template_kwargs.begin(); it != template_kwargs.end(); ++it)
+      if (read.count(it.key()) && !is_reserved_chat_template_kwarg(it.key()))
+        context[it.key()] = it.value();
+  }
   return t->render(context);
 }
 
@@ -66,15 +85,16 @@ std::string trimmed(const std::string& s) {
 RenderedChat render_chat_with_spans(const std::string& template_source,
                                     const nlohmann::json& messages, bool add_generation_prompt,
                                     const std::string& bos_token, const std::string& eos_token,
-                                    const nlohmann::ordered_json& tools) {
+                                    const nlohmann::ordered_json& tools,
+                                    const nlohmann::ordered_json& template_kwargs) {
   RenderedChat out;
-  out.text =
-      render_chat(template_source, messages, add_generation_prompt, bos_token, eos_token, tools);
+  out.text = render_chat(template_source, messages, add_generation_prompt, bos_token, eos_token,
+                         tools, template_kwargs);
   nlohmann::json marked = messages;
   for (size_t i = 0; i < marked.size(); ++i)
     if (marked[i].contains("content")) marked[i]["content"] = content_marker(i);
-  const std::string m =
-      render_chat(template_source, marked, add_generation_prompt, bos_token, eos_token, tools);
+  const std::string m = render_chat(template_source, marked, add_generation_prompt, bos_token,
+                                    eos_token, tools, template_kwargs);
   const auto fail = [] {
     throw std::invalid_argument(
         "the chat template changes message contents (or branches on them), so their special "

@@ -19,7 +19,8 @@
 
 namespace octet::server {
 
-using nlohmann::json;
+// Response bodies keep the order their keys were built in (openai_response.h).
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -41,12 +42,13 @@ int64_t unix_now() {
 std::vector<int32_t> tokenize_chat(const ServerContext& ctx, const ModelTokenizer& tok,
                                    const nlohmann::json& messages, const std::string& text,
                                    bool add_generation_prompt, bool add_special_tokens,
-                                   const nlohmann::ordered_json& tools) {
+                                   const nlohmann::ordered_json& tools,
+                                   const nlohmann::ordered_json& template_kwargs) {
   if (ctx.config.special_tokens_in_content) return tok.tokenize(text, add_special_tokens);
   try {
     const RenderedChat r = render_chat_with_spans(ctx.chat_template, messages,
                                                   add_generation_prompt, tok.bos_token(),
-                                                  tok.eos_token(), tools);
+                                                  tok.eos_token(), tools, template_kwargs);
     // `text` is the rendering, or its prefix under continue_final_message.
     if (text.size() > r.text.size() || r.text.compare(0, text.size(), text) != 0)
       throw std::logic_error("the chat template rendered two texts");
@@ -144,9 +146,12 @@ void GenerationJob::prepare() {
     check_prepare_cancelled("rendering the chat template");
     try {
       text = render_chat(ctx_.chat_template, req_.messages, req_.add_generation_prompt,
-                         tok.bos_token(), tok.eos_token(), req_.tools.tools);
+                         tok.bos_token(), tok.eos_token(), req_.tools.tools,
+                         req_.chat_template_kwargs);
     } catch (const std::invalid_argument& e) {
-      throw bad_request(std::string("the chat template rejected the messages: ") + e.what(),
+      throw bad_request(std::string("the chat template rejected the messages") +
+                            (req_.chat_template_kwargs.empty() ? "" : " (or chat_template_kwargs)") +
+                            ": " + e.what(),
                         "messages");
     } catch (const std::exception& e) {
       throw ApiError(500, std::string("cannot render the chat template: ") + e.what());
@@ -157,7 +162,8 @@ void GenerationJob::prepare() {
     if (!req_.truncate_prompt_tokens) check_prompt_bytes(tok, text, engine_.max_model_len());
     check_prepare_cancelled("tokenizing the rendered messages");
     prompt_ids_.push_back(tokenize_chat(ctx_, tok, req_.messages, text, req_.add_generation_prompt,
-                                        req_.add_special_tokens, req_.tools.tools));
+                                        req_.add_special_tokens, req_.tools.tools,
+                                        req_.chat_template_kwargs));
     prompt_texts_.push_back(text);
     if (req_.echo) chat_echo_ = chat_echo_text(req_.messages, req_.add_generation_prompt);
   } else {
@@ -233,6 +239,7 @@ void GenerationJob::prepare() {
     streams = engine_.add_requests(std::move(group), ctx_.config.max_num_waiting);
   } catch (const EngineOverloaded& e) {
     choices_.clear();  // nothing was queued
+    ctx_.metrics.record_admission_rejection();  // vllm:admission_rejections_total
     throw ApiError(503,
                    "the server is overloaded: " + std::to_string(e.num_waiting()) +
                        " requests are waiting (limit " + std::to_string(e.limit()) +
@@ -435,7 +442,8 @@ std::string GenerationJob::on_output(Choice& c, RequestOutput& out) {
 
 std::string GenerationJob::tool_chunks(Choice& c, const RequestOutput& out) {
   const TokenText text_of = [this](int32_t id) { return token_text(id); };
-  std::vector<json> deltas = c.tools->stream_deltas(c.text, c.finished);
+  std::vector<json> deltas;
+  for (nlohmann::json& d : c.tools->stream_deltas(c.text, c.finished)) deltas.emplace_back(std::move(d));
   const json lp = req_.chat_logprobs && !out.token_ids.empty()
                       ? chat_logprobs(out.logprobs, text_of, req_.logprobs)
                       : json(nullptr);
@@ -489,8 +497,13 @@ std::string GenerationJob::final_body() {
     const json stop = stop_reason_json(c.stop_reason, req_.params.stop);
     if (chat) {
       std::string reason = c.finish_reason;
-      const json message = c.tools ? c.tools->final_message(c.text, &reason)
-                                   : json{{"role", "assistant"}, {"content", chat_echo_ + c.text}};
+      json message = c.tools ? json(c.tools->final_message(c.text, &reason))
+                             : json{{"role", "assistant"}, {"content", c.text}};
+      // vLLM's echo: the last message's content + the message content (null counts as "").
+      if (req_.echo) {
+        const json& content = message["content"];
+        message["content"] = chat_echo_ + (content.is_string() ? content.get<std::string>() : "");
+      }
       choices.push_back(json{
           {"index", c.index},
           {"message", message},

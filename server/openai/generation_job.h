@@ -46,14 +46,17 @@ int64_t max_token_input_bytes(const ModelTokenizer& tok);
 /// prompts, /tokenize included; the message names the limit.
 void check_prompt_bytes(const ModelTokenizer& tok, const std::string& text, int64_t max_model_len);
 
-/// The token ids of a rendered chat prompt `text` (render_chat of `messages`): tok.tokenize()
-/// as vLLM does, or, with --no-special-tokens-in-content, with the message contents taken as
-/// plain text (render_chat_with_spans, ModelTokenizer::tokenize_with_plain_spans). Throws
-/// ApiError 400 (param "messages") when the contents cannot be isolated.
+/// The token ids of a rendered chat prompt `text` (render_chat of `messages`, `tools` and
+/// `template_kwargs`): tok.tokenize() as vLLM does, or, with --no-special-tokens-in-content,
+/// with the message contents taken as plain text (render_chat_with_spans,
+/// ModelTokenizer::tokenize_with_plain_spans; text the template writes from template_kwargs is
+/// not a message content and keeps its special tokens). Throws ApiError 400 (param "messages")
+/// when the contents cannot be isolated.
 std::vector<int32_t> tokenize_chat(const ServerContext& ctx, const ModelTokenizer& tok,
                                    const nlohmann::json& messages, const std::string& text,
                                    bool add_generation_prompt, bool add_special_tokens,
-                                   const nlohmann::ordered_json& tools = nullptr);
+                                   const nlohmann::ordered_json& tools = nullptr,
+                                   const nlohmann::ordered_json& template_kwargs = nullptr);
 
 class GenerationJob {
  public:
@@ -110,7 +113,7 @@ class GenerationJob {
     std::vector<int32_t> token_ids;
     std::vector<TokenLogprobs> logprobs;
     std::vector<TokenLogprobs> prompt_logprobs;
-    nlohmann::json completion_logprobs;  // legacy format, accumulated (completions)
+    nlohmann::ordered_json completion_logprobs;  // legacy format, accumulated (completions)
     int64_t text_offset = 0;
     bool first_update = true;
     bool finished = false;
@@ -136,7 +139,7 @@ class GenerationJob {
   /// vLLM's per-chunk extras of a stream chunk `j` of choice c: usage so far
   /// (continuous_usage_stats), token_ids of this update and prompt_token_ids on the choice's
   /// first chunk (return_token_ids).
-  void add_stream_extras(nlohmann::json& j, const Choice& c,
+  void add_stream_extras(nlohmann::ordered_json& j, const Choice& c,
                          const std::vector<int32_t>& update_ids, bool first) const;
 
   ServerContext& ctx_;

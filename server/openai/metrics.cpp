@@ -77,6 +77,11 @@ void ServerMetrics::record_finished_request(const RequestOutput& out) {
   record_finish(out.error.empty() ? out.finish_reason : "error");
   e2e_request_latency.observe(out.e2e_time_s);
   request_queue_time.observe(out.queue_time_s);
+  // vLLM observes every finished request, 0 when fewer than two tokens were generated.
+  request_time_per_output_token.observe(
+      out.num_generated_tokens > 1
+          ? (out.e2e_time_s - out.first_token_time_s) / static_cast<double>(out.num_generated_tokens - 1)
+          : 0.0);
   if (out.num_generated_tokens > 0) {
     time_to_first_token.observe(out.first_token_time_s);
     request_prefill_time.observe(out.first_token_time_s - out.queue_time_s);
@@ -94,6 +99,16 @@ void ServerMetrics::record_finished_request(const RequestOutput& out) {
 std::map<std::string, int64_t> ServerMetrics::finished() const {
   std::lock_guard<std::mutex> lock(mu_);
   return finished_;
+}
+
+void ServerMetrics::record_admission_rejection() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++admission_rejections_;
+}
+
+int64_t ServerMetrics::admission_rejections() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return admission_rejections_;
 }
 
 std::string format_value(double v) {
@@ -162,8 +177,11 @@ std::string py_float(double v) {
 class Page {
  public:
   explicit Page(const std::string& model_name)
-      : octet_labels_("model_name=\"" + escape_label(model_name) + "\""),
+      : model_name_(model_name),
+        octet_labels_("model_name=\"" + escape_label(model_name) + "\""),
         vllm_labels_(octet_labels_ + ",engine=\"0\"") {}
+
+  const std::string& model_name() const { return model_name_; }
 
   void header(const std::string& name, const char* type, const char* help) {
     os_ << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
@@ -196,7 +214,7 @@ class Page {
   std::string str() const { return os_.str(); }
 
  private:
-  std::string octet_labels_, vllm_labels_;
+  std::string model_name_, octet_labels_, vllm_labels_;
   std::ostringstream os_;
 };
 
@@ -243,6 +261,15 @@ void render_vllm(Page& p, const EngineMetricsView& e, const ServerMetrics& m) {
   p.scalar("vllm:num_preemptions_total", "counter",
            "Cumulative number of preemption from the engine.",
            static_cast<double>(st.num_preemptions));
+  // Admission is the API server's, not an engine's: model_name and reason only (as vLLM). octet
+  // has no limit on queued tokens: that reason stays 0.
+  p.header("vllm:admission_rejections_total", "counter",
+           "Number of requests rejected at admission (HTTP 503) because the queue was full.");
+  p.raw("vllm:admission_rejections_total{model_name=\"" + escape_label(p.model_name()) +
+        "\",reason=\"max_num_queued_reqs\"} " +
+        format_value(static_cast<double>(m.admission_rejections())));
+  p.raw("vllm:admission_rejections_total{model_name=\"" + escape_label(p.model_name()) +
+        "\",reason=\"max_num_queued_tokens\"} 0");
   p.scalar("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
            static_cast<double>(st.prompt_tokens));
   p.scalar("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.",
@@ -275,6 +302,9 @@ void render_vllm(Page& p, const EngineMetricsView& e, const ServerMetrics& m) {
               m.time_to_first_token.snapshot());
   p.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
               m.inter_token_latency.snapshot());
+  p.histogram("vllm:request_time_per_output_token_seconds",
+              "Histogram of time_per_output_token_seconds per request.",
+              m.request_time_per_output_token.snapshot());
   p.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
               m.e2e_request_latency.snapshot());
   p.histogram("vllm:request_queue_time_seconds",

@@ -72,20 +72,30 @@ struct ServerMetrics {
   Histogram request_prefill_kv_computed_tokens{one_two_five_buckets(1e12)};  // prompt - cached
   Histogram request_params_n{params_n_buckets()};  // once per prompt of an API request
   Histogram request_num_preemptions{num_preemptions_buckets()};
+  // vLLM's mean_time_per_output_token of each finished request: decode time / (generated - 1),
+  // 0 with fewer than 2 tokens (the first token is the prefill's).
+  Histogram request_time_per_output_token{itl_buckets()};
 
   /// Counts one finished engine request by finish reason ("stop", "length", "abort", "error").
   void record_finish(const std::string& finish_reason);
   /// Records an engine request's final output (out.finished): its finish reason ("error" when
-  /// out.error is set), e2e latency and queue time, and, once it produced a token, TTFT and
-  /// prefill (first scheduled -> first token), decode (first token -> finished) and inference
-  /// (first scheduled -> finished) times; prompt, generation and computed prompt (prompt minus
-  /// prefix-cache hits) tokens, preemptions, and max_tokens when > 0.
+  /// out.error is set), e2e latency, queue time and time per output token, and, once it
+  /// produced a token, TTFT and prefill (first scheduled -> first token), decode (first token ->
+  /// finished) and inference (first scheduled -> finished) times; prompt, generation and
+  /// computed prompt (prompt minus prefix-cache hits) tokens, preemptions, and max_tokens when
+  /// > 0.
   void record_finished_request(const RequestOutput& out);
   std::map<std::string, int64_t> finished() const;
+
+  /// Counts one request refused at admission with 503 because --max-num-waiting requests
+  /// already wait (vLLM's vllm:admission_rejections_total, reason "max_num_queued_reqs").
+  void record_admission_rejection();
+  int64_t admission_rejections() const;
 
  private:
   mutable std::mutex mu_;
   std::map<std::string, int64_t> finished_;
+  int64_t admission_rejections_ = 0;
 };
 
 /// What /metrics reads from the engine (all empty/zero while the model loads).

@@ -9,6 +9,7 @@
 
 #include "config/file_read.h"
 #include "server/openai/api_error.h"
+#include "server/openai/chat_render.h"
 #include "server/openai/json_literals.h"
 #include "server/openai/structured_request.h"
 
@@ -185,11 +186,11 @@ void reject_unsupported(Fields& f, Endpoint endpoint) {
     if (!(v->is_array() && v->size() == 1 && (*v)[0] == "text"))
       unsupported("modalities", "only [\"text\"] output is supported");
   }
-  if (const json* v = f.get("chat_template_kwargs"); v && !(v->is_object() && v->empty()))
-    unsupported("chat_template_kwargs");
   if (endpoint == Endpoint::kCompletions) {
     if (const json* v = f.get("continue_final_message"); v && *v != false)
       unsupported("continue_final_message", "it applies to /v1/chat/completions only");
+    if (const json* v = f.get("chat_template_kwargs"); v && !(v->is_object() && v->empty()))
+      unsupported("chat_template_kwargs", "it applies to /v1/chat/completions only");
   }
   if (const json* v = f.get("store"); v && *v != false)
     unsupported("store", "octet stores no completions");
@@ -566,6 +567,25 @@ void check_role_text(const std::string& value, const std::string& field) {
                       field);
 }
 
+/// vLLM's chat_template_kwargs: an object of extra template variables. A value null or "auto"
+/// is unset (vLLM's merge_kwargs drops it); a reserved key is ignored and reported as unknown.
+void parse_chat_template_kwargs(Fields& f, GenerateRequest& r) {
+  const json* v = f.get("chat_template_kwargs");
+  if (!v) return;
+  if (!v->is_object())
+    throw bad_request("'chat_template_kwargs' must be an object of chat template variables, got " +
+                          type_name(*v),
+                      "chat_template_kwargs");
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    if (it.value().is_null() || it.value() == "auto") continue;
+    if (is_reserved_chat_template_kwarg(it.key())) {
+      r.unknown_fields.push_back("chat_template_kwargs." + it.key());
+      continue;
+    }
+    r.chat_template_kwargs[it.key()] = it.value();
+  }
+}
+
 json parse_messages(const json* v) {
   if (!v) throw bad_request("'messages' is required", "messages");
   if (!v->is_array() || v->empty())
@@ -652,6 +672,25 @@ nlohmann::json parse_json_body(const std::string& text, NumberLiterals* literals
   }
 }
 
+void keep_chat_template_kwargs_order(GenerateRequest& r, const std::string& body_text) {
+  using ojson = nlohmann::ordered_json;
+  if (r.chat_template_kwargs.empty()) return;
+  ojson body;
+  try {
+    body = ojson::parse(body_text);
+  } catch (const ojson::exception&) {
+    return;  // parsed once already
+  }
+  if (!body.is_object() || !body.contains("chat_template_kwargs") ||
+      !body["chat_template_kwargs"].is_object())
+    return;
+  ojson ordered = ojson::object();
+  for (auto it = body["chat_template_kwargs"].begin(); it != body["chat_template_kwargs"].end();
+       ++it)
+    if (r.chat_template_kwargs.contains(it.key())) ordered[it.key()] = it.value();
+  if (ordered.size() == r.chat_template_kwargs.size()) r.chat_template_kwargs = std::move(ordered);
+}
+
 int64_t choice_seed(int64_t seed, int64_t i) {
   if (seed < 0) return seed;
   // (seed + i) mod 2^63, in uint64 where it cannot overflow: stays a valid seed in [0, 2^63).
@@ -729,6 +768,7 @@ GenerateRequest parse_chat_request(const json& body, const NumberLiterals* liter
     r.params.prompt_logprobs = engine_logprobs(r.prompt_logprobs);
   }
   if (auto v = f.boolean("continue_final_message")) r.continue_final_message = *v;
+  parse_chat_template_kwargs(f, r);
   // vLLM (and Hugging Face's apply_chat_template): add_generation_prompt defaults to true, so
   // continue_final_message needs add_generation_prompt: false.
   if (r.continue_final_message && r.add_generation_prompt)

@@ -70,6 +70,11 @@ struct GenerateRequest {
                                                   // max_tokens (vLLM's max_input_tokens)
   bool truncate_left = true;          // truncation_side "left" (keep the last k; vLLM's default)
   bool continue_final_message = false;  // chat: the last message stays open (no end of turn)
+  // chat (vLLM extra): extra chat template variables, e.g. {"enable_thinking": false}; values
+  // null or "auto" dropped (vLLM: unset), reserved keys (is_reserved_chat_template_kwarg)
+  // listed in unknown_fields instead; in the client's key order after
+  // keep_chat_template_kwargs_order().
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   std::vector<std::string> unknown_fields;  // ignored; the caller logs them once
 };
 
@@ -95,6 +100,11 @@ GenerateRequest parse_completion_request(const nlohmann::json& body,
 /// with "\n" (vLLM's "string" content format). Other part types get 400.
 GenerateRequest parse_chat_request(const nlohmann::json& body,
                                    const NumberLiterals* literals = nullptr);
+
+/// Puts r.chat_template_kwargs back in the client's key order (nlohmann::json sorts keys; a
+/// template's tojson shows the order): re-reads `body_text`, the body `r` was parsed from, only
+/// when there are kwargs.
+void keep_chat_template_kwargs_order(GenerateRequest& r, const std::string& body_text);
 
 /// Deepest nesting of arrays and objects a request body may have (the top-level object is
 /// depth 1). A chat request with content parts is 5 deep ({messages: [{content: [{...}]}]}), a

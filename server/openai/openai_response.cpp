@@ -7,7 +7,7 @@
 
 namespace octet::server {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
@@ -63,7 +63,12 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string sse_data(const json& j) { return "data: " + dump(j) + "\n\n"; }
+std::string sse_data(const nlohmann::json& j) { return "data: " + dump(j) + "\n\n"; }
 
 json completion_logprobs(const std::vector<TokenLogprobs>& entries, const TokenText& text,
                          int64_t* text_offset, bool first_has_no_logprob) {
@@ -81,9 +86,9 @@ json completion_logprobs(const std::vector<TokenLogprobs>& entries, const TokenT
       continue;
     }
     token_logprobs.push_back(as_json_number(e.logprob));
-    json alts = json::object();
-    for (const auto& [id, lp] : e.top) alts[text(id)] = as_json_number(lp);
+    json alts = json::object();  // ordered: the chosen token first (vLLM)
     alts[tok] = as_json_number(e.logprob);
+    for (const auto& [id, lp] : e.top) alts[text(id)] = as_json_number(lp);
     top.push_back(std::move(alts));
   }
   return json{{"tokens", tokens},
@@ -101,16 +106,16 @@ json prompt_logprobs_json(const std::vector<TokenLogprobs>& entries, const Token
       continue;
     }
     const TokenLogprobs& e = entries[i];
-    json m = json::object();
+    json m = json::object();  // ordered: the prompt token first (vLLM)
+    m[std::to_string(e.token_id)] = {{"logprob", as_json_number(e.logprob)},
+                                     {"rank", e.rank},
+                                     {"decoded_token", text(e.token_id)}};
     const int64_t k = std::min<int64_t>(top_k, static_cast<int64_t>(e.top.size()));
     for (int64_t r = 0; r < k; ++r) {
       const auto& [id, lp] = e.top[static_cast<size_t>(r)];
       m[std::to_string(id)] = {{"logprob", as_json_number(lp)}, {"rank", r + 1},
                                {"decoded_token", text(id)}};
     }
-    m[std::to_string(e.token_id)] = {{"logprob", as_json_number(e.logprob)},
-                                     {"rank", e.rank},
-                                     {"decoded_token", text(e.token_id)}};
     out.push_back(std::move(m));
   }
   return out;
@@ -132,10 +137,14 @@ json chat_logprobs(const std::vector<TokenLogprobs>& entries, const TokenText& t
   json content = json::array();
   for (const TokenLogprobs& e : entries) {
     const std::string tok = text(e.token_id);
+    // vLLM: the first top_k entries of {sampled token, top entries by rank} (by token id).
+    std::vector<std::pair<int32_t, float>> ranked{{e.token_id, e.logprob}};
+    for (const auto& t : e.top)
+      if (t.first != e.token_id) ranked.push_back(t);
     json alts = json::array();
-    for (size_t k = 0; k < e.top.size() && static_cast<int64_t>(k) < top_k; ++k) {
-      const std::string t = text(e.top[k].first);
-      alts.push_back(json{{"token", t}, {"logprob", as_json_number(e.top[k].second)},
+    for (size_t k = 0; k < ranked.size() && static_cast<int64_t>(k) < top_k; ++k) {
+      const std::string t = text(ranked[k].first);
+      alts.push_back(json{{"token", t}, {"logprob", as_json_number(ranked[k].second)},
                           {"bytes", bytes_of(t)}});
     }
     content.push_back(json{{"token", tok},

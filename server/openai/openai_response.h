@@ -38,12 +38,13 @@ struct Usage {
   int64_t cached_tokens = 0;
   bool details = true;  // carry prompt_tokens_details (octet serve: --enable-prompt-tokens-details)
 };
-nlohmann::json usage_json(const Usage& u);
+nlohmann::ordered_json usage_json(const Usage& u);
 
 /// A random response id: prefix + 32 lowercase hex digits.
 std::string random_id(const std::string& prefix);
 
 /// One SSE event: "data: <json>\n\n".
+std::string sse_data(const nlohmann::ordered_json& j);
 std::string sse_data(const nlohmann::json& j);
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 
@@ -51,58 +52,65 @@ inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 /// `entries` in order. `text_offset` (in/out) is the character offset of the first token in the
 /// choice's text, advanced by each token's string length. When `first_has_no_logprob` (the
 /// first prompt token under echo), entry 0 gets token_logprobs null and top_logprobs null.
-/// top_logprobs[i] maps token string -> logprob for the top entries plus the chosen token.
-nlohmann::json completion_logprobs(const std::vector<TokenLogprobs>& entries,
+/// top_logprobs[i] maps token string -> logprob, as vLLM orders it: the chosen (sampled or
+/// prompt) token first, then the top entries by rank (a string seen twice keeps its first place
+/// and the later logprob, as a Python dict).
+nlohmann::ordered_json completion_logprobs(const std::vector<TokenLogprobs>& entries,
                                    const TokenText& text, int64_t* text_offset,
                                    bool first_has_no_logprob);
 /// vLLM's prompt_logprobs of a completions choice: [null, {"<token id>": {"logprob", "rank",
 /// "decoded_token"}, ...}, ...], one entry per prompt token; entry i > 0 holds the prompt token
-/// itself and the `top_k` most likely ids (ranks 1..top_k) at that position.
-nlohmann::json prompt_logprobs_json(const std::vector<TokenLogprobs>& entries,
+/// itself (first) and the `top_k` most likely ids (ranks 1..top_k) at that position.
+nlohmann::ordered_json prompt_logprobs_json(const std::vector<TokenLogprobs>& entries,
                                     const TokenText& text, int64_t top_k);
 /// Appends completion logprobs object `b` to `acc` in place (acc's entries, then b's); a null
 /// `acc` becomes `b`. O(size of b): the accumulator is never copied (pass b as an rvalue to move
 /// its entries rather than copy them).
-void append_completion_logprobs(nlohmann::json& acc, nlohmann::json b);
+void append_completion_logprobs(nlohmann::ordered_json& acc, nlohmann::ordered_json b);
 
 /// Chat logprobs {"content": [{"token", "logprob", "bytes", "top_logprobs": [{"token",
 /// "logprob", "bytes"} x top_k]}], "refusal": null}; bytes are the token string's UTF-8 bytes.
-nlohmann::json chat_logprobs(const std::vector<TokenLogprobs>& entries, const TokenText& text,
+/// top_logprobs is vLLM's: the first top_k of the sampled token followed by the top entries by
+/// rank (the sampled token once), so the sampled token always comes first.
+nlohmann::ordered_json chat_logprobs(const std::vector<TokenLogprobs>& entries, const TokenText& text,
                              int64_t top_k);
 
 /// finish_reason as OpenAI defines it: "stop" or "length"; null when not finished.
-nlohmann::json finish_reason_json(bool finished, const std::string& reason);
+nlohmann::ordered_json finish_reason_json(bool finished, const std::string& reason);
 
 /// vLLM's stop_reason: the matched stop string, the stop token id (an integer), or null (EOS,
 /// length, unfinished).
-nlohmann::json stop_reason_json(const std::string& stop_reason,
+nlohmann::ordered_json stop_reason_json(const std::string& stop_reason,
                                 const std::vector<std::string>& stop_strings);
 
 /// {"id","object":"text_completion","created","model","choices":[{"index","text","logprobs",
 /// "finish_reason","stop_reason"}]} (+ "usage": null when include_usage).
-nlohmann::json completion_chunk(const ResponseMeta& meta, int64_t index, const std::string& text,
-                                nlohmann::json logprobs, nlohmann::json finish_reason,
-                                nlohmann::json stop_reason, bool include_usage);
+nlohmann::ordered_json completion_chunk(const ResponseMeta& meta, int64_t index, const std::string& text,
+                                nlohmann::ordered_json logprobs, nlohmann::ordered_json finish_reason,
+                                nlohmann::ordered_json stop_reason, bool include_usage);
 
 /// {"id","object":"chat.completion.chunk","created","model","choices":[{"index","delta",
 /// "logprobs","finish_reason"}]} (+ "usage": null when include_usage).
-nlohmann::json chat_chunk(const ResponseMeta& meta, int64_t index, nlohmann::json delta,
-                          nlohmann::json logprobs, nlohmann::json finish_reason,
-                          nlohmann::json stop_reason, bool include_usage);
+nlohmann::ordered_json chat_chunk(const ResponseMeta& meta, int64_t index, nlohmann::ordered_json delta,
+                          nlohmann::ordered_json logprobs, nlohmann::ordered_json finish_reason,
+                          nlohmann::ordered_json stop_reason, bool include_usage);
 
 /// The last chunk under include_usage: "choices": [] and the usage. object is
 /// "text_completion" or "chat.completion.chunk".
-nlohmann::json usage_chunk(const ResponseMeta& meta, const std::string& object,
+nlohmann::ordered_json usage_chunk(const ResponseMeta& meta, const std::string& object,
                            const Usage& usage);
 
 /// Non-streaming bodies: object "text_completion" / "chat.completion" with choices in index
 /// order, "service_tier": null and "system_fingerprint": null (as vLLM) and usage.
-nlohmann::json completion_response(const ResponseMeta& meta, nlohmann::json choices,
+nlohmann::ordered_json completion_response(const ResponseMeta& meta, nlohmann::ordered_json choices,
                                    const Usage& usage);
-nlohmann::json chat_response(const ResponseMeta& meta, nlohmann::json choices,
+nlohmann::ordered_json chat_response(const ResponseMeta& meta, nlohmann::ordered_json choices,
                              const Usage& usage);
 
-/// Serialises JSON for the wire: compact, invalid UTF-8 replaced by U+FFFD.
+/// Serialises JSON for the wire: compact, invalid UTF-8 replaced by U+FFFD. Response bodies are
+/// nlohmann::ordered_json, so their keys go out in the order they were built (vLLM's
+/// top_logprobs dicts start with the sampled or prompt token, and clients read that first key).
+std::string dump(const nlohmann::ordered_json& j);
 std::string dump(const nlohmann::json& j);
 
 }  // namespace octet::server

@@ -145,6 +145,7 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     chat_body.erase("return_token_strs");
     GenerateRequest r = parse_chat_request(chat_body);
     keep_key_order(r, text);
+    keep_chat_template_kwargs_order(r, text);
     if (ctx.chat_template.empty())
       throw bad_request("this model has no chat template", "messages");
     std::string prompt;
@@ -152,11 +153,13 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     try {
       prompt = render_chat(ctx.chat_template, r.messages, r.add_generation_prompt,
                            engine.tokenizer().bos_token(), engine.tokenizer().eos_token(),
-                           r.tools.tools);
+                           r.tools.tools, r.chat_template_kwargs);
       if (r.continue_final_message)  // vLLM's /tokenize takes it too
         prompt.resize(continue_final_message_end(prompt, r.messages));
     } catch (const std::invalid_argument& e) {
-      throw bad_request(std::string("the chat template rejected the messages: ") + e.what(),
+      throw bad_request(std::string("the chat template rejected the messages") +
+                            (r.chat_template_kwargs.empty() ? "" : " (or chat_template_kwargs)") +
+                            ": " + e.what(),
                         "messages");
     } catch (const std::exception& e) {
       throw ApiError(500, std::string("cannot render the chat template: ") + e.what());
@@ -167,7 +170,7 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     check_prompt_bytes(engine.tokenizer(), prompt, engine.max_model_len());
     check_prepare_cancelled("tokenizing the rendered messages");
     ids = tokenize_chat(ctx, engine.tokenizer(), r.messages, prompt, r.add_generation_prompt,
-                        add_special, r.tools.tools);
+                        add_special, r.tools.tools, r.chat_template_kwargs);
   } else {
     if (!body.contains("prompt") || !body["prompt"].is_string())
       throw bad_request("'prompt' must be a string", "prompt");
@@ -236,6 +239,7 @@ std::unique_ptr<GenerationJob> start_generation(ServerContext& ctx, Endpoint end
                           ? parse_chat_request(body, &literals)
                           : parse_completion_request(body, &literals);
   keep_key_order(r, text);  // schemas and tools in the client's key order
+  keep_chat_template_kwargs_order(r, text);
   if (!r.unknown_fields.empty())
     spdlog::warn("ignoring unknown request fields: {}", field_names_for_log(r.unknown_fields));
   return std::make_unique<GenerationJob>(ctx, std::move(r));

@@ -25,8 +25,9 @@ std::optional<ToolParserKind> tool_parser_from_name(const std::string& name);
 /// The names tool_parser_from_name() accepts, for messages ("hermes, llama3_json, mistral").
 const char* tool_parser_names();
 
-/// One parsed call: arguments is JSON text (Python's json.dumps style, ", " and ": ", as
-/// vLLM's non-streaming parsers write it).
+/// One parsed call: arguments is JSON text, the model's own arguments value in the layout of
+/// vLLM's non-streaming parsers (python_json_text: json.dumps style, ", " and ": "), with every
+/// number's exact value.
 struct ParsedToolCall {
   std::string name;
   std::string arguments;
@@ -46,9 +47,17 @@ ExtractedToolCalls extract_tool_calls(ToolParserKind kind, const std::string& te
 /// ...] the constraint produces. Empty when `text` is not such an array (a cut-off output).
 std::vector<ParsedToolCall> parse_required_tool_calls(const std::string& text);
 
-/// `v` as Python's json.dumps(v, ensure_ascii=False) writes it: ", " between items, ": "
-/// after keys (keys in nlohmann's order, sorted).
-std::string python_json_dumps(const nlohmann::json& v);
+/// The JSON text `raw` (one value, whitespace around allowed) as vLLM writes a parsed call's
+/// arguments, json.dumps(json.loads(raw), ensure_ascii=False), without going through doubles:
+/// ", " between items and ": " after keys, no other whitespace, keys in the model's order
+/// (a repeated key stays repeated; Python would keep its last value), strings re-escaped as
+/// Python does (\" \\ \b \f \n \r \t, other control characters \u00XX, the rest as UTF-8).
+/// Numbers keep their exact value: an integer's digits as written ("-0" is 0, as Python's int),
+/// a number with a fraction or exponent in Python's float repr (0.10 -> 0.1, 1e5 -> 100000.0,
+/// 1e-7 -> 1e-07) when that is the same decimal value, else its literal unchanged
+/// (0.1000000000000000000001, 1e400). nullopt when `raw` is not exactly one JSON value.
+/// Iterative: any nesting depth.
+std::optional<std::string> python_json_text(const std::string& raw);
 
 /// A tool call as far as a partial output shows it: name once complete, arguments as the raw
 /// text of the arguments value so far (it only ever grows; complete once `complete`).

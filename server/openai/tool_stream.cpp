@@ -121,11 +121,9 @@ json ChoiceTools::final_message(const std::string& text, std::string* finish_rea
         // Cut off (finish_reason "length"): the calls that are complete, not none.
         for (const PartialToolCall& c : parse_partial_required(text).calls) {
           if (!c.complete || !c.name || c.arguments.empty()) break;
-          try {
-            calls.push_back(ParsedToolCall{*c.name, python_json_dumps(json::parse(c.arguments))});
-          } catch (const json::exception&) {
-            break;
-          }
+          const std::optional<std::string> arguments = python_json_text(c.arguments);
+          if (!arguments) break;
+          calls.push_back(ParsedToolCall{*c.name, *arguments});
         }
       }
       if (!calls.empty()) content = std::nullopt;

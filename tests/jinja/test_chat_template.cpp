@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -450,6 +451,22 @@ TEST_CASE("ChatTemplate API: what(), context types, reuse", "[chat_template][api
   const std::string year = ChatTemplate::parse("{{ strftime_now('%Y') }}").render(ojson::object());
   CHECK(year.size() == 4);
   CHECK(year >= "2024");
+}
+
+TEST_CASE("ChatTemplate::variable_names: every name the template reads", "[chat_template][api]") {
+  using Names = std::set<std::string>;
+  const ChatTemplate t = ChatTemplate::parse(
+      "{% set ns = namespace(n=0) %}{% for m in messages if m.role != skip_role %}"
+      "{{ m['content'] | replace(old, new) }}{% set ns.n = ns.n + 1 %}{% endfor %}"
+      "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}"
+      "{% macro f(a, b=default_b) %}{{ a ~ b }}{% endmacro %}{{ f(x, b=y) }}"
+      "{{ tools | tojson if tools else none_text }}{% set local = 1 %}{{ local }}");
+  // Loads only: the set/for/macro targets (local, m, a, b, f) count where they are read.
+  CHECK(t.variable_names() == Names{"a", "b", "default_b", "enable_thinking", "f", "local", "m",
+                                    "messages", "namespace", "new", "none_text", "ns", "old",
+                                    "skip_role", "tools", "x", "y"});
+  CHECK(ChatTemplate::parse("plain text").variable_names().empty());
+  CHECK(ChatTemplate().variable_names().empty());
 }
 
 TEST_CASE("prepare_chat_messages matches transformers' message preprocessing", "[chat_template][prepare]") {

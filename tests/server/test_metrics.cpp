@@ -119,6 +119,10 @@ std::vector<VllmFamily> vllm_families() {
        {"1.0", "2.0", "3.0", "4.0", "5.0", "10.0", "20.0"}},
       {"vllm:time_to_first_token_seconds", "histogram", kBase, kTtft},
       {"vllm:inter_token_latency_seconds", "histogram", kBase, kItl},
+      // vLLM 0.34: the inter-token-latency buckets (tests/v1/metrics/test_histogram_buckets.py).
+      {"vllm:request_time_per_output_token_seconds", "histogram", kBase, kItl},
+      // Admission is the API server's: no engine label (tests/v1/engine/test_admission_control.py).
+      {"vllm:admission_rejections_total", "counter", {"model_name", "reason"}, {}},
       {"vllm:e2e_request_latency_seconds", "histogram", kBase, kLatency},
       {"vllm:request_queue_time_seconds", "histogram", kBase, kLatency},
       {"vllm:request_inference_time_seconds", "histogram", kBase, kLatency},
@@ -284,6 +288,9 @@ TEST_CASE("metrics page: engine gauges and counters", "[server][metrics]") {
            "vllm:generation_tokens_total" + L + " 45",
            "vllm:prefix_cache_queries_total" + L + " 64",
            "vllm:prefix_cache_hits_total" + L + " 32",
+           "# TYPE vllm:admission_rejections_total counter",
+           "vllm:admission_rejections_total{model_name=\"smol\",reason=\"max_num_queued_reqs\"} 0",
+           "vllm:admission_rejections_total{model_name=\"smol\",reason=\"max_num_queued_tokens\"} 0",
            "vllm:request_success_total{model_name=\"smol\",engine=\"0\","
            "finished_reason=\"abort\"} 0",
            "vllm:request_success_total{model_name=\"smol\",engine=\"0\","
@@ -349,6 +356,8 @@ TEST_CASE("per-request histograms after a known sequence of requests", "[server]
   c.max_tokens = 64;
   for (const auto* o : {&a, &b, &c}) m.record_finished_request(*o);
   m.record_finish("abort");  // a client abort
+  m.record_admission_rejection();  // two requests refused with 503 (--max-num-waiting)
+  m.record_admission_rejection();
   m.request_params_n.observe(1);
   m.request_params_n.observe(3);
 
@@ -391,6 +400,17 @@ TEST_CASE("per-request histograms after a known sequence of requests", "[server]
   CHECK(v("vllm:request_inference_time_seconds_sum") == Approx(1.3 + 0.4));
   CHECK(le("vllm:request_inference_time_seconds", "0.5") == 1);
   CHECK(le("vllm:request_inference_time_seconds", "1.5") == 2);
+  // Time per output token, every request: A 1.0 s / 19, B 0.2 s / 2, C 0 (no token).
+  CHECK(v("vllm:request_time_per_output_token_seconds_count") == 3);
+  CHECK(v("vllm:request_time_per_output_token_seconds_sum") == Approx(1.0 / 19 + 0.1));
+  CHECK(le("vllm:request_time_per_output_token_seconds", "0.01") == 1);
+  CHECK(le("vllm:request_time_per_output_token_seconds", "0.05") == 1);
+  CHECK(le("vllm:request_time_per_output_token_seconds", "0.075") == 2);
+  CHECK(le("vllm:request_time_per_output_token_seconds", "0.15") == 3);
+  CHECK(value_of(text, "vllm:admission_rejections_total{model_name=\"m\","
+                       "reason=\"max_num_queued_reqs\"}") == 2);
+  CHECK(value_of(text, "vllm:admission_rejections_total{model_name=\"m\","
+                       "reason=\"max_num_queued_tokens\"}") == 0);
   // Token counts: prompts 30, 7, 12; generated 20, 3, 0.
   CHECK(v("vllm:request_prompt_tokens_count") == 3);
   CHECK(v("vllm:request_prompt_tokens_sum") == 49);

@@ -269,7 +269,6 @@ TEST_CASE("recognised but unsupported fields get 400 naming them", "[server][req
       {{{"modalities", {"text", "audio"}}}, "modalities"},
       {{{"prediction", {{"type", "content"}}}}, "prediction"},
       {{{"store", true}}, "store"},
-      {{{"chat_template_kwargs", {{"x", 1}}}}, "chat_template_kwargs"},
   };
   for (const auto& c : cases) {
     INFO(c.extra.dump());

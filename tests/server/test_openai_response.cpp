@@ -11,7 +11,9 @@
 #include "server/http/http_message.h"
 #include "server/openai/openai_response.h"
 
-using nlohmann::json;
+// Response bodies are ordered (keys in the order built): parse expectations the same way, so
+// that == compares key order too.
+using json = nlohmann::ordered_json;
 using namespace octet::server;
 
 namespace {
@@ -46,10 +48,11 @@ octet::TokenLogprobs lp(int32_t id, float logprob, std::vector<std::pair<int32_t
 
 TEST_CASE("SSE framing of a completion chunk", "[server][response]") {
   const json chunk = completion_chunk(kMeta, 0, "Hi", nullptr, nullptr, nullptr, false);
+  // Keys in the order of OpenAI's (and vLLM's) completion chunk object.
   CHECK(sse_data(chunk) ==
-        "data: {\"choices\":[{\"finish_reason\":null,\"index\":0,\"logprobs\":null,"
-        "\"stop_reason\":null,\"text\":\"Hi\"}],\"created\":1700000000,\"id\":\"cmpl-abc\","
-        "\"model\":\"smol\",\"object\":\"text_completion\"}\n\n");
+        "data: {\"id\":\"cmpl-abc\",\"object\":\"text_completion\",\"created\":1700000000,"
+        "\"model\":\"smol\",\"choices\":[{\"index\":0,\"text\":\"Hi\",\"logprobs\":null,"
+        "\"finish_reason\":null,\"stop_reason\":null}]}\n\n");
   CHECK(std::string(kSseDone) == "data: [DONE]\n\n");
 }
 
@@ -91,8 +94,9 @@ TEST_CASE("completion logprobs: tokens, token_logprobs, top_logprobs, text_offse
   int64_t offset = 0;
   const json a = completion_logprobs({lp(1, -0.5f, {{1, -0.5f}, {2, -1.5f}}), lp(4, -2.0f, {{3, -1.0f}})},
                                      fake_text, &offset, false);
+  // vLLM's order: the chosen token first, then the top entries by rank.
   CHECK(a == json::parse(R"({"tokens":["Hello","é"],"token_logprobs":[-0.5,-2.0],
-      "top_logprobs":[{"Hello":-0.5," world":-1.5},{"!":-1.0,"é":-2.0}],
+      "top_logprobs":[{"Hello":-0.5," world":-1.5},{"é":-2.0,"!":-1.0}],
       "text_offset":[0,5]})"));
   CHECK(offset == 6);  // "Hello" (5) + "é" (1 code point)
   // Continuing from offset 6 (a later streamed chunk), and concatenation.
@@ -132,17 +136,34 @@ TEST_CASE("echoed prompt logprobs: the first token has none", "[server][response
   const json p = completion_logprobs({lp(1, 0.0f, {}), lp(2, -3.0f, {{3, -0.1f}})}, fake_text,
                                      &offset, true);
   CHECK(p == json::parse(R"({"tokens":["Hello"," world"],"token_logprobs":[null,-3.0],
-      "top_logprobs":[null,{"!":-0.1," world":-3.0}],"text_offset":[0,5]})"));
+      "top_logprobs":[null,{" world":-3.0,"!":-0.1}],"text_offset":[0,5]})"));
+}
+
+TEST_CASE("completion top_logprobs: the chosen token is the first key on the wire",
+          "[server][response]") {
+  // vLLM's test_return_tokens_as_ids reads the first key of each top_logprobs dict as the
+  // token. "!" chosen below the top entry " world" (which sorts first as a string).
+  int64_t offset = 0;
+  const json a = completion_logprobs({lp(3, -1.25f, {{2, -0.5f}, {3, -1.25f}}),
+                                      lp(3, -2.0f, {{2, -0.5f}, {1, -1.0f}})},
+                                     fake_text, &offset, false);
+  CHECK(dump(a["top_logprobs"]) == R"([{"!":-1.25," world":-0.5},{"!":-2.0," world":-0.5,"Hello":-1.0}])");
+  // Two ids with one string: the first place, the later logprob (a Python dict).
+  const json dup = completion_logprobs({lp(7, -3.0f, {{2, -0.5f}, {8, -2.0f}})},
+                                       [](int32_t id) { return id == 8 ? std::string("<7>") : fake_text(id); },
+                                       &offset, false);
+  CHECK(dump(dup["top_logprobs"]) == R"([{"<7>":-2.0," world":-0.5}])");
 }
 
 TEST_CASE("vLLM prompt_logprobs: null, then the token and the top k by id", "[server][response]") {
   octet::TokenLogprobs second = lp(2, -3.0f, {{3, -0.1f}, {1, -2.5f}, {2, -3.0f}});
   second.rank = 3;
   const json p = prompt_logprobs_json({lp(1, 0.0f, {}), second}, fake_text, 2);
+  // vLLM's order: the prompt token first, then the top k by rank.
   CHECK(p == json::parse(R"([null,{
+      "2":{"logprob":-3.0,"rank":3,"decoded_token":" world"},
       "3":{"logprob":-0.1,"rank":1,"decoded_token":"!"},
-      "1":{"logprob":-2.5,"rank":2,"decoded_token":"Hello"},
-      "2":{"logprob":-3.0,"rank":3,"decoded_token":" world"}}])"));
+      "1":{"logprob":-2.5,"rank":2,"decoded_token":"Hello"}}])"));
   // top_k 0: the prompt token alone.
   CHECK(prompt_logprobs_json({lp(1, 0.0f, {}), second}, fake_text, 0) == json::parse(
       R"([null,{"2":{"logprob":-3.0,"rank":3,"decoded_token":" world"}}])"));
@@ -156,6 +177,18 @@ TEST_CASE("chat logprobs: content entries with bytes and top_logprobs", "[server
       "refusal":null})"));
   const json none = chat_logprobs({lp(3, -1.0f, {{3, -1.0f}})}, fake_text, 0);
   CHECK(none["content"][0]["top_logprobs"] == json::array());
+  // vLLM: the first top_k of the sampled token and then the top entries by rank, so the sampled
+  // token comes first even below rank 1 (or outside the top k).
+  const json second = chat_logprobs({lp(3, -1.0f, {{1, -0.5f}, {3, -1.0f}, {2, -2.0f}})},
+                                    fake_text, 3);
+  CHECK(second["content"][0]["top_logprobs"] == json::parse(R"([
+      {"token":"!","logprob":-1.0,"bytes":[33]},
+      {"token":"Hello","logprob":-0.5,"bytes":[72,101,108,108,111]},
+      {"token":" world","logprob":-2.0,"bytes":[32,119,111,114,108,100]}])"));
+  const json outside = chat_logprobs({lp(3, -4.0f, {{1, -0.5f}, {2, -1.0f}})}, fake_text, 2);
+  CHECK(outside["content"][0]["top_logprobs"] == json::parse(R"([
+      {"token":"!","logprob":-4.0,"bytes":[33]},
+      {"token":"Hello","logprob":-0.5,"bytes":[72,101,108,108,111]}])"));
 }
 
 TEST_CASE("finish_reason and stop_reason", "[server][response]") {

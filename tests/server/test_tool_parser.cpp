@@ -375,6 +375,86 @@ TEST_CASE("required: the constrained array of calls", "[server][tools]") {
   CHECK(parse_required_tool_calls("[{\"name\": \"a\", \"parameters\": {").empty());  // cut off
 }
 
+TEST_CASE("python_json_text: json.dumps layout, exact numbers", "[server][tools][arguments]") {
+  // Expected texts: Python's json.dumps(json.loads(raw), ensure_ascii=False), where that keeps
+  // the values.
+  CHECK(python_json_text(" {\"a\":1,\"b\":[true,false,null],\"c\":{},\"d\":[]}\n") ==
+        std::optional<std::string>("{\"a\": 1, \"b\": [true, false, null], \"c\": {}, \"d\": []}"));
+  CHECK(python_json_text("{\"z\": 1, \"a\": 2}") ==
+        std::optional<std::string>("{\"z\": 1, \"a\": 2}"));  // the model's key order
+  CHECK(python_json_text("[12345678901234567890, 123456789012345678901234567890, 0.1, 0.10, 1e5, "
+                         "1E-7, 1.5e300, -0, -0.0, 2.5, 1e16, 1e15, 0.0001, 0.00001, 100, "
+                         "-3.25e2, 1e22, 123.456e-2, 5e-324]") ==
+        std::optional<std::string>(
+            "[12345678901234567890, 123456789012345678901234567890, 0.1, 0.1, 100000.0, 1e-07, "
+            "1.5e+300, 0, -0.0, 2.5, 1e+16, 1000000000000000.0, 0.0001, 1e-05, 100, -325.0, "
+            "1e+22, 1.23456, 5e-324]"));
+  // Where Python's float would change the value (0.1, Infinity), the literal stays.
+  CHECK(python_json_text("[0.1000000000000000000001, 1e400, 1e-400]") ==
+        std::optional<std::string>("[0.1000000000000000000001, 1e400, 1e-400]"));
+  CHECK(python_json_text(R"({"k\u00e9y": "a\/b\u0041\n\u001f\u2028é\"\\"})") ==
+        std::optional<std::string>("{\"k\u00e9y\": \"a/bA\\n\\u001f\u2028\u00e9\\\"\\\\\"}"));
+  // Deep nesting: no recursion.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  CHECK(python_json_text(deep) == std::optional<std::string>(deep));
+  for (const char* bad : {"", " ", "{", "[1,]", "[,1]", "{\"a\" 1}", "{\"a\":}", "{1: 2}", "01",
+                          "1 2", "tru", "NaN", "[1]x", "\"\\x\"", "-", "1.", "1e", "{\"a\":1,}",
+                          "\"a\nb\""}) {
+    INFO(bad);
+    CHECK_FALSE(python_json_text(bad).has_value());
+  }
+}
+
+TEST_CASE("parsed tool call arguments keep the model's numbers and key order",
+          "[server][tools][arguments]") {
+  const std::string args =
+      "{\"id\": 12345678901234567890123, \"x\": 0.1, \"big\": 12345678901234567890, "
+      "\"y\": 1.0, \"a\": [1e5]}";
+  const std::string compact =
+      "{\"id\":12345678901234567890123,\"x\":0.1,\"big\":12345678901234567890,\"y\":1.0,\"a\":[1e5]}";
+  const std::string expected =
+      "{\"id\": 12345678901234567890123, \"x\": 0.1, \"big\": 12345678901234567890, "
+      "\"y\": 1.0, \"a\": [100000.0]}";
+  auto e = extract_tool_calls(ToolParserKind::kHermes,
+                              "<tool_call>\n{\"name\": \"f\", \"arguments\": " + compact + "}\n</tool_call>");
+  REQUIRE(e.calls.size() == 1);
+  CHECK(e.calls[0].arguments == expected);
+  e = extract_tool_calls(ToolParserKind::kLlama3Json,
+                         "{\"name\": \"f\", \"parameters\": " + args + "}");
+  REQUIRE(e.calls.size() == 1);
+  CHECK(e.calls[0].arguments == expected);
+  e = extract_tool_calls(ToolParserKind::kMistral,
+                         "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": " + compact +
+                             "}, {\"name\": \"g\", \"arguments\": {\"n\": -0}}]");
+  REQUIRE(e.calls.size() == 2);
+  CHECK(e.calls[0].arguments == expected);
+  CHECK(e.calls[1].arguments == "{\"n\": 0}");
+  e = extract_tool_calls(ToolParserKind::kMistral,
+                         "[TOOL_CALLS] {\"name\": \"f\", \"arguments\": " + args + "}");
+  REQUIRE(e.calls.size() == 1);
+  CHECK(e.calls[0].arguments == expected);
+  // A repeated key: the last value, as Python's dict.
+  e = extract_tool_calls(ToolParserKind::kHermes,
+                         "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}, \"arguments\": "
+                         "{\"b\": 2}}</tool_call>");
+  REQUIRE(e.calls.size() == 1);
+  CHECK(e.calls[0].arguments == "{\"b\": 2}");
+  const auto calls = parse_required_tool_calls("[{\"name\": \"f\", \"parameters\": " + compact + "}]");
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].arguments == expected);
+
+  // The same through a response: non-streamed arguments as above; streamed deltas carry the
+  // model's text itself.
+  const ToolRequest req = tools_of({{"tools", {kWeather}}});
+  const std::string out = "<tool_call>{\"name\": \"get_weather\", \"arguments\": " + compact + "}</tool_call>";
+  std::string reason = "stop";
+  const json m = ChoiceTools(req, ToolParserKind::kHermes).final_message(out, &reason);
+  CHECK(m["tool_calls"][0]["function"]["arguments"] == expected);
+  ChoiceTools t(req, ToolParserKind::kHermes);
+  const Accumulated a = stream(t, out, 5);
+  CHECK(a.calls.at(0)["arguments"] == compact);
+}
+
 TEST_CASE("streamed tool calls accumulate to the non-streamed ones", "[server][tools]") {
   struct Case {
     json extra;

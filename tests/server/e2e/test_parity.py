@@ -93,6 +93,40 @@ def test_chat_prompt_logprobs(server, client):
     assert e["param"] == "prompt_logprobs"
 
 
+# ---- logprob order: the chosen token first (vLLM) --------------------------------------------
+
+def test_logprobs_chosen_token_first(server):
+    """vLLM orders each top_logprobs dict with the sampled (or echoed prompt) token first, then the
+    top entries by rank; its test_return_tokens_as_ids reads that first key. The peer finding:
+    " world" at the 5th token came after " World"."""
+    import json
+    status, _, data = request(server, "POST", "/v1/completions",
+                              {"model": MODEL_NAME, "prompt": "Say 'Hello, world!'", "echo": True,
+                               "temperature": 0, "max_tokens": 3, "logprobs": 1})
+    assert status == 200, data
+    # object_pairs_hook: the keys in wire order (a dict keeps it too, but say so).
+    lp = json.loads(data, object_pairs_hook=lambda pairs: pairs)
+    lp = dict(dict(lp)["choices"][0])["logprobs"]
+    lp = dict(lp)
+    tokens, top = lp["tokens"], lp["top_logprobs"]
+    assert top[0] is None and len(tokens) == len(top) > 4
+    for i in range(1, len(tokens)):
+        keys = [k for k, _ in top[i]]
+        assert keys[0] == tokens[i], (i, tokens[i], keys)
+        assert 1 <= len(keys) <= 2
+    # prompt_logprobs: the prompt token's id first.
+    r = completion(server, prompt="Say 'Hello, world!'", max_tokens=1, prompt_logprobs=1,
+                   return_token_ids=True)
+    ids = r["choices"][0]["prompt_token_ids"]
+    for i, entry in enumerate(r["choices"][0]["prompt_logprobs"][1:], start=1):
+        assert next(iter(entry)) == str(ids[i]), (i, entry)
+    # Chat: top_logprobs is a list; the sampled token comes first there too.
+    r = chat(server, max_tokens=4, logprobs=True, top_logprobs=3, temperature=1.0, seed=3)
+    for entry in r["choices"][0]["logprobs"]["content"]:
+        assert entry["top_logprobs"][0]["token"] == entry["token"], entry
+        assert len(entry["top_logprobs"]) == 3
+
+
 # ---- error texts (items 3, 4, 9) -------------------------------------------------------------
 
 def test_logit_bias_names_every_bad_key(server):

@@ -307,3 +307,76 @@ def test_tool_results_round_trip(hermes_client):
     r = hermes_client.chat.completions.create(model=MODEL_NAME, messages=messages, tools=TOOLS,
                                               tool_choice="none", max_tokens=16, temperature=0)
     assert r.choices[0].message.content
+
+
+def test_auto_tool_call_with_echo(hermes_client):
+    """vLLM's chat echo under "auto": the echoed last message comes first in the content of the
+    non-streamed message as in the stream (the call's own text is not content)."""
+    messages = ASK + [{"role": "assistant", "content": "Sure. "}]
+    kwargs = dict(model=MODEL_NAME, messages=messages, tools=TOOLS, tool_choice="auto",
+                  temperature=1.0, seed=0, max_tokens=200,
+                  extra_body={"structured_outputs": {"regex": HERMES_CALL}, "echo": True,
+                              "add_generation_prompt": False,
+                              "continue_final_message": True})
+    plain = hermes_client.chat.completions.create(**kwargs)
+    with hermes_client.chat.completions.stream(**kwargs) as stream:
+        streamed = stream.get_final_completion()
+    for r in (plain, streamed):
+        choice = r.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert choice.message.content == "Sure. Let me check.\n"
+        check_calls(choice.message.tool_calls, ["get_weather"])
+
+
+def test_chat_template_kwargs(hermes_server):
+    """vLLM's chat_template_kwargs reach the template: {"enable_thinking": false} opens Qwen3's
+    empty think block (hermes_tool_template.jinja), in /tokenize and in the chat prompt."""
+    from test_openai_e2e import post_json
+
+    def tokens(**extra):
+        status, r = post_json(hermes_server, "/tokenize",
+                              {"model": MODEL_NAME, "messages": ASK, **extra})
+        assert status == 200, r
+        return r["tokens"]
+
+    def text_of(ids):
+        status, r = post_json(hermes_server, "/detokenize", {"model": MODEL_NAME, "tokens": ids})
+        assert status == 200, r
+        return r["prompt"]
+
+    plain = tokens()
+    off = tokens(chat_template_kwargs={"enable_thinking": False})
+    assert text_of(plain).endswith("<|im_start|>assistant\n")
+    assert text_of(off) == text_of(plain) + "<think>\n\n</think>\n\n"
+    # true, unset values (null, "auto" as vLLM) and keys the template does not read: no change.
+    assert tokens(chat_template_kwargs={"enable_thinking": True, "other": [1, {"a": None}]}) == plain
+    assert tokens(chat_template_kwargs={"enable_thinking": None}) == plain
+    # The request's own variables win (vLLM: add_generation_prompt; octet: messages too).
+    assert tokens(chat_template_kwargs={"add_generation_prompt": False, "messages": []}) == plain
+    status, r = post_json(hermes_server, "/v1/chat/completions",
+                          {"model": MODEL_NAME, "messages": ASK, "max_tokens": 1,
+                           "temperature": 0, "return_token_ids": True,
+                           "chat_template_kwargs": {"enable_thinking": False}})
+    assert status == 200, r
+    assert r["prompt_token_ids"] == off
+    status, e = post_json(hermes_server, "/v1/chat/completions",
+                          {"model": MODEL_NAME, "messages": ASK, "chat_template_kwargs": [1]})
+    assert status == 400 and e["error"]["param"] == "chat_template_kwargs", e
+
+
+def test_auto_tool_call_arguments_keep_numbers(hermes_client):
+    """Parsed arguments are the model's own JSON (json.dumps layout), never re-serialized
+    through doubles: a 23-digit integer and 0.1 arrive exactly, streamed and not."""
+    args = '{"city": "Paris", "days": 12345678901234567890123, "x": 0.1, "y": 1e5}'
+    regex = re.escape('<tool_call>\n{"name": "get_weather", "arguments": ' + args + '}\n</tool_call>')
+    kwargs = dict(model=MODEL_NAME, messages=ASK, tools=TOOLS, tool_choice="auto",
+                  temperature=0, max_tokens=200, extra_body={"structured_outputs": {"regex": regex}})
+    plain = hermes_client.chat.completions.create(**kwargs)
+    call = plain.choices[0].message.tool_calls[0]
+    # vLLM's json.dumps(arguments): 1e5 is the float 100000.0; the integer keeps its digits.
+    assert call.function.arguments == \
+        '{"city": "Paris", "days": 12345678901234567890123, "x": 0.1, "y": 100000.0}'
+    with hermes_client.chat.completions.stream(**kwargs) as stream:
+        streamed = stream.get_final_completion()
+    # Streamed: the model's text of the arguments as it grew (vLLM streams the raw text).
+    assert streamed.choices[0].message.tool_calls[0].function.arguments == args
