@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "engine/request_error.h"
+#include "engine/xgrammar_log.h"
 #include "models/tokenizer.h"
 
 namespace octet {
@@ -106,7 +107,7 @@ CompiledGrammarPtr GrammarCompilerService::compile_one(const StructuredOutputPar
   } catch (const std::exception& e) {
     throw RequestError(RequestErrorKind::InvalidRequest,
                        std::string("invalid ") + structured_output_kind_name(p.kind) + " for '" +
-                           p.field + "': " + e.what(),
+                           p.field + "': " + xgrammar_error_message(e.what()),
                        p.field);
   }
 }
@@ -244,7 +245,7 @@ void GrammarState::fill_bitmask() noexcept {
     fill_error_.clear();
     matcher_.FillNextTokenBitmask(&t);
   } catch (const std::exception& e) {
-    fill_error_ = e.what();
+    fill_error_ = xgrammar_error_message(e.what());
   } catch (...) {
     fill_error_ = "unknown error";
   }

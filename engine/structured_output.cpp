@@ -9,6 +9,7 @@
 
 #include "engine/grammar_compiler.h"
 #include "engine/request_error.h"
+#include "engine/xgrammar_log.h"
 
 namespace octet {
 namespace {
@@ -73,7 +74,7 @@ xgrammar::Grammar build(const StructuredOutputParams& p, const xgrammar::Tokeniz
                     : xgrammar::Grammar::FromStructuralTag(p.spec);
       if (auto* g = std::get_if<xgrammar::Grammar>(&r)) return *g;
       std::string msg;
-      std::visit([&](const auto& e) { msg = e.what(); }, std::get<1>(r));
+      std::visit([&](const auto& e) { msg = xgrammar_error_message(e.what()); }, std::get<1>(r));
       invalid(p, msg);
     }
     case StructuredOutputKind::None:
@@ -116,7 +117,9 @@ xgrammar::Grammar build_grammar(const StructuredOutputParams& p,
   } catch (const RequestError&) {
     throw;
   } catch (const std::exception& e) {
-    invalid(p, e.what());  // xgrammar's errors are std::runtime_error with a message
+    // xgrammar's errors are std::runtime_error; LogFatalError's text carries a time and a source
+    // path, which the client gets without.
+    invalid(p, xgrammar_error_message(e.what()));
   }
 }
 
