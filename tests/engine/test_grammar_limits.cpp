@@ -188,4 +188,50 @@ TEST_CASE("grammar compile timeout: the waiting requests fail alone, the others 
   CHECK(st.num_free_kv_blocks == st.num_kv_blocks);
 }
 
+namespace {
+
+/// A JSON array text of n distinct strings of `len` bytes each ("s<i>" padded with x).
+std::string string_array(int n, size_t len) {
+  std::string out = "[";
+  for (int i = 0; i < n; ++i) {
+    std::string v = "s" + std::to_string(i);
+    v.resize(len, 'x');
+    out += (i ? "," : "") + ("\"" + v + "\"");
+  }
+  return out + "]";
+}
+
+}  // namespace
+
+TEST_CASE("structured output bounds: enum and const bytes of a JSON schema, choice bytes",
+          "[structured][grammar_limits]") {
+  // 100 strings of 1000 bytes: 100 x 1002 bytes of JSON text per enum.
+  const std::string e = string_array(100, 1000);
+  const auto schema = [](const std::string& a, const std::string& b) {
+    return "{\"type\":\"object\",\"properties\":{\"a\":{\"enum\":" + a +
+           "},\"b\":{\"type\":\"array\",\"items\":{\"enum\":" + b + "}}}}";
+  };
+  // Two enums (one nested in items): 200,400 bytes, under 262,144.
+  CHECK_NOTHROW(validate_structured_output(
+      so_params(StructuredOutputKind::Json, schema(e, e), "response_format")));
+  // A third one, as a const of the same text: 300,600 bytes, over.
+  const std::string over =
+      "{\"anyOf\":[" + schema(e, e) + ",{\"const\":" + e + "}]}";
+  try {
+    validate_structured_output(so_params(StructuredOutputKind::Json, over, "response_format"));
+    FAIL("accepted 300,600 bytes of enum and const values");
+  } catch (const RequestError& err) {
+    CHECK(err.param() == "response_format");
+    CHECK_THAT(err.what(), Catch::Contains("response_format") &&
+                               Catch::Contains("enum and const values of at most 262144 bytes"));
+  }
+  // Choices: 262,144 bytes in all pass, one more byte fails.
+  SamplingParams p;
+  p.structured_outputs = so_params(StructuredOutputKind::Choice, "", "structured_outputs");
+  p.structured_outputs.choice.assign(256, std::string(1024, 'c'));
+  CHECK_NOTHROW(p.validate());
+  p.structured_outputs.choice.back() += "c";
+  CHECK_THROWS_AS(p.validate(), SamplingParamError);
+}
+
 }  // namespace octet
