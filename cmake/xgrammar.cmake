@@ -59,6 +59,11 @@ target_include_directories(xgrammar SYSTEM PUBLIC "${octet_xgrammar_src}/include
                            "${octet_xgrammar_src}/3rdparty/picojson"
                            "${octet_xgrammar_src}/3rdparty/dlpack/include")
 target_compile_definitions(xgrammar PUBLIC XGRAMMAR_ENABLE_CPPTRACE=0)
+# xgrammar's log hooks (support/logging.h): octet defines LogFatalImpl and LogMessageImpl
+# (engine/xgrammar_log.cpp), so its warnings go to spdlog instead of stderr; engine/ includes
+# "support/logging.h" for LogFatalError.
+target_compile_definitions(xgrammar PUBLIC XGRAMMAR_LOG_CUSTOMIZE=1)
+target_include_directories(xgrammar SYSTEM INTERFACE "${octet_xgrammar_src}/cpp")
 # Third-party code: its warnings are not ours (-w); -O2 whatever the build type (Release's -O3
 # gains nothing measurable here and costs build time). Not instrumented for fuzzer coverage.
 target_compile_options(xgrammar PRIVATE -w -O2)

@@ -161,7 +161,9 @@ void ServeConfig::validate() const {
   timeout(read_timeout, false, "read_timeout");
   timeout(shutdown_timeout, true, "shutdown_timeout");
   in_range(max_num_waiting, 1, int64_t{1} << 30, "max_num_waiting", "");
-  in_range(max_logprobs, 0, 20, "max_logprobs", " (the engine's bound)");
+  // -1: no cap, the vocabulary size (vLLM); token ids are int32, so no vocabulary is larger.
+  in_range(max_logprobs, -1, std::numeric_limits<int32_t>::max(), "max_logprobs",
+           " (-1 = the vocabulary size)");
   in_range(http_threads, 1, 256, "http_threads", "");
   in_range(num_prepare_threads, 1, 256, "num_prepare_threads", "");
   in_range(max_queued_prepares, 1, int64_t{1} << 20, "max_queued_prepares", "");

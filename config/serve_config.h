@@ -34,7 +34,8 @@ struct ServeConfig {
   double read_timeout = 30.0;        // seconds to receive a body / to accept a response write
   double shutdown_timeout = 30.0;    // seconds in-flight requests get after SIGTERM/SIGINT
   int64_t max_num_waiting = 1024;    // engine requests waiting before new ones get 503
-  int64_t max_logprobs = 20;         // largest logprobs / top_logprobs / prompt_logprobs (vLLM)
+  int64_t max_logprobs = 20;         // largest logprobs / top_logprobs / prompt_logprobs (vLLM);
+                                     // -1 = the vocabulary size
   bool enable_prompt_tokens_details = false;  // usage.prompt_tokens_details (vLLM's flag)
   int64_t http_threads = 2;          // I/O threads (they only parse, enqueue and stream)
   int64_t num_prepare_threads = 2;   // threads that parse, render and tokenize request bodies
@@ -87,8 +88,10 @@ struct ServeConfig {
       "waiting engine requests beyond which new requests get 503");
     v(c.max_logprobs, "max_logprobs",
       "largest logprobs / top_logprobs / prompt_logprobs a request may ask for, as vLLM's "
-      "--max-logprobs (at most 20, the engine's bound; -1 in a request asks for the whole "
-      "vocabulary and so gets 400 unless it is this small)");
+      "--max-logprobs (default 20; -1 = no cap: the vocabulary size, as vLLM; -1 in a request "
+      "asks for the whole vocabulary and so gets 400 unless this is at least the vocabulary "
+      "size; each returned token then carries k entries, so large values cost memory and "
+      "response size)");
     v(c.enable_prompt_tokens_details, "enable_prompt_tokens_details",
       "add usage.prompt_tokens_details.cached_tokens (prompt tokens served by the prefix cache) "
       "to responses, as vLLM's flag");

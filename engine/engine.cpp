@@ -66,6 +66,8 @@ struct Engine::Impl {
   struct PendingGrammar {
     std::unique_ptr<Request> req;
     std::shared_future<CompiledGrammarPtr> grammar;
+    Clock::time_point deadline;  // fails with a 400 when still compiling then
+    std::chrono::milliseconds timeout;
   };
   std::vector<PendingGrammar> compiling;
   void admit(std::unique_ptr<Request> req, RequestState st);
@@ -421,6 +423,10 @@ double Engine::compile_structured_output(const StructuredOutputParams& p) {
   return ms;
 }
 
+void Engine::set_structured_output_compile_timeout(std::chrono::milliseconds timeout) {
+  impl_->grammars->set_compile_timeout(timeout);
+}
+
 void Engine::set_structured_output_compile_hook(
     std::function<void(const StructuredOutputParams&)> hook) {
   impl_->grammars->set_before_compile(std::move(hook));
@@ -444,10 +450,17 @@ void Engine::Impl::loop() {
     std::vector<std::string> aborts;
     {
       std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] {
+      const auto ready = [&] {
         return stopping || !inbox.empty() || !abort_inbox.empty() || grammar_ready ||
                scheduler->has_unfinished_requests();
-      });
+      };
+      if (compiling.empty()) {
+        cv.wait(lock, ready);
+      } else {  // wake at the first grammar deadline (poll_compiles fails that request)
+        Clock::time_point first = compiling.front().deadline;
+        for (const PendingGrammar& g : compiling) first = std::min(first, g.deadline);
+        cv.wait_until(lock, first, ready);
+      }
       if (stopping) break;
       grammar_ready = false;
       arrivals.swap(inbox);
@@ -515,20 +528,29 @@ void Engine::Impl::admit(std::unique_ptr<Request> req, RequestState st) {
     scheduler->add_request(std::move(req));
     return;
   }
-  compiling.push_back({std::move(req), grammars->compile(so)});
+  const std::chrono::milliseconds timeout = grammars->compile_timeout();
+  std::shared_future<CompiledGrammarPtr> grammar = grammars->compile(so);
+  compiling.push_back({std::move(req), std::move(grammar), Clock::now() + timeout, timeout});
 }
 
 // Requests whose grammar is ready go to the scheduler with a fresh matcher; a grammar that did
-// not compile fails its request alone (an invalid request, naming the field). Never waits.
+// not compile, or is still compiling past the request's deadline, fails its request alone (an
+// invalid request, naming the field; the compile goes on in its worker). Never waits.
 void Engine::Impl::poll_compiles() {
+  const Clock::time_point now = Clock::now();
   for (size_t i = 0; i < compiling.size();) {
-    if (compiling[i].grammar.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+    const bool ready =
+        compiling[i].grammar.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    if (!ready && now < compiling[i].deadline) {
       ++i;
       continue;
     }
     const std::string id = compiling[i].req->request_id;
     RequestOutput out;
     try {
+      if (!ready)
+        throw grammar_timeout_error(compiling[i].req->sampling_params.structured_outputs,
+                                    compiling[i].timeout);
       outputs->find(id)->grammar = std::make_unique<GrammarState>(compiling[i].grammar.get());
       std::unique_ptr<Request> req = std::move(compiling[i].req);
       compiling.erase(compiling.begin() + static_cast<std::ptrdiff_t>(i));

@@ -164,6 +164,10 @@ class Engine {
   /// xgrammar vocabulary is built once, before the clock starts). Throws RequestError
   /// (InvalidRequest, p.field) when it does not compile.
   double compile_structured_output(const StructuredOutputParams& p);
+  /// How long a structured-output request may wait for its grammar (queued and compiling)
+  /// before it fails with RequestOutput::invalid_request naming its field (default
+  /// kDefaultGrammarCompileTimeout, 60 s; tests set a small one). Applies to later requests.
+  void set_structured_output_compile_timeout(std::chrono::milliseconds timeout);
   /// Test hook: when set, the grammar compiler's workers call it with each request's params
   /// before compiling (a test blocks in it to hold a compile pending). Never blocks the engine
   /// thread: a request waits for its grammar outside the scheduler.

@@ -22,6 +22,7 @@ TokenLogprobs to_token_logprobs(const SampleResult& r) {
   t.token_id = r.token_id;
   t.logprob = r.logprob;
   t.rank = r.rank;
+  t.top.reserve(r.top_logprobs.size());  // up to the whole vocabulary
   for (const TokenLogprob& x : r.top_logprobs) t.top.emplace_back(x.token_id, x.logprob);
   return t;
 }

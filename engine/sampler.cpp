@@ -7,7 +7,10 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "engine/request_error.h"
 
 namespace octet {
 namespace {
@@ -303,6 +306,13 @@ void validate_token_ids(const SamplingParams& params, int64_t vocab) {
   for (const auto& [id, bias] : params.logit_bias) bias_ids.push_back(id);
   check_token_ids(bias_ids, vocab, "logit_bias");
   check_token_ids(params.stop_token_ids, vocab, "stop_token_ids");
+  for (const auto& [k, field] : {std::pair{params.logprobs, "logprobs"},
+                                 std::pair{params.prompt_logprobs, "prompt_logprobs"}})
+    if (k > vocab)
+      throw RequestError(RequestErrorKind::InvalidRequest,
+                         std::string("'") + field + "' asks for the top " + std::to_string(k) +
+                             " tokens, more than the vocabulary's " + std::to_string(vocab),
+                         field);
 }
 
 namespace {
@@ -488,18 +498,43 @@ SampleResult logprobs_for(const float* logits, int64_t vocab, int32_t token, int
 
 namespace {
 
+// Top k lists up to this size are kept sorted during the softmax pass (an insertion costs O(k),
+// and after the first few groups almost no logit enters); larger ones are selected afterwards.
+constexpr size_t kInlineTopK = 32;
+
+thread_local std::vector<int32_t> t_top_ids;  // large-k selection: the unmasked ids
+
+/// The k most likely unmasked tokens of logits: [vocab], by logit descending then id ascending,
+/// into `top` (fewer when fewer tokens are unmasked). O(vocab) nth_element + O(k log k) sort.
+void select_top_k(const float* logits, int64_t vocab, size_t k, std::vector<int32_t>& top) {
+  std::vector<int32_t>& ids = t_top_ids;
+  ids.clear();
+  ids.reserve(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i)
+    if (logits[i] != kNegInf) ids.push_back(static_cast<int32_t>(i));
+  const auto before = [logits](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  const size_t n = std::min(k, ids.size());
+  if (n < ids.size()) std::nth_element(ids.begin(), ids.begin() + n, ids.end(), before);
+  std::sort(ids.begin(), ids.begin() + n, before);
+  top.assign(ids.begin(), ids.begin() + n);
+}
+
 SampleResult logprobs_of(const float* logits, int64_t vocab, int32_t token, int64_t k) {
   SampleResult r;
-  // One pass after the max: the softmax sum, the rank and the top k.
+  // One pass after the max: the softmax sum, the rank and (k <= kInlineTopK) the top k.
   // log_softmax in FP32 with an FP64 sum: logprob_i = (l_i - max) - log(sum exp(l - max))
   // (subtracting the max first keeps the precision of large logits).
   const float mx = max_value(logits, vocab);
   const float lt = logits[token];
   const size_t kk = static_cast<size_t>(std::clamp<int64_t>(k, 0, vocab));
+  const bool inline_top = kk <= kInlineTopK;
   std::vector<int32_t> top;  // top k ids, best first; ids arrive ascending, so ties never displace
-  top.reserve(kk + 1);
-  float top_min = kk > 0 ? kNegInf : std::numeric_limits<float>::infinity();
-  bool top_full = kk == 0;
+  if (inline_top) top.reserve(kk + 1);
+  // With nothing to keep inline, top_min = +inf: no group leaves the vector path.
+  float top_min = kk > 0 && inline_top ? kNegInf : std::numeric_limits<float>::infinity();
+  bool top_full = kk == 0 || !inline_top;
   double sum = 0.0;
   f32x4 acc{};
   i32x4 greater{};  // per lane: minus the count of logits > lt
@@ -527,6 +562,7 @@ SampleResult logprobs_of(const float* logits, int64_t vocab, int32_t token, int6
     }
   });
   sum += static_cast<double>(acc[0]) + acc[1] + acc[2] + acc[3];
+  if (!inline_top) select_top_k(logits, vocab, kk, top);
   const float log_sum = static_cast<float>(std::log(sum));
   const auto logprob = [&](int64_t i) { return (logits[i] - mx) - log_sum; };
 

@@ -58,7 +58,7 @@ struct SampleResult {
 int32_t argmax(const float* logits, int64_t vocab);
 
 /// Throws RequestError (InvalidRequest, param "logit_bias" / "stop_token_ids") for an id
-/// outside [0, vocab)
+/// outside [0, vocab), and (param "logprobs" / "prompt_logprobs") for a logprob count > vocab
 /// (validate() checks what needs no vocabulary; call both before admitting a request).
 void validate_token_ids(const SamplingParams& params, int64_t vocab);
 
@@ -83,11 +83,14 @@ std::vector<double> sampling_probs(const float* processed_logits, int64_t vocab,
 /// Samples one token from logits: [vocab] (FP32) by steps 1-4 above. Greedy requests
 /// use no random number; every other call takes exactly one rng() output, so a seeded request's
 /// stream depends neither on other requests nor on its filter settings. The logprob fields are
-/// filled when params.logprobs >= 0 (top_logprobs holds params.logprobs entries).
+/// filled when params.logprobs >= 0 (top_logprobs holds min(params.logprobs, vocab) entries,
+/// any k up to the whole vocabulary).
 /// Cost, all O(vocab) passes (SSE2-vectorised exp): greedy one max pass; sampling adds one exp
 /// pass and the draw; top_k a size-k heap pass; top_p a pass bucketing the weights by binary
 /// exponent and a partial selection inside the one bucket where the mass crosses top_p (never a
-/// full sort unless that bucket is most of the vocabulary); logprobs one more exp pass. Measured
+/// full sort unless that bucket is most of the vocabulary); logprobs one more exp pass (top k
+/// <= 32 kept sorted inside it; larger k: an O(vocab) nth_element and an O(k log k) sort; the
+/// result holds k entries). Measured
 /// on vocab 49152 (test_sampler "[bench]", CPU time, shared 2-core build machine): greedy ~7 us,
 /// T=1 ~90 us, top_k=50 ~120 us, top_p=0.9 ~170 us, with logprobs=5 ~180 us.
 /// Total: never throws for any logits or ids (short of std::bad_alloc); instead returns a
@@ -113,8 +116,9 @@ SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& pa
 /// are all ones (the common case inside a JSON string) cost one compare.
 void apply_token_bitmask(float* logits, int64_t vocab, const int32_t* bitmask);
 
-/// Raw logprob and rank of `token` and the top k (k >= 0) tokens of logits: [vocab] (for prompt
-/// logprobs: the logits at position i scored against prompt token i + 1). token_id = token.
+/// Raw logprob and rank of `token` and the top k (k >= 0; k >= vocab lists the whole vocabulary)
+/// tokens of logits: [vocab] (for prompt logprobs: the logits at position i scored against
+/// prompt token i + 1). token_id = token.
 /// Total as sample(): `error` is set for a token outside [0, vocab) or a non-finite logit.
 SampleResult logprobs_for(const float* logits, int64_t vocab, int32_t token, int64_t k);
 

@@ -8,9 +8,6 @@
 namespace octet {
 namespace {
 
-// Most top logprobs a request may ask for (OpenAI's top_logprobs limit, vLLM's max_logprobs).
-constexpr int64_t kMaxLogprobs = 20;
-
 // The shortest text that reads back as v (so 1.0000001 is not shown as 1).
 std::string fmt(float v) {
   char buf[48];
@@ -76,12 +73,10 @@ void SamplingParams::validate() const {
       bad("stop", "strings of at most " + std::to_string(kMaxStopStringBytes) + " bytes",
           "one of " + std::to_string(s.size()) + " bytes");
   }
-  if (logprobs < -1 || logprobs > kMaxLogprobs)
-    bad("logprobs", "-1 (none) or in [0, " + std::to_string(kMaxLogprobs) + "]",
-        std::to_string(logprobs));
-  if (prompt_logprobs < -1 || prompt_logprobs > kMaxLogprobs)
-    bad("prompt_logprobs", "-1 (none) or in [0, " + std::to_string(kMaxLogprobs) + "]",
-        std::to_string(prompt_logprobs));
+  // The upper bound, the vocabulary size, is validate_token_ids()'s (engine/sampler.h).
+  if (logprobs < -1) bad("logprobs", "-1 (none) or >= 0", std::to_string(logprobs));
+  if (prompt_logprobs < -1)
+    bad("prompt_logprobs", "-1 (none) or >= 0", std::to_string(prompt_logprobs));
   const StructuredOutputParams& so = structured_outputs;
   if (so.active()) {
     const std::string& f = so.field;

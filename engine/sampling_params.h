@@ -69,9 +69,11 @@ struct SamplingParams {
                                         // to complete wins); the text ends before it
   bool include_stop_str_in_output = false;
   bool skip_special_tokens = true;      // detokenized text omits special tokens
-  int64_t logprobs = -1;         // -1 = none; k in [0, 20]: the sampled token's raw logprob and
-                                 // rank + the top k (engine/sampler.h)
-  int64_t prompt_logprobs = -1;  // -1 = none; k in [0, 20]: each prompt token's logprob + top k
+  // Logprob counts: -1 = none; k in [0, vocab] (validate_token_ids() checks the vocabulary
+  // bound; the server's --max-logprobs, 20 by default as vLLM, caps what clients may ask).
+  int64_t logprobs = -1;         // the sampled token's raw logprob and rank + the top k
+                                 // (engine/sampler.h)
+  int64_t prompt_logprobs = -1;  // each prompt token's logprob + the top k
   // Constrains the output to a JSON schema, regex, choice, grammar or structural tag
   // (engine/structured_output.h); validate() checks only its size bounds (kMaxStructured*).
   StructuredOutputParams structured_outputs;
@@ -80,12 +82,12 @@ struct SamplingParams {
   /// value (temperature < 0 or not finite, top_p outside (0, 1], top_k < -1 or > kMaxTopK, min_p
   /// outside [0, 1], presence / frequency penalties outside [-2, 2], repetition_penalty outside
   /// [0.01, 100], a logit_bias outside [-100, 100], max_tokens or min_tokens < 0, min_tokens >
-  /// max_tokens, logprobs or prompt_logprobs < -1 or > 20, an empty stop string, a negative
+  /// max_tokens, logprobs or prompt_logprobs < -1, an empty stop string, a negative
   /// logit_bias or stop_token_ids id, more stop strings, stop bytes, stop_token_ids or
   /// logit_bias entries than the kMax* bounds above; a structured_outputs spec or choice list
   /// beyond the kMaxStructured* bounds of engine/structured_output.h or a Choice without
-  /// choices, naming structured_outputs.field; NaN is out of every range). Ids beyond the vocabulary:
-  /// validate_token_ids() in engine/sampler.h.
+  /// choices, naming structured_outputs.field; NaN is out of every range). Ids and logprob counts
+  /// beyond the vocabulary: validate_token_ids() in engine/sampler.h.
   void validate() const;
 };
 

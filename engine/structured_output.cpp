@@ -7,8 +7,11 @@
 #include <string>
 #include <variant>
 
+#include <picojson.h>
+
 #include "engine/grammar_compiler.h"
 #include "engine/request_error.h"
+#include "engine/xgrammar_log.h"
 
 namespace octet {
 namespace {
@@ -40,6 +43,42 @@ std::string ebnf_literal(const std::string& s) {
                      p.field);
 }
 
+/// Bytes of JSON text in the enum and const values of schema `v`, at any depth (stops counting
+/// past `limit`).
+size_t literal_bytes(const picojson::value& v, size_t limit) {
+  size_t n = 0;
+  if (v.is<picojson::object>()) {
+    for (const auto& [key, child] : v.get<picojson::object>()) {
+      if (n > limit) break;
+      if (key == "enum" && child.is<picojson::array>()) {
+        for (const picojson::value& e : child.get<picojson::array>()) n += e.serialize().size();
+      } else if (key == "const") {
+        n += child.serialize().size();
+      } else {
+        n += literal_bytes(child, limit);
+      }
+    }
+  } else if (v.is<picojson::array>()) {
+    for (const picojson::value& e : v.get<picojson::array>()) {
+      if (n > limit) break;
+      n += literal_bytes(e, limit);
+    }
+  }
+  return n;
+}
+
+/// A JSON schema whose enum / const values exceed kMaxStructuredChoiceBytes: invalid (a text
+/// that does not parse is left to xgrammar's own error).
+void check_literal_bytes(const StructuredOutputParams& p) {
+  picojson::value v;
+  if (!picojson::parse(v, p.spec).empty()) return;
+  const size_t n = literal_bytes(v, kMaxStructuredChoiceBytes);
+  if (n > kMaxStructuredChoiceBytes)
+    invalid(p, "enum and const values of at most " + std::to_string(kMaxStructuredChoiceBytes) +
+                   " bytes in all are supported (compiling more takes too long), got more than " +
+                   std::to_string(kMaxStructuredChoiceBytes));
+}
+
 /// With any_whitespace, at most kMaxJsonWhitespace whitespace characters between two JSON
 /// tokens (llama.cpp's JSON-schema grammars allow a newline and 20 more): unbounded, a small
 /// model at temperature 0 may emit newlines until max_tokens (seen with SmolLM2-135M).
@@ -50,6 +89,7 @@ std::optional<int> whitespace_bound(const StructuredOutputParams& p) {
 xgrammar::Grammar build(const StructuredOutputParams& p, const xgrammar::TokenizerInfo* info) {
   switch (p.kind) {
     case StructuredOutputKind::Json:
+      check_literal_bytes(p);
       return xgrammar::Grammar::FromJSONSchema(p.spec, p.any_whitespace, std::nullopt,
                                                std::nullopt, true, whitespace_bound(p));
     case StructuredOutputKind::JsonObject:
@@ -73,7 +113,7 @@ xgrammar::Grammar build(const StructuredOutputParams& p, const xgrammar::Tokeniz
                     : xgrammar::Grammar::FromStructuralTag(p.spec);
       if (auto* g = std::get_if<xgrammar::Grammar>(&r)) return *g;
       std::string msg;
-      std::visit([&](const auto& e) { msg = e.what(); }, std::get<1>(r));
+      std::visit([&](const auto& e) { msg = xgrammar_error_message(e.what()); }, std::get<1>(r));
       invalid(p, msg);
     }
     case StructuredOutputKind::None:
@@ -116,7 +156,9 @@ xgrammar::Grammar build_grammar(const StructuredOutputParams& p,
   } catch (const RequestError&) {
     throw;
   } catch (const std::exception& e) {
-    invalid(p, e.what());  // xgrammar's errors are std::runtime_error with a message
+    // xgrammar's errors are std::runtime_error; LogFatalError's text carries a time and a source
+    // path, which the client gets without.
+    invalid(p, xgrammar_error_message(e.what()));
   }
 }
 

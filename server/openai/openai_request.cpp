@@ -449,15 +449,16 @@ void check_min_tokens(const GenerateRequest& r, const char* max_key) {
                       "min_tokens");
 }
 
-/// logprobs / top_logprobs / prompt_logprobs: an integer in [0, kMaxLogprobs], or -1 (vLLM: the
-/// whole vocabulary, kLogprobsWholeVocab); nullopt when absent or null.
+/// logprobs / top_logprobs / prompt_logprobs: an integer in [0, kMaxLogprobCount], or -1 (vLLM:
+/// the whole vocabulary, kLogprobsWholeVocab); nullopt when absent or null. --max-logprobs and
+/// the vocabulary bound the count later (resolve_logprobs, the engine).
 std::optional<int64_t> logprob_count(Fields& f, const char* key) {
   auto v = f.integer(key);
   if (!v) return std::nullopt;
   if (*v == -1) return kLogprobsWholeVocab;
-  if (*v < 0 || *v > kMaxLogprobs)
+  if (*v < 0 || *v > kMaxLogprobCount)
     throw bad_request(std::string("'") + key + "' must be in [0, " +
-                          std::to_string(kMaxLogprobs) +
+                          std::to_string(kMaxLogprobCount) +
                           "] or -1 (the whole vocabulary), got " + std::to_string(*v),
                       key);
   return v;

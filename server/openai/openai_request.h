@@ -79,10 +79,10 @@ struct GenerateRequest {
 };
 
 /// Largest n accepted per request, and the largest logprobs / top_logprobs / prompt_logprobs
-/// (vLLM's default max_logprobs; the engine's bound, engine/sampling_params.h). The server's
-/// --max-logprobs may lower it (GenerationJob::prepare checks it).
+/// the parser accepts (token ids are int32: no vocabulary is larger). --max-logprobs (default
+/// 20, as vLLM) and the vocabulary size bound it when the job starts (resolve_logprobs).
 inline constexpr int64_t kMaxN = 128;
-inline constexpr int64_t kMaxLogprobs = 20;
+inline constexpr int64_t kMaxLogprobCount = std::numeric_limits<int32_t>::max();
 /// logprobs / top_logprobs / prompt_logprobs -1 (vLLM): the whole vocabulary, resolved against
 /// the model's vocabulary size and --max-logprobs when the job starts (then 400 unless the
 /// vocabulary is at most --max-logprobs, as vLLM).

@@ -10,12 +10,13 @@ namespace octet::server {
 
 void resolve_logprobs(GenerateRequest& r, int64_t vocab_size, int64_t max_logprobs) {
   const bool chat = r.endpoint == Endpoint::kChatCompletions;
+  const int64_t max_allowed = max_logprobs < 0 ? vocab_size : max_logprobs;  // -1: no cap
   const auto resolve = [&](int64_t& k, const char* what, const char* field) {
     if (k == kLogprobsWholeVocab) k = vocab_size;
-    if (k > max_logprobs)
+    if (k > max_allowed)
       throw bad_request(std::string("Requested ") + what + " logprobs of " + std::to_string(k) +
                             ", which is greater than max allowed: " +
-                            std::to_string(max_logprobs) + " (--max-logprobs)",
+                            std::to_string(max_allowed) + " (--max-logprobs)",
                         field);
   };
   resolve(r.logprobs, "sample", chat ? "top_logprobs" : "logprobs");

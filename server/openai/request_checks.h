@@ -11,8 +11,10 @@ namespace octet::server {
 
 /// Resolves the logprob counts of `r` against the model and the server (vLLM's
 /// _validate_logprobs): kLogprobsWholeVocab becomes vocab_size; a count above max_logprobs
-/// (--max-logprobs) gets ApiError 400 naming the field ("Requested sample logprobs of N, which
-/// is greater than max allowed: M", or "prompt logprobs"). Sets r.params to the resolved counts.
+/// (--max-logprobs; -1 = vocab_size, vLLM's "no cap") gets ApiError 400 naming the field
+/// ("Requested sample logprobs of N, which is greater than max allowed: M", or "prompt
+/// logprobs"). Sets r.params to the resolved counts. A count within --max-logprobs but above
+/// vocab_size is the engine's 400 (validate_token_ids, engine/sampler.h).
 void resolve_logprobs(GenerateRequest& r, int64_t vocab_size, int64_t max_logprobs);
 
 /// ApiError 400 (param "logit_bias") naming every logit_bias token id outside [0, vocab_size),

@@ -110,6 +110,22 @@ TEST_CASE("penalties give vLLM's numbers on a 5-token vocabulary", "[sampler]") 
     p.stop_token_ids = {9};
     CHECK_THROWS_WITH(validate_token_ids(p, 5), Catch::Contains("stop_token_ids"));
     CHECK_NOTHROW(validate_token_ids(p, 10));
+    // Logprob counts: up to the whole vocabulary.
+    p = SamplingParams{};
+    p.logprobs = 10;
+    p.prompt_logprobs = 10;
+    CHECK_NOTHROW(validate_token_ids(p, 10));
+    for (int64_t* k : {&p.logprobs, &p.prompt_logprobs}) {
+      *k = 11;
+      try {
+        validate_token_ids(p, 10);
+        FAIL("a count of 11 passed a vocabulary of 10");
+      } catch (const RequestError& e) {
+        CHECK(e.param() == (k == &p.logprobs ? "logprobs" : "prompt_logprobs"));
+        CHECK_THAT(e.what(), Catch::Contains("11") && Catch::Contains("10"));
+      }
+      *k = 10;
+    }
   }
 }
 
@@ -266,6 +282,65 @@ TEST_CASE("logprobs are the raw log-softmax with ranks and an ordered top-k", "[
   // Large logits: no overflow (max subtracted first).
   const std::vector<float> big{1000.0f, 1000.0f};
   CHECK(logprobs_for(big.data(), 2, 0, 0).logprob == Approx(-std::log(2.0)).epsilon(1e-6));
+}
+
+TEST_CASE("top logprobs of any k up to the whole vocabulary", "[sampler]") {
+  // 3000 logits with many ties (one decimal), every tenth token masked by a grammar bitmask:
+  // the list is the k most likely unmasked tokens by logit descending then id ascending (a
+  // plain sort here), below and above the sampler's inline-list size, up to the whole
+  // vocabulary.
+  const int64_t vocab = 3000;
+  std::mt19937_64 rng(11);
+  std::vector<float> l(static_cast<size_t>(vocab));
+  for (float& x : l) x = std::round(static_cast<float>(rng() % 200) - 100.0f) / 10.0f;
+  std::vector<int32_t> mask(static_cast<size_t>((vocab + 31) / 32), -1);
+  std::vector<int32_t> order;
+  for (int32_t i = 0; i < vocab; ++i) {
+    if (i % 10 == 0) {
+      mask[static_cast<size_t>(i / 32)] &= ~(int32_t{1} << (i % 32));
+      continue;
+    }
+    order.push_back(i);
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return l[a] > l[b]; });
+  const double mx = l[static_cast<size_t>(order[0])];
+  double sum = 0.0;
+  for (int32_t i : order) sum += std::exp(static_cast<double>(l[static_cast<size_t>(i)]) - mx);
+  const double lse = mx + std::log(sum);  // over the unmasked tokens only
+  for (int64_t k : {int64_t{0}, int64_t{1}, int64_t{32}, int64_t{33}, int64_t{500},
+                    int64_t{2699}, int64_t{2700}, vocab}) {
+    INFO("k " << k);
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.logprobs = k;
+    std::mt19937_64 unused(0);
+    const SampleResult r = sample(l.data(), vocab, p, kNone, kNone, kNone, unused, mask.data());
+    REQUIRE(r.ok());
+    CHECK(r.token_id == order[0]);
+    CHECK(r.rank == 1);
+    const size_t want = static_cast<size_t>(std::min<int64_t>(k, 2700));
+    REQUIRE(r.top_logprobs.size() == want);
+    for (size_t i = 0; i < want; ++i) {
+      INFO("entry " << i);
+      CHECK(r.top_logprobs[i].token_id == order[i]);
+      CHECK(r.top_logprobs[i].rank == static_cast<int64_t>(i) + 1);
+      CHECK(r.top_logprobs[i].logprob ==
+            Approx(static_cast<double>(l[static_cast<size_t>(order[i])]) - lse).margin(1e-5));
+    }
+  }
+  // Without a mask, k beyond the vocabulary lists it all.
+  CHECK(logprobs_for(l.data(), vocab, 1, vocab + 5).top_logprobs.size() ==
+        static_cast<size_t>(vocab));
+  // Worst case for a kept-sorted list: ascending logits, every one a new maximum.
+  std::vector<float> up(static_cast<size_t>(vocab));
+  for (int64_t i = 0; i < vocab; ++i) up[static_cast<size_t>(i)] = static_cast<float>(i) * 1e-3f;
+  const SampleResult u = logprobs_for(up.data(), vocab, 0, vocab);
+  REQUIRE(u.top_logprobs.size() == static_cast<size_t>(vocab));
+  CHECK(u.top_logprobs.front().token_id == vocab - 1);
+  CHECK(u.top_logprobs.back().token_id == 0);
+  CHECK(u.rank == vocab);
+  CHECK(u.top_logprobs.back().logprob == u.logprob);
 }
 
 TEST_CASE("sample() reports raw logprobs, not the processed ones", "[sampler]") {
@@ -427,9 +502,8 @@ TEST_CASE("SamplingParams::validate names the bad field", "[sampler]") {
   expect([](SamplingParams& p) { p.min_tokens = 17; }, "min_tokens");  // > max_tokens 16
   expect([](SamplingParams& p) { p.stop_token_ids = {-3}; }, "stop_token_ids");
   expect([](SamplingParams& p) { p.stop = {"ok", ""}; }, "stop");
-  expect([](SamplingParams& p) { p.logprobs = 21; }, "logprobs");
   expect([](SamplingParams& p) { p.logprobs = -2; }, "logprobs");
-  expect([](SamplingParams& p) { p.prompt_logprobs = 21; }, "prompt_logprobs");
+  expect([](SamplingParams& p) { p.prompt_logprobs = -2; }, "prompt_logprobs");
   // Caps on the per-token work a request adds (issue 9, F1): one over each bound fails.
   expect([](SamplingParams& p) { p.stop.assign(kMaxStopStrings + 1, "x"); }, "stop");
   expect([](SamplingParams& p) { p.stop = {std::string(kMaxStopStringBytes + 1, 'x')}; },
@@ -450,7 +524,8 @@ TEST_CASE("SamplingParams::validate names the bad field", "[sampler]") {
   ok.top_k = -1;
   ok.min_p = 1.0f;
   ok.presence_penalty = -2.0f;
-  ok.logprobs = 20;
+  ok.logprobs = 151936;  // any count: the vocabulary bounds it (validate_token_ids)
+  ok.prompt_logprobs = 151936;
   ok.min_tokens = 16;
   CHECK_NOTHROW(ok.validate());
   ok.stop.assign(kMaxStopStrings, std::string(kMaxStopStringBytes, 'x'));

@@ -227,7 +227,7 @@ TEST_CASE("type and range errors name the field", "[server][request]") {
       {{{"stream", true}, {"stream_options", 5}}, "stream_options"},
       {{{"stream", true}, {"stream_options", {{"include_usage", "y"}}}},
        "stream_options.include_usage"},
-      {{{"logprobs", 21}}, "logprobs"},
+      {{{"logprobs", int64_t{1} << 31}}, "logprobs"},  // > int32: beyond any vocabulary
       {{{"logprobs", -2}}, "logprobs"},  // -1 is vLLM's whole vocabulary
       {{{"logprobs", true}}, "logprobs"},  // an integer on completions
       {{{"echo", "true"}}, "echo"},
@@ -396,7 +396,8 @@ TEST_CASE("chat logprobs: a boolean plus top_logprobs", "[server][request]") {
   const auto c = parse_chat_request(chat({{"logprobs", false}}));
   CHECK(c.params.logprobs == -1);
   CHECK(chat_error(chat({{"top_logprobs", 2}})).param() == "top_logprobs");  // needs logprobs
-  CHECK(chat_error(chat({{"logprobs", true}, {"top_logprobs", 21}})).param() == "top_logprobs");
+  CHECK(chat_error(chat({{"logprobs", true}, {"top_logprobs", int64_t{1} << 31}})).param() ==
+        "top_logprobs");
   CHECK(chat_error(chat({{"logprobs", 3}})).param() == "logprobs");  // a boolean on chat
 }
 
