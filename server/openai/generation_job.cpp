@@ -202,7 +202,10 @@ void GenerationJob::prepare() {
       lens.push_back(n);
       capped.push_back(std::min(max_tokens[p], std::max<int64_t>(engine_.max_model_len() - n, 0)));
     }
-    check_logprob_budget(req_, lens, capped);
+    const int64_t vocab = engine_.vocab_size();
+    const int64_t k = ctx_.config.max_logprobs < 0 ? vocab
+                                                   : std::min(ctx_.config.max_logprobs, vocab);
+    check_logprob_budget(req_, lens, capped, logprob_entry_limit(k));
   }
 
   // All choices at once; the queue limit (503) is checked by the engine under the lock that

@@ -814,10 +814,14 @@ int64_t logprob_entries(const GenerateRequest& r, const std::vector<int64_t>& pr
   return sat_mul(per_choice_total, std::max<int64_t>(r.n, 1));
 }
 
+int64_t logprob_entry_limit(int64_t max_logprobs) {
+  return std::max(kMaxLogprobEntries, sat_mul(64, sat_add(std::max<int64_t>(max_logprobs, 0), 1)));
+}
+
 void check_logprob_budget(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
-                          const std::vector<int64_t>& max_tokens) {
+                          const std::vector<int64_t>& max_tokens, int64_t limit) {
   const int64_t entries = logprob_entries(r, prompt_lens, max_tokens);
-  if (entries <= kMaxLogprobEntries) return;
+  if (entries <= limit) return;
   const bool chat = r.endpoint == Endpoint::kChatCompletions;
   const char* field = chat ? (!r.chat_logprobs ? "prompt_logprobs"
                               : r.logprobs > 0 ? "top_logprobs"
@@ -825,7 +829,7 @@ void check_logprob_budget(const GenerateRequest& r, const std::vector<int64_t>& 
                            : (r.logprobs >= 0 ? "logprobs" : "prompt_logprobs");
   throw bad_request("the response would carry " + std::to_string(entries) +
                         " logprob entries (n x tokens x (top logprobs + 1)), more than the limit "
-                        "of " + std::to_string(kMaxLogprobEntries) +
+                        "of " + std::to_string(limit) +
                         "; lower n, max_tokens, the number of top logprobs, or the prompt " +
                         "(echo, prompt_logprobs)",
                     field);

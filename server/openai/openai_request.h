@@ -140,10 +140,17 @@ inline constexpr int64_t kMaxLogprobEntries = 1000000;
 int64_t logprob_entries(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
                         const std::vector<int64_t>& max_tokens);
 
+/// The logprob entry budget of one response under --max-logprobs k (k already resolved to at
+/// most the vocabulary): kMaxLogprobEntries, or 64 rows of k + 1 entries when more, so that
+/// an operator who allows whole-vocabulary logprobs (vLLM's test_chat_echo.py: prompt_logprobs
+/// -1 on a 30-token prompt) gets them for short prompts while the response stays bounded.
+int64_t logprob_entry_limit(int64_t max_logprobs);
+
 /// Throws ApiError 400 naming the logprobs field ("logprobs", "top_logprobs" or
-/// "prompt_logprobs") when logprob_entries() exceeds kMaxLogprobEntries; the message gives the
-/// count, the limit and what to lower.
+/// "prompt_logprobs") when logprob_entries() exceeds `limit`; the message gives the count, the
+/// limit and what to lower.
 void check_logprob_budget(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
-                          const std::vector<int64_t>& max_tokens);
+                          const std::vector<int64_t>& max_tokens,
+                          int64_t limit = kMaxLogprobEntries);
 
 }  // namespace octet::server

@@ -180,7 +180,7 @@ TEST_CASE("a concurrency limit of 1 queues the second request behind the first")
   CHECK(r[1].start_time >= r[0].start_time + r[0].latency - 1e-3);
 }
 
-TEST_CASE("a refused connection is a failed request, not a crash; http_get throws") {
+TEST_CASE("a refused connection is a failed request, not a crash, http_get throws") {
   int port = 0;
   {
     FakeServer gone([](const FakeRequest&, int) {});

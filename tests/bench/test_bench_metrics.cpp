@@ -135,7 +135,7 @@ TEST_CASE("goodput counts requests meeting every SLO") {
   CHECK(calculate_metrics(script(), 2.0, words, {}, edge).request_goodput == exact(0.5));
 }
 
-TEST_CASE("all requests failed: zeros, no crash; a zero duration is an error") {
+TEST_CASE("all requests failed: zeros, no crash, a zero duration is an error") {
   std::vector<RequestRecord> r(2);
   r[0].error = "refused";
   r[1].error = "refused";

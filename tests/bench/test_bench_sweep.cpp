@@ -35,7 +35,7 @@ TEST_CASE("least squares: exact line and a hand-worked noisy one") {
   CHECK(!least_squares({5, 5}, {1, 2}).valid);  // no spread in x
 }
 
-TEST_CASE("the grid: kv dtypes times serve flags; workloads nested input, output, concurrency") {
+TEST_CASE("the grid: kv dtypes times serve flags, workloads nested input, output, concurrency") {
   const auto v = serve_variants("bf16,fp8_e4m3", "max-num-seqs=8,16;--block-size=16");
   REQUIRE(v.size() == 4);
   CHECK(v[0].label() == "kv=bf16 max-num-seqs=8 block-size=16");
@@ -100,7 +100,7 @@ TEST_CASE("a real sweep starts octet serve per kv dtype and writes every point")
   std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("the gnuplot script quotes every path and label; a line break is refused") {
+TEST_CASE("the gnuplot script quotes every path and label, a line break is refused") {
   const std::string g = gnuplot_script("/d/it's/results.csv", "/d/it's", {"kv=a'b `id`"},
                                        {{"kv=a'b `id`", {0.5, 1.0, true}}});
   // Single-quoted gnuplot strings with quotes doubled: no substitution happens inside them.
@@ -115,7 +115,7 @@ TEST_CASE("the gnuplot script quotes every path and label; a line break is refus
                     Catch::Contains("more than 1024 server configurations"));
 }
 
-TEST_CASE("sweep --output-dir with quotes, ; and $(...) runs no command; gnuplot gets argv") {
+TEST_CASE("sweep --output-dir with quotes, semicolons and $(...) runs no command, gnuplot gets argv") {
   // The old sweep ran `gnuplot DIR/plots.gnuplot 2>DIR/gnuplot.log` through /bin/sh. A fake
   // gnuplot first in $PATH records its arguments: one, the script's path, byte for byte.
   const std::string stories = octet::testing::stories();

@@ -11,7 +11,7 @@
 
 using namespace octet;
 
-TEST_CASE("the device option accepts cpu, cuda, cuda:N and auto; auto is the default", "[config]") {
+TEST_CASE("the device option accepts cpu, cuda, cuda:N and auto, auto is the default", "[config]") {
   for (const char* d : {"cpu", "cuda", "cuda:0", "cuda:12", "auto"}) CHECK_NOTHROW(validate_device(d));
   CHECK(EngineArgs{}.device == "auto");
   CHECK(GenerateConfig{}.device == "auto");

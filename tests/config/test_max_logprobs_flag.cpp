@@ -10,7 +10,7 @@
 using octet::ServeConfig;
 using Catch::Matchers::Contains;
 
-TEST_CASE("--max-logprobs: default 20, -1 or any count up to int32", "[config][serve]") {
+TEST_CASE("max-logprobs flag: default 20, -1 or any count up to int32", "[config][serve]") {
   ServeConfig c;
   c.engine.model = "m";
   CHECK(c.max_logprobs == 20);  // vLLM's default

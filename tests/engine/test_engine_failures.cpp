@@ -32,7 +32,7 @@ void require_same(const Result& a, const Result& b) {
 
 }  // namespace
 
-TEST_CASE("a request whose every logit is masked fails alone; the engine stays alive",
+TEST_CASE("a request that could sample no token is refused alone, the engine stays alive",
           "[engine][failures]") {
   auto engine = Engine::create(testing::engine_args(
       stories(), {.quantization = "none", .num_kv_blocks = 64, .max_model_len = 256}));
@@ -48,8 +48,9 @@ TEST_CASE("a request whose every logit is masked fails alone; the engine stays a
   const Result solo = collect_outcome(*engine->add_request("solo", prompt, normal));
   REQUIRE(solo.token_ids.size() == 24);
 
-  // min_tokens masks every stop token; listing every id as a stop token leaves no token to
-  // sample (passes validation: the ids are in the vocabulary). Greedy and random variants.
+  // min_tokens masks every stop token; listing every id as a stop token would leave no token
+  // to sample in every step: refused when added (a 400 naming min_tokens), greedy or not,
+  // while a request already running goes on untouched.
   SamplingParams masked;
   masked.max_tokens = 3;
   masked.min_tokens = 1;
@@ -59,18 +60,27 @@ TEST_CASE("a request whose every logit is masked fails alone; the engine stays a
   masked_greedy.temperature = 0.0f;
   masked_greedy.logprobs = 1;
 
-  auto bad1 = engine->add_request("bad1", random_prompt(30, 2), masked);
   auto good = engine->add_request("good", prompt, normal);
-  auto bad2 = engine->add_request("bad2", random_prompt(5, 3), masked_greedy);
-  const Result r1 = collect_outcome(*bad1);
-  const Result rg = collect_outcome(*good);
-  const Result r2 = collect_outcome(*bad2);
-  for (const Result* r : {&r1, &r2}) {
-    CHECK(r->finished);
-    CHECK(r->finish_reason == "abort");
-    CHECK_THAT(r->error, Catch::Contains("-inf"));
-    CHECK(r->token_ids.empty());
+  for (const SamplingParams* p : {&masked, &masked_greedy}) {
+    try {
+      engine->add_request("bad", random_prompt(30, 2), *p);
+      FAIL("a request that can sample no token was accepted");
+    } catch (const RequestError& e) {
+      CHECK(e.kind() == RequestErrorKind::InvalidRequest);
+      CHECK(e.param() == "min_tokens");
+      CHECK_THAT(e.what(), Catch::Contains("cannot be met"));
+    }
   }
+  // With one id left out of the stop list that token is samplable: the request runs, and
+  // greedy or not its first token is that id.
+  SamplingParams one_left = masked_greedy;
+  one_left.stop_token_ids.pop_back();
+  const int32_t last = static_cast<int32_t>(engine->vocab_size() - 1);
+  const Result r1 = collect_outcome(*engine->add_request("one_left", random_prompt(5, 3), one_left));
+  REQUIRE(r1.error.empty());
+  REQUIRE(!r1.token_ids.empty());
+  CHECK(r1.token_ids[0] == last);
+  const Result rg = collect_outcome(*good);
   require_same(rg, solo);
 
   // The engine is alive, holds no request and has every block back.

@@ -57,7 +57,7 @@ TEST_CASE("kv accuracy: bf16 KV perplexity agrees with the dense FP32-KV referen
   CHECK(r.perplexity < 20.0);  // the model does predict this text
 }
 
-TEST_CASE("kv accuracy: FP8 costs measurable, bounded accuracy; 2 mantissa bits cost more",
+TEST_CASE("kv accuracy: FP8 costs measurable, bounded accuracy, 2 mantissa bits cost more",
           "[kv_accuracy]") {
   const KVAccuracyResult e4m3 = compare_kv_cache_dtype(args("fp8_e4m3", "auto"), text(), 300);
   const KVAccuracyResult e5m2 = compare_kv_cache_dtype(args("fp8_e5m2", "auto"), text(), 300);

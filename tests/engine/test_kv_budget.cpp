@@ -114,7 +114,7 @@ TEST_CASE("kv budget: the CPU's fraction x memory - weights - activations - grap
   CHECK(kv_budget_bytes(small) == -10);
 }
 
-TEST_CASE("kv budget: graph sizes follow vLLM's ladder; eager or no graphs capture none",
+TEST_CASE("kv budget: graph sizes follow vLLM's ladder, eager or no graphs capture none",
           "[budget]") {
   CHECK(captured_graph_sizes(false, true, 8) == std::vector<int64_t>{1, 2, 4, 8});
   CHECK(captured_graph_sizes(false, true, 20) == std::vector<int64_t>{1, 2, 4, 8, 16});

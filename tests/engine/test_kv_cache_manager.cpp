@@ -176,7 +176,7 @@ TEST_CASE("only tokens computed by the end of the step are cached", "[kv_cache_m
   CHECK(kv.prefix_cache_hits() == 0);
 }
 
-TEST_CASE("allocation is all or nothing; evictable hit blocks count as used", "[kv_cache_manager]") {
+TEST_CASE("allocation is all or nothing, evictable hit blocks count as used", "[kv_cache_manager]") {
   KVCacheManager kv(5, 4, true, 0, 64);  // blocks 1..4
   Request a("a", iota_tokens(1, 12));
   REQUIRE(kv.allocate_slots(a, 12, kv.get_computed_blocks(a)));

@@ -70,7 +70,7 @@ TEST_CASE("per-token-head KV: a request is bit-identical alone and in a batch of
   for (int i = 0; i < 16; ++i) CHECK(batch[i].token_ids.size() == 12u + i % 5);
 }
 
-TEST_CASE("per-token-head KV: page size counts the scales; the table says dynamic",
+TEST_CASE("per-token-head KV: page size counts the scales, the table says dynamic",
           "[engine][token_scale]") {
   CacheConfig c;
   c.kv_cache_dtype = "fp8_per_token_head";

@@ -71,7 +71,7 @@ const KVVariantReport& find(const KVReport& r, const std::string& f, const std::
 }  // namespace
 
 TEST_CASE(
-    "kv-report: K/V beyond FP8's range clip at unit scale; calibrated and per-token-head "
+    "kv-report: K/V beyond FP8's range clip at unit scale, calibrated and per-token-head "
     "scales give the original's KL",
     "[kv_report]") {
   testing::TempDir dir;

@@ -90,7 +90,7 @@ TEST_CASE("run_program: argv verbatim, no shell, exit status, output file", "[kv
   CHECK_THROWS_AS(gnuplot_quote("a\nsystem('id')"), std::invalid_argument);
 }
 
-TEST_CASE("kv-report --heatmap: a path with quotes, ; and $(...) runs no command", "[kv_report]") {
+TEST_CASE("kv-report --heatmap: a path with quotes, semicolons and $(...) runs no command", "[kv_report]") {
   testing::TempDir dir;
   FakeGnuplot fake(dir.file("bin"));
   const std::string pwned = "/tmp/octet_pwned_heatmap_" + std::to_string(::getpid());

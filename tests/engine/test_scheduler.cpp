@@ -129,7 +129,7 @@ TEST_CASE("chunked prefill: prompts of 10, 3 and 5 tokens under a budget of 8", 
   CHECK(st.prefix_cache_hits == 0);
 }
 
-TEST_CASE("max_num_seqs caps the running set; a finished request makes room", "[scheduler]") {
+TEST_CASE("max_num_seqs caps the running set, a finished request makes room", "[scheduler]") {
   Harness h(config(8, 32, /*max_num_seqs=*/2), 64);
   h.add("A", tokens(100, 10));
   h.add("B", tokens(200, 3));

@@ -233,7 +233,7 @@ TEST_CASE("nccl: collectives over every GPU match the host reference", "[nccl][c
   }
 }
 
-TEST_CASE("nccl: a communicator from an id joins as its rank; bad arguments are errors",
+TEST_CASE("nccl: a communicator from an id joins as its rank, bad arguments are errors",
           "[nccl][cuda]") {
   gpu_count_or_skip();
   CUDA_REQUIRE(cudaSetDevice(0));

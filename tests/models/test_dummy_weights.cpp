@@ -307,7 +307,7 @@ TEST_CASE("dummy weights: the tiny preset's forward gives finite, spread logits"
   }
 }
 
-TEST_CASE("dummy --model: presets, config.json directories and files; clear errors", "[dummy]") {
+TEST_CASE("dummy --model: presets, config.json directories and files, clear errors", "[dummy]") {
   CHECK(find_dummy_model("tiny-llama").vocab_from_tokenizer);
   CHECK(find_dummy_model("llama-3.1-8b").label == "preset llama-3.1-8b");
   const std::filesystem::path dir =

@@ -127,7 +127,7 @@ TEST_CASE("validate_request_head applies RFC 9112 6.1, 6.3 and 3.2", "[http]") {
   CHECK(e10->status == 400);
 }
 
-TEST_CASE("AcceptBackoff doubles from 10 ms to 1 s and resets; logs are rate-limited", "[http]") {
+TEST_CASE("AcceptBackoff doubles from 10 ms to 1 s and resets, logs are rate-limited", "[http]") {
   octet::server::AcceptBackoff b;
   std::vector<int64_t> delays;
   for (int i = 0; i < 10; ++i) delays.push_back(b.on_failure().count());

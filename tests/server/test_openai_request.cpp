@@ -183,7 +183,7 @@ TEST_CASE("sampling fields reach SamplingParams", "[server][request]") {
   CHECK(r.params.include_stop_str_in_output);
 }
 
-TEST_CASE("stop as a list; null fields keep defaults", "[server][request]") {
+TEST_CASE("stop as a list, null fields keep defaults", "[server][request]") {
   const auto r = parse_completion_request(completion(
       {{"stop", {"a", "bc"}}, {"temperature", nullptr}, {"seed", nullptr}, {"n", nullptr}}));
   CHECK(r.params.stop == std::vector<std::string>{"a", "bc"});

@@ -530,3 +530,18 @@ TEST_CASE("prompt_surely_too_long: bytes beyond max_model_len x the longest toke
   CHECK_FALSE(prompt_surely_too_long(1u << 30, 0, 100));
   CHECK_FALSE(prompt_surely_too_long(SIZE_MAX, INT64_MAX, INT64_MAX));
 }
+
+TEST_CASE("logprob budget: --max-logprobs at the vocabulary allows 64 whole-vocabulary rows",
+          "[limits][logprobs]") {
+  // The default (20) and anything up to 15,624 keep the fixed 1,000,000 entries.
+  CHECK(logprob_entry_limit(20) == kMaxLogprobEntries);
+  CHECK(logprob_entry_limit(15624) == kMaxLogprobEntries);  // 64 x 15,625 = 1,000,000
+  CHECK(logprob_entry_limit(15625) == 64 * 15626);
+  // SmolLM2's 49,152 tokens: vLLM's test_chat_echo.py asks prompt_logprobs -1 on a ~30-token
+  // chat prompt (30 x 49,153 = 1,474,590 entries), refused at the fixed limit.
+  GenerateRequest chat = parse_chat_request(parse_json_body(
+      R"({"messages":[{"role":"user","content":"hi"}],"prompt_logprobs":49152,"max_tokens":1})"));
+  CHECK_THROWS_AS(check_logprob_budget(chat, {30}, {1}), ApiError);
+  CHECK_NOTHROW(check_logprob_budget(chat, {30}, {1}, logprob_entry_limit(49152)));
+  CHECK_THROWS_AS(check_logprob_budget(chat, {65}, {1}, logprob_entry_limit(49152)), ApiError);
+}

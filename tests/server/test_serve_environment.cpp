@@ -83,7 +83,7 @@ TEST_CASE("a flag on the command line overrides its variable, in both spellings"
         5);
 }
 
-TEST_CASE("bool variables: 1/true/yes/on set, 0/false/no/off unset; either flag wins") {
+TEST_CASE("bool variables: 1/true/yes/on set, 0/false/no/off unset, either flag wins") {
   for (const char* v : {"1", "true", "TRUE", "yes", "on"}) {
     CAPTURE(v);
     CHECK(parse({}, {{"OCTET_DISABLE_LOG_REQUESTS", v}}).disable_log_requests);
