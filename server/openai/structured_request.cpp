@@ -60,7 +60,13 @@ StructuredOutputParams from_response_format(const json& rf) {
     throw bad_request("'response_format' must be an object with a string 'type'", field);
   const std::string type = rf["type"].get<std::string>();
   if (type == "text") return {};
-  if (type == "json_object") return make(StructuredOutputKind::JsonObject, "", field);
+  if (type == "json_object") {
+    // llama.cpp's server also takes a schema here ({"type": "json_object", "schema": {...}}).
+    if (rf.contains("schema") && !rf["schema"].is_null())
+      return make(StructuredOutputKind::Json,
+                  schema_text(rf["schema"], "response_format.schema", false, field), field);
+    return make(StructuredOutputKind::JsonObject, "", field);
+  }
   if (type == "json_schema") {
     // vLLM: "When response_format type is 'json_schema', the 'json_schema' field must be
     // provided."
@@ -181,7 +187,10 @@ void keep_key_order(GenerateRequest& r, const std::string& body_text) {
   };
   std::optional<std::string> spec;
   if (schema && so.field == "response_format" && body.contains("response_format")) {
-    const ojson& js = body["response_format"].value("json_schema", ojson());
+    const ojson& rf = body["response_format"];
+    const ojson& js = rf.is_object() && rf.value("type", ojson()) == "json_object"
+                          ? rf
+                          : rf.value("json_schema", ojson());
     if (js.is_object()) {
       const char* key = js.contains("schema") ? "schema" : "json_schema";
       if (js.contains(key)) spec = ordered_schema(js[key]);

@@ -51,7 +51,7 @@ TEST_CASE("random prompts encode to exactly prefix + input length") {
   CHECK(random_dataset(*tok, o)[3].prompt == reqs[3].prompt);
 }
 
-TEST_CASE("random lengths are uniform in [floor(L(1-r)), ceil(L(1+r))]") {
+TEST_CASE("random lengths are uniform in floor(L(1-r))..ceil(L(1+r))") {
   auto tok = load_bench_tokenizer(octet::testing::stories());
   RandomDatasetOptions o;
   o.num_prompts = 200;

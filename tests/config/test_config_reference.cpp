@@ -207,7 +207,7 @@ TEST_CASE("format_default: shortest round-trip numbers", "[config][reference]") 
   CHECK(format_default(std::string("fcfs")) == "fcfs");
 }
 
-TEST_CASE("options_table escapes '|', '<', '&' and '\\' in help, '|' in defaults",
+TEST_CASE("options_table escapes '|', '<', '&' and backslashes in help, '|' in defaults",
           "[config][reference]") {
   const std::string t = options_table(describe_options<ToyConfig>(), false);
   CHECK(t ==

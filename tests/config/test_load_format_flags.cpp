@@ -91,7 +91,7 @@ TEST_CASE("load_format accepts auto and dummy only", "[load_format]") {
   CHECK_THROWS_WITH(b.validate(), Contains("--load-format"));
 }
 
-TEST_CASE("gpu_memory_utilization must be in (0, 1], 0 the default", "[load_format]") {
+TEST_CASE("gpu_memory_utilization must be in (0, 1) or 1, 0 the default", "[load_format]") {
   CacheConfig c;
   for (double f : {0.0, 1e-6, 0.5, 0.9, 1.0}) {
     c.gpu_memory_utilization = f;

@@ -237,7 +237,7 @@ TEST_CASE("stop strings count only after min_tokens tokens", "[detokenizer]") {
   run(ids_of(kFrance), p, "The capital of ");
 }
 
-TEST_CASE("after a stop, pushes are ignored, ids without a token are \"\"", "[detokenizer]") {
+TEST_CASE("after a stop, pushes are ignored, ids without a token are empty text", "[detokenizer]") {
   SamplingParams p;
   p.stop = {"capital"};
   RequestDetokenizer d(smollm2(), {}, p);

@@ -97,7 +97,7 @@ TEST_CASE("padded vocabulary: prompt ids in the gap run, and ids past vocab_size
   }
 }
 
-TEST_CASE("padded vocabulary: a sampled id without a token is text \"\", never an error",
+TEST_CASE("padded vocabulary: a sampled id without a token is empty text, never an error",
           "[engine][padded_vocab]") {
   auto engine = padded_engine();
   SamplingParams p;
@@ -113,7 +113,7 @@ TEST_CASE("padded vocabulary: a sampled id without a token is text \"\", never a
   CHECK(r.finish_reason == "length");
 }
 
-TEST_CASE("RequestDetokenizer: ids past the tokenizer decode to \"\" in the prompt and output",
+TEST_CASE("RequestDetokenizer: ids past the tokenizer decode to empty text in the prompt and output",
           "[engine][padded_vocab]") {
   auto engine = padded_engine();
   // The loaded Tokenizer is reached through a fresh load of the same directory.

@@ -169,7 +169,7 @@ TEST_CASE("tp: a size the heads do not divide fails at start-up naming the count
 
 namespace octet {
 
-TEST_CASE("tp: --tensor-parallel-size is checked against [1, 64] before loading", "[tp]") {
+TEST_CASE("tp: --tensor-parallel-size is checked against 1..64 before loading", "[tp]") {
   for (int64_t bad : {0, -1, 65}) {
     EngineArgs a = args(bad);
     CHECK_THROWS_WITH(a.validate(), Catch::Contains("--tensor-parallel-size must be in [1, 64]"));

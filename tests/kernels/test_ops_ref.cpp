@@ -23,7 +23,7 @@ TEST_CASE("rms_norm divides by the root mean square and scales by weight", "[ops
   CHECK(y[0] == 0.0f);
 }
 
-TEST_CASE("linear computes x W^T + b with W as [out, in]", "[ops_ref]") {
+TEST_CASE("linear computes x W^T + b with W as (out, in)", "[ops_ref]") {
   // x: [2, 3], W: [2 out, 3 in]
   const std::vector<float> x{1, 2, 3, -1, 0, 1}, w{1, 0, 0, 1, 1, 1}, b{10, 20};
   std::vector<float> y(4);

@@ -149,7 +149,7 @@ TEST_CASE("kv scales: legacy kv_scale is used for K and V", "[kv_scales]") {
   CHECK_FALSE(s[2].has_value());
 }
 
-TEST_CASE("kv scales: llm-compressor attn_head layout, BF16 [num_kv_heads, 1, 1]",
+TEST_CASE("kv scales: llm-compressor attn_head layout, BF16 (num_kv_heads, 1, 1)",
           "[kv_scales]") {
   TempDir tmp;
   std::vector<WriterTensor> t;
@@ -166,7 +166,7 @@ TEST_CASE("kv scales: llm-compressor attn_head layout, BF16 [num_kv_heads, 1, 1]
   }
 }
 
-TEST_CASE("kv scales: llm-compressor tensor layout, BF16 [1], F16 and per-head F32 [H]",
+TEST_CASE("kv scales: llm-compressor tensor layout, BF16 (1), F16 and per-head F32 (H)",
           "[kv_scales]") {
   TempDir tmp;
   SECTION("strategy tensor, BF16 [1]") {

@@ -195,7 +195,7 @@ TEST_CASE("tokenizer hostile: fields of the wrong JSON type are ModelFileErrors"
              Catch::Contains("pre_tokenizer: bad pre-tokenizer regex"));
 }
 
-TEST_CASE("tokenizer hostile: 4 MB of spaces through Replace(\" \", \"▁\") is linear",
+TEST_CASE("tokenizer hostile: 4 MB of spaces through Replace(' ', '▁') is linear",
           "[tokenizer][hostile][linear]") {
   const auto tok = llama2_style();
   const int32_t space = tok->token_to_id("\xE2\x96\x81");

@@ -145,6 +145,21 @@ def last_wins(flags):
     return [x for k in order for x in groups[k]]
 
 
+def tool_parser_for(template_file):
+    """octet's --tool-call-parser for a llama.cpp test template (None: the model's own,
+    SmolLM2's ChatML, whose tool calls are Hermes-style), or None when octet has none."""
+    if not template_file:
+        return "hermes"
+    name = os.path.basename(template_file).lower()
+    if "llama-3" in name:
+        return "llama3_json"
+    if "mistral" in name:
+        return "mistral"
+    if "hermes" in name or "qwen" in name:
+        return "hermes"
+    return None
+
+
 def translate_llamacpp(argv):
     """llama-server ARGS -> (host, port, octet flags without --port/--host)."""
     known = octet_flags()
@@ -167,8 +182,17 @@ def translate_llamacpp(argv):
         flags += ["--api-key", d["--api-key"]]
     if d.get("--chat-template-file"):  # relative to the test's directory; the pool's differs
         flags += ["--chat-template", os.path.abspath(d["--chat-template-file"])]
+    if "--jinja" in d:
+        # llama-server --jinja parses tool calls in the format its chat template implies;
+        # octet's parser for that family (vLLM's flags), where octet has one.
+        parser = tool_parser_for(d.get("--chat-template-file"))
+        if parser:
+            flags += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+        else:
+            log("dropped --jinja tool-call parsing (no octet parser for %s)"
+                % d.get("--chat-template-file"))
     used = {"--host", "--port", "--alias", "--ctx-size", "--parallel", "--api-key",
-            "--chat-template-file", "--kv-unified"}
+            "--chat-template-file", "--kv-unified", "--jinja"}
     for k, v in split_flags(argv):
         if k in used:
             continue

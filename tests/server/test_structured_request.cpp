@@ -154,6 +154,17 @@ TEST_CASE("llama.cpp's json_schema and grammar fields", "[server][structured]") 
   CHECK(g.kind == StructuredOutputKind::Grammar);
   CHECK(g.field == "grammar");
   CHECK_FALSE(chat_so({{"grammar", ""}}).active());
+  // llama.cpp's response_format {"type": "json_object", "schema": ...} is that schema; a
+  // schema that is not an object or boolean is a 400 naming response_format.
+  const auto rs = chat_so({{"response_format", {{"type", "json_object"}, {"schema", kSchema}}}});
+  CHECK(rs.kind == StructuredOutputKind::Json);
+  CHECK(rs.field == "response_format");
+  CHECK(json::parse(rs.spec) == kSchema);
+  CHECK(chat_so({{"response_format", {{"type", "json_object"}, {"schema", nullptr}}}}).kind ==
+        StructuredOutputKind::JsonObject);
+  const ApiError e = error_of(json{{"response_format", {{"type", "json_object"}, {"schema", 123}}}});
+  CHECK(e.status() == 400);
+  CHECK(e.param() == "response_format");
 }
 
 TEST_CASE("more than one constraint gets 400", "[server][structured]") {
