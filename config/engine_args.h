@@ -27,6 +27,9 @@ struct EngineArgs {
   // Added last, so that positional aggregate initialisation keeps its meaning.
   int64_t threads = 0;  // CPU worker threads; 0: from the affinity mask and cgroup quota
   std::string lm_head_dtype = "bf16";
+  // Not a flag: the benchmarks set it. Touch the whole KV pool at start; on the CPU its pages
+  // are otherwise faulted in as blocks are first used, inside timed steps.
+  bool prefault_kv_cache = false;
 
   template <class Visitor>
   static void visit(EngineArgs& c, Visitor&& v) {

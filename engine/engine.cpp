@@ -170,6 +170,7 @@ void Engine::Impl::start() {
                                            sched.max_num_batched_tokens, sched.max_num_seqs,
                                            DecodeGraphOptions{!args.enforce_eager,
                                                               m.setup.max_model_len});
+  if (args.prefault_kv_cache) m.runner->prefault_kv_cache();
   if (steps) {
     // Node 0's blocks must exist on every node (budgets may differ between machines).
     const std::string kv = "block_size=" + std::to_string(m.setup.block_size) +

@@ -157,6 +157,11 @@ ModelRunner::ModelRunner(const LoadedModel& loaded, int64_t num_blocks, int64_t 
   }
 }
 
+void ModelRunner::prefault_kv_cache() {
+  for (Rank& k : ranks_)
+    if (k.cache) k.cache->prefault();
+}
+
 ModelRunner::~ModelRunner() {
   // The graphs read this runner's buffers: drop them with it.
   for (Rank& k : ranks_)

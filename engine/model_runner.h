@@ -67,6 +67,9 @@ class ModelRunner {
 
   ~ModelRunner();
 
+  /// Every rank's PagedKVCache::prefault(); call before the first step.
+  void prefault_kv_cache();
+
   /// Builds the batch for `out` (block ids from `kv`) and runs the forward pass. A request is
   /// sampled when its scheduled tokens reach its last token; prompt-logprob rows are added for
   /// requests that asked for them.

@@ -1,6 +1,7 @@
 // `octet bench structured` (structured_output_bench.h).
 #include "engine/structured_output_bench.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
@@ -62,7 +63,8 @@ double apply_us(int64_t vocab) {
 
 StructuredBenchResult bench_structured(Engine& engine, const std::vector<std::string>& json_schemas,
                                        const std::vector<int64_t>& concurrency,
-                                       int64_t max_tokens) {
+                                       int64_t max_tokens, int64_t rounds) {
+  if (rounds < 1) throw std::invalid_argument("bench_structured: rounds must be >= 1");
   if (json_schemas.empty()) throw std::invalid_argument("bench structured: no JSON schema given");
   for (int64_t c : concurrency)
     if (c < 1) throw std::invalid_argument("bench structured: concurrency must be >= 1");
@@ -83,13 +85,37 @@ StructuredBenchResult bench_structured(Engine& engine, const std::vector<std::st
   json.structured_outputs.spec = json_schemas.front();
   json.structured_outputs.field = "json_schema";
   const EngineStats before = engine.stats();
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  };
   for (int64_t c : concurrency) {
     StructuredItl row;
     row.concurrency = c;
-    std::tie(row.itl_ms_unconstrained, row.tokens_unconstrained) =
-        run_batch(engine, prompt, plain, c, "plain" + std::to_string(c));
-    std::tie(row.itl_ms_json, row.tokens_json) =
-        run_batch(engine, prompt, json, c, "json" + std::to_string(c));
+    row.rounds = rounds;
+    std::vector<double> plain_ms, json_ms, ratios;
+    for (int64_t k = 0; k < rounds; ++k) {
+      const std::string tag = std::to_string(c) + "_" + std::to_string(k);
+      std::pair<double, int64_t> p, q;
+      if (k % 2 == 0) {  // alternate the order: neither run always follows the other
+        p = run_batch(engine, prompt, plain, c, "plain" + tag);
+        q = run_batch(engine, prompt, json, c, "json" + tag);
+      } else {
+        q = run_batch(engine, prompt, json, c, "json" + tag);
+        p = run_batch(engine, prompt, plain, c, "plain" + tag);
+      }
+      plain_ms.push_back(p.first);
+      json_ms.push_back(q.first);
+      ratios.push_back(p.first > 0 ? q.first / p.first : 0.0);
+      row.tokens_unconstrained = p.second;
+      row.tokens_json = q.second;
+    }
+    row.itl_ms_unconstrained = median(plain_ms);
+    row.itl_ms_json = median(json_ms);
+    row.ratio_median = median(ratios);
+    row.ratio_min = *std::min_element(ratios.begin(), ratios.end());
+    row.ratio_max = *std::max_element(ratios.begin(), ratios.end());
     r.itl.push_back(row);
   }
   const EngineStats after = engine.stats();
@@ -114,7 +140,11 @@ std::string structured_bench_json(const StructuredBenchResult& r) {
                         {"itl_ms_unconstrained", i.itl_ms_unconstrained},
                         {"itl_ms_json", i.itl_ms_json},
                         {"tokens_unconstrained", i.tokens_unconstrained},
-                        {"tokens_json", i.tokens_json}});
+                        {"tokens_json", i.tokens_json},
+                        {"rounds", i.rounds},
+                        {"ratio_median", i.ratio_median},
+                        {"ratio_min", i.ratio_min},
+                        {"ratio_max", i.ratio_max}});
   return j.dump();
 }
 

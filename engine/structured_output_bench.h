@@ -10,15 +10,19 @@ namespace octet {
 
 class Engine;
 
-/// ITL of one concurrency: `concurrency` identical greedy requests at once, unconstrained, then
-/// again constrained to the first schema. itl_ms: mean over requests of (e2e - first token) /
-/// (generated - 1), engine-thread timings; tokens: generated tokens, all requests.
+/// ITL of one concurrency: `concurrency` identical greedy requests at once, unconstrained and
+/// constrained to the first schema, in `rounds` rounds that alternate which runs first. A run's
+/// ITL: mean over requests of (e2e - first token) / (generated - 1), engine-thread timings.
+/// itl_ms_*: the median over rounds; ratio_*: median, min and max of the rounds' json /
+/// unconstrained ratios; tokens_*: generated tokens of one round, all requests.
 struct StructuredItl {
   int64_t concurrency = 0;
   double itl_ms_unconstrained = 0.0;
   double itl_ms_json = 0.0;
   int64_t tokens_unconstrained = 0;
   int64_t tokens_json = 0;
+  int64_t rounds = 0;
+  double ratio_median = 0.0, ratio_min = 0.0, ratio_max = 0.0;
 };
 
 struct StructuredBenchResult {
@@ -38,11 +42,12 @@ struct StructuredBenchResult {
 /// does not compile, std::runtime_error when the engine fails a request.
 StructuredBenchResult bench_structured(Engine& engine, const std::vector<std::string>& json_schemas,
                                        const std::vector<int64_t>& concurrency = {1, 16},
-                                       int64_t max_tokens = 64);
+                                       int64_t max_tokens = 64, int64_t rounds = 5);
 
 /// The result as one JSON object: {"compile_ms": [...], "bitmask_fill_us", "bitmask_fills",
 /// "bitmask_apply_us", "bitmask_us_per_token" (fill + apply), "itl": [{"concurrency",
-/// "itl_ms_unconstrained", "itl_ms_json", "tokens_unconstrained", "tokens_json"}]}.
+/// "itl_ms_unconstrained", "itl_ms_json", "tokens_unconstrained", "tokens_json", "rounds",
+/// "ratio_median", "ratio_min", "ratio_max"}]}.
 std::string structured_bench_json(const StructuredBenchResult& r);
 
 }  // namespace octet

@@ -1,6 +1,9 @@
 #include "models/paged_kv_cache.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
+#include <vector>
 
 namespace octet {
 
@@ -96,6 +99,19 @@ KVCacheView PagedKVCache::layer(int64_t l) const {
 
 int64_t PagedKVCache::total_bytes() const {
   return num_blocks_ * bytes_per_block(block_size_, num_kv_heads_, head_dim_, layers_);
+}
+
+void PagedKVCache::prefault() {
+  static const std::vector<uint8_t> zeros(size_t{2} << 20, 0);
+  const auto fill = [&](const Buffer& b) {
+    for (int64_t off = 0; off < b.bytes(); off += static_cast<int64_t>(zeros.size()))
+      backend_->upload(b, off, zeros.data(),
+                       std::min<int64_t>(static_cast<int64_t>(zeros.size()), b.bytes() - off));
+  };
+  for (size_t l = 0; l < layers_.size(); ++l)
+    for (const Buffer* b : {&k_[l], &v_[l], &k_token_scale_[l], &v_token_scale_[l]})
+      if (!b->empty()) fill(*b);
+  backend_->synchronize();
 }
 
 }  // namespace octet

@@ -65,6 +65,9 @@ class PagedKVCache {
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
   int64_t total_bytes() const;
+  /// Writes zeros over every block (the cache reads as freshly allocated), so that a CPU
+  /// backend's lazily mapped pages are all resident before a timed run (benchmarks).
+  void prefault();
 
  private:
   Backend* backend_;

@@ -74,6 +74,7 @@ int run_bench_latency(int argc, const char* const* argv) {
       if (cfg.max_model_len > 0) args.scheduler.max_model_len = cfg.max_model_len;
       args.threads = cfg.threads;
       args.lm_head_dtype = cfg.lm_head_dtype;
+      args.prefault_kv_cache = true;  // no page faults inside the timed steps
       engine = Engine::create(args);
       std::cerr << engine->startup_report();
     } catch (const std::invalid_argument& e) {

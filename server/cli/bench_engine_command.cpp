@@ -141,6 +141,7 @@ int run_bench_engine(int argc, const char* const* argv) {
       a.cache.calculate_kv_scales = true;
       a.scheduler.max_model_len = cfg.input_len + cfg.output_len + 16;
       a.scheduler.max_num_seqs = *std::max_element(concurrency.begin(), concurrency.end());
+      a.prefault_kv_cache = true;  // no page faults inside the timed steps
       auto engine = Engine::create(a);
       os << "decode throughput (" << engine->linear_format() << ", kv " << a.cache.kv_cache_dtype
          << ", prompt " << cfg.input_len << ", output " << cfg.output_len << ")\n"
@@ -163,6 +164,7 @@ int run_bench_engine(int argc, const char* const* argv) {
         a.cache.gpu_memory_utilization = cfg.gpu_memory_utilization;
         a.cache.kv_cache_dtype = dtype;
         a.cache.calculate_kv_scales = true;
+        a.prefault_kv_cache = true;
         auto engine = Engine::create(a);  // max_model_len = the model's; 1 GiB of KV
         // The largest context is capped so that context + decoded tokens fit the model.
         const int64_t cap = engine->max_model_len() - cfg.itl_tokens - 1;
