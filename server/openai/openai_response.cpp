@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstddef>
 #include <cstdlib>
 #include <random>
+#include <unordered_map>
 
 namespace octet::server {
 
@@ -70,6 +72,23 @@ std::string dump(const nlohmann::json& j) {
 std::string sse_data(const json& j) { return "data: " + dump(j) + "\n\n"; }
 std::string sse_data(const nlohmann::json& j) { return "data: " + dump(j) + "\n\n"; }
 
+namespace {
+
+/// obj[key] = value for an ordered_json object, as a Python dict assigns: a new key goes last,
+/// an existing one keeps its place. O(1) with `index` (key -> position); ordered_json's own
+/// operator[] searches linearly, which made whole-vocabulary logprobs quadratic per token.
+void dict_set(json& obj, std::unordered_map<std::string, size_t>& index, std::string key,
+              json value) {
+  auto& items = obj.get_ref<json::object_t&>();
+  const auto [it, fresh] = index.try_emplace(key, items.size());
+  if (fresh)
+    items.emplace_back(std::move(key), std::move(value));
+  else
+    (items.begin() + static_cast<std::ptrdiff_t>(it->second))->second = std::move(value);
+}
+
+}  // namespace
+
 json completion_logprobs(const std::vector<TokenLogprobs>& entries, const TokenText& text,
                          int64_t* text_offset, bool first_has_no_logprob) {
   json tokens = json::array(), token_logprobs = json::array(), top = json::array(),
@@ -87,8 +106,9 @@ json completion_logprobs(const std::vector<TokenLogprobs>& entries, const TokenT
     }
     token_logprobs.push_back(as_json_number(e.logprob));
     json alts = json::object();  // ordered: the chosen token first (vLLM)
-    alts[tok] = as_json_number(e.logprob);
-    for (const auto& [id, lp] : e.top) alts[text(id)] = as_json_number(lp);
+    std::unordered_map<std::string, size_t> index;
+    dict_set(alts, index, tok, as_json_number(e.logprob));
+    for (const auto& [id, lp] : e.top) dict_set(alts, index, text(id), as_json_number(lp));
     top.push_back(std::move(alts));
   }
   return json{{"tokens", tokens},
@@ -107,14 +127,16 @@ json prompt_logprobs_json(const std::vector<TokenLogprobs>& entries, const Token
     }
     const TokenLogprobs& e = entries[i];
     json m = json::object();  // ordered: the prompt token first (vLLM)
-    m[std::to_string(e.token_id)] = {{"logprob", as_json_number(e.logprob)},
-                                     {"rank", e.rank},
-                                     {"decoded_token", text(e.token_id)}};
+    std::unordered_map<std::string, size_t> index;
+    dict_set(m, index, std::to_string(e.token_id),
+             {{"logprob", as_json_number(e.logprob)},
+              {"rank", e.rank},
+              {"decoded_token", text(e.token_id)}});
     const int64_t k = std::min<int64_t>(top_k, static_cast<int64_t>(e.top.size()));
     for (int64_t r = 0; r < k; ++r) {
       const auto& [id, lp] = e.top[static_cast<size_t>(r)];
-      m[std::to_string(id)] = {{"logprob", as_json_number(lp)}, {"rank", r + 1},
-                               {"decoded_token", text(id)}};
+      dict_set(m, index, std::to_string(id),
+               {{"logprob", as_json_number(lp)}, {"rank", r + 1}, {"decoded_token", text(id)}});
     }
     out.push_back(std::move(m));
   }

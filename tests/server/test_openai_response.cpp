@@ -240,3 +240,31 @@ TEST_CASE("HTTP framing: full response, SSE head, chunks", "[server][http]") {
   CHECK(http_chunk("").empty());
   CHECK(std::string(kLastChunk) == "0\r\n\r\n");
 }
+
+TEST_CASE("whole-vocabulary logprob dicts: chosen token first, every id once, in rank order",
+          "[server][response]") {
+  // 20,000 alternatives (a whole-vocabulary request builds ~50,000 per token): the dicts keep
+  // the chosen token first, then each id once in the order given, values as given.
+  std::vector<std::pair<int32_t, float>> top;
+  for (int32_t id = 10; id < 20010; ++id) top.push_back({id, -0.001f * static_cast<float>(id)});
+  const octet::TokenLogprobs chosen = lp(5000, -5.0f, top);  // also ranked among the top
+  const json p = prompt_logprobs_json({lp(1, 0.0f, {}), chosen}, fake_text, 20000);
+  REQUIRE(p.size() == 2);
+  const json& m = p[1];
+  REQUIRE(m.size() == 20000);  // 5000 is in the top list: one key
+  auto it = m.begin();
+  CHECK(it.key() == "5000");
+  CHECK((++it).key() == "10");
+  CHECK(m["5000"]["rank"] == 4991);  // its place in the top list (ids from 10)
+  CHECK(m["20009"]["rank"] == 20000);
+  CHECK(m["20009"]["decoded_token"] == "<20009>");
+  int64_t offset = 0;
+  const json c = completion_logprobs({chosen}, fake_text, &offset, false);
+  const json& alts = c["top_logprobs"][0];
+  REQUIRE(alts.size() == 20000);
+  CHECK(alts.begin().key() == "<5000>");
+  // An id listed twice is one key, at its first place, with the last value (a Python dict).
+  const json d = completion_logprobs({lp(2, -0.5f, {{7, -0.25f}, {2, -0.5f}, {7, -0.75f}})},
+                                     fake_text, &offset, false);
+  CHECK(d["top_logprobs"][0].dump() == R"({" world":-0.5,"<7>":-0.75})");
+}
