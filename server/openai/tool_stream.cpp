@@ -129,6 +129,12 @@ json ChoiceTools::final_message(const std::string& text, std::string* finish_rea
       if (!calls.empty()) content = std::nullopt;
       break;
     case ToolChoice::kNamed:
+      // Cut off by max_tokens before its arguments are whole JSON: no call and empty content,
+      // as vLLM (and OpenAI) answer.
+      if (*finish_reason == "length" && !python_json_text(text)) {
+        message["content"] = "";
+        return message;
+      }
       calls.push_back(ParsedToolCall{named_, text});
       content = std::nullopt;
       break;

@@ -49,7 +49,8 @@ class ChoiceTools {
 
   /// Non-streaming: the assistant message {"role", "content", ["tool_calls"]} for the whole
   /// output, and *finish_reason rewritten as above. A "required" output cut off by max_tokens
-  /// keeps its complete calls (finish_reason stays "length").
+  /// keeps its complete calls (finish_reason stays "length"); a named call cut off before its
+  /// arguments are whole JSON is no call, with content "".
   nlohmann::json final_message(const std::string& text, std::string* finish_reason) const;
 
   /// The finish_reason of a stream that ended with `engine_reason`.

@@ -16,6 +16,7 @@
 #include "server/openai/tool_parser.h"
 #include "server/openai/tool_request.h"
 #include "server/openai/tool_stream.h"
+#include "server/openai/tool_stream.h"
 
 using nlohmann::json;
 using namespace octet::server;
@@ -572,4 +573,25 @@ TEST_CASE("serve: --enable-auto-tool-choice and --tool-call-parser are validated
   CHECK_THROWS_WITH(c.validate(),
                     "--tool-call-parser must be hermes, llama3_json or mistral, got 'pythonic'");
   CHECK_FALSE(tool_parser_from_name("pythonic").has_value());
+}
+
+TEST_CASE("a named tool call cut off by max_tokens is no call, with empty content",
+          "[server][tools]") {
+  octet::server::ToolRequest req;
+  req.choice = octet::server::ToolChoice::kNamed;
+  req.named = "get_current_weather";
+  const octet::server::ChoiceTools tools(req, std::nullopt);
+  std::string reason = "length";
+  const auto cut = tools.final_message("{\"city\": \"Dal", &reason);
+  CHECK(cut["content"] == "");
+  CHECK_FALSE(cut.contains("tool_calls"));
+  CHECK(reason == "length");
+  // Whole arguments are a call even when the budget ended right after them.
+  const auto whole = tools.final_message("{\"city\": \"Dallas\"}", &reason);
+  REQUIRE(whole.contains("tool_calls"));
+  CHECK(whole["tool_calls"][0]["function"]["name"] == "get_current_weather");
+  CHECK(whole["tool_calls"][0]["function"]["arguments"] == "{\"city\": \"Dallas\"}");
+  CHECK(whole["content"].is_null());
+  reason = "stop";
+  CHECK(tools.final_message("{\"city\": \"Dallas\"}", &reason).contains("tool_calls"));
 }
