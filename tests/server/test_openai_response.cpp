@@ -214,13 +214,13 @@ TEST_CASE("dump replaces invalid UTF-8", "[server][response]") {
 
 TEST_CASE("OpenAI error shape", "[server][errors]") {
   CHECK(error_json(400, "bad", "top_p") ==
-        json::parse(R"({"error":{"message":"bad","type":"invalid_request_error",
+        nlohmann::json::parse(R"({"error":{"message":"bad","type":"invalid_request_error",
                     "param":"top_p","code":null}})"));
   CHECK(error_json(404, "The model `x` does not exist.", "model", "model_not_found") ==
-        json::parse(R"({"error":{"message":"The model `x` does not exist.",
+        nlohmann::json::parse(R"({"error":{"message":"The model `x` does not exist.",
                     "type":"invalid_request_error","param":"model","code":"model_not_found"}})"));
   CHECK(error_json(503, "busy") ==
-        json::parse(R"({"error":{"message":"busy","type":"server_error","param":null,"code":null}})"));
+        nlohmann::json::parse(R"({"error":{"message":"busy","type":"server_error","param":null,"code":null}})"));
   CHECK(error_json(ApiError(413, "too big"))["error"]["type"] == "invalid_request_error");
   CHECK(error_json(ApiError(500, "boom"))["error"]["type"] == "server_error");
 }
