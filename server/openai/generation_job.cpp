@@ -507,6 +507,9 @@ std::string GenerationJob::final_body() {
         const json& content = message["content"];
         message["content"] = chat_echo_ + (content.is_string() ? content.get<std::string>() : "");
       }
+      // vLLM's ChatMessage always carries "reasoning" (null without a reasoning parser); the
+      // openai client exposes it as message.reasoning only when the key is sent.
+      message["reasoning"] = nullptr;
       choices.push_back(json{
           {"index", c.index},
           {"message", message},

@@ -11,6 +11,7 @@
 #include "server/openai/api_error.h"
 #include "server/openai/chat_render.h"
 #include "server/openai/json_literals.h"
+#include "server/openai/request_fields.h"
 #include "server/openai/structured_request.h"
 
 namespace octet::server {
@@ -19,143 +20,11 @@ namespace {
 
 using nlohmann::json;
 
-std::string type_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "boolean";
-    case json::value_t::string: return "string";
-    case json::value_t::array: return "array";
-    case json::value_t::object: return "object";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return "integer";
-    case json::value_t::number_float: return "number";
-    default: return "value";
-  }
-}
-
 std::string fmt(double v) {
   std::ostringstream os;
   os << v;
   return os.str();
 }
-
-/// Integer value of a JSON number that holds an integer (2 and 2.0 both qualify).
-std::optional<int64_t> as_integer(const json& v) {
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return std::nullopt;
-    return static_cast<int64_t>(u);
-  }
-  if (v.is_number_integer()) return v.get<int64_t>();
-  if (v.is_number_float()) {
-    const double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= 9007199254740992.0)
-      return static_cast<int64_t>(d);
-  }
-  return std::nullopt;
-}
-
-/// Reads the fields of one request object and remembers which keys were looked at, so the
-/// rest can be reported as unknown.
-class Fields {
- public:
-  explicit Fields(const json& body, const NumberLiterals* literals = nullptr)
-      : body_(body), literals_(literals) {
-    if (!body.is_object())
-      throw bad_request("the request body must be a JSON object, got " + type_name(body));
-  }
-
-  bool present(const char* key) {
-    seen_.insert(key);
-    return body_.contains(key);
-  }
-  /// The value, or nullptr when absent or null.
-  const json* get(const char* key) {
-    seen_.insert(key);
-    auto it = body_.find(key);
-    if (it == body_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-
-  std::optional<double> number(const char* key) {
-    const json* v = get(key);
-    if (!v) return std::nullopt;
-    if (!v->is_number())
-      throw bad_request(std::string("'") + key + "' must be a number, got " + type_name(*v), key);
-    const double d = v->get<double>();
-    if (!std::isfinite(d))
-      throw bad_request(std::string("'") + key + "' must be finite", key);
-    return d;
-  }
-  /// A number that a float holds: finite doubles beyond FLT_MAX (e.g. 1e300) get 400 rather
-  /// than becoming inf (or undefined behaviour) in the cast.
-  std::optional<float> float32(const char* key) {
-    const auto d = number(key);
-    if (!d) return std::nullopt;
-    if (std::fabs(*d) > FLT_MAX)
-      throw bad_request(std::string("'") + key + "' is out of range for a 32-bit float, got " +
-                            as_sent(key, json(*d)),
-                        key);
-    // A nonzero value below the smallest float keeps its sign and stays nonzero (vLLM reads
-    // doubles: top_p 1e-300 is > 0 there too), instead of becoming 0 and a misleading "got 0".
-    const float f = static_cast<float>(*d);
-    if (f == 0.0f && *d != 0.0)
-      return std::copysign(std::numeric_limits<float>::denorm_min(), static_cast<float>(*d));
-    return f;
-  }
-  std::optional<int64_t> integer(const char* key) {
-    const json* v = get(key);
-    if (!v) return std::nullopt;
-    auto i = as_integer(*v);
-    if (!i)
-      throw bad_request(std::string("'") + key + "' must be an integer" +
-                            (v->is_number_unsigned() ||
-                                     (v->is_number_float() &&
-                                      v->get<double>() == std::floor(v->get<double>()))
-                                 ? " in [-2^63, 2^63)"
-                                 : "") +
-                            ", got " + (v->is_number() ? as_sent(key, *v) : type_name(*v)),
-                        key);
-    return i;
-  }
-  std::optional<bool> boolean(const char* key) {
-    const json* v = get(key);
-    if (!v) return std::nullopt;
-    if (!v->is_boolean())
-      throw bad_request(std::string("'") + key + "' must be a boolean, got " + type_name(*v),
-                        key);
-    return v->get<bool>();
-  }
-  std::optional<std::string> string(const char* key) {
-    const json* v = get(key);
-    if (!v) return std::nullopt;
-    if (!v->is_string())
-      throw bad_request(std::string("'") + key + "' must be a string, got " + type_name(*v),
-                        key);
-    return v->get<std::string>();
-  }
-
-  /// A number as the client wrote it: its literal when it parsed as a double (1e30 stays
-  /// "1e30", -9223372036854775809 is not shown as -9.223372036854776e+18).
-  std::string as_sent(const char* key, const json& v) const {
-    if (literals_ && v.is_number_float())
-      if (auto it = literals_->find(key); it != literals_->end())
-        return truncate_text(it->second, 64);
-    return describe_json(v);
-  }
-
-  std::vector<std::string> unknown() const {
-    std::vector<std::string> out;
-    for (auto it = body_.begin(); it != body_.end(); ++it)
-      if (!seen_.count(it.key())) out.push_back(it.key());
-    return out;
-  }
-
- private:
-  const json& body_;
-  const NumberLiterals* literals_;
-  std::set<std::string> seen_;
-};
 
 void unsupported(const std::string& key, const std::string& why = "") {
   throw bad_request("'" + key + "' is not supported by octet" + (why.empty() ? "" : ": " + why),
@@ -782,57 +651,6 @@ GenerateRequest parse_chat_request(const json& body, const NumberLiterals* liter
   u.insert(u.end(), r.unknown_fields.begin(), r.unknown_fields.end());
   r.unknown_fields = u;
   return r;
-}
-
-namespace {
-
-int64_t sat_mul(int64_t a, int64_t b) {
-  int64_t r = 0;
-  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
-}
-int64_t sat_add(int64_t a, int64_t b) {
-  int64_t r = 0;
-  return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
-}
-
-}  // namespace
-
-int64_t logprob_entries(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
-                        const std::vector<int64_t>& max_tokens) {
-  const bool chat = r.endpoint == Endpoint::kChatCompletions;
-  const bool sampled = chat ? r.chat_logprobs : r.logprobs >= 0;
-  const int64_t per_sampled = sampled ? std::max<int64_t>(r.logprobs, 0) + 1 : 0;
-  const int64_t per_echoed = !chat && r.echo && r.logprobs >= 0 ? r.logprobs + 1 : 0;
-  const int64_t per_prompt = r.prompt_logprobs >= 0 ? r.prompt_logprobs + 1 : 0;
-  int64_t per_choice_total = 0;
-  for (size_t p = 0; p < prompt_lens.size(); ++p) {
-    const int64_t len = std::max<int64_t>(prompt_lens[p], 0);
-    const int64_t gen = p < max_tokens.size() ? std::max<int64_t>(max_tokens[p], 0) : 0;
-    per_choice_total = sat_add(per_choice_total, sat_mul(len, per_echoed + per_prompt));
-    per_choice_total = sat_add(per_choice_total, sat_mul(gen, per_sampled));
-  }
-  return sat_mul(per_choice_total, std::max<int64_t>(r.n, 1));
-}
-
-int64_t logprob_entry_limit(int64_t max_logprobs) {
-  return std::max(kMaxLogprobEntries, sat_mul(64, sat_add(std::max<int64_t>(max_logprobs, 0), 1)));
-}
-
-void check_logprob_budget(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
-                          const std::vector<int64_t>& max_tokens, int64_t limit) {
-  const int64_t entries = logprob_entries(r, prompt_lens, max_tokens);
-  if (entries <= limit) return;
-  const bool chat = r.endpoint == Endpoint::kChatCompletions;
-  const char* field = chat ? (!r.chat_logprobs ? "prompt_logprobs"
-                              : r.logprobs > 0 ? "top_logprobs"
-                                               : "logprobs")
-                           : (r.logprobs >= 0 ? "logprobs" : "prompt_logprobs");
-  throw bad_request("the response would carry " + std::to_string(entries) +
-                        " logprob entries (n x tokens x (top logprobs + 1)), more than the limit "
-                        "of " + std::to_string(limit) +
-                        "; lower n, max_tokens, the number of top logprobs, or the prompt " +
-                        "(echo, prompt_logprobs)",
-                    field);
 }
 
 }  // namespace octet::server

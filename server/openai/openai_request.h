@@ -127,30 +127,4 @@ int64_t choice_seed(int64_t seed, int64_t i);
 int64_t resolve_max_tokens(int64_t n_prompt, std::optional<int64_t> requested,
                            int64_t max_model_len);
 
-/// Most logprob entries (a token's logprob, or one of its top alternatives) one response may
-/// carry: ~16 bytes of JSON each, so ~16 MB. A 2000-token prompt echoed with logprobs 20 is
-/// 2000 x 21 = 42,000 per choice; the same with n = 128 (5.4M) is refused.
-inline constexpr int64_t kMaxLogprobEntries = 1000000;
-
-/// The logprob entries a response to `r` carries, over its prompts (prompt_lens[p] tokens,
-/// max_tokens[p] the resolved completion budget) and n choices each: prompt tokens x
-/// (logprobs + 1) when echo with logprobs, prompt tokens x (prompt_logprobs + 1) for
-/// prompt_logprobs, and max_tokens x (logprobs + 1) for the sampled tokens. Saturates at
-/// INT64_MAX instead of overflowing.
-int64_t logprob_entries(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
-                        const std::vector<int64_t>& max_tokens);
-
-/// The logprob entry budget of one response under --max-logprobs k (k already resolved to at
-/// most the vocabulary): kMaxLogprobEntries, or 64 rows of k + 1 entries when more, so that
-/// an operator who allows whole-vocabulary logprobs (vLLM's test_chat_echo.py: prompt_logprobs
-/// -1 on a 30-token prompt) gets them for short prompts while the response stays bounded.
-int64_t logprob_entry_limit(int64_t max_logprobs);
-
-/// Throws ApiError 400 naming the logprobs field ("logprobs", "top_logprobs" or
-/// "prompt_logprobs") when logprob_entries() exceeds `limit`; the message gives the count, the
-/// limit and what to lower.
-void check_logprob_budget(const GenerateRequest& r, const std::vector<int64_t>& prompt_lens,
-                          const std::vector<int64_t>& max_tokens,
-                          int64_t limit = kMaxLogprobEntries);
-
 }  // namespace octet::server

@@ -13,6 +13,7 @@
 #include "server/openai/api_error.h"
 #include "server/openai/generation_job.h"
 #include "server/openai/openai_request.h"
+#include "server/openai/request_checks.h"
 
 using nlohmann::json;
 using namespace octet;

@@ -65,6 +65,8 @@ def test_null_keys_as_vllm(server):
     for key in ("service_tier", "system_fingerprint", "prompt_logprobs", "prompt_token_ids"):
         assert key in c and c[key] is None, c
     assert "token_ids" in c["choices"][0] and c["choices"][0]["token_ids"] is None
+    message = c["choices"][0]["message"]
+    assert "reasoning" in message and message["reasoning"] is None, message
 
 
 # ---- prompt_logprobs on chat (item 1) --------------------------------------------------------
