@@ -145,6 +145,12 @@ void ServeConfig::validate() const {
   };
   constexpr int64_t kTiB = int64_t{1} << 40;
   if (host.empty()) throw std::invalid_argument("--host must not be empty");
+  if (!root_path.empty() &&
+      (root_path[0] != '/' || root_path.size() < 2 || root_path.back() == '/' ||
+       root_path.find_first_of("?#% \t\r\n") != std::string::npos || root_path.size() > 1024))
+    throw std::invalid_argument(
+        "--root-path must be a path prefix such as /llm: starting with '/', not ending with '/', "
+        "without ?, #, % or whitespace, got '" + root_path.substr(0, 64) + "'");
   if (!tool_call_parser.empty() && tool_call_parser != "hermes" &&
       tool_call_parser != "llama3_json" && tool_call_parser != "mistral")
     throw std::invalid_argument("--tool-call-parser must be hermes, llama3_json or mistral, got '" +

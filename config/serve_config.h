@@ -24,6 +24,7 @@ struct ServeConfig {
   int64_t port = 8000;
   std::string served_model_name;     // "" = the --model argument as given (vLLM's default)
   std::string api_key;  // "" = none; else required on every path but /health and /metrics
+  std::string root_path;             // "" = none; "/llm": /llm/v1/... is answered as /v1/...
   std::string chat_template;         // Jinja file overriding the model's template ("" = none)
   bool special_tokens_in_content = true;  // false = message contents are plain text
   bool enable_auto_tool_choice = false;   // tool_choice "auto" (needs tool_call_parser)
@@ -37,6 +38,7 @@ struct ServeConfig {
   int64_t max_logprobs = 20;         // largest logprobs / top_logprobs / prompt_logprobs (vLLM);
                                      // -1 = the vocabulary size
   bool enable_prompt_tokens_details = false;  // usage.prompt_tokens_details (vLLM's flag)
+  bool return_tokens_as_token_ids = false;    // logprob tokens as "token_id:N" (vLLM's flag)
   int64_t http_threads = 2;          // I/O threads (they only parse, enqueue and stream)
   int64_t num_prepare_threads = 2;   // threads that parse, render and tokenize request bodies
   int64_t max_queued_prepares = 64;  // requests being prepared or queued before new ones get 503
@@ -61,6 +63,10 @@ struct ServeConfig {
     v(c.api_key, "api_key",
       "require 'Authorization: Bearer KEY' on every path except /health and /metrics "
       "(default: none)");
+    v(c.root_path, "root_path",
+      "path prefix under which a reverse proxy forwards requests, as vLLM's --root-path: with "
+      "/llm, /llm/v1/completions is answered as /v1/completions (paths without the prefix "
+      "still work)");
     v(c.chat_template, "chat_template",
       "Jinja chat template file overriding the model's own template");
     v(c.special_tokens_in_content, "special_tokens_in_content",
@@ -95,6 +101,9 @@ struct ServeConfig {
     v(c.enable_prompt_tokens_details, "enable_prompt_tokens_details",
       "add usage.prompt_tokens_details.cached_tokens (prompt tokens served by the prefix cache) "
       "to responses, as vLLM's flag");
+    v(c.return_tokens_as_token_ids, "return_tokens_as_token_ids",
+      "write every logprob token as \"token_id:N\" (the token's id), for tokens that are "
+      "not valid UTF-8 on their own; as vLLM's flag, and the request field of the same name");
     v(c.http_threads, "http_threads", "HTTP I/O threads (they never run the model)");
     v(c.num_prepare_threads, "num_prepare_threads",
       "threads that parse request bodies, render chat templates and tokenize, off the I/O "

@@ -30,7 +30,7 @@ void Session::on_header(beast::error_code ec) {
   if (probe_only_) {
     keep_alive_ = false;  // one request per reserved slot
     std::string allowed;
-    const Route route = route_for(target, &allowed);
+    const Route route = route_for(target, &allowed, ctx_.config.root_path);
     if (has_body || (route != Route::kHealth && route != Route::kMetrics))
       return reply_and_close(503, "too many connections (--max-connections " +
                                       std::to_string(ctx_.config.max_connections) +
@@ -59,7 +59,7 @@ std::optional<ApiError> Session::access_error(std::string_view method_name,
                                               const std::string& target) {
   const std::string path = target.substr(0, target.find('?'));
   std::string method;
-  const Route route = route_for(target, &method);
+  const Route route = route_for(target, &method, ctx_.config.root_path);
   if (!authorized(ctx_, route, authorization_))
     return ApiError(401, "Incorrect API key provided.", "", "invalid_api_key");
   if (route == Route::kNotFound)
@@ -78,7 +78,7 @@ void Session::handle(http::request<http::string_body> req) {
   const std::string target(req.target());
   const std::string path = target.substr(0, target.find('?'));
   std::string method;
-  const Route route = route_for(target, &method);
+  const Route route = route_for(target, &method, ctx_.config.root_path);
   Reply reply;
   try {
     if (auto error = access_error(req.method_string(), target)) throw *error;

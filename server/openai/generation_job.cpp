@@ -128,6 +128,8 @@ void GenerationJob::prepare() {
   // vLLM's logprobs -1 (the whole vocabulary) and --max-logprobs; every bad logit_bias id.
   resolve_logprobs(req_, engine_.vocab_size(), ctx_.config.max_logprobs);
   check_logit_bias_vocab(req_.params, engine_.vocab_size());
+  // vLLM's --return-tokens-as-token-ids: every request's logprob tokens as "token_id:N".
+  if (ctx_.config.return_tokens_as_token_ids) req_.return_tokens_as_token_ids = true;
   meta_.id = random_id(chat ? "chatcmpl-" : "cmpl-");
   meta_.created = unix_now();
   meta_.model = ctx_.model_name;

@@ -327,13 +327,19 @@ void render_vllm(Page& p, const EngineMetricsView& e, const ServerMetrics& m) {
   // CacheConfig.metrics_info() plus engine; no model_name label (as vLLM).
   if (e.cache) {
     const CacheConfig& c = *e.cache;
+    // vLLM's KV capacity in tokens and how many max_model_len sequences it holds at once.
+    const int64_t size_tokens = st.num_kv_blocks * c.block_size;
+    const double max_concurrency =
+        e.max_model_len > 0 ? static_cast<double>(size_tokens) / e.max_model_len : 0.0;
     p.header("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
     p.raw("vllm:cache_config_info{block_size=\"" + std::to_string(c.block_size) +
           "\",cache_dtype=\"" + escape_label(c.kv_cache_dtype) +
           "\",calculate_kv_scales=\"" + py_bool(c.calculate_kv_scales) +
           "\",enable_prefix_caching=\"" + py_bool(c.enable_prefix_caching) +
           "\",gpu_memory_utilization=\"" + py_float(c.gpu_memory_utilization) +
+          "\",kv_cache_max_concurrency=\"" + py_float(max_concurrency) +
           "\",kv_cache_memory_bytes=\"" + py_int_or_none(c.kv_cache_memory_bytes) +
+          "\",kv_cache_size_tokens=\"" + std::to_string(size_tokens) +
           "\",num_cpu_blocks=\"None\",num_gpu_blocks=\"" + std::to_string(st.num_kv_blocks) +
           "\",num_gpu_blocks_override=\"" + py_int_or_none(c.num_kv_blocks) +
           "\",engine=\"0\"} 1");

@@ -45,7 +45,7 @@ void check_model(const ServerContext& ctx, const json& body) {
 
 Reply error_reply(const ApiError& e) { return json_reply(error_json(e), e.status()); }
 
-Route route_for(const std::string& path, std::string* method) {
+Route route_for(const std::string& path, std::string* method, const std::string& root_path) {
   static const struct {
     const char* path;
     const char* method;
@@ -63,6 +63,10 @@ Route route_for(const std::string& path, std::string* method) {
                {"/completions", "POST", Route::kCompletions},
                {"/chat/completions", "POST", Route::kChatCompletions}};
   std::string p = path.substr(0, path.find('?'));
+  // vLLM's --root-path (a reverse proxy's prefix): /llm/v1/models is /v1/models.
+  if (!root_path.empty() && p.size() > root_path.size() &&
+      p.compare(0, root_path.size(), root_path) == 0 && p[root_path.size()] == '/')
+    p.erase(0, root_path.size());
   if (p.size() > 1 && p.back() == '/') p.pop_back();
   for (const auto& r : table)
     if (p == r.path) {

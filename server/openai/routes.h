@@ -28,7 +28,9 @@ enum class Route {
 };
 /// Route for a path; `allowed_method` is set to "GET" or "POST" for known paths. The OpenAI
 /// routes also answer without /v1 (/completions, /chat/completions, /models), as llama.cpp's.
-Route route_for(const std::string& path, std::string* allowed_method);
+/// A path under `root_path` (--root-path, e.g. "/llm") is routed with that prefix removed.
+Route route_for(const std::string& path, std::string* allowed_method,
+                const std::string& root_path = "");
 
 /// True when the two strings are equal, in time that depends only on their lengths (for
 /// secrets: no early exit at the first differing byte).

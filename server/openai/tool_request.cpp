@@ -38,14 +38,12 @@ ojson parameters_or_empty(const ojson& fn) {
 ToolRequest parse_tool_request(const json& body) {
   ToolRequest t;
   const auto tools_it = body.find("tools");
-  const bool has_tools = tools_it != body.end() && !tools_it->is_null();
+  // An empty list is no tools, as vLLM takes it (tests/tool_use: tools=[] answers in text).
+  const bool has_tools = tools_it != body.end() && !tools_it->is_null() &&
+                         !(tools_it->is_array() && tools_it->empty());
   if (has_tools) {
     const json& tools = *tools_it;
     if (!tools.is_array()) throw bad_request("'tools' must be a list of tools", "tools");
-    if (tools.empty())
-      throw bad_request("`tools` must not be an empty array. Either provide at least one tool "
-                        "or omit the field entirely.",
-                        "tools");
     for (size_t i = 0; i < tools.size(); ++i) {
       const std::string where = "tools[" + std::to_string(i) + "]";
       const json& tool = tools[i];
@@ -72,6 +70,8 @@ ToolRequest parse_tool_request(const json& body) {
   }
   const json& c = *choice_it;
   if (c == "none") return t;
+  if (c == "auto" && tools_it != body.end() && tools_it->is_array() && tools_it->empty())
+    return t;  // tools: [] with "auto": nothing to call, so none
   if (!has_tools)
     throw bad_request("When using `tool_choice`, `tools` must be set.", "tool_choice");
   if (c == "auto") {

@@ -13,6 +13,10 @@ void prepare_tool_request(const ToolRequest& tools, bool enable_auto_tool_choice
                           const std::string& tool_call_parser, SamplingParams& params) {
   check_tool_choice(tools, enable_auto_tool_choice, tool_call_parser);
   if (tools.choice == ToolChoice::kRequired || tools.choice == ToolChoice::kNamed) {
+    // A forced tool call's grammar replaces response_format (vLLM clears it: its
+    // test_response_format_with_tool_choice_required); explicit grammars still conflict.
+    if (params.structured_outputs.active() && params.structured_outputs.field == "response_format")
+      params.structured_outputs = StructuredOutputParams{};
     if (params.structured_outputs.active())
       throw bad_request("You can only either use constraints for structured outputs or tools, "
                         "not both.",

@@ -130,11 +130,13 @@ std::vector<VllmFamily> vllm_families() {
       {"vllm:request_decode_time_seconds", "histogram", kBase, kLatency},
       {"vllm:request_prefill_kv_computed_tokens", "histogram", kBase, k125To2048},
       // CacheConfig.metrics_info() keys (the ones octet has) + engine; no model_name.
+      // kv_cache_size_tokens and kv_cache_max_concurrency: vLLM 0.34's test_metrics_exist.
       {"vllm:cache_config_info",
        "gauge",
        {"block_size", "cache_dtype", "calculate_kv_scales", "enable_prefix_caching",
-        "gpu_memory_utilization", "kv_cache_memory_bytes", "num_cpu_blocks", "num_gpu_blocks",
-        "num_gpu_blocks_override", "engine"},
+        "gpu_memory_utilization", "kv_cache_max_concurrency", "kv_cache_memory_bytes",
+        "kv_cache_size_tokens", "num_cpu_blocks", "num_gpu_blocks", "num_gpu_blocks_override",
+        "engine"},
        {}},
   };
 }
@@ -299,7 +301,8 @@ TEST_CASE("metrics page: engine gauges and counters", "[server][metrics]") {
            "finished_reason=\"repetition\"} 0",
            "vllm:cache_config_info{block_size=\"32\",cache_dtype=\"fp8_e4m3\","
            "calculate_kv_scales=\"False\",enable_prefix_caching=\"False\","
-           "gpu_memory_utilization=\"0.9\",kv_cache_memory_bytes=\"None\",num_cpu_blocks=\"None\","
+           "gpu_memory_utilization=\"0.9\",kv_cache_max_concurrency=\"1.5625\","
+           "kv_cache_memory_bytes=\"None\",kv_cache_size_tokens=\"3200\",num_cpu_blocks=\"None\","
            "num_gpu_blocks=\"100\",num_gpu_blocks_override=\"100\",engine=\"0\"} 1",
            "octet:kv_cache_num_blocks{model_name=\"smol\"} 100",
            "octet:kv_cache_num_free_blocks{model_name=\"smol\"} 75",

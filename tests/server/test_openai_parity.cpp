@@ -281,7 +281,7 @@ TEST_CASE("truncate_prompt_tokens keeps vLLM's side and bounds", "[server][parit
 
 TEST_CASE("non-streaming bodies carry vLLM's null keys", "[server][parity]") {
   const ResponseMeta meta{"cmpl-1", 1, "m"};
-  for (const json& j : {completion_response(meta, json::array(), Usage{}),
+  for (const auto& j : {completion_response(meta, json::array(), Usage{}),
                         chat_response(meta, json::array(), Usage{})}) {
     REQUIRE(j.contains("service_tier"));
     CHECK(j["service_tier"].is_null());
@@ -313,3 +313,18 @@ TEST_CASE("the OpenAI routes answer without /v1", "[server][parity]") {
   CHECK(route_for("/v1/tokenize", &method) == Route::kNotFound);
 }
 
+
+TEST_CASE("--root-path: paths under the prefix route as without it", "[server][parity]") {
+  std::string method;
+  CHECK(route_for("/llm/v1/chat/completions", &method, "/llm") == Route::kChatCompletions);
+  CHECK(method == "POST");
+  CHECK(route_for("/llm/v1/models?x=1", &method, "/llm") == Route::kModels);
+  CHECK(route_for("/llm/health", &method, "/llm") == Route::kHealth);
+  CHECK(route_for("/v1/models", &method, "/llm") == Route::kModels);  // unprefixed still works
+  CHECK(route_for("/api/llm/v1/models", &method, "/api/llm") == Route::kModels);
+  // Only a whole path segment is a prefix, and only once.
+  CHECK(route_for("/llmx/v1/models", &method, "/llm") == Route::kNotFound);
+  CHECK(route_for("/llm/llm/v1/models", &method, "/llm") == Route::kNotFound);
+  CHECK(route_for("/llm", &method, "/llm") == Route::kNotFound);
+  CHECK(route_for("/llm/v1/models", &method) == Route::kNotFound);  // no --root-path
+}

@@ -181,6 +181,14 @@ TEST_CASE("serve validation names the flag", "[server][config]") {
   c = ok;
   c.engine.model.clear();
   CHECK(error(c) == "--model is required");
+  c = ok;
+  c.root_path = "/llm";
+  CHECK(error(c) == "(no error)");
+  for (const char* bad : {"llm", "/", "/llm/", "/l?m", "/l m", "/l%2Fm"}) {
+    INFO(bad);
+    c.root_path = bad;
+    CHECK(error(c).rfind("--root-path must be a path prefix such as /llm", 0) == 0);
+  }
 }
 
 TEST_CASE("serve options are validated into what their type and arithmetic hold",

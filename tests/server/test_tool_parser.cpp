@@ -95,6 +95,13 @@ TEST_CASE("tools and tool_choice are parsed with vLLM's defaults", "[server][too
   const ToolRequest none = tools_of(json::object());
   CHECK(none.choice == ToolChoice::kNone);
   CHECK(none.tools.is_null());
+  // tools: [] is no tools (vLLM's test_chat_completion_with_empty_tools), with or without "auto".
+  for (const json& extra : {json{{"tools", json::array()}},
+                            json{{"tools", json::array()}, {"tool_choice", "auto"}}}) {
+    const ToolRequest empty = tools_of(extra);
+    CHECK(empty.choice == ToolChoice::kNone);
+    CHECK(empty.tools.is_null());
+  }
   // tools without tool_choice: "auto" (vLLM).
   const ToolRequest dflt = tools_of({{"tools", {kWeather}}});
   CHECK(dflt.choice == ToolChoice::kAuto);
@@ -115,9 +122,8 @@ TEST_CASE("tools and tool_choice are parsed with vLLM's defaults", "[server][too
 
 TEST_CASE("malformed tool fields get vLLM's 400s naming them", "[server][tools]") {
   const std::vector<std::tuple<json, std::string, std::string>> cases = {
-      {{{"tools", json::array()}}, "tools",
-       "`tools` must not be an empty array. Either provide at least one tool or omit the field "
-       "entirely."},
+      {{{"tools", json::array()}, {"tool_choice", "required"}}, "tool_choice",
+       "When using `tool_choice`, `tools` must be set."},
       {{{"tools", "x"}}, "tools", ""},
       {{{"tools", {5}}}, "tools[0]", ""},
       {{{"tools", {{{"type", "code_interpreter"}, {"function", {{"name", "f"}}}}}}}, "tools[0].type", ""},
@@ -276,7 +282,21 @@ TEST_CASE("tool_choice against the server's flags, and its constraint", "[server
                       tools_of({{"tools", {with_defs, other_defs}}, {"tool_choice", "required"}})),
                   ApiError);
 
-  // Structured outputs and a required / named tool choice together: vLLM's 400.
+  // response_format gives way to a required / named tool choice's grammar (vLLM's fix in
+  // test_response_format_with_tool_choice_required); the tool grammar is what remains.
+  for (const char* choice : {"required", "named"}) {
+    INFO(choice);
+    const json tc = std::string(choice) == "required"
+                        ? json("required")
+                        : json{{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+    GenerateRequest rf = parse_chat_request(chat(
+        {{"tools", {kWeather}}, {"tool_choice", tc}, {"response_format", {{"type", "json_object"}}}}));
+    REQUIRE(rf.params.structured_outputs.field == "response_format");
+    prepare_tool_request(rf.tools, false, "", rf.params);
+    CHECK(rf.params.structured_outputs.spec == tool_choice_structured_outputs(rf.tools).spec);
+  }
+
+  // Explicit structured outputs and a required / named tool choice together: vLLM's 400.
   GenerateRequest both = parse_chat_request(
       chat({{"tools", {kWeather}}, {"tool_choice", "required"}, {"guided_regex", "a"}}));
   try {

@@ -382,3 +382,23 @@ def test_routes_without_v1(server):
     root = openai.OpenAI(base_url=server.base_url, api_key="unused", max_retries=0, timeout=300)
     assert [m.id for m in root.models.list().data] == [MODEL_NAME]
     assert root.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=2).choices
+
+
+def test_root_path_and_return_tokens_as_token_ids_flags():
+    # vLLM's --root-path (behind a proxy: /llm/v1/... and /v1/... both answer, with the API key
+    # still required) and --return-tokens-as-token-ids (every request's logprob tokens as ids).
+    s = Server("--root-path", "/llm", "--return-tokens-as-token-ids", "--api-key", "k")
+    try:
+        for base in ("/llm/v1", "/v1"):
+            client = openai.OpenAI(base_url=s.base_url + base, api_key="k", max_retries=0,
+                                   timeout=300)
+            r = client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=2,
+                                          logprobs=1)
+            assert all(re.fullmatch(r"token_id:\d+", t) for t in r.choices[0].logprobs.tokens)
+            wrong = openai.OpenAI(base_url=s.base_url + base, api_key="x", max_retries=0)
+            with pytest.raises(openai.AuthenticationError):
+                wrong.models.list()
+        status, _, _ = request(s, "GET", "/llmx/v1/models", headers={"Authorization": "Bearer k"})
+        assert status == 404
+    finally:
+        assert s.stop() == 0
