@@ -10,6 +10,7 @@
 #include <picojson.h>
 
 #include "engine/grammar_compiler.h"
+#include "engine/json_schema_compat.h"
 #include "engine/request_error.h"
 #include "engine/xgrammar_log.h"
 
@@ -88,10 +89,13 @@ std::optional<int> whitespace_bound(const StructuredOutputParams& p) {
 
 xgrammar::Grammar build(const StructuredOutputParams& p, const xgrammar::TokenizerInfo* info) {
   switch (p.kind) {
-    case StructuredOutputKind::Json:
+    case StructuredOutputKind::Json: {
       check_literal_bytes(p);
-      return xgrammar::Grammar::FromJSONSchema(p.spec, p.any_whitespace, std::nullopt,
-                                               std::nullopt, true, whitespace_bound(p));
+      const std::optional<std::string> rewritten = rewrite_tuple_items(p.spec);
+      return xgrammar::Grammar::FromJSONSchema(rewritten ? *rewritten : p.spec, p.any_whitespace,
+                                               std::nullopt, std::nullopt, true,
+                                               whitespace_bound(p));
+    }
     case StructuredOutputKind::JsonObject:
       // As vLLM's xgrammar backend: any JSON object.
       return xgrammar::Grammar::FromJSONSchema("{\"type\": \"object\"}", p.any_whitespace,
