@@ -14,8 +14,12 @@
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/flashinfer_plan.h"
 
 namespace octet::cuda_kernels {
+
+static_assert(kFlashInferPrefillMinQueries == kPrefillMinQueries,
+              "the FlashInfer plan splits decode rows from prefills as this file does");
 
 using namespace attention_detail;
 
