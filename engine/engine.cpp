@@ -558,7 +558,7 @@ void Engine::Impl::poll_compiles() {
       scheduler->add_request(std::move(req));
       continue;
     } catch (const RequestError& e) {
-      out.error = e.what();
+      out.error = e.message();
       out.invalid_request = true;
       out.error_param = e.param();
     } catch (const std::exception& e) {

@@ -20,19 +20,21 @@ enum class RequestErrorKind : uint8_t { InvalidRequest, ContextLengthExceeded, M
 /// "invalid_request", "context_length_exceeded", "model_not_found".
 const char* request_error_kind_name(RequestErrorKind kind);
 
-/// A refused request: what() is the client-facing message, param() the request field at fault
-/// ("prompt", "max_tokens", "logit_bias", ...; "" = none). A std::invalid_argument, so callers
-/// that only know "bad input" (the CLI's exit code 2) keep working.
+/// A refused request: message() is the client-facing message (what() too, up to a NUL byte a
+/// quoted field name may hold), param() the request field at fault ("prompt", "max_tokens",
+/// "logit_bias", ...; "" = none). A std::invalid_argument, so callers that only know "bad
+/// input" (the CLI's exit code 2) keep working.
 class RequestError : public std::invalid_argument {
  public:
   RequestError(RequestErrorKind kind, const std::string& message, std::string param = "")
-      : std::invalid_argument(message), kind_(kind), param_(std::move(param)) {}
+      : std::invalid_argument(message), kind_(kind), message_(message), param_(std::move(param)) {}
   RequestErrorKind kind() const { return kind_; }
+  const std::string& message() const { return message_; }
   const std::string& param() const { return param_; }
 
  private:
   RequestErrorKind kind_;
-  std::string param_;
+  std::string message_, param_;
 };
 
 /// Throws RequestError(ContextLengthExceeded, param "prompt") when n_prompt + max_tokens exceeds

@@ -1,14 +1,18 @@
 // Structured-output specs -> xgrammar grammars, and their validation (structured_output.h).
 #include "engine/structured_output.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
+#include <vector>
 
 #include <picojson.h>
 
+#include "config/file_read.h"
 #include "engine/grammar_compiler.h"
 #include "engine/json_schema_compat.h"
 #include "engine/request_error.h"
@@ -68,9 +72,63 @@ size_t literal_bytes(const picojson::value& v, size_t limit) {
   return n;
 }
 
-/// A JSON schema whose enum / const values exceed kMaxStructuredChoiceBytes: invalid (a text
-/// that does not parse is left to xgrammar's own error).
-void check_literal_bytes(const StructuredOutputParams& p) {
+/// The largest count of a counted repetition ({n}, {n,}, {n,m}) in regex `re` and the sum of
+/// all its counts (each saturating at limit + 1). Escapes and bracket classes are skipped.
+std::pair<int64_t, int64_t> repeat_counts(const std::string& re, int64_t limit) {
+  int64_t max = 0, sum = 0;
+  const auto number = [&](size_t& i) {
+    int64_t n = 0;
+    while (i < re.size() && re[i] >= '0' && re[i] <= '9') n = std::min(limit + 1, n * 10 + (re[i++] - '0'));
+    return n;
+  };
+  for (size_t i = 0; i < re.size(); ++i) {
+    if (re[i] == '\\') {
+      ++i;
+    } else if (re[i] == '[') {
+      size_t j = i + 1;
+      if (j < re.size() && re[j] == '^') ++j;
+      if (j < re.size() && re[j] == ']') ++j;  // a leading ']' is a member
+      for (; j < re.size() && re[j] != ']'; ++j)
+        if (re[j] == '\\') ++j;
+      i = j;
+    } else if (re[i] == '{') {
+      size_t j = i + 1;
+      const size_t digits = j;
+      int64_t n = number(j);
+      if (j == digits) continue;  // a literal '{'
+      if (j < re.size() && re[j] == ',') {
+        ++j;
+        n = std::max(n, number(j));
+      }
+      if (j >= re.size() || re[j] != '}') continue;
+      max = std::max(max, n);
+      sum = std::min(limit + 1, sum + n);
+      i = j;
+    }
+  }
+  return {max, sum};
+}
+
+/// The regexes of the `pattern` keywords in schema `v`, at any depth, appended to `out`.
+void patterns(const picojson::value& v, std::vector<std::string>* out) {
+  if (v.is<picojson::object>()) {
+    for (const auto& [key, child] : v.get<picojson::object>()) {
+      if (key == "pattern" && child.is<std::string>())
+        out->push_back(child.get<std::string>());
+      else if (key != "enum" && key != "const" && key != "default" && key != "examples")
+        patterns(child, out);
+    }
+  } else if (v.is<picojson::array>()) {
+    for (const picojson::value& e : v.get<picojson::array>()) patterns(e, out);
+  }
+}
+
+/// A JSON schema beyond the bounds of structured_output.h (nesting, enum and const bytes,
+/// pattern repetition counts): invalid. A text that does not parse is left to xgrammar's error.
+void check_json_schema_cost(const StructuredOutputParams& p) {
+  if (json_nesting_depth(p.spec, kMaxStructuredSpecDepth) > kMaxStructuredSpecDepth)
+    invalid(p, "the schema is nested deeper than " + std::to_string(kMaxStructuredSpecDepth) +
+                   " levels");
   picojson::value v;
   if (!picojson::parse(v, p.spec).empty()) return;
   const size_t n = literal_bytes(v, kMaxStructuredChoiceBytes);
@@ -78,6 +136,24 @@ void check_literal_bytes(const StructuredOutputParams& p) {
     invalid(p, "enum and const values of at most " + std::to_string(kMaxStructuredChoiceBytes) +
                    " bytes in all are supported (compiling more takes too long), got more than " +
                    std::to_string(kMaxStructuredChoiceBytes));
+  std::vector<std::string> res;
+  patterns(v, &res);
+  int64_t total = 0;
+  for (const std::string& re : res) {
+    const auto [max, sum] = repeat_counts(re, kMaxPatternRepeatTotal);
+    if (max > kMaxPatternRepeat)
+      invalid(p, "a pattern's repetition counts ({n,m}) of at most " +
+                     std::to_string(kMaxPatternRepeat) +
+                     " are supported (compiling more takes too long), got " +
+                     (max > kMaxPatternRepeatTotal ? "more than " + std::to_string(kMaxPatternRepeatTotal)
+                                                   : std::to_string(max)) +
+                     " in " + (re.size() > 80 ? re.substr(0, 80) + "..." : re));
+    total = std::min(kMaxPatternRepeatTotal + 1, total + sum);
+  }
+  if (total > kMaxPatternRepeatTotal)
+    invalid(p, "patterns' repetition counts ({n,m}) of at most " +
+                   std::to_string(kMaxPatternRepeatTotal) +
+                   " in all are supported (compiling more takes too long), got more");
 }
 
 /// With any_whitespace, at most kMaxJsonWhitespace whitespace characters between two JSON
@@ -90,7 +166,7 @@ std::optional<int> whitespace_bound(const StructuredOutputParams& p) {
 xgrammar::Grammar build(const StructuredOutputParams& p, const xgrammar::TokenizerInfo* info) {
   switch (p.kind) {
     case StructuredOutputKind::Json: {
-      check_literal_bytes(p);
+      check_json_schema_cost(p);
       const std::optional<std::string> rewritten = rewrite_tuple_items(p.spec);
       return xgrammar::Grammar::FromJSONSchema(rewritten ? *rewritten : p.spec, p.any_whitespace,
                                                std::nullopt, std::nullopt, true,
@@ -113,6 +189,7 @@ xgrammar::Grammar build(const StructuredOutputParams& p, const xgrammar::Tokeniz
     case StructuredOutputKind::Grammar:
       return xgrammar::Grammar::FromEBNF(p.spec);
     case StructuredOutputKind::StructuralTag: {
+      check_json_schema_cost(p);  // its json_schema and regex formats compile as these do
       auto r = info ? xgrammar::Grammar::FromStructuralTag(p.spec, *info)
                     : xgrammar::Grammar::FromStructuralTag(p.spec);
       if (auto* g = std::get_if<xgrammar::Grammar>(&r)) return *g;

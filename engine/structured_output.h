@@ -27,6 +27,14 @@ const char* structured_output_kind_name(StructuredOutputKind kind);
 inline constexpr size_t kMaxStructuredSpecBytes = size_t{1} << 20;
 inline constexpr size_t kMaxStructuredChoices = 1024;
 inline constexpr size_t kMaxStructuredChoiceBytes = size_t{256} << 10;
+/// A JSON schema's `pattern` regexes: xgrammar builds an automaton per counted repetition
+/// {n,m} in time quadratic in the count (^a{1000}$ 0.1 s, a{2000} 0.4 s, a{50000} minutes,
+/// uncancellable), so a count is at most kMaxPatternRepeat and the counts of all patterns at
+/// most kMaxPatternRepeatTotal. A JSON schema (text) nests at most kMaxStructuredSpecDepth
+/// arrays and objects deep (the parsers recurse; the server's own limit is lower).
+inline constexpr int64_t kMaxPatternRepeat = 1000;
+inline constexpr int64_t kMaxPatternRepeatTotal = 4000;
+inline constexpr int kMaxStructuredSpecDepth = 128;
 
 /// Json / JsonObject with any_whitespace: the most whitespace characters allowed between two
 /// JSON tokens (xgrammar's max_whitespace_cnt), so that whitespace cannot loop to max_tokens.
@@ -49,7 +57,8 @@ struct StructuredOutputParams {
 
 /// Throws RequestError(InvalidRequest, message, field) when the spec does not parse or convert
 /// (a bad JSON schema, regex, EBNF or structural tag, or an empty choice list), or a JSON
-/// schema's enum and const values exceed kMaxStructuredChoiceBytes. Cheap: builds
+/// schema exceeds the bounds above (enum and const bytes, pattern repetition counts, depth).
+/// Cheap: builds
 /// xgrammar's Grammar without a tokenizer (no token masks). Thread-safe. The server calls it on
 /// its own thread before submitting, so a bad schema is a 400; the engine compiles again
 /// against the tokenizer and fails the request alone if that fails.

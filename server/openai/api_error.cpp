@@ -12,12 +12,12 @@ std::string error_type(int status) {
 ApiError to_api_error(const RequestError& e, const std::string& prompt_field) {
   const std::string param = e.param() == "prompt" ? prompt_field : e.param();
   switch (e.kind()) {
-    case RequestErrorKind::InvalidRequest: return ApiError(400, e.what(), param);
+    case RequestErrorKind::InvalidRequest: return ApiError(400, e.message(), param);
     case RequestErrorKind::ContextLengthExceeded:
-      return ApiError(400, e.what(), param, "context_length_exceeded");
-    case RequestErrorKind::ModelNotFound: return ApiError(404, e.what(), param, "model_not_found");
+      return ApiError(400, e.message(), param, "context_length_exceeded");
+    case RequestErrorKind::ModelNotFound: return ApiError(404, e.message(), param, "model_not_found");
   }
-  return ApiError(400, e.what(), param);
+  return ApiError(400, e.message(), param);
 }
 
 nlohmann::json error_json(int status, const std::string& message, const std::string& param,

@@ -18,16 +18,18 @@ class ApiError : public std::runtime_error {
   /// status: HTTP status (400, 401, 404, 413, 431, 503, 500); param: the request field at fault
   /// ("" = null); code: OpenAI's machine-readable code ("" = null).
   ApiError(int status, std::string message, std::string param = "", std::string code = "")
-      : std::runtime_error(message), status_(status), param_(std::move(param)),
-        code_(std::move(code)) {}
+      : std::runtime_error(message), status_(status), message_(std::move(message)),
+        param_(std::move(param)), code_(std::move(code)) {}
 
   int status() const { return status_; }
+  /// The whole message (what() stops at a NUL byte a quoted value may hold).
+  const std::string& message() const { return message_; }
   const std::string& param() const { return param_; }
   const std::string& code() const { return code_; }
 
  private:
   int status_;
-  std::string param_, code_;
+  std::string message_, param_, code_;
 };
 
 /// 400 naming the field: "<param>: <message>" style messages are the caller's choice.
@@ -50,7 +52,7 @@ std::string error_type(int status);
 nlohmann::json error_json(int status, const std::string& message, const std::string& param = "",
                           const std::string& code = "");
 inline nlohmann::json error_json(const ApiError& e) {
-  return error_json(e.status(), e.what(), e.param(), e.code());
+  return error_json(e.status(), e.message(), e.param(), e.code());
 }
 
 /// A short rendering of a request value for an error message, at most about max_chars bytes

@@ -27,6 +27,7 @@
 
 #include "engine/sampling_params.h"
 #include "server/openai/json_literals.h"
+#include "server/openai/request_fields.h"  // kMaxJsonDepth
 #include "server/openai/tool_request.h"
 
 namespace octet::server {
@@ -105,11 +106,6 @@ GenerateRequest parse_chat_request(const nlohmann::json& body,
 /// template's tojson shows the order): re-reads `body_text`, the body `r` was parsed from, only
 /// when there are kwargs.
 void keep_chat_template_kwargs_order(GenerateRequest& r, const std::string& body_text);
-
-/// Deepest nesting of arrays and objects a request body may have (the top-level object is
-/// depth 1). A chat request with content parts is 5 deep ({messages: [{content: [{...}]}]}), a
-/// tool schema rarely 20; the limit stops deep bodies before anything walks them recursively.
-inline constexpr int64_t kMaxJsonDepth = 64;
 
 /// Parses JSON text. Throws ApiError 400 for a body nested deeper than kMaxJsonDepth (checked
 /// first, without recursion), "malformed JSON: ..." for a syntax error or a number literal out

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "config/file_read.h"
 #include "server/openai/api_error.h"
 
 namespace octet::server {
@@ -124,6 +125,19 @@ std::vector<std::string> Fields::unknown() const {
   for (auto it = body_.begin(); it != body_.end(); ++it)
     if (!seen_.count(it.key())) out.push_back(it.key());
   return out;
+}
+
+nlohmann::json parse_json_text(const std::string& text, const std::string& field,
+                               const std::string& param) {
+  if (json_nesting_depth(text, int(kMaxJsonDepth)) > int(kMaxJsonDepth))
+    throw bad_request("'" + field + "' is nested deeper than " + std::to_string(kMaxJsonDepth) +
+                          " levels",
+                      param);
+  try {
+    return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception&) {
+    throw bad_request("'" + field + "' is not valid JSON", param);
+  }
 }
 
 }  // namespace octet::server

@@ -13,6 +13,19 @@
 
 namespace octet::server {
 
+/// Deepest nesting of arrays and objects a request body may have (the top-level object is
+/// depth 1). A chat request with content parts is 5 deep ({messages: [{content: [{...}]}]}), a
+/// tool schema rarely 20; the limit stops deep bodies before anything walks them recursively.
+/// JSON text inside a string field (parse_json_text) has the same limit of its own.
+inline constexpr int64_t kMaxJsonDepth = 64;
+
+/// JSON text carried in a string field (an assistant tool call's arguments, a schema sent as
+/// text), parsed. Throws ApiError 400 naming `param`: "'<field>' is nested deeper than 64
+/// levels" (checked first, without recursion: dump() and the chat template walk values
+/// recursively) or "'<field>' is not valid JSON".
+nlohmann::json parse_json_text(const std::string& text, const std::string& field,
+                               const std::string& param);
+
 /// "null", "boolean", "string", "array", "object", "integer", "number": a JSON value's type
 /// as error messages name it.
 std::string type_name(const nlohmann::json& v);

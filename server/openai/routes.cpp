@@ -176,8 +176,9 @@ Reply handle_tokenize(ServerContext& ctx, const std::string& text) {
     ids = tokenize_chat(ctx, engine.tokenizer(), r.messages, prompt, r.add_generation_prompt,
                         add_special, r.tools.tools, r.chat_template_kwargs);
   } else {
-    if (!body.contains("prompt") || !body["prompt"].is_string())
-      throw bad_request("'prompt' must be a string", "prompt");
+    if (!body.contains("prompt"))
+      throw bad_request("/tokenize needs 'prompt' (a string) or 'messages' (a chat)", "prompt");
+    if (!body["prompt"].is_string()) throw bad_request("'prompt' must be a string", "prompt");
     bool add_special = true;
     if (body.contains("add_special_tokens") && !body["add_special_tokens"].is_null()) {
       if (!body["add_special_tokens"].is_boolean())

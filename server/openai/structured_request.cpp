@@ -2,8 +2,10 @@
 
 #include <optional>
 
+#include "config/file_read.h"
 #include "engine/request_error.h"
 #include "server/openai/api_error.h"
+#include "server/openai/request_fields.h"
 
 namespace octet::server {
 
@@ -30,12 +32,7 @@ std::string schema_text(const json& v, const std::string& field, bool text_allow
   const std::string& p = param.empty() ? field : param;
   if (v.is_object() || v.is_boolean()) return v.dump();
   if (text_allowed && v.is_string()) {
-    json parsed;
-    try {
-      parsed = json::parse(v.get<std::string>());
-    } catch (const json::exception&) {
-      throw bad_request("'" + field + "' is not valid JSON", p);
-    }
+    const json parsed = parse_json_text(v.get<std::string>(), field, p);
     if (!parsed.is_object() && !parsed.is_boolean())
       throw bad_request("'" + field + "' must be a JSON schema object", p);
     return parsed.dump();
@@ -176,7 +173,8 @@ void keep_key_order(GenerateRequest& r, const std::string& body_text) {
   if (!body.is_object()) return;
   auto ordered_schema = [](const ojson& v) -> std::optional<std::string> {
     if (v.is_object()) return v.dump();
-    if (v.is_string()) {
+    if (v.is_string() && json_nesting_depth(v.get_ref<const std::string&>(), int(kMaxJsonDepth)) <=
+                             int(kMaxJsonDepth)) {
       try {
         const ojson parsed = ojson::parse(v.get<std::string>());
         if (parsed.is_object()) return parsed.dump();
@@ -228,7 +226,7 @@ void check_structured_outputs(const StructuredOutputParams& p) {
   try {
     validate_structured_output(p);
   } catch (const RequestError& e) {
-    throw bad_request(e.what(), e.param().empty() ? p.field : e.param());
+    throw bad_request(e.message(), e.param().empty() ? p.field : e.param());
   }
 }
 

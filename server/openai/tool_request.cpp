@@ -1,6 +1,7 @@
 #include "server/openai/tool_request.h"
 
 #include "server/openai/api_error.h"
+#include "server/openai/request_fields.h"
 
 namespace octet::server {
 
@@ -142,12 +143,8 @@ void parse_message_tool_fields(const json& m, const std::string& where, json& ou
         const json& a = fn["arguments"];
         if (a.is_string()) {
           if (!a.get<std::string>().empty()) {
-            try {
-              args = json::parse(a.get<std::string>());
-            } catch (const json::exception&) {
-              throw bad_request("'" + cw + ".function.arguments' is not valid JSON",
-                                cw + ".function.arguments");
-            }
+            args = parse_json_text(a.get<std::string>(), cw + ".function.arguments",
+                                   cw + ".function.arguments");
           }
         } else if (a.is_object()) {
           args = a;

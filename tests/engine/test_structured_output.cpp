@@ -138,6 +138,67 @@ TEST_CASE("structured outputs: validate names the field of a bad schema, regex, 
   CHECK_NOTHROW(validate_structured_output(StructuredOutputParams{}));  // none: nothing to check
 }
 
+TEST_CASE("structured outputs: a JSON schema's pattern repetitions and literals and depth are bounded",
+          "[structured]") {
+  // xgrammar builds each counted repetition of a schema's pattern in time quadratic in its count
+  // (a{50000}: minutes on the prepare thread, uncancellable): at most kMaxPatternRepeat each,
+  // kMaxPatternRepeatTotal in all.
+  STATIC_REQUIRE(kMaxPatternRepeat == 1000);
+  STATIC_REQUIRE(kMaxPatternRepeatTotal == 4000);
+  const auto pattern = [](const std::string& re) {
+    return so_params(StructuredOutputKind::Json,
+                     nlohmann::json{{"type", "string"}, {"pattern", re}}.dump(), "response_format");
+  };
+  CHECK_NOTHROW(validate_structured_output(pattern("^a{1000}$")));
+  CHECK_NOTHROW(validate_structured_output(pattern("^[a-z]{3,1000}x{2,}$")));
+  for (const char* re : {"^a{1001}$", "^a{2,50000}$", "^a{50000,}$", "^(ab){99999999999999999999}$",
+                         "^[{]{1001}", "^\\\\{1001}", "^x{5}(y|z{1001})"}) {
+    INFO(re);
+    require_invalid(pattern(re), "repetition counts");
+  }
+  // Braces that are not a count: a class member, an escaped brace, a lone brace.
+  CHECK_NOTHROW(validate_structured_output(pattern("^[{5000}]+\\{5000}$")));
+  // The total over every pattern of the schema, at any depth (not inside enum / const values).
+  nlohmann::json props;
+  for (int i = 0; i < 4; ++i)
+    props["p" + std::to_string(i)] = {{"type", "string"}, {"pattern", "^a{1000}$"}};
+  nlohmann::json schema{{"type", "object"}, {"properties", props}};
+  CHECK_NOTHROW(validate_structured_output(so_params(StructuredOutputKind::Json, schema.dump())));
+  schema["properties"]["extra"] = {{"type", "array"}, {"items", {{"pattern", "^b{1}$"}}}};
+  require_invalid(so_params(StructuredOutputKind::Json, schema.dump()), "in all");
+  schema["properties"].erase("extra");
+  schema["properties"]["e"] = {{"enum", {nlohmann::json{{"pattern", "^a{5000}$"}}}}};
+  CHECK_NOTHROW(validate_structured_output(so_params(StructuredOutputKind::Json, schema.dump())));
+  // Structural tags hold schemas too.
+  const nlohmann::json tag{
+      {"type", "structural_tag"},
+      {"format", {{"type", "json_schema"}, {"json_schema", {{"type", "string"}, {"pattern", "^a{5000}$"}}}}}};
+  require_invalid(so_params(StructuredOutputKind::StructuralTag, tag.dump(), "structural_tag"),
+                  "repetition counts");
+  // Regex and EBNF repetitions are xgrammar's own (linear) repeat: not bounded.
+  CHECK_NOTHROW(validate_structured_output(so_params(StructuredOutputKind::Regex, "a{50000}")));
+
+  // Enum and const values: kMaxStructuredChoiceBytes of JSON text in all.
+  const auto big_enum = [](int n) {  // n values of about 1000 bytes
+    nlohmann::json e{{"enum", nlohmann::json::array()}};
+    for (int i = 0; i < n; ++i) e["enum"].push_back(std::to_string(i) + std::string(1000, 'a'));
+    return e.dump();
+  };
+  require_invalid(so_params(StructuredOutputKind::Json, big_enum(300)), "enum and const");
+  CHECK_NOTHROW(validate_structured_output(so_params(StructuredOutputKind::Json, big_enum(200))));
+
+  // Nesting: the parsers recurse, so a schema text nests at most kMaxStructuredSpecDepth deep.
+  const auto nested = [](int depth) {  // `depth` levels of objects
+    std::string s;
+    for (int d = 1; d < depth; ++d) s += R"({"type":"array","items":)";
+    s += R"({"type":"string"})";
+    return s + std::string(size_t(depth - 1), '}');
+  };
+  CHECK_NOTHROW(validate_structured_output(so_params(StructuredOutputKind::Json, nested(127))));
+  require_invalid(so_params(StructuredOutputKind::Json, nested(129)), "nested deeper than 128");
+  require_invalid(so_params(StructuredOutputKind::Json, nested(100001)), "nested deeper than 128");
+}
+
 TEST_CASE("structured outputs: SamplingParams::validate bounds the spec and the choices",
           "[structured]") {
   SamplingParams p;

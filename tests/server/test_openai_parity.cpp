@@ -314,7 +314,7 @@ TEST_CASE("the OpenAI routes answer without /v1", "[server][parity]") {
 }
 
 
-TEST_CASE("--root-path: paths under the prefix route as without it", "[server][parity]") {
+TEST_CASE("root_path (--root-path): paths under the prefix route as without it", "[server][parity]") {
   std::string method;
   CHECK(route_for("/llm/v1/chat/completions", &method, "/llm") == Route::kChatCompletions);
   CHECK(method == "POST");

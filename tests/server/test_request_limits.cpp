@@ -92,6 +92,56 @@ TEST_CASE("bodies nested deeper than kMaxJsonDepth are a 400, without recursion"
       {"type": "text", "text": "hi"}]}], "stream_options": {"include_usage": true}})"));
 }
 
+TEST_CASE("JSON text inside string fields nests at most kMaxJsonDepth deep",
+          "[server][request][limits]") {
+  // An assistant tool call's arguments and a schema sent as text are parsed again: a
+  // 100,000-deep array there crashed the chat template's copy of the messages (stack), and a
+  // deep schema made xgrammar's parser grow without bound.
+  const auto chat_with_arguments = [](const std::string& arguments) {
+    return json{{"messages",
+                 {{{"role", "user"}, {"content", "hi"}},
+                  {{"role", "assistant"},
+                   {"tool_calls",
+                    {{{"id", "c1"},
+                      {"type", "function"},
+                      {"function", {{"name", "f"}, {"arguments", arguments}}}}}}},
+                  {{"role", "tool"}, {"tool_call_id", "c1"}, {"content", "x"}}}}}
+        .dump();
+  };
+  const std::string args_param = "messages[1].tool_calls[0].function.arguments";
+  for (size_t depth : {size_t{65}, size_t{100000}}) {
+    INFO("depth " << depth);
+    const std::string deep = std::string(depth, '[') + "1" + std::string(depth, ']');
+    ApiError e = request_error(chat_with_arguments(deep), /*chat=*/true);
+    CHECK(e.status() == 400);
+    CHECK(e.param() == args_param);
+    CHECK(e.message() == "'" + args_param + "' is nested deeper than 64 levels");
+    // Schemas as text: vLLM's structured_outputs.json and guided_json.
+    e = request_error(json{{"prompt", "p"}, {"structured_outputs", {{"json", deep}}}}.dump());
+    CHECK(e.param() == "structured_outputs.json");
+    CHECK(e.message().find("nested deeper than 64") != std::string::npos);
+    e = request_error(json{{"prompt", "p"}, {"guided_json", "{\"a\":" + deep + "}"}}.dump());
+    CHECK(e.param() == "guided_json");
+    CHECK(e.message().find("nested deeper than 64") != std::string::npos);
+  }
+  // At the limit: accepted (the arguments keep their value).
+  const std::string ok = std::string(64, '[') + "1" + std::string(64, ']');
+  const GenerateRequest r = parse_chat_request(parse_json_body(chat_with_arguments(ok)));
+  CHECK(r.messages.at(1)["tool_calls"].at(0)["function"]["arguments"] == json::parse(ok));
+  CHECK(request_error(chat_with_arguments("[1"), true).message() ==
+        "'" + args_param + "' is not valid JSON");
+}
+
+TEST_CASE("error messages keep bytes after a NUL", "[server][request][limits]") {
+  // what() is a C string; the reply's message is the whole text.
+  const ApiError e = bad_request(std::string("'a\0b' is not supported", 22), "a");
+  CHECK(error_json(e)["error"]["message"].get<std::string>() ==
+        std::string("'a\0b' is not supported", 22));
+  const RequestError re(RequestErrorKind::InvalidRequest, std::string("x\0y", 3), "p");
+  CHECK(error_json(to_api_error(re))["error"]["message"].get<std::string>() ==
+        std::string("x\0y", 3));
+}
+
 TEST_CASE("number literals beyond a double are a 400, not a 500", "[server][request][limits]") {
   for (const char* text : {R"({"temperature": 1e999999})", R"({"prompt": [1e400]})",
                            R"({"max_tokens": -1e999})"}) {

@@ -37,6 +37,8 @@ def require_stories():
 
 
 def serve_args(*extra, template=TEMPLATE):
+    """`octet serve` on stories260K; skips the test when the binary or the model is missing."""
+    require_stories()
     args = [BINARY, "serve", "--model", STORIES, "--host", "127.0.0.1", "--port", "0",
             "--served-model-name", MODEL_NAME, "--max-model-len", str(MAX_MODEL_LEN),
             "--num-kv-blocks", "1024", *DEVICE_ARGS]

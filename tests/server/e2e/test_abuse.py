@@ -454,6 +454,51 @@ DEEP_BODIES = [
 ]
 
 
+# JSON text inside string fields, parsed again by octet: a tool call's arguments (rendered by the
+# chat template) and schemas sent as text (compiled by xgrammar).
+DEEP_TEXT = "[" * DEEP + "1" + "]" * DEEP
+DEEP_TEXT_BODIES = [
+    ("/v1/chat/completions", "messages[1].tool_calls[0].function.arguments",
+     {"messages": [{"role": "user", "content": "hi"},
+                   {"role": "assistant", "tool_calls": [
+                       {"id": "c1", "type": "function",
+                        "function": {"name": "f", "arguments": DEEP_TEXT}}]},
+                   {"role": "tool", "tool_call_id": "c1", "content": "x"}], "max_tokens": 1}),
+    ("/tokenize", "messages[1].tool_calls[0].function.arguments",
+     {"messages": [{"role": "user", "content": "hi"},
+                   {"role": "assistant", "tool_calls": [
+                       {"id": "c1", "type": "function",
+                        "function": {"name": "f", "arguments": DEEP_TEXT}}]}]}),
+    ("/v1/completions", "structured_outputs.json",
+     {"prompt": "x", "max_tokens": 1, "structured_outputs": {"json": DEEP_TEXT}}),
+    ("/v1/completions", "guided_json", {"prompt": "x", "max_tokens": 1, "guided_json": DEEP_TEXT}),
+]
+
+
+@pytest.mark.parametrize("path,field,body", DEEP_TEXT_BODIES,
+                         ids=["%s-%d" % (p, i) for i, (p, _, _) in enumerate(DEEP_TEXT_BODIES)])
+def test_deep_json_text_in_string_fields(stories, path, field, body):
+    status, r = post(stories.port, path, body)
+    assert status == 400, (status, r)
+    assert_names(error_of(r), field)
+    assert "nested deeper than 64" in error_of(r)["message"]
+    assert_alive(stories)
+
+
+def test_schema_pattern_repetition_is_bounded(stories):
+    """A JSON schema pattern's {n} took xgrammar minutes to compile for n = 50000 (time quadratic
+    in n, on the prepare thread, not cancellable): a 400 naming the field, at once."""
+    schema = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^a{50000}$"}}}
+    status, r = post(stories.port, "/v1/completions",
+                     {"prompt": "x", "max_tokens": 1,
+                      "response_format": {"type": "json_schema",
+                                          "json_schema": {"name": "s", "schema": schema}}})
+    assert status == 400, (status, r)
+    assert_names(error_of(r), "response_format")
+    assert "repetition counts" in error_of(r)["message"]
+    assert_alive(stories)
+
+
 @pytest.mark.parametrize("path,body", DEEP_BODIES, ids=["%s-%d" % (p, i) for i, (p, _) in
                                                         enumerate(DEEP_BODIES)])
 def test_deep_json(stories, path, body):
