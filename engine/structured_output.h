@@ -27,13 +27,20 @@ const char* structured_output_kind_name(StructuredOutputKind kind);
 inline constexpr size_t kMaxStructuredSpecBytes = size_t{1} << 20;
 inline constexpr size_t kMaxStructuredChoices = 1024;
 inline constexpr size_t kMaxStructuredChoiceBytes = size_t{256} << 10;
-/// A JSON schema's `pattern` regexes: xgrammar builds an automaton per counted repetition
-/// {n,m} in time quadratic in the count (^a{1000}$ 0.1 s, a{2000} 0.4 s, a{50000} minutes,
-/// uncancellable), so a count is at most kMaxPatternRepeat and the counts of all patterns at
-/// most kMaxPatternRepeatTotal. A JSON schema (text) nests at most kMaxStructuredSpecDepth
-/// arrays and objects deep (the parsers recurse; the server's own limit is lower).
+/// A JSON schema's regexes (`pattern`, `patternProperties` keys) compile in time that grows
+/// fast with repetition, uncancellable (SmolLM2, one thread: ^a{2000}$ 0.4 s and a{50000}
+/// minutes to build; (.{0,8}){0,8} 15 s and 24 x `.{0,3}` 23 s to compile), so per regex: a
+/// count {n,m} at most kMaxPatternRepeat, a quantified group holding quantifiers at most
+/// kMaxPatternNestedRepeat as the product of the counts, variable-length copies beyond the
+/// longest run at most kMaxPatternVariable (regex_cost in structured_output.cpp); over the
+/// schema: counts at most kMaxPatternRepeatTotal, variable copies kMaxPatternVariableTotal.
+/// A JSON schema (text) nests at most kMaxStructuredSpecDepth arrays and objects deep (the
+/// parsers recurse; the server's own limit is lower).
 inline constexpr int64_t kMaxPatternRepeat = 1000;
 inline constexpr int64_t kMaxPatternRepeatTotal = 4000;
+inline constexpr int64_t kMaxPatternNestedRepeat = 16;
+inline constexpr int64_t kMaxPatternVariable = 24;
+inline constexpr int64_t kMaxPatternVariableTotal = 64;
 inline constexpr int kMaxStructuredSpecDepth = 128;
 
 /// Json / JsonObject with any_whitespace: the most whitespace characters allowed between two

@@ -145,6 +145,8 @@ TEST_CASE("structured outputs: a JSON schema's pattern repetitions and literals 
   // kMaxPatternRepeatTotal in all.
   STATIC_REQUIRE(kMaxPatternRepeat == 1000);
   STATIC_REQUIRE(kMaxPatternRepeatTotal == 4000);
+  STATIC_REQUIRE(kMaxPatternNestedRepeat == 16);
+  STATIC_REQUIRE(kMaxPatternVariable == 24);
   const auto pattern = [](const std::string& re) {
     return so_params(StructuredOutputKind::Json,
                      nlohmann::json{{"type", "string"}, {"pattern", re}}.dump(), "response_format");
@@ -156,8 +158,41 @@ TEST_CASE("structured outputs: a JSON schema's pattern repetitions and literals 
     INFO(re);
     require_invalid(pattern(re), "repetition counts");
   }
-  // Braces that are not a count: a class member, an escaped brace, a lone brace.
-  CHECK_NOTHROW(validate_structured_output(pattern("^[{5000}]+\\{5000}$")));
+  // Braces that are not a count: a class member, an escaped brace, a code point escape.
+  CHECK_NOTHROW(validate_structured_output(pattern("^[{5000}]+\\{5000}\\u{5000}$")));
+  // Real patterns pass: semver (groups with (?: and nested *), IPv4, MAC, e-mail, date-time.
+  for (const char* re :
+       {"^(0|[1-9]\\d*)\\.(0|[1-9]\\d*)\\.(0|[1-9]\\d*)(?:-((?:0|[1-9]\\d*|\\d*[a-zA-Z-][0-9a-zA-Z-]*)"
+        "(?:\\.(?:0|[1-9]\\d*|\\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\\+([0-9a-zA-Z-]+(?:\\.[0-9a-zA-Z-]+)*))?$",
+        "^(\\d{1,3}\\.){3}\\d{1,3}$", "^([0-9a-f]{2}:){5}[0-9a-f]{2}$",
+        "^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9.-]+\\.[a-zA-Z]{2,}$",
+        "^\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(\\.\\d+)?(Z|[+-]\\d{2}:\\d{2})$", "^.{0,1000}$"}) {
+    INFO(re);
+    CHECK_NOTHROW(validate_structured_output(pattern(re)));
+  }
+  // Nested repetitions (product of counts over 16) and adjacent variable-length runs (copies
+  // beyond the longest over 24): (.{0,8}){0,8} took 15 s to compile, 24 x .{0,3} 23 s.
+  require_invalid(pattern("^(.{0,8}){0,8}$"), "nested repetitions");
+  require_invalid(pattern("^(a{100}){20}$"), "nested repetitions");
+  CHECK_NOTHROW(validate_structured_output(pattern("^(.{0,4}){0,4}$")));
+  std::string optional;
+  for (int i = 0; i < 25; ++i) optional += ".?";
+  CHECK_NOTHROW(validate_structured_output(pattern(optional)));  // 24 beyond the longest
+  require_invalid(pattern(optional + ".?"), "variable-length repetitions");
+  require_invalid(pattern("^.{0,500}.{0,500}$"), "variable-length repetitions");
+  require_invalid(pattern("^(?:.{0,3}){1}.{0,3}.{0,3}.{0,3}.{0,3}.{0,3}.{0,3}.{0,3}.{0,3}.{0,3}$"),
+                  "variable-length repetitions");
+  // patternProperties keys are regexes too; a property named like a keyword is still a schema.
+  require_invalid(so_params(StructuredOutputKind::Json,
+                            R"({"type":"object","patternProperties":{"^a{5000}$":{"type":"integer"}}})"),
+                  "repetition counts");
+  for (const char* name : {"enum", "const", "default", "examples"}) {
+    INFO(name);
+    const nlohmann::json schema{
+        {"type", "object"},
+        {"properties", {{name, {{"type", "string"}, {"pattern", "^a{5000}$"}}}}}};
+    require_invalid(so_params(StructuredOutputKind::Json, schema.dump()), "repetition counts");
+  }
   // The total over every pattern of the schema, at any depth (not inside enum / const values).
   nlohmann::json props;
   for (int i = 0; i < 4; ++i)
