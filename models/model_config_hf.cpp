@@ -99,6 +99,7 @@ constexpr Architecture kArchitectures[] = {
     {"LlamaForCausalLM", "llama", 2048},
     {"MistralForCausalLM", "mistral", 4096 * 32},
     {"Qwen2ForCausalLM", "qwen2", 32768},
+    {"Qwen3ForCausalLM", "qwen3", 32768},
 };
 
 std::string supported_list(bool classes) {
@@ -281,7 +282,11 @@ ModelConfig ModelConfig::from_hf_config(const json& config, const std::string& c
   if (const auto it = config.find("hidden_act"); it != config.end() && !it->is_null())
     if (*it != "silu")
       r.fail("unsupported hidden_act " + json_brief(*it) + " (supported: \"silu\")");
-  if (c.architecture == "qwen2") {
+  if (c.architecture == "qwen3") {
+    // Qwen3Attention: q_norm / k_norm over head_dim; q/k/v/o biases iff attention_bias.
+    c.qk_norm = true;
+    c.qkv_bias = c.o_proj_bias = read_bool(r, "attention_bias", false);
+  } else if (c.architecture == "qwen2") {
     c.qkv_bias = true;  // Qwen2Attention: q/k/v Linear(bias=True), o_proj bias=False
   } else if (c.architecture == "llama") {
     c.qkv_bias = c.o_proj_bias = read_bool(r, "attention_bias", false);

@@ -1,5 +1,5 @@
 // Sliding-window Llama-family models against Hugging Face transformers 5.24: the tiny random
-// checkpoints tests/models/golden/tiny_{llama,mistral,qwen2}/ and their reference logits
+// checkpoints tests/models/golden/tiny_{llama,mistral,qwen2,qwen3}/ and their reference logits
 // (sliding_window_reference.json), both made by scripts/make_sliding_window_reference.py.
 //   - quantization "none": logits within 1e-4 absolute of transformers' float32 logits at 8
 //     fixed ids and the top-5 ids of every prompt position, greedy tokens exactly equal;
@@ -215,9 +215,9 @@ std::string config_error(const json& cfg) {
 
 }  // namespace
 
-TEST_CASE("tiny llama/mistral/qwen2 (FP32) match transformers with their sliding windows",
+TEST_CASE("tiny llama/mistral/qwen2/qwen3 (FP32) match transformers with their sliding windows",
           "[model][sliding_window]") {
-  for (const char* name : {"tiny_llama", "tiny_mistral", "tiny_qwen2"}) {
+  for (const char* name : {"tiny_llama", "tiny_mistral", "tiny_qwen2", "tiny_qwen3"}) {
     DYNAMIC_SECTION(name) {
       const json& ref = model_ref(name);
       const HFCheckpoint ck = HFCheckpoint::open(testing::tiny_model_dir(name));
@@ -344,6 +344,22 @@ TEST_CASE("tiny models converted to GGUF match transformers", "[model][sliding_w
     CHECK(m.config().layer_sliding_window == std::vector<int64_t>{8, 8, 8, 8});
     CHECK(m.rope_layout() == RopeLayout::AdjacentPairs);
     check_against_reference(m, model_ref("tiny_mistral"));
+  }
+  SECTION("qwen3: q/k norms (attn_q_norm, attn_k_norm), bool pattern") {
+    const std::string path = dir.file("qwen3.gguf");
+    write_gguf(testing::tiny_model_dir("tiny_qwen3"), path, {"qwen3", [](GGUFWriter& w) {
+                                                w.kv_u32("qwen3.attention.sliding_window", 8);
+                                                w.kv("qwen3.attention.sliding_window_pattern", kArr,
+                                                     bool_array({false, true, false, true}));
+                                              }});
+    GGUFFile f = GGUFFile::open(path);
+    const LlamaModel m = LlamaModel::load(f, fp32());
+    CHECK(m.config().architecture == "qwen3");
+    CHECK(m.config().qk_norm);
+    CHECK_FALSE(m.config().qkv_bias);
+    CHECK(m.config().layer_sliding_window == std::vector<int64_t>{0, 8, 0, 8});
+    CHECK(m.rope_layout() == RopeLayout::HalfSplit);
+    check_against_reference(m, model_ref("tiny_qwen3"));
   }
   SECTION("llama without window keys: full attention") {
     const std::string path = dir.file("llama.gguf");
@@ -540,7 +556,7 @@ TEST_CASE("HF bias loading: a missing bias tensor is named",
 //   - free-running greedy: the first token equal (mistral diverges at its 5th token, where the
 //     reference margin is 0.005, and rejoins: 16, 11, 14 of 16 equal position by position).
 TEST_CASE("tiny models load and run with FP8 (default)", "[model][sliding_window][fp8]") {
-  for (const char* name : {"tiny_llama", "tiny_mistral", "tiny_qwen2"}) {
+  for (const char* name : {"tiny_llama", "tiny_mistral", "tiny_qwen2", "tiny_qwen3"}) {
     DYNAMIC_SECTION(name) {
       const json& ref = model_ref(name);
       const LlamaModel m = LlamaModel::load(HFCheckpoint::open(testing::tiny_model_dir(name)));
