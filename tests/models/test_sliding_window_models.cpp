@@ -404,7 +404,8 @@ TEST_CASE("GGUF sliding-window and bias errors", "[model][sliding_window][gguf][
   SECTION("unsupported architecture still fails") {
     write_gguf(testing::tiny_model_dir("tiny_llama"), path, {"gemma", nullptr});
     CHECK_THAT(gguf_load_error(path),
-               Catch::Contains("unsupported architecture 'gemma' (supported: llama, qwen2)"));
+               Catch::Contains("unsupported architecture 'gemma' (supported: llama, qwen2, qwen3, "
+                               "gemma3)"));
   }
 }
 
@@ -522,12 +523,13 @@ TEST_CASE("hf config: sliding-window errors", "[hf][config][sliding_window][erro
                                                 "match model_type 'qwen2'"));
   json other = base_config("gemma2");
   CHECK_THAT(config_error(other), Catch::Contains("unsupported model_type 'gemma2' (supported: "
-                                                  "llama, mistral, qwen2)"));
+                                                  "llama, mistral, qwen2, qwen3)"));
   other = base_config("llama");
   other["architectures"] = {"Gemma2ForCausalLM"};
   CHECK_THAT(config_error(other),
              Catch::Contains("unsupported architecture 'Gemma2ForCausalLM' (supported: "
-                             "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)"));
+                             "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                             "Qwen3ForCausalLM)"));
   json act = base_config("mistral");
   act["hidden_act"] = "gelu";
   CHECK_THAT(config_error(act), Catch::Contains("unsupported hidden_act \"gelu\""));
