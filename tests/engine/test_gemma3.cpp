@@ -29,13 +29,15 @@ using nlohmann::json;
 
 namespace {
 
-// FP32 vs FP32 with different summation orders over 18 layers and a 262144-row lm_head, logits
-// up to ~40: observed max |octet - transformers| 1.6e-3 (see the report in the commit); the
-// smallest top1 - top2 gap on the greedy paths is 0.012, so 5e-3 still pins the argmax.
-constexpr float kTol = 5e-3f;
-// FP8 W8A8 (per-channel weights, per-token activations) on a 270M model: observed ratio
-// 1.0xx; 1.10 fails a broken scale or rounding by far (those give ratios of 2 and more).
-constexpr double kFp8PplRatio = 1.10;
+// FP32 vs FP32 with different summation orders over 18 layers and a 262144-row lm_head:
+// observed max |octet - transformers| 1.1e-4 (the chat prompt; 1.3e-5..3e-5 on the others);
+// 1e-3 leaves 9x headroom and is still below the smallest top1 - top2 gap on the greedy paths
+// (0.012). Measured: the local layers on the global RoPE base move logits by 0.98 to 14.9.
+constexpr float kTol = 1e-3f;
+// FP8 W8A8 (per-channel weights, per-token activations, lm_head bf16) on the 663-token prompt:
+// observed perplexity ratio 1.0112 (KL 0.0034, top-1 agreement 0.989); 1.05 leaves room for
+// other CPUs' rounding while a broken scale or rounding gives ratios far above it.
+constexpr double kFp8PplRatio = 1.05;
 
 std::string gemma_path() {
   const std::string path = OCTET_GEMMA3_GGUF;
