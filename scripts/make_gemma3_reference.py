@@ -16,6 +16,10 @@ Writes tests/models/golden/gemma3_270m_reference.json:
     nll: mean next-token negative log-likelihood over the prompt (natural log).
 
 Usage: scripts/make_gemma3_reference.py [GGUF] [REPO_ROOT]
+       scripts/make_gemma3_reference.py --save-hf OUT_DIR [GGUF]
+  --save-hf: only write the same dequantized model as a Hugging Face float32 checkpoint
+  (Gemma3ForCausalLM save_pretrained + its tokenizer; ~1.1 GB) for test_gemma3's HF case
+  (default place: ~/.cache/octet/hf/gemma-3-270m-f32).
   (python: a venv with torch, transformers 5.24.0, gguf 0.19.0, numpy; scripts/make_reference_venv.sh)
 """
 import hashlib
@@ -55,7 +59,20 @@ def sha256(path):
     return h.hexdigest()
 
 
+def save_hf(out, gguf):
+    d, name = os.path.dirname(gguf), os.path.basename(gguf)
+    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
+    model.save_pretrained(out + ".part")
+    AutoTokenizer.from_pretrained(d, gguf_file=name).save_pretrained(out + ".part")
+    os.rename(out + ".part", out)
+    print("wrote", out, file=sys.stderr)
+
+
 def main():
+    if len(sys.argv) > 2 and sys.argv[1] == "--save-hf":
+        default = os.path.expanduser("~/.cache/octet/gemma-3-270m-q4_k_m.gguf")
+        return save_hf(os.path.abspath(sys.argv[2]),
+                       os.path.abspath(sys.argv[3] if len(sys.argv) > 3 else default))
     root = os.path.abspath(sys.argv[2] if len(sys.argv) > 2 else
                            os.path.join(os.path.dirname(__file__), ".."))
     gguf = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else

@@ -6,8 +6,10 @@
 //   - quantization "none" (FP32): logits at 8 fixed ids and the top-5 of kept positions within
 //     kTol, 20 greedy tokens equal, perplexity of the 663-token prompt (longer than the window)
 //     within 0.1% of transformers';
-//   - the default FP8 W8A8 path: perplexity within kFp8PplRatio of FP32.
-// Skipped (exit 77) when the GGUF is absent.
+//   - the default FP8 W8A8 path: perplexity within kFp8PplRatio of FP32;
+//   - the same weights as an HF float32 checkpoint (config.json model_type gemma3_text, norms
+//     stored as w for 1 + w; scripts/make_gemma3_reference.py --save-hf) match the same golden.
+// Skipped (exit 77) when the GGUF (or, for the HF case, the checkpoint) is absent.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 
 #include "engine/perplexity.h"
 #include "greedy.h"
+#include "models/checkpoint.h"
 #include "models/gguf.h"
 #include "models/llama.h"
 #include "models/tokenizer.h"
@@ -171,4 +174,42 @@ TEST_CASE("gemma3 270m: perplexity FP32 vs transformers and FP8 vs FP32", "[mode
   CHECK(r.window >= static_cast<int64_t>(ids.size()));  // one window: the same sum as HF's
   CHECK(std::fabs(r.reference_perplexity / hf - 1.0) < 1e-3);
   CHECK(r.perplexity / r.reference_perplexity < kFp8PplRatio);
+}
+
+TEST_CASE("gemma3 270m as an HF checkpoint (config.json) matches the same golden",
+          "[model][gemma3][hf]") {
+  const std::string dir = OCTET_GEMMA3_HF_DIR;
+  if (!std::ifstream(dir + "/config.json")) {
+    std::fprintf(stderr, "SKIP: no HF Gemma 3 checkpoint at '%s' (scripts/make_gemma3_reference.py "
+                 "--save-hf)\n", dir.c_str());
+    std::exit(77);
+  }
+  const HFCheckpoint ck = HFCheckpoint::open(dir);
+  LoadOptions o;
+  o.quantization = "none";
+  o.device = "cpu";
+  const LlamaModel m = LlamaModel::load(ck, o);
+  const ModelConfig& c = m.config();
+  const ModelConfig g = ModelConfig::from_gguf(gguf());
+  CHECK(c.architecture == "gemma3_text");
+  CHECK(c.layer_sliding_window == g.layer_sliding_window);
+  CHECK(c.rope_theta == g.rope_theta);
+  CHECK(c.rope_local_base_freq == g.rope_local_base_freq);
+  CHECK(c.attention_scale() == g.attention_scale());
+  CHECK(c.norm_weight_offset);
+  CHECK(c.tie_word_embeddings);
+  const json& p = reference()["prompts"][1];
+  const auto ids = p["token_ids"].get<std::vector<int32_t>>();
+  const auto positions = p["positions"].get<std::vector<int64_t>>();
+  const std::vector<float> logits = logits_at(m, ids, positions);
+  const int64_t vocab = c.vocab_size;
+  float err = 0.0f;
+  for (size_t r = 0; r < positions.size(); ++r)
+    for (size_t j = 0; j < 5; ++j)
+      err = std::max(err, std::fabs(logits[r * vocab + p["top5_ids"][r][j].get<int64_t>()] -
+                                    p["top5_logits"][r][j].get<float>()));
+  INFO("max |logit error| " << err);
+  CHECK(err <= kTol);
+  const auto want = p["greedy_token_ids"].get<std::vector<int32_t>>();
+  CHECK(testing::greedy(m, ids, static_cast<int64_t>(want.size())) == want);
 }
