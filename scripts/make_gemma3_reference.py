@@ -61,7 +61,12 @@ def sha256(path):
 
 def save_hf(out, gguf):
     d, name = os.path.dirname(gguf), os.path.basename(gguf)
-    model = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
+    loaded = AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32)
+    # A GGUF-loaded model refuses save_pretrained: copy its (dequantized) weights into a plain one.
+    config = loaded.config
+    config.quantization_config = None
+    model = type(loaded)(config).to(torch.float32)
+    model.load_state_dict(loaded.state_dict())
     model.save_pretrained(out + ".part")
     AutoTokenizer.from_pretrained(d, gguf_file=name).save_pretrained(out + ".part")
     os.rename(out + ".part", out)

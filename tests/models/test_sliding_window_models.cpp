@@ -414,6 +414,36 @@ TEST_CASE("GGUF sliding-window and bias errors", "[model][sliding_window][gguf][
 // use_sliding_window=True, sliding_window=8, max_window_layers=2).layer_types printed
 // ['full_attention', 'full_attention', 'sliding_attention', 'sliding_attention'];
 // configuration_mistral.py: sliding_window defaults to 4096).
+// Gemma3TextConfig (transformers 5.24): sliding_window default 4096, without layer_types every
+// sliding_window_pattern-th (default 6) layer full; rope_parameters per attention type.
+TEST_CASE("hf config: gemma3_text windows, RoPE bases and switches", "[hf][config][gemma3]") {
+  json g = base_config("gemma3_text");
+  g["num_hidden_layers"] = 7;
+  g["sliding_window"] = 512;
+  g["rope_parameters"] = {{"full_attention", {{"rope_theta", 1e6}, {"rope_type", "default"}}},
+                          {"sliding_attention", {{"rope_theta", 1e4}, {"rope_type", "default"}}}};
+  ModelConfig c = ModelConfig::from_hf_config(g, "/x/config.json");
+  CHECK(c.layer_sliding_window == std::vector<int64_t>{512, 512, 512, 512, 512, 0, 512});
+  CHECK(c.rope_theta == 1e6f);
+  CHECK(c.rope_local_base_freq == 1e4f);
+  CHECK(c.head_dim == 256);
+  CHECK(c.attention_scale() == 0.0625f);
+  CHECK(c.tie_word_embeddings);
+  CHECK(c.qk_norm);
+  CHECK(c.sandwich_norms);
+  CHECK(c.norm_weight_offset);
+  CHECK(c.hidden_act == "gelu_pytorch_tanh");
+  g["layer_types"] = {"full_attention", "sliding_attention", "full_attention",
+                      "sliding_attention", "full_attention", "sliding_attention",
+                      "full_attention"};
+  CHECK(windows_of(g) == std::vector<int64_t>{0, 512, 0, 512, 0, 512, 0});
+  g["final_logit_softcapping"] = 30.0;
+  CHECK_THAT(config_error(g), Catch::Contains("final_logit_softcapping is 30"));
+  g.erase("final_logit_softcapping");
+  g["hidden_activation"] = "gelu";
+  CHECK_THAT(config_error(g), Catch::Contains("unsupported hidden_activation \"gelu\""));
+}
+
 TEST_CASE("hf config: per-layer windows as transformers resolves them",
           "[hf][config][sliding_window]") {
   json q = base_config("qwen2");
@@ -523,13 +553,13 @@ TEST_CASE("hf config: sliding-window errors", "[hf][config][sliding_window][erro
                                                 "match model_type 'qwen2'"));
   json other = base_config("gemma2");
   CHECK_THAT(config_error(other), Catch::Contains("unsupported model_type 'gemma2' (supported: "
-                                                  "llama, mistral, qwen2, qwen3)"));
+                                                  "llama, mistral, qwen2, qwen3, gemma3_text)"));
   other = base_config("llama");
   other["architectures"] = {"Gemma2ForCausalLM"};
   CHECK_THAT(config_error(other),
              Catch::Contains("unsupported architecture 'Gemma2ForCausalLM' (supported: "
                              "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                             "Qwen3ForCausalLM)"));
+                             "Qwen3ForCausalLM, Gemma3ForCausalLM)"));
   json act = base_config("mistral");
   act["hidden_act"] = "gelu";
   CHECK_THAT(config_error(act), Catch::Contains("unsupported hidden_act \"gelu\""));
