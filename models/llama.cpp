@@ -276,7 +276,8 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
     l.down_proj = lin("mlp.down_proj", h, ffn, c.mlp_bias, ShardKind::Down);
   }
   m.inv_freq_ = upload_f32(be, c.rope_inv_freq());
-  m.local_inv_freq_ = upload_f32(be, c.rope_local_inv_freq());
+  m.local_inv_freq_ = c.rope_local_base_freq == 0.0f ? m.inv_freq_  // shared: one base
+                                                     : upload_f32(be, c.rope_local_inv_freq());
   m.rope_layout_ = src.rope_layout();
   return m;
 }
@@ -371,26 +372,28 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
     linear(w.q_proj, xn, n, q);
     linear(w.k_proj, xn, n, k);
     linear(w.v_proj, xn, n, v);
+    // qr, kr: the q and k that RoPE rotates (after the per-head q/k norms when the model has them).
+    float *qr = q, *kr = k;
     if (c.qk_norm) {  // per head: rows [n * heads, head_dim]
-      be.rms_norm(q, nullptr, w.q_norm.as<float>(), act.qn.as<float>(), n * nh, hd, eps);
-      be.rms_norm(k, nullptr, w.k_norm.as<float>(), act.kn.as<float>(), n * nkv, hd, eps);
-      q = act.qn.as<float>();
-      k = act.kn.as<float>();
+      qr = act.qn.as<float>();
+      kr = act.kn.as<float>();
+      be.rms_norm(q, nullptr, w.q_norm.as<float>(), qr, n * nh, hd, eps);
+      be.rms_norm(k, nullptr, w.k_norm.as<float>(), kr, n * nkv, hd, eps);
     }
     const bool sliding = c.layer_sliding_window[layer] > 0;
-    be.rope(q, k, n, nh, nkv, hd, c.rotary_dim, positions,
+    be.rope(qr, kr, n, nh, nkv, hd, c.rotary_dim, positions,
             (sliding ? local_inv_freq_ : inv_freq_).as<float>(), rope_layout_);
     // --kv-cache-rotation hadamard: the same orthogonal H for q and k (q.k unchanged), so the
     // cache stores rotated K with its outlier channels spread before quantization.
     if (cache.spec(layer).hadamard_rotation) {
-      be.hadamard_rotate(q, n * nh, hd);
-      be.hadamard_rotate(k, n * nkv, hd);
+      be.hadamard_rotate(qr, n * nh, hd);
+      be.hadamard_rotate(kr, n * nkv, hd);
     }
     // The whole batch's K/V of a layer are written before its attention reads them back, so a
     // token's K/V are the cached (possibly FP8) values whether computed now or earlier.
     const KVCacheView kv = cache.layer(layer);
-    be.write_kv_cache(kv, k, v, device.slot_mapping.as<const int64_t>(), n);
-    be.paged_attention(kv, q, attn_batch, nh, c.layer_sliding_window[layer], softmax_scale, attn);
+    be.write_kv_cache(kv, kr, v, device.slot_mapping.as<const int64_t>(), n);
+    be.paged_attention(kv, qr, attn_batch, nh, c.layer_sliding_window[layer], softmax_scale, attn);
     linear_reduced(w.o_proj, attn, n, proj);
     // Gemma: out = post_norm(out) before each residual add.
     const auto post_norm = [&](const Buffer& weight) -> const float* {
@@ -407,8 +410,6 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
       be.silu_mul(gate, up, gate, n, ffn);
     linear_reduced(w.down_proj, gate, n, proj);
     delta = post_norm(w.post_ffn_norm);
-    q = act.q.as<float>();
-    k = act.k.as<float>();
   }
   if (num_rows == 0) return;
   be.rms_norm(x, delta, weights_.norm.as<float>(), xn, n, h, eps);
