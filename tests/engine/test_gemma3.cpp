@@ -198,6 +198,11 @@ TEST_CASE("gemma3 270m as an HF checkpoint (config.json) matches the same golden
   CHECK(c.attention_scale() == g.attention_scale());
   CHECK(c.norm_weight_offset);
   CHECK(c.tie_word_embeddings);
+  // Its tokenizer.json (transformers' conversion of the GGUF vocabulary) tokenizes as the GGUF.
+  const auto tok = Tokenizer::from_hf_dir(dir);
+  for (const json& q : reference()["prompts"])
+    CHECK(tok->encode(q["text"].get<std::string>(), true, true) ==
+          q["token_ids"].get<std::vector<int32_t>>());
   const json& p = reference()["prompts"][1];
   const auto ids = p["token_ids"].get<std::vector<int32_t>>();
   const auto positions = p["positions"].get<std::vector<int64_t>>();
