@@ -7,6 +7,8 @@
 //     kTol, 20 greedy tokens equal, perplexity of the 663-token prompt (longer than the window)
 //     within 0.1% of transformers';
 //   - the default FP8 W8A8 path: perplexity within kFp8PplRatio of FP32;
+//   - the Engine (FP8 weights): a request is bit-identical alone and in a batch, with prompts
+//     past the 512-token window, for bf16, fp16 and fp8_e4m3 KV, and after preemption;
 //   - the same weights as an HF float32 checkpoint (config.json model_type gemma3_text, norms
 //     stored as w for 1 + w; scripts/make_gemma3_reference.py --save-hf) match the same golden.
 // Skipped (exit 77) when the GGUF (or, for the HF case, the checkpoint) is absent.
@@ -20,7 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "engine/engine.h"
 #include "engine/perplexity.h"
+#include "engine_test_support.h"
 #include "greedy.h"
 #include "models/checkpoint.h"
 #include "models/gguf.h"
@@ -217,4 +221,66 @@ TEST_CASE("gemma3 270m as an HF checkpoint (config.json) matches the same golden
   CHECK(err <= kTol);
   const auto want = p["greedy_token_ids"].get<std::vector<int32_t>>();
   CHECK(testing::greedy(m, ids, static_cast<int64_t>(want.size())) == want);
+}
+
+// Prompts of 40..900 tokens (the longer ones past the 512-token window), greedy and seeded.
+TEST_CASE("gemma3 270m engine: alone == in a batch (every kv dtype) and after preemption",
+          "[model][gemma3][engine]") {
+  const std::string path = gemma_path();
+  std::vector<std::vector<int32_t>> prompts;
+  for (int n : {40, 600, 130, 900})
+    prompts.push_back(testing::random_prompt(n, 1000 + n));
+  for (auto& p : prompts) {
+    for (int32_t& t : p) t += 1000;  // ordinary text tokens, not Gemma's specials
+    p.insert(p.begin(), 2);           // BOS
+  }
+  const auto params = [](size_t i) {
+    SamplingParams sp = testing::greedy_params(8, 2);
+    if (i % 2 == 1) {
+      sp.temperature = 0.8f;
+      sp.seed = 7 + static_cast<int64_t>(i);
+    }
+    return sp;
+  };
+  for (const std::string dtype : {"bf16", "fp16", "fp8_e4m3"}) {
+    INFO("kv_cache_dtype " << dtype);
+    auto engine = Engine::create(testing::engine_args(
+        path, {.device = "cpu", .kv_cache_dtype = dtype, .kv_cache_memory_bytes = 64 << 20,
+               .max_model_len = 1024}));
+    std::vector<testing::Result> solo;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      solo.push_back(testing::collect(
+          *engine->add_request("solo" + std::to_string(i), prompts[i], params(i))));
+    std::vector<std::shared_ptr<RequestStream>> streams;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      streams.push_back(engine->add_request("b" + std::to_string(i), prompts[i], params(i)));
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      INFO("request " << i);
+      testing::require_same_logprobs(solo[i], testing::collect(*streams[i]));
+    }
+  }
+  // Preemption: the first three prompts (41, 601, 131 tokens: 3 + 38 + 9 = 50 blocks of 16)
+  // are admitted into 52 blocks; 16 new tokens each need 53, so one is preempted and
+  // recomputed, with prefix caching off.
+  EngineArgs a = testing::engine_args(path, {.device = "cpu", .kv_cache_dtype = "fp8_e4m3",
+                                             .num_kv_blocks = 52, .max_model_len = 800});
+  a.cache.enable_prefix_caching = false;
+  auto engine = Engine::create(a);
+  const auto params16 = [&](size_t i) {
+    SamplingParams sp = params(i);
+    sp.max_tokens = 16;
+    return sp;
+  };
+  std::vector<testing::Result> solo;
+  for (size_t i = 0; i < 3; ++i)
+    solo.push_back(
+        testing::collect(*engine->add_request("s" + std::to_string(i), prompts[i], params16(i))));
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (size_t i = 0; i < 3; ++i)
+    streams.push_back(engine->add_request("p" + std::to_string(i), prompts[i], params16(i)));
+  for (size_t i = 0; i < 3; ++i) {
+    INFO("request " << i);
+    testing::require_same_logprobs(solo[i], testing::collect(*streams[i]));
+  }
+  CHECK(engine->stats().num_preemptions > 0);
 }
