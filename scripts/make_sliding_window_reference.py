@@ -39,7 +39,7 @@ The JSON (tests/models/golden/sliding_window_reference.json) holds, per model:
   greedy_token_ids: 16 tokens of greedy decoding with the KV cache (checked against argmax of a
       full-sequence recompute), greedy_min_margin: smallest top1-top2 logit gap on that path.
 
-Usage: /work/venv/bin/python scripts/make_sliding_window_reference.py [REPO_ROOT]
+Usage: $(scripts/make_reference_venv.sh) scripts/make_sliding_window_reference.py [REPO_ROOT]
 """
 import json
 import math
