@@ -4,7 +4,9 @@
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
+#include "engine/gemma_chat_template.h"
 #include "engine/kv_cache_setup.h"
 #include "engine/request_error.h"
 #include "models/config_json.h"
@@ -302,6 +304,16 @@ std::unique_ptr<LoadedModel> load_model(const std::string& path, const LoadOptio
     load_ranks(*m, *m->gguf, [&] { return ModelConfig::from_gguf(*m->gguf); }, options);
     m->tokenizer = Tokenizer::from_gguf(*m->gguf);
     chat_template = m->gguf->get_string("tokenizer.chat_template", "");
+    if (m->gguf->get_string("general.architecture", "") == "gemma3") {
+      if (chat_template.empty()) {
+        spdlog::warn("{} has no tokenizer.chat_template: using Gemma 3's (engine/"
+                     "gemma_chat_template.h)", path);
+        chat_template = kGemma3ChatTemplate;
+      }
+      // Gemma ends a turn with <end_of_turn> (generation_config.json eos_token_id [1, 106]).
+      if (const int32_t eot = m->tokenizer->token_to_id("<end_of_turn>"); eot >= 0)
+        m->eos_token_ids.push_back(eot);
+    }
   }
   if (m->tokenizer->eos_id() >= 0) m->eos_token_ids.push_back(m->tokenizer->eos_id());
   check_vocabulary(*m);

@@ -140,6 +140,14 @@ class Backend {
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t m,
                         int64_t n) = 0;
 
+  /// out[m, n] = gelu_tanh(gate) * up, gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+  /// x^3))) (GeGLU, Shazeer 2020; Gemma's gelu_pytorch_tanh). out may alias gate.
+  virtual void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t m,
+                             int64_t n) = 0;
+
+  /// x[i] *= s for i < count (Gemma's embeddings times sqrt(hidden_size)).
+  virtual void scale(float* x, int64_t count, float s) = 0;
+
   /// amax[i] = max_j |x[i, j]| (NaN ignored) of x: [m, k]: the local half of a dynamic
   /// per-token scale whose row is split over ranks (all-reduce max, then quantize_fp8_dynamic).
   virtual void row_amax(const float* x, int64_t m, int64_t k, float* amax) = 0;

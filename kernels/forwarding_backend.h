@@ -46,6 +46,10 @@ class ForwardingBackend : public Backend {
   void silu_mul(const float* g, const float* u, float* out, int64_t m, int64_t n) override {
     in_->silu_mul(g, u, out, m, n);
   }
+  void gelu_tanh_mul(const float* g, const float* u, float* out, int64_t m, int64_t n) override {
+    in_->gelu_tanh_mul(g, u, out, m, n);
+  }
+  void scale(float* x, int64_t count, float s) override { in_->scale(x, count, s); }
   void row_amax(const float* x, int64_t m, int64_t k, float* a) override {
     in_->row_amax(x, m, k, a);
   }

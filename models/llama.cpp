@@ -207,7 +207,14 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
   LlamaWeights& w = m.weights_;
   const std::vector<float> embed = src.load_f32("model.embed_tokens.weight", {c.vocab_size, h});
   w.embed_tokens = upload_f32(be, embed);
-  w.norm = upload_f32(be, src.load_f32("model.norm.weight", {h}));
+  // RMSNorm weights as multipliers: HF Gemma stores w for (1 + w) (norm_weight_offset).
+  const auto norm = [&](const std::string& name, int64_t size) {
+    std::vector<float> v = src.load_f32(name, {size});
+    if (c.norm_weight_offset)
+      for (float& e : v) e += 1.0f;
+    return upload_f32(be, v);
+  };
+  w.norm = norm("model.norm.weight", h);
   if (!c.tie_word_embeddings && !src.has("lm_head.weight"))
     throw ModelFileError(src.path(), "missing tensor lm_head.weight (tie_word_embeddings is "
                                      "false)");
@@ -244,7 +251,7 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LlamaLayerWeights& l = w.layers[i];
-    l.attn_norm = upload_f32(be, src.load_f32(p + "input_layernorm.weight", {h}));
+    l.attn_norm = norm(p + "input_layernorm.weight", h);
     const auto lin = [&](const std::string& module, int64_t out, int64_t in, bool bias,
                          ShardKind kind) {
       return upload(load_linear(src, q, options, p + module, out, in, bias), kind);
@@ -253,12 +260,24 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
     l.k_proj = lin("self_attn.k_proj", kv_dim, h, c.qkv_bias, ShardKind::KVProj);
     l.v_proj = lin("self_attn.v_proj", kv_dim, h, c.qkv_bias, ShardKind::KVProj);
     l.o_proj = lin("self_attn.o_proj", h, q_dim, c.o_proj_bias, ShardKind::OProj);
-    l.ffn_norm = upload_f32(be, src.load_f32(p + "post_attention_layernorm.weight", {h}));
+    if (c.qk_norm) {
+      l.q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
+      l.k_norm = norm(p + "self_attn.k_norm.weight", c.head_dim);
+    }
+    if (c.sandwich_norms) {
+      l.post_attn_norm = norm(p + "post_attention_layernorm.weight", h);
+      l.ffn_norm = norm(p + "pre_feedforward_layernorm.weight", h);
+      l.post_ffn_norm = norm(p + "post_feedforward_layernorm.weight", h);
+    } else {
+      l.ffn_norm = norm(p + "post_attention_layernorm.weight", h);
+    }
     l.gate_proj = lin("mlp.gate_proj", ffn, h, c.mlp_bias, ShardKind::GateUp);
     l.up_proj = lin("mlp.up_proj", ffn, h, c.mlp_bias, ShardKind::GateUp);
     l.down_proj = lin("mlp.down_proj", h, ffn, c.mlp_bias, ShardKind::Down);
   }
   m.inv_freq_ = upload_f32(be, c.rope_inv_freq());
+  m.local_inv_freq_ = c.rope_local_base_freq == 0.0f ? m.inv_freq_  // shared: one base
+                                                     : upload_f32(be, c.rope_local_inv_freq());
   m.rope_layout_ = src.rope_layout();
   return m;
 }
@@ -297,6 +316,11 @@ LlamaActivations LlamaModel::new_activations(int64_t max_tokens, int64_t max_log
   a.proj = f32(max_tokens, h);
   a.gate = f32(max_tokens, ffn);
   a.up = f32(max_tokens, ffn);
+  if (config_.qk_norm) {
+    a.qn = f32(max_tokens, q_dim);
+    a.kn = f32(max_tokens, kv_dim);
+  }
+  if (config_.sandwich_norms) a.post = f32(max_tokens, h);
   a.qa = be.allocate(std::max(max_tokens, max_logit_rows) * std::max({h, q_dim, ffn}));
   a.a_scale = f32(std::max(max_tokens, max_logit_rows), 1);
   a.last = f32(max_logit_rows, h);
@@ -318,7 +342,7 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
   // This rank's share (models/tensor_parallel.h): its query/KV heads and MLP rows.
   const int64_t h = c.hidden_size, hd = c.head_dim, nh = shard_.num_heads,
                 nkv = shard_.num_kv_heads, ffn = shard_.intermediate_size;
-  const float eps = c.rms_norm_eps, softmax_scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float eps = c.rms_norm_eps, softmax_scale = c.attention_scale();
   // Activations: [n, width] row-major, one row per token.
   float *x = act.x.as<float>(), *xn = act.xn.as<float>(), *q = act.q.as<float>(),
         *k = act.k.as<float>(), *v = act.v.as<float>(), *attn = act.attn.as<float>(),
@@ -338,34 +362,57 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
 
   be.embedding({weights_.embed_tokens.data(), DType::F32, c.vocab_size, h},
                device.token_ids.as<const int32_t>(), n, x);
+  if (c.embedding_multiplier != 1.0f) be.scale(x, n * h, c.embedding_multiplier);
+  const float* delta = nullptr;  // the previous layer's MLP output, added to x next
+  const bool gelu = c.hidden_act == "gelu_pytorch_tanh";  // GeGLU, else SwiGLU
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const LlamaLayerWeights& w = weights_.layers[layer];
     // x += the previous layer's MLP output (none before layer 0), then n = rms(x).
-    be.rms_norm(x, layer == 0 ? nullptr : proj, w.attn_norm.as<float>(), xn, n, h, eps);
+    be.rms_norm(x, delta, w.attn_norm.as<float>(), xn, n, h, eps);
     linear(w.q_proj, xn, n, q);
     linear(w.k_proj, xn, n, k);
     linear(w.v_proj, xn, n, v);
-    be.rope(q, k, n, nh, nkv, hd, c.rotary_dim, positions, inv_freq_.as<float>(), rope_layout_);
+    // qr, kr: the q and k that RoPE rotates (after the per-head q/k norms when the model has them).
+    float *qr = q, *kr = k;
+    if (c.qk_norm) {  // per head: rows [n * heads, head_dim]
+      qr = act.qn.as<float>();
+      kr = act.kn.as<float>();
+      be.rms_norm(q, nullptr, w.q_norm.as<float>(), qr, n * nh, hd, eps);
+      be.rms_norm(k, nullptr, w.k_norm.as<float>(), kr, n * nkv, hd, eps);
+    }
+    const bool sliding = c.layer_sliding_window[layer] > 0;
+    be.rope(qr, kr, n, nh, nkv, hd, c.rotary_dim, positions,
+            (sliding ? local_inv_freq_ : inv_freq_).as<float>(), rope_layout_);
     // --kv-cache-rotation hadamard: the same orthogonal H for q and k (q.k unchanged), so the
     // cache stores rotated K with its outlier channels spread before quantization.
     if (cache.spec(layer).hadamard_rotation) {
-      be.hadamard_rotate(q, n * nh, hd);
-      be.hadamard_rotate(k, n * nkv, hd);
+      be.hadamard_rotate(qr, n * nh, hd);
+      be.hadamard_rotate(kr, n * nkv, hd);
     }
     // The whole batch's K/V of a layer are written before its attention reads them back, so a
     // token's K/V are the cached (possibly FP8) values whether computed now or earlier.
     const KVCacheView kv = cache.layer(layer);
-    be.write_kv_cache(kv, k, v, device.slot_mapping.as<const int64_t>(), n);
-    be.paged_attention(kv, q, attn_batch, nh, c.layer_sliding_window[layer], softmax_scale, attn);
+    be.write_kv_cache(kv, kr, v, device.slot_mapping.as<const int64_t>(), n);
+    be.paged_attention(kv, qr, attn_batch, nh, c.layer_sliding_window[layer], softmax_scale, attn);
     linear_reduced(w.o_proj, attn, n, proj);
-    be.rms_norm(x, proj, w.ffn_norm.as<float>(), xn, n, h, eps);  // h = x + attn; rms(h)
-    linear(w.gate_proj, xn, n, gate);
+    // Gemma: out = post_norm(out) before each residual add.
+    const auto post_norm = [&](const Buffer& weight) -> const float* {
+      if (!c.sandwich_norms) return proj;
+      be.rms_norm(proj, nullptr, weight.as<float>(), act.post.as<float>(), n, h, eps);
+      return act.post.as<float>();
+    };
+    be.rms_norm(x, post_norm(w.post_attn_norm), w.ffn_norm.as<float>(), xn, n, h, eps);
+    linear(w.gate_proj, xn, n, gate);  // h = x + attn above; xn = rms(h)
     linear(w.up_proj, xn, n, up);
-    be.silu_mul(gate, up, gate, n, ffn);
+    if (gelu)
+      be.gelu_tanh_mul(gate, up, gate, n, ffn);
+    else
+      be.silu_mul(gate, up, gate, n, ffn);
     linear_reduced(w.down_proj, gate, n, proj);
+    delta = post_norm(w.post_ffn_norm);
   }
   if (num_rows == 0) return;
-  be.rms_norm(x, proj, weights_.norm.as<float>(), xn, n, h, eps);
+  be.rms_norm(x, delta, weights_.norm.as<float>(), xn, n, h, eps);
   be.gather_rows(xn, h, device.logits_indices.as<const int64_t>(), num_rows, act.last.as<float>());
   linear(weights_.lm_head, act.last.as<float>(), num_rows, act.logits.as<float>());
   // Vocab-parallel lm_head: every rank's [num_rows, vocab_shard_size] logits, rank-major.

@@ -6,7 +6,12 @@
 //   logits = lm_head(rms(x))          (lm_head = embed when tie_word_embeddings)
 // Mistral and Qwen2 differ only in what the config sets: per-layer sliding windows
 // (ModelConfig::layer_sliding_window) and, for Qwen2, q/k/v biases (LinearWeight::bias).
-// Source: Touvron et al. 2023 (LLaMA), HF transformers modeling_{llama,mistral,qwen2}.py.
+// Qwen3 adds per-head q/k RMSNorm before RoPE (ModelConfig::qk_norm). Gemma 3 adds those and
+// (ModelConfig's switches): x = embed * sqrt(hidden); h = x + post_attn_norm(attn(...));
+// x = h + post_ffn_norm(down(gelu_tanh(gate(n)) * up(n))), n = pre_ffn_norm(h); its own RoPE
+// base for sliding layers and attention scale query_pre_attn_scalar^-0.5.
+// Source: Touvron et al. 2023 (LLaMA), HF transformers modeling_{llama,mistral,qwen2,qwen3,
+// gemma3}.py, llama.cpp's gemma3 graph.
 // Linear layers run in FP32 (quantization "none", the reference that goldens check) or FP8 W8A8
 // (models/linear.h); norms, RoPE, attention and the residual stream are FP32 throughout.
 #include <cstdint>
@@ -63,6 +68,9 @@ struct LlamaLayerWeights {
   LinearWeight gate_proj; // [intermediate, hidden]
   LinearWeight up_proj;   // [intermediate, hidden]
   LinearWeight down_proj; // [hidden, intermediate]
+  Buffer q_norm, k_norm;  // [head_dim] FP32 (qk_norm; else empty)
+  Buffer post_attn_norm;  // [hidden] FP32 (sandwich_norms; else empty)
+  Buffer post_ffn_norm;   // [hidden] FP32 (sandwich_norms; else empty)
 };
 
 /// The model's weights, buffers of the model's Backend.
@@ -80,6 +88,8 @@ struct LlamaActivations {
   int64_t max_tokens = 0;
   int64_t max_logit_rows = 0;
   Buffer x, xn, q, k, v, attn, proj, gate, up;  // [max_tokens, width] FP32
+  Buffer qn, kn;                                // [max_tokens, q / kv width] FP32 (qk_norm)
+  Buffer post;                                  // [max_tokens, hidden] FP32 (sandwich_norms)
   Buffer qa;                                    // [max_tokens, max(in)] E4M3
   Buffer a_scale;                               // [max_tokens] FP32
   Buffer amax;                                  // [max_tokens] FP32 (world > 1)
@@ -203,7 +213,8 @@ class LlamaModel {
   LlamaWeights weights_;
   TensorParallelShard shard_;
   int64_t k_groups_ = 1;  // tensor_parallel_k_groups(config_)
-  Buffer inv_freq_;  // [rotary_dim/2] FP32
+  Buffer inv_freq_;        // [rotary_dim/2] FP32
+  Buffer local_inv_freq_;  // [rotary_dim/2] FP32, the sliding layers' (rope_local_inv_freq)
   RopeLayout rope_layout_ = RopeLayout::AdjacentPairs;
 };
 

@@ -10,7 +10,8 @@ namespace octet {
 namespace {
 
 // llama.cpp writes Mistral as "llama" (Q/K permuted); qwen2 keeps HF's half-split Q/K rows.
-const char* kSupportedArchitectures[] = {"llama", "qwen2"};
+// gemma3 and qwen3 keep HF's rows too (llama.cpp rotates them as NEOX).
+const char* kSupportedArchitectures[] = {"llama", "qwen2", "qwen3", "gemma3"};
 
 bool is_supported(const std::string& arch) {
   for (const char* a : kSupportedArchitectures)
@@ -29,6 +30,9 @@ std::vector<int64_t> gguf_layer_windows(const GGUFFile& file, const std::string&
   const int64_t window = file.get_int(window_key, 0);
   if (window < 0) bad(window_key + " is " + std::to_string(window) + ", must be >= 0");
   std::vector<bool> sliding(size_t(num_layers), true);  // a window without a pattern: all
+  // llama.cpp's gemma3 sets the pattern in code (set_swa_pattern(6)): every 6th layer is full.
+  if (a == "gemma3." && !file.find(pattern_key))
+    for (int64_t i = 0; i < num_layers; ++i) sliding[size_t(i)] = i % 6 < 5;
   if (const GGUFValue* p = file.find(pattern_key)) {
     if (p->type == GGUFValueType::ARRAY) {
       const GGUFArray& items = p->array();
@@ -71,7 +75,7 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   c.architecture = file.get_string("general.architecture");
   if (!is_supported(c.architecture))
     throw ModelFileError(file.path(), "unsupported architecture '" + c.architecture +
-                                          "' (supported: llama, qwen2)");
+                                          "' (supported: llama, qwen2, qwen3, gemma3)");
   const std::string a = c.architecture + ".";
   c.hidden_size = file.get_int(a + "embedding_length");
   c.num_hidden_layers = file.get_int(a + "block_count");
@@ -128,6 +132,21 @@ ModelConfig ModelConfig::from_gguf(const GGUFFile& file) {
   if (c.architecture == "qwen2" && !c.qkv_bias)
     bad("qwen2 needs q/k/v biases but there is no tensor blk.0.attn_q.bias");
   c.layer_sliding_window = gguf_layer_windows(file, a, c.num_hidden_layers);
+  c.qk_norm = file.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+  if (c.architecture == "qwen3" && !c.qk_norm)
+    bad("qwen3 needs q/k norms but there is no tensor blk.0.attn_q_norm.weight");
+  if (c.architecture == "gemma3") {
+    // llama.cpp's gemma3 (llama-model.cpp): norms as stored (its converter added the 1),
+    // GeGLU, embeddings * sqrt(n_embd), local RoPE base 10000 unless rope.freq_base_swa says,
+    // attention scale 1/sqrt(head_dim) except Gemma 3 27B (62 layers): 1/sqrt(n_embd/n_head).
+    if (!c.qk_norm) bad("gemma3 needs q/k norms but there is no tensor blk.0.attn_q_norm.weight");
+    c.sandwich_norms = true;
+    c.hidden_act = "gelu_pytorch_tanh";
+    c.embedding_multiplier = std::sqrt(static_cast<float>(c.hidden_size));
+    c.rope_local_base_freq = static_cast<float>(file.get_float(a + "rope.freq_base_swa", 10000.0));
+    c.query_pre_attn_scalar = static_cast<float>(
+        c.num_hidden_layers == 62 ? c.hidden_size / c.num_attention_heads : c.head_dim);
+  }
   c.validate(file.path(), c.architecture);
   return c;
 }
@@ -170,6 +189,20 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
     }
   }
   return inv;
+}
+
+std::vector<float> ModelConfig::rope_local_inv_freq() const {
+  if (rope_local_base_freq == 0.0f) return rope_inv_freq();
+  ModelConfig local = *this;
+  local.rope_theta = rope_local_base_freq;
+  local.rope_scaling = RopeScaling{};
+  return local.rope_inv_freq();
+}
+
+float ModelConfig::attention_scale() const {
+  const float s = query_pre_attn_scalar > 0.0f ? query_pre_attn_scalar
+                                               : static_cast<float>(head_dim);
+  return 1.0f / std::sqrt(s);
 }
 
 }  // namespace octet

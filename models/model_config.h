@@ -28,7 +28,8 @@ struct RopeScaling {
 };
 
 struct ModelConfig {
-  std::string architecture;  // HF model_type or GGUF general.architecture: llama, mistral, qwen2
+  std::string architecture;  // HF model_type or GGUF general.architecture: llama, mistral, qwen2,
+                             // qwen3, gemma3
   int64_t hidden_size = 0;
   int64_t num_hidden_layers = 0;
   int64_t num_attention_heads = 0;
@@ -53,6 +54,28 @@ struct ModelConfig {
   /// included), as transformers' masking_utils.sliding_window_overlay (kv > p - W) and
   /// llama.cpp's is_masked_swa (p - kv >= W is masked).
   std::vector<int64_t> layer_sliding_window;
+  /// Gemma 3 and Qwen3 switches, all off for Llama, Mistral and Qwen2 (HF modeling_gemma3.py,
+  /// modeling_qwen3.py; llama.cpp's gemma3 and qwen3 graphs):
+  /// qk_norm: per-head RMSNorm of q and k before RoPE (self_attn.q_norm / k_norm, [head_dim]).
+  bool qk_norm = false;
+  /// Gemma's four norms per layer: the attention output goes through post_attention_layernorm
+  /// before the residual add, the MLP input through pre_feedforward_layernorm and its output
+  /// through post_feedforward_layernorm before the residual add.
+  bool sandwich_norms = false;
+  /// The MLP activation (HF hidden_act / hidden_activation): "silu" (SwiGLU) or
+  /// "gelu_pytorch_tanh" (GeGLU with tanh-approximated GELU, Gemma).
+  std::string hidden_act = "silu";
+  /// Embeddings are multiplied by this (Gemma: sqrt(hidden_size), rounded to FP32).
+  float embedding_multiplier = 1.0f;
+  /// Attention scores are scaled by query_pre_attn_scalar^-0.5; 0 = head_dim (the usual).
+  float query_pre_attn_scalar = 0.0f;
+  /// RoPE base of the sliding-window layers (Gemma 3's rope_local_base_freq, 10000); 0 = the
+  /// same rope_theta as the full layers. rope_scaling applies to the full layers only.
+  float rope_local_base_freq = 0.0f;
+  /// HF Gemma checkpoints store RMSNorm weights w and multiply by (1 + w); the loader adds the
+  /// 1 (llama.cpp's GGUF converter already did, so GGUF weights are used as stored).
+  bool norm_weight_offset = false;
+
   /// config.json's bos_token_id and eos_token_id (an id or a list), -1 / empty when absent or
   /// null (GGUF: the tokenizer's, not kept here). Each in [0, vocab_size).
   int64_t bos_token_id = -1;
@@ -87,7 +110,8 @@ struct ModelConfig {
   /// (computed without overflow for any non-negative sizes).
   int64_t num_parameters() const;
 
-  /// Reads "general.architecture" ("llama" or "qwen2"; llama.cpp converts Mistral to "llama")
+  /// Reads "general.architecture" ("llama", "qwen2", "qwen3" or "gemma3"; llama.cpp converts
+  /// Mistral to "llama"; gemma3: see the Gemma switches above)
   /// and "<arch>.*" keys. rope_theta defaults to 10000 when the file does not store it
   /// (llama.cpp's default). Sliding windows, where the file has them (llama.cpp's converters
   /// write none for llama or qwen2): "<arch>.attention.sliding_window" W (0 = none) and
@@ -100,7 +124,8 @@ struct ModelConfig {
   static ModelConfig from_gguf(const GGUFFile& file);
 
   /// Reads a Hugging Face config.json of LlamaForCausalLM, MistralForCausalLM or
-  /// Qwen2ForCausalLM (model_type llama, mistral, qwen2; when both keys are given they must
+  /// Qwen2ForCausalLM, Qwen3ForCausalLM (model_type llama, mistral, qwen2, qwen3; qwen3 as
+  /// qwen2 without biases unless attention_bias, with q/k norms; when both keys are given they must
   /// agree): hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads (default =
   /// heads), head_dim (default hidden/heads), intermediate_size, vocab_size, rms_norm_eps,
   /// rope_theta (default 10000), rope_scaling (linear, llama3; rope_type or legacy type),
@@ -127,6 +152,11 @@ struct ModelConfig {
   /// RoPE inverse frequencies [rotary_dim/2] with rope_scaling applied (Linear divides every
   /// frequency by factor, which equals dividing positions by it).
   std::vector<float> rope_inv_freq() const;
+  /// Those of the sliding-window layers: base rope_local_base_freq, unscaled (Gemma 3); equal
+  /// to rope_inv_freq() when rope_local_base_freq is 0.
+  std::vector<float> rope_local_inv_freq() const;
+  /// The softmax scale: query_pre_attn_scalar^-0.5, or head_dim^-0.5 when it is 0.
+  float attention_scale() const;
 };
 
 }  // namespace octet

@@ -89,6 +89,49 @@ void read_rope_scaling(const ConfigReader& r, const json& s, const std::string& 
   }
 }
 
+/// Gemma3TextConfig's switches (HF modeling_gemma3.py; ModelConfig's Gemma fields): GeGLU,
+/// q/k norms, four norms per layer stored as w for (1 + w), embeddings * sqrt(hidden_size),
+/// query_pre_attn_scalar (default 256), RoPE: rope_parameters {full_attention, sliding_attention}
+/// (transformers 5) or rope_theta / rope_local_base_freq (default 10000) / rope_scaling
+/// (transformers 4). Soft-capping and bidirectional attention are refused.
+void read_gemma3(const ConfigReader& r, ModelConfig& c) {
+  const json& j = r.root();
+  for (const char* key : {"hidden_activation", "hidden_act"})
+    if (const auto it = j.find(key); it != j.end() && !it->is_null() &&
+                                      *it != "gelu_pytorch_tanh")
+      r.fail(std::string("unsupported ") + key + " " + json_brief(*it) +
+             " (supported: \"gelu_pytorch_tanh\")");
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"})
+    if (const auto it = j.find(key); it != j.end() && !it->is_null())
+      r.fail(std::string(key) + " is " + json_brief(*it) + "; octet supports only null");
+  if (const auto it = j.find("use_bidirectional_attention"); it != j.end() && *it == true)
+    r.fail("use_bidirectional_attention true is not supported");
+  c.qk_norm = c.sandwich_norms = c.norm_weight_offset = true;
+  c.hidden_act = "gelu_pytorch_tanh";
+  c.embedding_multiplier = std::sqrt(static_cast<float>(c.hidden_size));
+  c.query_pre_attn_scalar = r.positive_float(j, "query_pre_attn_scalar", 256.0f);
+  c.rope_local_base_freq = r.positive_float(j, "rope_local_base_freq", 10000.0f);
+  const auto params = j.find("rope_parameters");
+  if (!j.contains("rope_theta") && (params == j.end() || !params->is_object() ||
+                                    !params->contains("rope_theta")))
+    c.rope_theta = 1e6f;  // Gemma3TextConfig's default
+  if (const auto it = params; it != j.end() && it->is_object()) {
+    if (const auto f = it->find("full_attention"); f != it->end()) {
+      c.rope_theta = r.positive_float(*f, "rope_theta", c.rope_theta,
+                                      "rope_parameters.full_attention.");
+      read_rope_scaling(r, *f, "rope_parameters.full_attention", c.rope_scaling);
+    }
+    if (const auto s = it->find("sliding_attention"); s != it->end()) {
+      c.rope_local_base_freq = r.positive_float(*s, "rope_theta", c.rope_local_base_freq,
+                                                "rope_parameters.sliding_attention.");
+      RopeScaling local;
+      read_rope_scaling(r, *s, "rope_parameters.sliding_attention", local);
+      if (local.type != RopeScaling::Type::None)
+        r.fail("rope_parameters.sliding_attention: only rope_type default is supported");
+    }
+  }
+}
+
 /// The HF architectures octet runs, with their model_type.
 struct Architecture {
   const char* hf_class;
@@ -99,6 +142,8 @@ constexpr Architecture kArchitectures[] = {
     {"LlamaForCausalLM", "llama", 2048},
     {"MistralForCausalLM", "mistral", 4096 * 32},
     {"Qwen2ForCausalLM", "qwen2", 32768},
+    {"Qwen3ForCausalLM", "qwen3", 32768},
+    {"Gemma3ForCausalLM", "gemma3_text", 131072},
 };
 
 std::string supported_list(bool classes) {
@@ -167,6 +212,25 @@ std::vector<int64_t> read_layer_windows(const ConfigReader& r, const std::string
       r.fail("layer_types[" + std::to_string(i) + "] is \"sliding_attention\" but "
              "LlamaForCausalLM has no sliding-window attention (transformers ignores it, vLLM "
              "applies sliding_window); refusing to guess");
+    return windows;
+  }
+  if (model_type == "gemma3_text") {
+    // Gemma3TextConfig: sliding_window 4096 by default; without layer_types every
+    // sliding_window_pattern-th layer (default 6) is full.
+    const int64_t w = read_sliding_window(r, 4096);
+    int64_t pattern = 6;
+    if (const auto it = r.root().find("sliding_window_pattern");
+        it != r.root().end() && !it->is_null()) {
+      if (!it->is_number_integer() || it->get<int64_t>() <= 0)
+        r.fail("sliding_window_pattern must be a positive integer, got " + json_brief(*it));
+      pattern = it->get<int64_t>();
+    }
+    for (int64_t i = 0; i < num_layers; ++i) {
+      const bool sliding = types.empty() ? (i + 1) % pattern != 0 : types[size_t(i)];
+      if (sliding && w == 0)
+        r.fail("layer " + std::to_string(i) + " is sliding but sliding_window is null");
+      windows[size_t(i)] = sliding ? w : 0;
+    }
     return windows;
   }
   if (model_type == "mistral") {
@@ -250,7 +314,11 @@ ModelConfig ModelConfig::from_hf_config(const json& config, const std::string& c
   if (c.num_attention_heads % c.num_key_value_heads != 0)
     r.fail("num_attention_heads " + std::to_string(c.num_attention_heads) +
            " is not a multiple of num_key_value_heads " + std::to_string(c.num_key_value_heads));
-  if (!config.contains("head_dim") || config["head_dim"].is_null()) {
+  const bool gemma3 = a.model_type == std::string("gemma3_text");
+  if (gemma3) c.tie_word_embeddings = true;  // Gemma3TextConfig's default (head_dim 256)
+  if (gemma3 && (!config.contains("head_dim") || config["head_dim"].is_null())) {
+    c.head_dim = 256;
+  } else if (!config.contains("head_dim") || config["head_dim"].is_null()) {
     if (c.hidden_size % c.num_attention_heads != 0)
       r.fail("hidden_size " + std::to_string(c.hidden_size) +
              " is not a multiple of num_attention_heads " + std::to_string(c.num_attention_heads) +
@@ -278,10 +346,17 @@ ModelConfig ModelConfig::from_hf_config(const json& config, const std::string& c
   if (const auto it = config.find("rope_scaling"); it != config.end() && !it->is_null())
     read_rope_scaling(r, *it, "rope_scaling", c.rope_scaling);
 
-  if (const auto it = config.find("hidden_act"); it != config.end() && !it->is_null())
+  if (c.architecture == "gemma3_text") {
+    read_gemma3(r, c);
+  } else if (const auto it = config.find("hidden_act"); it != config.end() && !it->is_null()) {
     if (*it != "silu")
       r.fail("unsupported hidden_act " + json_brief(*it) + " (supported: \"silu\")");
-  if (c.architecture == "qwen2") {
+  }
+  if (c.architecture == "qwen3") {
+    // Qwen3Attention: q_norm / k_norm over head_dim; q/k/v/o biases iff attention_bias.
+    c.qk_norm = true;
+    c.qkv_bias = c.o_proj_bias = read_bool(r, "attention_bias", false);
+  } else if (c.architecture == "qwen2") {
     c.qkv_bias = true;  // Qwen2Attention: q/k/v Linear(bias=True), o_proj bias=False
   } else if (c.architecture == "llama") {
     c.qkv_bias = c.o_proj_bias = read_bool(r, "attention_bias", false);

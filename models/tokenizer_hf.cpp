@@ -13,7 +13,9 @@
 // byte_fallback, else unk_token (consecutive ones fused with fuse_unk), else dropped.
 // Not supported (ModelFileError naming tokenizer.json and the component): models other than
 // BPE (Unigram, WordPiece, WordLevel), normalizers other than Prepend/Replace (e.g. NFC, NFKC,
-// Lowercase), Split behaviours other than Isolated, continuing_subword_prefix/end_of_word_suffix,
+// Lowercase), Split behaviours other than Isolated (except a plain-string Split the normalizer
+// already removed every match of: Gemma's Replace(" ", "▁") then Split(" ", MergedWithPrevious),
+// a no-op), continuing_subword_prefix/end_of_word_suffix,
 // BPE dropout. Added-token flags lstrip/rstrip/single_word/normalized are ignored.
 #include <algorithm>
 #include <array>
@@ -170,6 +172,19 @@ void parse_pre_tokenizer(const JsonFields& f, Pipeline& p, bool last, int depth)
   } else if (t == "Split") {
     bool regex = false;
     const std::string pat = pattern_text(f, &regex);
+    // Gemma's tokenizer.json: normalizer Replace(" " -> "▁"), then Split(" ",
+    // MergedWithPrevious). The normalizer runs first, so no " " is left to split on: whatever
+    // the behavior, a plain-string Split on a text every normalizer Replace removed is a no-op.
+    const auto removed = [&] {
+      if (regex || pat.empty() || p.normalizer.empty()) return false;
+      bool replaced = false;
+      for (const Pipeline::Step& n : p.normalizer) {
+        if (n.to.find(pat) != std::string::npos) return false;  // a later step could add it
+        replaced |= !n.prepend && n.from == pat;
+      }
+      return replaced;
+    };
+    if (!f.flag("invert", false) && removed()) return;
     if (f.str("behavior") != "Isolated" || f.flag("invert", false))
       f.fail("unsupported pre_tokenizer Split behavior '" + f.str("behavior") +
              "' (supported: Isolated, invert false)");

@@ -13,7 +13,7 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-std::string gguf_tensor_name(const std::string& hf_name) {
+std::string gguf_tensor_name(const std::string& hf_name, bool sandwich_norms) {
   static const std::pair<const char*, const char*> kTop[] = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
@@ -41,8 +41,14 @@ std::string gguf_tensor_name(const std::string& hf_name) {
       {"self_attn.k_proj", "attn_k"},        {"self_attn.v_proj", "attn_v"},
       {"self_attn.o_proj", "attn_output"},   {"post_attention_layernorm", "ffn_norm"},
       {"mlp.gate_proj", "ffn_gate"},         {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"},
+      {"mlp.down_proj", "ffn_down"},         {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"},   {"pre_feedforward_layernorm", "ffn_norm"},
+      {"post_feedforward_layernorm", "post_ffw_norm"},
   };
+  // Gemma: post_attention_layernorm normalizes the attention output (llama.cpp's
+  // post_attention_norm); the MLP input norm is pre_feedforward_layernorm.
+  if (sandwich_norms && part == "post_attention_layernorm")
+    return "blk." + std::string(layer) + ".post_attention_norm." + std::string(kind);
   for (const auto& [hf, gg] : kLayerParts)
     if (part == hf)
       return "blk." + std::string(layer) + "." + gg + "." + std::string(kind);
@@ -54,15 +60,17 @@ namespace {
 class GGUFWeightSource final : public WeightSource {
  public:
   explicit GGUFWeightSource(const GGUFFile& f)
-      : file_(f), qk_permuted_(f.get_string("general.architecture", "llama") == "llama") {}
+      : file_(f),
+        qk_permuted_(f.get_string("general.architecture", "llama") == "llama"),
+        sandwich_norms_(f.get_string("general.architecture", "llama") == "gemma3") {}
   const std::string& path() const override { return file_.path(); }
   bool has(const std::string& name) const override {
-    const std::string g = gguf_tensor_name(name);
+    const std::string g = gguf_tensor_name(name, sandwich_norms_);
     return !g.empty() && file_.find_tensor(g) != nullptr;
   }
   std::vector<float> load_f32(const std::string& name,
                               const std::vector<int64_t>& shape) const override {
-    const std::string g = gguf_tensor_name(name);
+    const std::string g = gguf_tensor_name(name, sandwich_norms_);
     if (g.empty()) throw ModelFileError(path(), "no GGUF name for tensor " + name);
     const GGUFTensorInfo& t = file_.tensor(g);
     // GGUF dims are ne[0] (fastest) first: the reverse of the PyTorch shape.
@@ -85,6 +93,7 @@ class GGUFWeightSource final : public WeightSource {
  private:
   const GGUFFile& file_;
   bool qk_permuted_;
+  bool sandwich_norms_;  // gemma3: see gguf_tensor_name
 };
 
 class HFWeightSource final : public WeightSource {

@@ -44,7 +44,8 @@ std::unique_ptr<WeightSource> make_gguf_weight_source(const GGUFFile& file);
 std::unique_ptr<WeightSource> make_hf_weight_source(const HFCheckpoint& checkpoint);
 
 /// "model.layers.3.mlp.up_proj.weight" -> "blk.3.ffn_up.weight" (empty when unknown).
-std::string gguf_tensor_name(const std::string& hf_name);
+/// sandwich_norms (gemma3): post_attention_layernorm is "post_attention_norm", not "ffn_norm".
+std::string gguf_tensor_name(const std::string& hf_name, bool sandwich_norms = false);
 
 /// "[576, 192]".
 std::string shape_str(const std::vector<int64_t>& shape);

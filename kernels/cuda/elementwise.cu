@@ -111,6 +111,22 @@ __global__ void silu_mul_kernel(const float* gate, const float* __restrict__ up,
   }
 }
 
+// out may alias gate, as silu_mul_kernel. tanhf: CUDA's, within 2 ulp.
+__global__ void gelu_tanh_mul_kernel(const float* gate, const float* __restrict__ up, float* out,
+                                     int64_t total) {
+  for (int64_t i = grid_start(); i < total; i += grid_stride()) {
+    const float x = gate[i];
+    const float inner = cm::mul_rn(0.7978845608028654f,
+                                   cm::add_rn(x, cm::mul_rn(0.044715f, cm::mul_rn(x, cm::mul_rn(x, x)))));
+    const float g = cm::mul_rn(cm::mul_rn(0.5f, x), cm::add_rn(1.0f, tanhf(inner)));
+    out[i] = cm::mul_rn(g, up[i]);
+  }
+}
+
+__global__ void scale_kernel(float* x, int64_t total, float s) {
+  for (int64_t i = grid_start(); i < total; i += grid_stride()) x[i] = cm::mul_rn(x[i], s);
+}
+
 __global__ void row_amax_kernel(const float* __restrict__ x, int64_t k, float* __restrict__ amax) {
   __shared__ float shared[32];
   const float* r = x + static_cast<int64_t>(blockIdx.x) * k;
@@ -232,6 +248,20 @@ void silu_mul(const float* gate, const float* up, float* out, int64_t m, int64_t
   const int64_t total = m * n;
   if (total == 0) return;
   silu_mul_kernel<<<elem_blocks(total), kElemThreads, 0, stream>>>(gate, up, out, total);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t m, int64_t n,
+                   cudaStream_t stream) {
+  const int64_t total = m * n;
+  if (total == 0) return;
+  gelu_tanh_mul_kernel<<<elem_blocks(total), kElemThreads, 0, stream>>>(gate, up, out, total);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void scale(float* x, int64_t count, float s, cudaStream_t stream) {
+  if (count == 0) return;
+  scale_kernel<<<elem_blocks(count), kElemThreads, 0, stream>>>(x, count, s);
   OCTET_CUDA_CHECK_LAUNCH();
 }
 

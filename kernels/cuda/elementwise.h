@@ -21,6 +21,9 @@ void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t rot_dim,
           cudaStream_t stream);
 void silu_mul(const float* gate, const float* up, float* out, int64_t m, int64_t n,
               cudaStream_t stream);
+void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t m, int64_t n,
+                   cudaStream_t stream);
+void scale(float* x, int64_t count, float s, cudaStream_t stream);
 void row_amax(const float* x, int64_t m, int64_t k, float* amax, cudaStream_t stream);
 void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* amax, uint8_t* q,
                           float* scale, cudaStream_t stream);

@@ -286,6 +286,56 @@ void silu_mul_case(Backend& be) {
 }
 BACKEND_TEST_CASE("silu_mul out of place and in place", silu_mul_case)
 
+// gelu_tanh_mul against 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) u in double. FP32 has a
+// few roundings in the polynomial and product (relative ~8 eps) plus tanh's own error and the
+// inner argument's, which near tanh = -1 are absolute (1 + tanh cancels): <= ~4 eps * 0.5 |g u|.
+// So |out - ref| <= 8 eps |ref| + 8 eps |g u|.
+void gelu_tanh_mul_case(Backend& be) {
+  std::mt19937 rng(14);
+  for (auto [m, n] : {std::pair<int64_t, int64_t>{1, 45}, {4, 303}, {40, 1003}}) {
+    for (bool in_place : {false, true}) {
+      CAPTURE(m, n, in_place);
+      std::vector<float> gate = uniform(rng, m * n, -12, 12);
+      gate[0] = -100.0f;
+      gate[1] = 100.0f;
+      gate[2] = 0.0f;
+      gate[3] = -3.0f;
+      const std::vector<float> up = uniform(rng, m * n, -3, 3);
+      const auto d_gate = to_device(be, gate);
+      const auto d_up = to_device(be, up);
+      auto d_out = device_zeros<float>(be, m * n);
+      float* out = in_place ? d_gate.data() : d_out.data();
+      be.gelu_tanh_mul(d_gate.data(), d_up.data(), out, m, n);
+      std::vector<double> ref(m * n), tol(m * n);
+      for (int64_t i = 0; i < m * n; ++i) {
+        const double g = gate[i];
+        const double z = std::sqrt(2.0 / 3.14159265358979323846) * (g + 0.044715 * g * g * g);
+        ref[i] = 0.5 * g * (1.0 + std::tanh(z)) * up[i];
+        tol[i] = 8 * kEps * std::fabs(ref[i]) + 8 * kEps * std::fabs(g * up[i]);
+      }
+      check_close(to_host(be, in_place ? d_gate : d_out), ref, tol, "gelu_tanh_mul");
+    }
+  }
+}
+BACKEND_TEST_CASE("gelu_tanh_mul out of place and in place", gelu_tanh_mul_case)
+
+// scale: one FP32 multiply, bit-exact.
+void scale_case(Backend& be) {
+  std::mt19937 rng(15);
+  for (int64_t count : {int64_t{1}, int64_t{1003}, int64_t{40 * 640}}) {
+    CAPTURE(count);
+    const std::vector<float> x = uniform(rng, count, -5, 5);
+    const float s = std::sqrt(640.0f);
+    const auto d_x = to_device(be, x);
+    be.scale(d_x.data(), count, s);
+    const std::vector<float> got = to_host(be, d_x);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < count; ++i) bad += got[i] != x[i] * s;
+    CHECK(bad == 0);
+  }
+}
+BACKEND_TEST_CASE("scale multiplies in place", scale_case)
+
 // ---- row_amax -----------------------------------------------------------------------------------
 
 // Rows with the edge cases of a per-token maximum: NaNs first, in the middle and last (ignored),

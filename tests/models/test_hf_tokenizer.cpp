@@ -215,6 +215,17 @@ TEST_CASE("hf tokenizer: hand-built SentencePiece-style (Prepend/Replace normali
   CHECK(tok->decode({1, 9, 9}, true) == "hi hi");
   CHECK(tok->decode({1, 9, 9}, false) == "<s> hi hi");
   CHECK(tok->decode({5, 3, 4}, false) == "\xC3\xA9");
+
+  // Gemma's layout: Split(" ", MergedWithPrevious) after the normalizer replaced every " ":
+  // nothing left to split, the same ids. A Split on a text the normalizer keeps still fails.
+  json g = t;
+  g["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}},
+                        {"behavior", "MergedWithPrevious"}, {"invert", false}};
+  const auto gemma = Tokenizer::from_hf_dir(make_dir("spm_gemma_split", g, {{"bos_token", "<s>"}}));
+  CHECK(gemma->encode("hi hi", true, true) == std::vector<int32_t>{1, 9, 9});
+  g["pre_tokenizer"]["pattern"]["String"] = "h";
+  CHECK_THROWS_WITH(Tokenizer::from_hf_dir(make_dir("spm_split_h", g)),
+                    Catch::Contains("unsupported pre_tokenizer Split behavior 'MergedWithPrevious'"));
 }
 
 TEST_CASE("hf tokenizer: malformed and unsupported tokenizer files", "[hf][tokenizer][errors]") {

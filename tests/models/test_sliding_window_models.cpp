@@ -1,5 +1,5 @@
 // Sliding-window Llama-family models against Hugging Face transformers 5.24: the tiny random
-// checkpoints tests/models/golden/tiny_{llama,mistral,qwen2}/ and their reference logits
+// checkpoints tests/models/golden/tiny_{llama,mistral,qwen2,qwen3}/ and their reference logits
 // (sliding_window_reference.json), both made by scripts/make_sliding_window_reference.py.
 //   - quantization "none": logits within 1e-4 absolute of transformers' float32 logits at 8
 //     fixed ids and the top-5 ids of every prompt position, greedy tokens exactly equal;
@@ -215,9 +215,9 @@ std::string config_error(const json& cfg) {
 
 }  // namespace
 
-TEST_CASE("tiny llama/mistral/qwen2 (FP32) match transformers with their sliding windows",
+TEST_CASE("tiny llama/mistral/qwen2/qwen3 (FP32) match transformers with their sliding windows",
           "[model][sliding_window]") {
-  for (const char* name : {"tiny_llama", "tiny_mistral", "tiny_qwen2"}) {
+  for (const char* name : {"tiny_llama", "tiny_mistral", "tiny_qwen2", "tiny_qwen3"}) {
     DYNAMIC_SECTION(name) {
       const json& ref = model_ref(name);
       const HFCheckpoint ck = HFCheckpoint::open(testing::tiny_model_dir(name));
@@ -345,6 +345,22 @@ TEST_CASE("tiny models converted to GGUF match transformers", "[model][sliding_w
     CHECK(m.rope_layout() == RopeLayout::AdjacentPairs);
     check_against_reference(m, model_ref("tiny_mistral"));
   }
+  SECTION("qwen3: q/k norms (attn_q_norm, attn_k_norm), bool pattern") {
+    const std::string path = dir.file("qwen3.gguf");
+    write_gguf(testing::tiny_model_dir("tiny_qwen3"), path, {"qwen3", [](GGUFWriter& w) {
+                                                w.kv_u32("qwen3.attention.sliding_window", 8);
+                                                w.kv("qwen3.attention.sliding_window_pattern", kArr,
+                                                     bool_array({false, true, false, true}));
+                                              }});
+    GGUFFile f = GGUFFile::open(path);
+    const LlamaModel m = LlamaModel::load(f, fp32());
+    CHECK(m.config().architecture == "qwen3");
+    CHECK(m.config().qk_norm);
+    CHECK_FALSE(m.config().qkv_bias);
+    CHECK(m.config().layer_sliding_window == std::vector<int64_t>{0, 8, 0, 8});
+    CHECK(m.rope_layout() == RopeLayout::HalfSplit);
+    check_against_reference(m, model_ref("tiny_qwen3"));
+  }
   SECTION("llama without window keys: full attention") {
     const std::string path = dir.file("llama.gguf");
     write_gguf(testing::tiny_model_dir("tiny_llama"), path, {"llama", nullptr});
@@ -388,7 +404,8 @@ TEST_CASE("GGUF sliding-window and bias errors", "[model][sliding_window][gguf][
   SECTION("unsupported architecture still fails") {
     write_gguf(testing::tiny_model_dir("tiny_llama"), path, {"gemma", nullptr});
     CHECK_THAT(gguf_load_error(path),
-               Catch::Contains("unsupported architecture 'gemma' (supported: llama, qwen2)"));
+               Catch::Contains("unsupported architecture 'gemma' (supported: llama, qwen2, qwen3, "
+                               "gemma3)"));
   }
 }
 
@@ -397,6 +414,36 @@ TEST_CASE("GGUF sliding-window and bias errors", "[model][sliding_window][gguf][
 // use_sliding_window=True, sliding_window=8, max_window_layers=2).layer_types printed
 // ['full_attention', 'full_attention', 'sliding_attention', 'sliding_attention'];
 // configuration_mistral.py: sliding_window defaults to 4096).
+// Gemma3TextConfig (transformers 5.24): sliding_window default 4096, without layer_types every
+// sliding_window_pattern-th (default 6) layer full; rope_parameters per attention type.
+TEST_CASE("hf config: gemma3_text windows, RoPE bases and switches", "[hf][config][gemma3]") {
+  json g = base_config("gemma3_text");
+  g["num_hidden_layers"] = 7;
+  g["sliding_window"] = 512;
+  g["rope_parameters"] = {{"full_attention", {{"rope_theta", 1e6}, {"rope_type", "default"}}},
+                          {"sliding_attention", {{"rope_theta", 1e4}, {"rope_type", "default"}}}};
+  ModelConfig c = ModelConfig::from_hf_config(g, "/x/config.json");
+  CHECK(c.layer_sliding_window == std::vector<int64_t>{512, 512, 512, 512, 512, 0, 512});
+  CHECK(c.rope_theta == 1e6f);
+  CHECK(c.rope_local_base_freq == 1e4f);
+  CHECK(c.head_dim == 256);
+  CHECK(c.attention_scale() == 0.0625f);
+  CHECK(c.tie_word_embeddings);
+  CHECK(c.qk_norm);
+  CHECK(c.sandwich_norms);
+  CHECK(c.norm_weight_offset);
+  CHECK(c.hidden_act == "gelu_pytorch_tanh");
+  g["layer_types"] = {"full_attention", "sliding_attention", "full_attention",
+                      "sliding_attention", "full_attention", "sliding_attention",
+                      "full_attention"};
+  CHECK(windows_of(g) == std::vector<int64_t>{0, 512, 0, 512, 0, 512, 0});
+  g["final_logit_softcapping"] = 30.0;
+  CHECK_THAT(config_error(g), Catch::Contains("final_logit_softcapping is 30"));
+  g.erase("final_logit_softcapping");
+  g["hidden_activation"] = "gelu";
+  CHECK_THAT(config_error(g), Catch::Contains("unsupported hidden_activation \"gelu\""));
+}
+
 TEST_CASE("hf config: per-layer windows as transformers resolves them",
           "[hf][config][sliding_window]") {
   json q = base_config("qwen2");
@@ -506,12 +553,13 @@ TEST_CASE("hf config: sliding-window errors", "[hf][config][sliding_window][erro
                                                 "match model_type 'qwen2'"));
   json other = base_config("gemma2");
   CHECK_THAT(config_error(other), Catch::Contains("unsupported model_type 'gemma2' (supported: "
-                                                  "llama, mistral, qwen2)"));
+                                                  "llama, mistral, qwen2, qwen3, gemma3_text)"));
   other = base_config("llama");
   other["architectures"] = {"Gemma2ForCausalLM"};
   CHECK_THAT(config_error(other),
              Catch::Contains("unsupported architecture 'Gemma2ForCausalLM' (supported: "
-                             "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM)"));
+                             "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                             "Qwen3ForCausalLM, Gemma3ForCausalLM)"));
   json act = base_config("mistral");
   act["hidden_act"] = "gelu";
   CHECK_THAT(config_error(act), Catch::Contains("unsupported hidden_act \"gelu\""));
@@ -540,7 +588,7 @@ TEST_CASE("HF bias loading: a missing bias tensor is named",
 //   - free-running greedy: the first token equal (mistral diverges at its 5th token, where the
 //     reference margin is 0.005, and rejoins: 16, 11, 14 of 16 equal position by position).
 TEST_CASE("tiny models load and run with FP8 (default)", "[model][sliding_window][fp8]") {
-  for (const char* name : {"tiny_llama", "tiny_mistral", "tiny_qwen2"}) {
+  for (const char* name : {"tiny_llama", "tiny_mistral", "tiny_qwen2", "tiny_qwen3"}) {
     DYNAMIC_SECTION(name) {
       const json& ref = model_ref(name);
       const LlamaModel m = LlamaModel::load(HFCheckpoint::open(testing::tiny_model_dir(name)));
