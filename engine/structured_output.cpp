@@ -84,7 +84,8 @@ struct RegexCost {
 /// The cost figures of regex `re`, in one pass with a stack of groups (no recursion). Escapes
 /// (\u{...} included) and bracket classes are atoms. A quantifier's count is m of {n,m} (n of
 /// {n,}), 1 for ?, 2 for * and +; its variable copies are m - n (1 for ?, *, + and {n,}), times
-/// the counts of the quantified groups around it. Adjacent variable-length runs are what make
+/// the counts of the quantified groups around it; each '|' is one variable copy (branches of
+/// other lengths: `(|.)` is `.?`). Adjacent variable-length runs are what make
 /// xgrammar slow (24 x `.{0,3}` 23 s, 24 x `.?` 1.1 s, one `.{0,1000}` 0.4 s), so `variable`
 /// sums them all but the largest.
 RegexCost regex_cost(const std::string& re, int64_t limit) {
@@ -114,7 +115,7 @@ RegexCost regex_cost(const std::string& re, int64_t limit) {
     if (last.inner > 0) c.nested = std::max(c.nested, product);
     last.inner = product;
     last.var_sum = cap(last.var_sum * k + variable);
-    last.var_max = std::max(cap(last.var_max * k), variable);
+    last.var_max = std::max(last.var_max, variable);  // one copy of a repeated group
     flush();
   };
   for (size_t i = 0; i < re.size(); ++i) {
@@ -125,17 +126,24 @@ RegexCost regex_cost(const std::string& re, int64_t limit) {
       continue;
     }
     if (ch == '{') {
+      const auto spaces = [&](size_t& j) {
+        while (j < re.size() && re[j] == ' ') ++j;  // xgrammar reads {0, 3} as {0,3}
+      };
       size_t j = i + 1;
+      spaces(j);
       const size_t digits = j;
       const int64_t n = number(j);
+      spaces(j);
       if (j != digits) {
         int64_t m = n;
         bool open_ended = false;
         if (j < re.size() && re[j] == ',') {
           ++j;
+          spaces(j);
           const size_t m_digits = j;
           m = number(j);
           open_ended = j == m_digits;
+          spaces(j);
         }
         if (j < re.size() && re[j] == '}') {
           const int64_t k = open_ended ? n : std::max(n, m);
@@ -150,7 +158,10 @@ RegexCost regex_cost(const std::string& re, int64_t limit) {
       // Not a count: a literal '{', an atom.
     }
     flush();
-    if (ch == '\\') {
+    if (ch == '|') {  // branches of other lengths: one variable copy, as a '?'
+      groups.back().var_sum = cap(groups.back().var_sum + 1);
+      groups.back().var_max = std::max<int64_t>(groups.back().var_max, 1);
+    } else if (ch == '\\') {
       ++i;
       // \u{10FFFF}, \x{41}, \p{L}: the braces are part of the escape.
       if (i + 1 < re.size() && std::string_view("uxpP").find(re[i]) != std::string_view::npos &&

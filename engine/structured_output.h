@@ -39,7 +39,7 @@ inline constexpr size_t kMaxStructuredChoiceBytes = size_t{256} << 10;
 inline constexpr int64_t kMaxPatternRepeat = 1000;
 inline constexpr int64_t kMaxPatternRepeatTotal = 4000;
 inline constexpr int64_t kMaxPatternNestedRepeat = 16;
-inline constexpr int64_t kMaxPatternVariable = 24;
+inline constexpr int64_t kMaxPatternVariable = 32;
 inline constexpr int64_t kMaxPatternVariableTotal = 64;
 inline constexpr int kMaxStructuredSpecDepth = 128;
 
