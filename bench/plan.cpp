@@ -162,7 +162,7 @@ std::vector<PlanRow> make_plan(const PlanInputs& in) {
       r.selected = in.weight_dtype == wd && in.kv_cache_dtype == kd;
       // Every product checked: sizes come from files and flags.
       constexpr const char* kKv = "the KV cache size (model dimensions x --max-model-len)";
-      int64_t per_seq = 0, per_seq_dev = 0;
+      int64_t per_seq = 0, per_seq_dev = 0, per_seq_full = 0, per_seq_full_dev = 0;
       for (int64_t l = 0; l < m.num_hidden_layers; ++l) {
         const bool skip = std::find(in.skip_layers.begin(), in.skip_layers.end(), l) != in.skip_layers.end();
         const int64_t elem = skip ? 2 : dtype_bytes(kd);
@@ -176,6 +176,8 @@ std::vector<PlanRow> make_plan(const PlanInputs& in) {
         r.kv_bytes_per_token = mul_add(1, r.kv_bytes_per_token, per_token, kKv);
         per_seq = mul_add(per_token, kept, per_seq, kKv);
         per_seq_dev = mul_add(per_token_dev, kept, per_seq_dev, kKv);
+        per_seq_full = mul_add(per_token, in.max_model_len, per_seq_full, kKv);
+        per_seq_full_dev = mul_add(per_token_dev, in.max_model_len, per_seq_full_dev, kKv);
       }
       if (per_seq_dev <= 0) throw std::invalid_argument("the model has no KV cache");
       r.kv_bytes_per_sequence = per_seq;
@@ -195,6 +197,8 @@ std::vector<PlanRow> make_plan(const PlanInputs& in) {
       r.kv_budget_bytes_per_device =
           budget > 0 ? static_cast<int64_t>(std::floor(std::min(budget, 0x1p62))) : 0;
       r.sequences_fit = r.kv_budget_bytes_per_device / per_seq_dev;
+      r.kv_bytes_per_sequence_full_context = per_seq_full;
+      r.sequences_fit_full_context = r.kv_budget_bytes_per_device / per_seq_full_dev;
       r.batch_fits = in.batch_size <= r.sequences_fit;
       r.bytes_per_decode_step =
           mul_add(in.batch_size, per_seq_dev, r.weight_bytes_per_device,
@@ -268,6 +272,13 @@ std::string plan_table(const PlanInputs& in, const std::vector<PlanRow>& rows) {
   line("weights per device (GiB)", [&](const PlanRow& r) { return num(r.weight_bytes_per_device / 1073741824.0, "%.3f"); });
   line("KV budget per device (GiB)", [&](const PlanRow& r) { return num(r.kv_budget_bytes_per_device / 1073741824.0, "%.3f"); });
   line("sequences that fit", [&](const PlanRow& r) { return std::to_string(r.sequences_fit); });
+  const bool hybrid = std::any_of(in.model.layer_sliding_window.begin(),
+                                  in.model.layer_sliding_window.end(),
+                                  [&](int64_t w) { return w > 0 && w < in.max_model_len; });
+  if (hybrid)
+    line("  if windows kept all context", [&](const PlanRow& r) {
+      return std::to_string(r.sequences_fit_full_context);
+    });
   line("batch_size fits", [&](const PlanRow& r) { return std::string(r.batch_fits ? "yes" : "no"); });
   line("bytes read per decode step (GiB)", [&](const PlanRow& r) { return num(r.bytes_per_decode_step / 1073741824.0, "%.3f"); });
   line("decode step floor (ms)", [&](const PlanRow& r) { return num(r.decode_step_floor_ms, "%.3f"); });
@@ -298,6 +309,8 @@ nlohmann::json plan_json(const PlanInputs& in, const std::vector<PlanRow>& rows)
                      {"kv_bytes_per_token", r.kv_bytes_per_token},
                      {"kv_bytes_per_sequence", r.kv_bytes_per_sequence},
                      {"kv_bytes_per_sequence_per_device", r.kv_bytes_per_sequence_per_device},
+                     {"kv_bytes_per_sequence_full_context", r.kv_bytes_per_sequence_full_context},
+                     {"sequences_fit_full_context", r.sequences_fit_full_context},
                      {"weight_bytes", r.weight_bytes},
                      {"weight_bytes_per_device", r.weight_bytes_per_device},
                      {"kv_budget_bytes_per_device", r.kv_budget_bytes_per_device},

@@ -2,6 +2,9 @@
 // `octet plan`: memory and decode-speed bounds of a deployment from first principles.
 //   KV bytes per token  = sum over layers of 2 (K and V) x kv_heads x head_dim x bytes per element
 //   sequences that fit  = floor((memory x utilization - reserved - weights) / KV bytes per sequence)
+//   KV bytes per sequence: a sliding-window layer holds min(window, max_model_len) tokens (its
+//                          blocks behind the window are freed; the engine keeps up to a block
+//                          more, engine/kv_cache_setup.h prints the exact count)
 //   bytes per decode step = weights + batch x KV bytes of the context (each read once)
 //   floor per step      = bytes per step / memory bandwidth; tokens/s <= batch / floor
 // Per device under tensor parallelism: weights split evenly, KV heads split (replicated when
@@ -71,6 +74,10 @@ struct PlanRow {
   int64_t weight_bytes_per_device = 0;
   int64_t kv_budget_bytes_per_device = 0;    // memory x utilization - reserved - weights (>= 0)
   int64_t sequences_fit = 0;
+  // Hybrid models (sliding-window layers): the same if window layers kept the whole context,
+  // as without --disable-hybrid-kv-cache-manager's freeing (equal to the above otherwise).
+  int64_t kv_bytes_per_sequence_full_context = 0;
+  int64_t sequences_fit_full_context = 0;
   int64_t bytes_per_decode_step = 0;         // per device, batch_size sequences at max_model_len
   double decode_step_floor_ms = 0;
   double decode_tokens_per_s_floor = 0;      // batch_size / step floor, whole deployment

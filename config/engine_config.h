@@ -22,6 +22,7 @@ struct CacheConfig {
   std::string kv_scales_path;              // JSON scales file (highest precedence)
   bool calculate_kv_scales = false;        // compute scales from a calibration text at start
   bool enable_prefix_caching = true;
+  bool disable_hybrid_kv_cache_manager = false;  // one block table for all layers (no freeing)
   std::string kv_cache_rotation = "none";  // none | hadamard (q and k per head, before the write)
 
   /// Default KV budget when neither kv_cache_memory_bytes nor num_kv_blocks is set.
@@ -65,6 +66,10 @@ struct CacheConfig {
       "compute FP8 KV scales at start-up from a built-in calibration text, then freeze them");
     v(c.enable_prefix_caching, "enable_prefix_caching",
       "reuse KV blocks of identical prompt prefixes (--no-enable-prefix-caching turns it off)");
+    v(c.disable_hybrid_kv_cache_manager, "disable_hybrid_kv_cache_manager",
+      "keep every layer's KV blocks for the whole context (vLLM's flag). By default layers "
+      "with different sliding windows (Gemma 3, Mistral) get KV cache groups with their own "
+      "block tables over one pool, and a window layer's blocks behind its window are freed");
   }
 
   /// Throws std::invalid_argument naming the flag: unknown kv_cache_dtype, block_size not a

@@ -158,7 +158,7 @@ void Engine::Impl::start() {
   m.setup = setup_kv_cache(args.cache, args.scheduler, *m.loaded,
                            /*cuda_graphs=*/!args.enforce_eager);  // the graphs' reserve
   for (const std::string& w : m.setup.warnings) spdlog::warn("{}", w);
-  m.kv = std::make_unique<KVCacheManager>(m.setup.num_usable_blocks + 1, m.setup.block_size,
+  m.kv = std::make_unique<KVCacheManager>(m.setup.num_usable_blocks + 1, m.setup.layout,
                                           args.cache.enable_prefix_caching, m.setup.cache_salt,
                                           m.setup.max_model_len);
   SchedulerConfig sched = args.scheduler;
@@ -166,7 +166,7 @@ void Engine::Impl::start() {
   m.scheduler = std::make_unique<Scheduler>(sched, *m.kv);
   // Every rank's cache: the same blocks (counted once by the KV manager), its KV heads.
   m.runner = std::make_unique<ModelRunner>(*m.loaded, m.setup.num_usable_blocks + 1,
-                                           m.setup.block_size, m.setup.layers,
+                                           m.setup.layout, m.setup.layers,
                                            sched.max_num_batched_tokens, sched.max_num_seqs,
                                            DecodeGraphOptions{!args.enforce_eager,
                                                               m.setup.max_model_len});
@@ -204,6 +204,14 @@ void Engine::Impl::start() {
              std::to_string(m.setup.max_model_len) + "\n" + m.setup.report;
   m.stats.num_kv_blocks = m.setup.num_usable_blocks;
   m.stats.num_free_kv_blocks = m.setup.num_usable_blocks;
+  m.stats.kv_cache_size_tokens =
+      m.setup.num_usable_blocks * m.setup.block_size / m.setup.layout.num_groups();
+  m.stats.kv_cache_max_concurrency =
+      m.setup.layout.hybrid()
+          ? static_cast<double>(m.setup.num_usable_blocks) /
+                static_cast<double>(blocks_held(m.setup.layout, m.setup.max_model_len, 1))
+          : static_cast<double>(m.stats.kv_cache_size_tokens) /
+                static_cast<double>(m.setup.max_model_len);
   m.saturation = std::make_unique<KVSaturationSampler>(m.setup.layers);
   m.stats.kv_saturation = m.saturation->counts();
   m.grammars = std::make_unique<GrammarCompilerService>(

@@ -43,6 +43,11 @@ struct EngineStats {
   double kv_cache_usage = 0.0;        // used blocks / usable blocks, 0..1
   int64_t num_kv_blocks = 0;          // usable blocks (null block excluded)
   int64_t num_free_kv_blocks = 0;
+  // vLLM's cache_config_info figures: tokens the pool holds with every KV cache group holding
+  // them (blocks x block_size / groups) and max_model_len sequences that fit at once (window
+  // groups hold only their window).
+  int64_t kv_cache_size_tokens = 0;
+  double kv_cache_max_concurrency = 0.0;
   int64_t prefix_cache_queries = 0;   // tokens looked up (total)
   int64_t prefix_cache_hits = 0;      // tokens found (total)
   int64_t prompt_tokens = 0;          // total prompt tokens computed

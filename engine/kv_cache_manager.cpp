@@ -1,6 +1,8 @@
 #include "engine/kv_cache_manager.h"
 
 #include <algorithm>
+#include <numeric>
+#include <utility>
 #include <stdexcept>
 #include <string>
 
@@ -38,18 +40,42 @@ uint64_t hash_block_tokens(uint64_t parent_block_hash, const int32_t* token_ids,
   return splitmix64_finalize(h);
 }
 
+namespace {
+
+KVCacheLayout one_full_group(int64_t block_size) {
+  KVCacheLayout layout;
+  KVCacheGroup g;
+  g.block_size = block_size;
+  layout.groups.push_back(g);
+  return layout;
+}
+
+}  // namespace
+
 KVCacheManager::KVCacheManager(int64_t num_blocks, int64_t block_size,
                                bool enable_prefix_caching, uint64_t cache_salt,
                                int64_t max_model_len)
-    : block_size_(block_size),
+    : KVCacheManager(num_blocks, one_full_group(block_size), enable_prefix_caching, cache_salt,
+                     max_model_len) {}
+
+KVCacheManager::KVCacheManager(int64_t num_blocks, const KVCacheLayout& layout,
+                               bool enable_prefix_caching, uint64_t cache_salt,
+                               int64_t max_model_len)
+    : layout_(layout),
+      block_size_(layout.base_block_size()),
       enable_prefix_caching_(enable_prefix_caching),
       cache_salt_(cache_salt),
       max_model_len_(max_model_len),
-      max_blocks_per_seq_(block_size > 0 ? (max_model_len + block_size - 1) / block_size : 0),
+      max_blocks_per_seq_(block_size_ > 0 ? (max_model_len + block_size_ - 1) / block_size_ : 0),
       pool_(num_blocks, enable_prefix_caching) {
-  if (block_size < 1)
+  if (block_size_ < 1)
     throw std::invalid_argument("KVCacheManager: block_size must be >= 1, got " +
-                                std::to_string(block_size));
+                                std::to_string(block_size_));
+  for (const KVCacheGroup& g : layout_.groups)
+    if (g.block_size % block_size_ != 0 || g.sliding_window < 0)
+      throw std::invalid_argument("KVCacheManager: group block size " +
+                                  std::to_string(g.block_size) + " is not a multiple of " +
+                                  std::to_string(block_size_));
   if (max_model_len < 1)
     throw std::invalid_argument("KVCacheManager: max_model_len must be >= 1, got " +
                                 std::to_string(max_model_len));
@@ -67,80 +93,171 @@ void KVCacheManager::update_block_hashes(Request& request) const {
   }
 }
 
+std::vector<uint64_t> KVCacheManager::prefix_hashes(const Request& request, int64_t n) const {
+  std::vector<uint64_t> h(request.block_hashes.begin(),
+                          request.block_hashes.begin() +
+                              std::min<int64_t>(n, static_cast<int64_t>(request.block_hashes.size())));
+  std::vector<int32_t> tokens(block_size_);
+  for (int64_t b = static_cast<int64_t>(h.size()); b < n; ++b) {
+    for (int64_t i = 0; i < block_size_; ++i) tokens[i] = request.token(b * block_size_ + i);
+    h.push_back(hash_block_tokens(b == 0 ? 0 : h[b - 1], tokens.data(), block_size_, cache_salt_));
+  }
+  return h;
+}
+
+uint64_t KVCacheManager::group_hash(const std::vector<uint64_t>& hashes, size_t g,
+                                    int64_t i) const {
+  const int64_t m = layout_.groups[g].block_size / block_size_;
+  const uint64_t h = hashes.at(static_cast<size_t>((i + 1) * m - 1));
+  if (g == 0) return h;  // one group: the chained hash itself
+  uint64_t z = h ^ (0x9e3779b97f4a7c15ull * (g + 1));
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 ComputedBlocks KVCacheManager::get_computed_blocks(const Request& request) const {
   ComputedBlocks hit;
   if (!enable_prefix_caching_ || request.num_tokens() == 0) return hit;
   // Prompt logprobs need the logits of every prompt position: compute them all (as vLLM).
   if (request.sampling_params.prompt_logprobs >= 0) return hit;
+  // A hit is whole blocks of every group: a multiple of the groups' block sizes' lcm.
+  int64_t unit = 1;
+  for (const KVCacheGroup& g : layout_.groups) unit = std::lcm(unit, g.block_size);
   // At least the last token is computed: it yields the logits of the next token.
-  const int64_t max_hit_blocks = (request.num_tokens() - 1) / block_size_;
-  std::vector<int32_t> tokens(block_size_);
-  uint64_t parent = 0;
-  for (int64_t b = 0; b < max_hit_blocks; ++b) {
-    uint64_t h;
-    if (b < static_cast<int64_t>(request.block_hashes.size())) {
-      h = request.block_hashes[b];
-    } else {  // hashes not yet extended by update_block_hashes: compute them here
-      for (int64_t i = 0; i < block_size_; ++i) tokens[i] = request.token(b * block_size_ + i);
-      h = hash_block_tokens(parent, tokens.data(), block_size_, cache_salt_);
-    }
-    const auto id = pool_.get_cached_block(h);
-    if (!id) break;
-    hit.block_ids.push_back(*id);
-    parent = h;
+  int64_t n = (request.num_tokens() - 1) / unit * unit;
+  if (n == 0) return hit;
+  const std::vector<uint64_t> hashes = prefix_hashes(request, n / block_size_);
+  const auto cached = [&](size_t g, int64_t i) {
+    return pool_.get_cached_block(group_hash(hashes, g, i));
+  };
+  for (size_t g = 0; g < layout_.groups.size(); ++g) {
+    const KVCacheGroup& grp = layout_.groups[g];
+    if (grp.sliding_window > 0) continue;
+    int64_t i = 0;
+    while (i < n / grp.block_size && cached(g, i)) ++i;
+    n = std::min(n, i * grp.block_size) / unit * unit;
   }
-  hit.num_computed_tokens = static_cast<int64_t>(hit.block_ids.size()) * block_size_;
+  // Sliding-window groups need the blocks of [n - W + 1, n): shorten n until they are cached.
+  const auto window_ok = [&](int64_t len) {
+    for (size_t g = 0; g < layout_.groups.size(); ++g) {
+      const KVCacheGroup& grp = layout_.groups[g];
+      if (grp.sliding_window <= 0) continue;
+      for (int64_t i = std::max<int64_t>(0, len - grp.sliding_window + 1) / grp.block_size;
+           i < len / grp.block_size; ++i)
+        if (!cached(g, i)) return false;
+    }
+    return true;
+  };
+  while (n > 0 && !window_ok(n)) n -= unit;
+  if (n == 0) return hit;
+  hit.num_computed_tokens = n;
+  hit.block_ids.resize(layout_.groups.size());
+  for (size_t g = 0; g < layout_.groups.size(); ++g) {
+    const KVCacheGroup& grp = layout_.groups[g];
+    const int64_t lo = grp.sliding_window > 0
+                           ? std::max<int64_t>(0, n - grp.sliding_window + 1) / grp.block_size
+                           : 0;
+    for (int64_t i = 0; i < n / grp.block_size; ++i)
+      hit.block_ids[g].push_back(i < lo ? 0 : *cached(g, i));
+  }
   return hit;
 }
 
 bool KVCacheManager::allocate_slots(Request& request, int64_t num_new_tokens,
                                     const ComputedBlocks& computed) {
   OCTET_CHECK(num_new_tokens >= 0, "KVCacheManager: allocate_slots: negative num_new_tokens");
+  const size_t num_groups = layout_.groups.size();
   const auto it = req_blocks_.find(request.request_id);
-  const int64_t num_held = it == req_blocks_.end()
-                               ? 0 : static_cast<int64_t>(it->second.block_ids.size());
-  const int64_t num_hit = static_cast<int64_t>(computed.block_ids.size());
-  OCTET_CHECK(num_hit == 0 || (num_held == 0 && request.num_computed_tokens == 0),
+  const bool holds = it != req_blocks_.end();
+  const bool has_hit = computed.num_computed_tokens > 0;
+  OCTET_CHECK(!has_hit || (!holds && request.num_computed_tokens == 0),
               "KVCacheManager: allocate_slots: a prefix hit for '", request.request_id,
               "', which holds blocks");
-  OCTET_CHECK(computed.num_computed_tokens == num_hit * block_size_,
-              "KVCacheManager: allocate_slots: computed.num_computed_tokens is not its blocks' "
-              "tokens");
-  const int64_t total = request.num_computed_tokens + computed.num_computed_tokens +
-                        num_new_tokens;
+  OCTET_CHECK(!has_hit || computed.block_ids.size() == num_groups,
+              "KVCacheManager: allocate_slots: a prefix hit of ", computed.block_ids.size(),
+              " groups, the cache has ", num_groups);
+  for (size_t g = 0; has_hit && g < num_groups; ++g)
+    OCTET_CHECK(computed.num_computed_tokens ==
+                    static_cast<int64_t>(computed.block_ids[g].size()) *
+                        layout_.groups[g].block_size,
+                "KVCacheManager: allocate_slots: computed.num_computed_tokens is not its "
+                "blocks' tokens");
+  const int64_t start = request.num_computed_tokens + computed.num_computed_tokens;
+  const int64_t total = start + num_new_tokens;
   OCTET_CHECK(total <= request.num_tokens(), "KVCacheManager: allocate_slots: '",
               request.request_id, "' schedules ", total, " tokens of ", request.num_tokens());
-  const int64_t num_required = (total + block_size_ - 1) / block_size_;
-  OCTET_CHECK(num_required <= max_blocks_per_seq_, "KVCacheManager: allocate_slots: '",
-              request.request_id, "' needs ", num_required,
+  OCTET_CHECK((total + block_size_ - 1) / block_size_ <= max_blocks_per_seq_,
+              "KVCacheManager: allocate_slots: '", request.request_id, "' needs ",
+              (total + block_size_ - 1) / block_size_,
               " blocks, more than max_model_len allows (", max_blocks_per_seq_, ")");
-  const int64_t num_new_blocks = std::max<int64_t>(0, num_required - num_held - num_hit);
-  // Hit blocks nobody holds sit in the free list: touching them uses up free blocks too.
-  int64_t num_evictable_hits = 0;
-  for (int32_t id : computed.block_ids)
-    if (pool_.block(id).ref_cnt == 0) ++num_evictable_hits;
-  if (num_new_blocks + num_evictable_hits > pool_.num_free_blocks()) return false;
+  // Blocks the window has passed go back to the pool first (the queries from `start` on read
+  // positions >= start - W + 1 only).
+  if (holds) {
+    RequestBlocks& rb = it->second;
+    for (size_t g = 0; g < num_groups; ++g) {
+      const KVCacheGroup& grp = layout_.groups[g];
+      if (grp.sliding_window <= 0) continue;
+      const int64_t lo = std::max<int64_t>(0, start - grp.sliding_window + 1) / grp.block_size;
+      std::vector<int32_t> passed;
+      std::vector<int32_t>& ids = rb.block_ids[g];
+      for (int64_t i = 0; i < std::min<int64_t>(lo, static_cast<int64_t>(ids.size())); ++i)
+        if (ids[i] != 0) passed.push_back(std::exchange(ids[i], 0));
+      if (!passed.empty()) pool_.free_blocks(passed);
+    }
+  }
+  std::vector<int64_t> num_new(num_groups, 0);
+  int64_t need = 0;
+  for (size_t g = 0; g < num_groups; ++g) {
+    const int64_t bs = layout_.groups[g].block_size;
+    const int64_t held = holds ? static_cast<int64_t>(it->second.block_ids[g].size())
+                               : has_hit ? static_cast<int64_t>(computed.block_ids[g].size()) : 0;
+    num_new[g] = std::max<int64_t>(0, (total + bs - 1) / bs - held);
+    need += num_new[g];
+    // Hit blocks nobody holds sit in the free list: touching them uses up free blocks too.
+    if (has_hit)
+      for (int32_t id : computed.block_ids[g])
+        if (id != 0 && pool_.block(id).ref_cnt == 0) ++need;
+  }
+  if (need > pool_.num_free_blocks()) return false;
 
-  const bool first_allocation = num_held == 0 && request.num_computed_tokens == 0;
+  const bool first_allocation = !holds && request.num_computed_tokens == 0;
   RequestBlocks& rb = req_blocks_[request.request_id];
-  pool_.touch(computed.block_ids);
-  rb.block_ids.insert(rb.block_ids.end(), computed.block_ids.begin(), computed.block_ids.end());
-  rb.num_cached_blocks += num_hit;
-  auto fresh = pool_.get_new_blocks(num_new_blocks);
-  OCTET_CHECK(fresh.has_value(), "KVCacheManager: allocate_slots: free blocks vanished");
-  rb.block_ids.insert(rb.block_ids.end(), fresh->begin(), fresh->end());
+  if (rb.block_ids.empty()) {
+    rb.block_ids.resize(num_groups);
+    rb.num_cached_blocks.assign(num_groups, 0);
+  }
+  // Every group's hit blocks leave the free list before any new block is popped from it.
+  for (size_t g = 0; has_hit && g < num_groups; ++g) {
+    std::vector<int32_t> real;
+    for (int32_t id : computed.block_ids[g])
+      if (id != 0) real.push_back(id);
+    pool_.touch(real);
+    rb.block_ids[g] = computed.block_ids[g];
+    rb.num_cached_blocks[g] = static_cast<int64_t>(rb.block_ids[g].size());
+  }
+  for (size_t g = 0; g < num_groups; ++g) {
+    auto fresh = pool_.get_new_blocks(num_new[g]);
+    OCTET_CHECK(fresh.has_value(), "KVCacheManager: allocate_slots: free blocks vanished");
+    rb.block_ids[g].insert(rb.block_ids[g].end(), fresh->begin(), fresh->end());
+  }
 
   if (enable_prefix_caching_) {
     if (first_allocation && request.num_preemptions == 0) {
       prefix_cache_queries_ += request.num_tokens();
       prefix_cache_hits_ += computed.num_computed_tokens;
     }
-    const int64_t num_full = total / block_size_;
-    if (num_full > rb.num_cached_blocks) {
+    if (total / block_size_ > static_cast<int64_t>(request.block_hashes.size()))
       update_block_hashes(request);
-      pool_.cache_full_blocks(rb.block_ids, request.block_hashes, rb.num_cached_blocks,
-                              num_full);
-      rb.num_cached_blocks = num_full;
+    for (size_t g = 0; g < num_groups; ++g) {
+      const int64_t num_full = total / layout_.groups[g].block_size;
+      int64_t& num_cached = rb.num_cached_blocks[g];
+      if (num_full <= num_cached) continue;
+      std::vector<uint64_t> hashes(static_cast<size_t>(num_full), 0);
+      for (int64_t i = num_cached; i < num_full; ++i)
+        hashes[static_cast<size_t>(i)] = group_hash(request.block_hashes, g, i);
+      pool_.cache_full_blocks(rb.block_ids[g], hashes, num_cached, num_full);
+      num_cached = num_full;
     }
   }
   return true;
@@ -149,15 +266,27 @@ bool KVCacheManager::allocate_slots(Request& request, int64_t num_new_tokens,
 void KVCacheManager::free(const Request& request) {
   const auto it = req_blocks_.find(request.request_id);
   if (it == req_blocks_.end()) return;
-  std::vector<int32_t> reversed(it->second.block_ids.rbegin(), it->second.block_ids.rend());
-  pool_.free_blocks(reversed);
+  for (const std::vector<int32_t>& ids : it->second.block_ids) {
+    std::vector<int32_t> reversed;
+    for (auto b = ids.rbegin(); b != ids.rend(); ++b)
+      if (*b != 0) reversed.push_back(*b);
+    pool_.free_blocks(reversed);
+  }
   req_blocks_.erase(it);
 }
 
-const std::vector<int32_t>& KVCacheManager::get_block_ids(const std::string& request_id) const {
+const std::vector<int32_t>& KVCacheManager::get_block_ids(const std::string& request_id,
+                                                          int64_t group) const {
   static const std::vector<int32_t> kNone;
   const auto it = req_blocks_.find(request_id);
-  return it == req_blocks_.end() ? kNone : it->second.block_ids;
+  if (it == req_blocks_.end() || group < 0 ||
+      group >= static_cast<int64_t>(it->second.block_ids.size()))
+    return kNone;
+  return it->second.block_ids[static_cast<size_t>(group)];
+}
+
+int64_t KVCacheManager::blocks_held(int64_t num_tokens, int64_t chunk) const {
+  return octet::blocks_held(layout_, num_tokens, chunk);
 }
 
 }  // namespace octet

@@ -403,14 +403,21 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   }
 
   // Budget -> blocks. The null block is allocated on top of the budget.
-  out.bytes_per_block = PagedKVCache::bytes_per_block(out.block_size, nkv, hd, out.layers);
+  out.layout = hybrid_kv_cache_layout(out.layers, out.block_size, nkv, hd,
+                                      !cache.disable_hybrid_kv_cache_manager);
+  out.bytes_per_block = PagedKVCache::bytes_per_block(out.layout, nkv, hd, out.layers);
   MemoryFigures& mem = out.memory;
   const int world = loaded.world_size();
   for (int r = 0; r < world; ++r) mem.weights_bytes += model_weight_bytes(loaded.rank_model(r));
   const int64_t activations_rank =
       activation_bytes(model, scheduler.max_num_batched_tokens, scheduler.max_num_seqs);
   mem.activation_bytes = activations_rank * world;  // every rank's shard is the same size
-  mem.kv_bytes_per_token = out.bytes_per_block / out.block_size;
+  for (const KVCacheGroup& g : out.layout.groups)
+    mem.kv_bytes_per_token += out.bytes_per_block / g.block_size;
+  // Blocks one max_model_len sequence holds at most (chunks of max_num_batched_tokens).
+  const int64_t chunk = scheduler.enable_chunked_prefill ? scheduler.max_num_batched_tokens
+                                                         : out.max_model_len;
+  const int64_t blocks_per_seq = blocks_held(out.layout, out.max_model_len, chunk);
   // CUDA graph pools: an estimate per captured decode size (engine/kv_budget.h), on a backend
   // that captures graphs, unless --enforce-eager. Every rank holds the same set.
   mem.graphs_supported = model.backend().supports_graphs();
@@ -456,8 +463,7 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
     rm.parts.activation_bytes = activations_rank;
     rm.parts.graph_pool_bytes = graphs_rank;
     const TensorParallelShard& sh = loaded.rank_model(r).shard();
-    rm.block_bytes = PagedKVCache::bytes_per_block(out.block_size, sh.num_kv_heads, hd,
-                                                   out.layers);
+    rm.block_bytes = PagedKVCache::bytes_per_block(out.layout, sh.num_kv_heads, hd, out.layers);
   }
   // The rank with the least KV room sets the blocks (every rank holds the same blocks).
   const auto tightest = [&](auto room) {
@@ -487,7 +493,6 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
     mem.budget_source = src.str();
     const int64_t blocks = std::max<int64_t>(t.budget.kv_budget_bytes, 0) / t.block_bytes;
     budget = blocks * out.bytes_per_block;
-    const int64_t blocks_per_seq = (out.max_model_len + out.block_size - 1) / out.block_size;
     if (blocks < blocks_per_seq) {
       MemoryFigures shown = mem;
       shown.device_total_bytes = t.parts.total_bytes;
@@ -553,15 +558,15 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
     out.num_usable_blocks = budget / out.bytes_per_block;
   }
   out.budget_bytes = out.num_usable_blocks * out.bytes_per_block;
-  const int64_t capacity_tokens = out.num_usable_blocks * out.block_size;
-  const int64_t blocks_per_seq = (out.max_model_len + out.block_size - 1) / out.block_size;
+  // Tokens the pool holds when every group holds them all (no window has passed them).
+  const int64_t capacity_tokens = out.budget_bytes / std::max<int64_t>(mem.kv_bytes_per_token, 1);
   if (out.num_usable_blocks < blocks_per_seq)
     throw std::invalid_argument(
         "the KV cache budget of " + std::to_string(budget) + " bytes holds " +
         std::to_string(out.num_usable_blocks) + " blocks (" + std::to_string(capacity_tokens) +
         " tokens), fewer than one sequence of max_model_len " +
         std::to_string(out.max_model_len) + " tokens (" + std::to_string(blocks_per_seq) +
-        " blocks of " + std::to_string(out.block_size) + "; budget from " + mem.budget_source +
+        " blocks; budget from " + mem.budget_source +
         "); raise --kv-cache-memory-bytes / --num-kv-blocks / --gpu-memory-utilization or "
         "lower --max-model-len");
 
@@ -615,7 +620,12 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   }
   out.cache_salt = salt;
 
-  mem.max_num_seqs_fit = out.num_usable_blocks / blocks_per_seq;
+  // Sequences of max_model_len tokens decoding at once (window groups hold their window).
+  mem.max_num_seqs_fit = out.num_usable_blocks / blocks_held(out.layout, out.max_model_len, 1);
+  mem.max_num_seqs_fit_full =
+      out.layout.hybrid()
+          ? out.budget_bytes / (mem.kv_bytes_per_token * out.max_model_len)
+          : mem.max_num_seqs_fit;
   {
     std::ostringstream line;
     if (mem.on_device) {
@@ -640,14 +650,30 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
       line << "CUDA graphs off (--enforce-eager), ";
     line << mem.max_num_seqs_fit << " sequences of " << out.max_model_len
          << " tokens fit in the KV budget";
+    if (out.layout.hybrid())
+      line << " (" << mem.max_num_seqs_fit_full
+           << " if sliding-window layers kept the whole context)";
     mem.line = line.str();
   }
 
   std::ostringstream os;
   os << mem.line << "\n";
-  const int64_t bytes_per_token = out.bytes_per_block / out.block_size;
+  const int64_t bytes_per_token = mem.kv_bytes_per_token;
   os << "KV cache: kv_cache_dtype " << cache.kv_cache_dtype << ", block_size " << out.block_size
-     << ", " << bytes_per_token << " bytes per token\n"
+     << ", " << bytes_per_token << " bytes per token\n";
+  if (out.layout.hybrid()) {
+    os << "KV cache groups:";
+    for (size_t g = 0; g < out.layout.groups.size(); ++g) {
+      const KVCacheGroup& grp = out.layout.groups[g];
+      os << (g ? ";" : "") << " " << g << ": window " << grp.sliding_window << ", block_size "
+         << grp.block_size << ", layers";
+      for (size_t j = 0; j < grp.layers.size(); ++j) os << (j ? "," : " ") << grp.layers[j];
+    }
+    os << (out.layout.note.empty() ? "" : " (" + out.layout.note + ")") << "\n";
+  } else if (!out.layout.note.empty()) {
+    os << "KV cache: " << out.layout.note << "\n";
+  }
+  os
      << "KV cache: budget " << out.budget_bytes << " bytes = " << out.num_usable_blocks
      << " blocks = " << capacity_tokens << " tokens = " << capacity_tokens / out.max_model_len
      << " sequences of max_model_len " << out.max_model_len << "\n";

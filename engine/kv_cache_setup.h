@@ -51,7 +51,8 @@ int64_t model_weight_bytes(const LlamaModel& model);
 struct MemoryFigures {
   int64_t weights_bytes = 0;
   int64_t activation_bytes = 0;     // the runner's activations (max_num_batched_tokens rows)
-  int64_t kv_bytes_per_token = 0;   // all layers, K and V
+  int64_t kv_bytes_per_token = 0;   // all layers, K and V (every group holding the token)
+  int64_t max_num_seqs_fit_full = 0;  // the same if window layers kept the whole context
   int64_t device_memory_bytes = 0;  // what --gpu-memory-utilization took a fraction of; 0 = unused
   bool graphs_supported = false;    // the backend captures CUDA graphs
   int64_t graph_reserve_bytes = 0;  // engine/kv_budget.h's estimate; 0: no graphs (eager, CPU)
@@ -81,9 +82,10 @@ struct MemoryFigures {
 
 struct KVCacheSetup {
   std::vector<KVLayerSpec> layers;  // [num_hidden_layers]
-  int64_t block_size = 0;           // tokens
+  KVCacheLayout layout;             // KV cache groups (hybrid_kv_cache_layout)
+  int64_t block_size = 0;           // tokens (the smallest group block size)
   int64_t num_usable_blocks = 0;    // blocks the budget holds; the pool adds the null block
-  int64_t bytes_per_block = 0;      // all layers, K and V
+  int64_t bytes_per_block = 0;      // one block of the pool: its slots' pages, K and V
   int64_t budget_bytes = 0;         // num_usable_blocks * bytes_per_block <= the budget
   int64_t max_model_len = 0;        // tokens
   uint64_t cache_salt = 0;          // folds every layer's dtype and scales (prefix-cache key)

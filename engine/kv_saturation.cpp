@@ -81,36 +81,45 @@ KVSaturationSampler::KVSaturationSampler(const std::vector<KVLayerSpec>& layers,
 }
 
 void KVSaturationSampler::download_codes(const PagedKVCache& cache,
-                                         const std::vector<int64_t>& slots, Scratch& scratch,
-                                         uint8_t* codes) const {
+                                         const std::vector<std::vector<int64_t>>& slots,
+                                         Scratch& scratch, uint8_t* codes) const {
   Backend& be = cache.backend();
   const int64_t row = cache.num_kv_heads() * cache.head_dim();  // bytes
-  const auto n = static_cast<int64_t>(slots.size());
+  const auto n = static_cast<int64_t>(slots[0].size());
+  const auto group_of = [&](size_t c) {
+    return static_cast<size_t>(cache.layer_group(counts_[c].layer));
+  };
   if (row % 4 != 0) {  // rows are not whole floats for gather_rows: one download per row
     for (size_t c = 0; c < counts_.size(); ++c)
       for (int which = 0; which < 2; ++which) {
         const Buffer& buf = which == 0 ? cache.k_buffer(counts_[c].layer)
                                        : cache.v_buffer(counts_[c].layer);
+        const std::vector<int64_t>& s = slots[group_of(c)];
         for (int64_t j = 0; j < n; ++j)
-          be.download(buf, slots[static_cast<size_t>(j)] * row,
+          be.download(buf, s[static_cast<size_t>(j)] * row,
                       codes + ((2 * static_cast<int64_t>(c) + which) * n + j) * row, row);
       }
     return;
   }
-  // The buffers live as long as the sampler, sized for tokens_per_sample_ slots.
+  // The buffers live as long as the sampler, sized for tokens_per_sample_ slots per group.
   const int64_t tensors = 2 * static_cast<int64_t>(counts_.size());
   const int64_t capacity = tensors * tokens_per_sample_ * row;
-  if (scratch.codes.bytes() < capacity) {
-    scratch.slots = be.allocate(tokens_per_sample_ * static_cast<int64_t>(sizeof(int64_t)));
+  const auto groups = static_cast<int64_t>(slots.size());
+  const int64_t slot_bytes = groups * tokens_per_sample_ * static_cast<int64_t>(sizeof(int64_t));
+  if (scratch.codes.bytes() < capacity || scratch.slots.bytes() < slot_bytes) {
+    scratch.slots = be.allocate(slot_bytes);
     scratch.codes = be.allocate(capacity);
   }
-  be.upload(scratch.slots, 0, slots.data(), n * static_cast<int64_t>(sizeof(int64_t)));
+  for (int64_t g = 0; g < groups; ++g)
+    be.upload(scratch.slots, g * n * static_cast<int64_t>(sizeof(int64_t)),
+              slots[static_cast<size_t>(g)].data(), n * static_cast<int64_t>(sizeof(int64_t)));
   // gather_rows copies FP32 words: a row of `row` bytes is row / 4 words (bits unchanged).
   for (size_t c = 0; c < counts_.size(); ++c)
     for (int which = 0; which < 2; ++which) {
       const Buffer& buf =
           which == 0 ? cache.k_buffer(counts_[c].layer) : cache.v_buffer(counts_[c].layer);
-      be.gather_rows(buf.as<const float>(), row / 4, scratch.slots.as<const int64_t>(), n,
+      be.gather_rows(buf.as<const float>(), row / 4,
+                     scratch.slots.as<const int64_t>() + static_cast<int64_t>(group_of(c)) * n, n,
                      reinterpret_cast<float*>(scratch.codes.as<uint8_t>() +
                                               (2 * static_cast<int64_t>(c) + which) * n * row));
     }
@@ -132,8 +141,9 @@ void KVSaturationSampler::after_step(const SchedulerOutput& out, const KVCacheMa
   const int64_t total = out.total_num_scheduled_tokens;
   if (total <= 0) return;
   const int64_t m = std::min(total, tokens_per_sample_);
-  const int64_t bs = runner.cache(0).block_size();
-  std::vector<int64_t> slots;
+  // Slots per KV cache group (each group has its own block table and block size).
+  const KVCacheLayout& layout = runner.cache(0).layout();
+  std::vector<std::vector<int64_t>> slots(static_cast<size_t>(layout.num_groups()));
   int64_t first = 0;  // flat index of request i's first token this step
   size_t i = 0;
   for (int64_t j = 0; j < m; ++j) {
@@ -143,8 +153,12 @@ void KVSaturationSampler::after_step(const SchedulerOutput& out, const KVCacheMa
     OCTET_CHECK(i < out.scheduled.size(), "KVSaturationSampler: token beyond the step");
     const Request& r = *out.scheduled[i];
     const int64_t p = r.num_computed_tokens + (t - first);
-    const std::vector<int32_t>& blocks = kv.get_block_ids(r.request_id);
-    slots.push_back(static_cast<int64_t>(blocks.at(static_cast<size_t>(p / bs))) * bs + p % bs);
+    for (size_t g = 0; g < slots.size(); ++g) {
+      const int64_t bs = layout.groups[g].block_size;
+      const std::vector<int32_t>& blocks = kv.get_block_ids(r.request_id, static_cast<int64_t>(g));
+      slots[g].push_back(static_cast<int64_t>(blocks.at(static_cast<size_t>(p / bs))) * bs +
+                         p % bs);
+    }
   }
   // Per rank: its KV heads' codes of the sampled slots, K and V of each counted layer,
   // gathered on the device into one buffer [2 * layers, slots, row] (row = one token's codes:
@@ -156,7 +170,7 @@ void KVSaturationSampler::after_step(const SchedulerOutput& out, const KVCacheMa
   const auto read_rank = [&](int r) {
     const PagedKVCache& cache = runner.cache(r);
     const int64_t row = cache.num_kv_heads() * cache.head_dim();
-    const auto n = static_cast<int64_t>(slots.size());
+    const auto n = static_cast<int64_t>(slots[0].size());
     const auto tensors = static_cast<int64_t>(2 * counts_.size());
     std::vector<uint8_t> codes(static_cast<size_t>(tensors * n * row));
     download_codes(cache, slots, scratch_[static_cast<size_t>(r)], codes.data());

@@ -93,9 +93,9 @@ class KVSaturationSampler {
   struct Scratch {
     Buffer slots, codes;
   };
-  // Fills codes [2 * counts_.size(), slots.size(), row] (layer c's K at 2c, V at 2c + 1; row =
+  // slots: [KV cache group][tokens]. Fills codes [2 * counts_.size(), tokens, row] (layer c's K at 2c, V at 2c + 1; row =
   // the cache's num_kv_heads * head_dim bytes) from `cache`'s rows at `slots`.
-  void download_codes(const PagedKVCache& cache, const std::vector<int64_t>& slots,
+  void download_codes(const PagedKVCache& cache, const std::vector<std::vector<int64_t>>& slots,
                       Scratch& scratch, uint8_t* codes) const;
 
   std::vector<KVLayerSaturation> counts_;

@@ -9,6 +9,7 @@
 #include "engine/kv_cache_manager.h"
 #include "engine/model_loader.h"
 #include "engine/request.h"
+#include "kernels/common/check.h"
 
 namespace octet {
 
@@ -34,22 +35,27 @@ int64_t ModelRunner::graph_size(const ForwardBatch& batch) const {
 }
 
 ForwardBatch ModelRunner::pad_for_graph(const ForwardBatch& batch, int64_t p) const {
-  const int64_t n = batch.num_tokens(), w = graph_width_, bw = batch.max_blocks_per_seq;
+  const int64_t n = batch.num_tokens(), w = graph_width_, bw = batch.max_blocks_per_seq,
+                G = batch.num_kv_groups;
   ForwardBatch g;
   g.token_ids = batch.token_ids;
   g.positions = batch.positions;
-  g.slot_mapping = batch.slot_mapping;
   g.seq_lens = batch.seq_lens;
   g.max_blocks_per_seq = w;
-  g.block_tables.assign(static_cast<size_t>(p * w), 0);
-  for (int64_t i = 0; i < n; ++i)
-    std::copy_n(batch.block_tables.begin() + i * bw, bw, g.block_tables.begin() + i * w);
+  g.num_kv_groups = G;
+  g.block_tables.assign(static_cast<size_t>(G * p * w), 0);
   // Padding: one-token sequences at position 0 of block 0 (never allocated to a request)
   // that write no KV (slot -1); their rows are computed and dropped.
+  g.slot_mapping.assign(static_cast<size_t>(G * p), -1);
+  for (int64_t k = 0; k < G; ++k) {
+    for (int64_t i = 0; i < n; ++i)
+      std::copy_n(batch.block_tables.begin() + (k * n + i) * bw, bw,
+                  g.block_tables.begin() + (k * p + i) * w);
+    std::copy_n(batch.slot_mapping.begin() + k * n, n, g.slot_mapping.begin() + k * p);
+  }
   for (int64_t i = n; i < p; ++i) {
     g.token_ids.push_back(0);
     g.positions.push_back(0);
-    g.slot_mapping.push_back(-1);
     g.seq_lens.push_back(1);
   }
   for (int64_t i = 0; i <= p; ++i) g.query_start_loc.push_back(i);
@@ -60,7 +66,10 @@ ForwardBatch ModelRunner::pad_for_graph(const ForwardBatch& batch, int64_t p) co
 ForwardBatch ModelRunner::build_batch(const SchedulerOutput& out, const KVCacheManager& kv,
                                       StepLogits& rows) const {
   ForwardBatch b;
-  const int64_t bs = ranks_.at(0).cache->block_size();
+  const KVCacheLayout& layout = ranks_.at(0).cache->layout();
+  const int64_t G = layout.num_groups(), base = layout.base_block_size();
+  OCTET_CHECK(kv.num_groups() == G, "ModelRunner: the KV cache manager has ", kv.num_groups(),
+              " groups, the cache ", G);
   const size_t n_req = out.scheduled.size();
   rows.sample_row.assign(n_req, -1);
   rows.prompt_row_begin.assign(n_req, -1);
@@ -70,23 +79,20 @@ ForwardBatch ModelRunner::build_batch(const SchedulerOutput& out, const KVCacheM
   for (size_t i = 0; i < n_req; ++i) {
     const Request& r = *out.scheduled[i];
     const int64_t end = r.num_computed_tokens + out.num_scheduled_tokens[i];
-    max_blocks = std::max(max_blocks, (end + bs - 1) / bs);
+    max_blocks = std::max(max_blocks, (end + base - 1) / base);
   }
   b.max_blocks_per_seq = max_blocks;
-  b.block_tables.assign(static_cast<size_t>(n_req * max_blocks), 0);
+  b.num_kv_groups = G;
+  b.block_tables.assign(static_cast<size_t>(G * n_req * max_blocks), 0);
   b.query_start_loc.push_back(0);
   for (size_t i = 0; i < n_req; ++i) {
     const Request& r = *out.scheduled[i];
-    const std::vector<int32_t>& blocks = kv.get_block_ids(r.request_id);
     const int64_t begin = r.num_computed_tokens, n = out.num_scheduled_tokens[i],
                   end = begin + n, row0 = b.num_tokens();
     for (int64_t p = begin; p < end; ++p) {
       b.token_ids.push_back(r.token(p));
       b.positions.push_back(p);
-      b.slot_mapping.push_back(static_cast<int64_t>(blocks.at(p / bs)) * bs + p % bs);
     }
-    const int64_t nb = (end + bs - 1) / bs;
-    std::copy_n(blocks.begin(), nb, b.block_tables.begin() + i * max_blocks);
     b.seq_lens.push_back(end);
     b.query_start_loc.push_back(b.num_tokens());
     // Prompt logprobs: the row at prompt position p predicts prompt token p + 1.
@@ -101,6 +107,22 @@ ForwardBatch ModelRunner::build_batch(const SchedulerOutput& out, const KVCacheM
     if (end == r.num_tokens()) {
       rows.sample_row[i] = static_cast<int64_t>(b.logits_indices.size());
       b.logits_indices.push_back(row0 + n - 1);
+    }
+  }
+  // Per group: slots of the step's tokens and the block tables, in the group's block size.
+  const int64_t num_tokens = b.num_tokens();
+  b.slot_mapping.reserve(static_cast<size_t>(G * num_tokens));
+  for (int64_t g = 0; g < G; ++g) {
+    const int64_t bs = layout.groups[static_cast<size_t>(g)].block_size;
+    for (size_t i = 0; i < n_req; ++i) {
+      const Request& r = *out.scheduled[i];
+      const std::vector<int32_t>& blocks = kv.get_block_ids(r.request_id, g);
+      const int64_t begin = r.num_computed_tokens, end = begin + out.num_scheduled_tokens[i];
+      for (int64_t p = begin; p < end; ++p)
+        b.slot_mapping.push_back(static_cast<int64_t>(blocks.at(p / bs)) * bs + p % bs);
+      const int64_t nb = (end + bs - 1) / bs;
+      std::copy_n(blocks.begin(), nb,
+                  b.block_tables.begin() + (g * static_cast<int64_t>(n_req) + i) * max_blocks);
     }
   }
   return b;
@@ -118,7 +140,16 @@ ModelRunner::ModelRunner(const LlamaModel& model, PagedKVCache& cache,
 
 ModelRunner::ModelRunner(const LoadedModel& loaded, int64_t num_blocks, int64_t block_size,
                          const std::vector<KVLayerSpec>& layers, int64_t max_num_batched_tokens,
-                         int64_t max_num_seqs, DecodeGraphOptions graphs) {
+                         int64_t max_num_seqs, DecodeGraphOptions graphs)
+    : ModelRunner(loaded, num_blocks,
+                  block_size > 0 ? single_group_layout(layers, block_size) : KVCacheLayout{},
+                  layers, max_num_batched_tokens, max_num_seqs, graphs) {}
+
+ModelRunner::ModelRunner(const LoadedModel& loaded, int64_t num_blocks,
+                         const KVCacheLayout& layout, const std::vector<KVLayerSpec>& layers,
+                         int64_t max_num_batched_tokens, int64_t max_num_seqs,
+                         DecodeGraphOptions graphs) {
+  const int64_t block_size = layout.base_block_size();
   // world: this process's ranks; the model's shards may span more (several nodes), and then
   // the rank group's communicators join them even with one local rank.
   const int world = loaded.world_size();
@@ -128,7 +159,7 @@ ModelRunner::ModelRunner(const LoadedModel& loaded, int64_t num_blocks, int64_t 
   if (graphs.enabled && graphs.max_model_len > 0 && max_num_seqs > 0 && block_size > 0 &&
       loaded.model->backend().supports_graphs()) {
     graph_sizes_ = decode_graph_sizes(max_num_seqs);
-    graph_width_ = (graphs.max_model_len + block_size - 1) / block_size;
+    graph_width_ = (graphs.max_model_len + block_size - 1) / block_size;  // base block size
     // Runners may share a backend (tests): each keys its graphs apart (sizes are <= 512).
     static std::atomic<int64_t> next_runner{0};
     graph_key_base_ = (next_runner++) * 1024;
@@ -139,14 +170,16 @@ ModelRunner::ModelRunner(const LoadedModel& loaded, int64_t num_blocks, int64_t 
     k.model = &loaded.rank_model(r);
     const TensorParallelShard& s = k.model->shard();
     k.owned_cache = std::make_unique<PagedKVCache>(
-        k.model->backend(), num_blocks, block_size, s.num_kv_heads, k.model->config().head_dim,
-        !sharded ? layers : shard_kv_layer_specs(layers, s.kv_head_begin, s.num_kv_heads));
+        k.model->backend(), num_blocks, s.num_kv_heads, k.model->config().head_dim,
+        !sharded ? layers : shard_kv_layer_specs(layers, s.kv_head_begin, s.num_kv_heads),
+        layout);
     k.cache = k.owned_cache.get();
     if (max_num_batched_tokens > 0)
       k.act = k.model->new_activations(max_num_batched_tokens,
                                        std::max<int64_t>(max_num_seqs, 1));
     if (graph_max > 0) {
-      k.graph_batch.reserve(k.model->backend(), graph_max, graph_max, graph_width_);
+      k.graph_batch.reserve(k.model->backend(), graph_max, graph_max, graph_width_,
+                            k.cache->layout().num_groups());
       k.graph_act = k.model->new_activations(graph_max, graph_max);
     }
   };
@@ -325,6 +358,7 @@ std::vector<uint8_t> encode_step_message(const ForwardBatch& b) {
   std::vector<uint8_t> out;
   put(out, kStepKind);
   put(out, b.max_blocks_per_seq);
+  put(out, b.num_kv_groups);
   put_array(out, b.token_ids);
   put_array(out, b.positions);
   put_array(out, b.slot_mapping);
@@ -346,6 +380,7 @@ bool decode_step_message(const std::vector<uint8_t>& bytes, ForwardBatch& b) {
                              std::to_string(kind));
   b = ForwardBatch{};
   b.max_blocks_per_seq = in.get<int64_t>();
+  b.num_kv_groups = in.get<int64_t>();
   in.get_array(b.token_ids);
   in.get_array(b.positions);
   in.get_array(b.slot_mapping);
@@ -354,11 +389,12 @@ bool decode_step_message(const std::vector<uint8_t>& bytes, ForwardBatch& b) {
   in.get_array(b.block_tables);
   in.get_array(b.logits_indices);
   const int64_t seqs = b.num_seqs(), tokens = b.num_tokens();
-  if (in.at != bytes.size() || b.max_blocks_per_seq < 0 ||
+  if (in.at != bytes.size() || b.max_blocks_per_seq < 0 || b.num_kv_groups < 1 ||
+      b.num_kv_groups > (int64_t{1} << 16) ||
       static_cast<int64_t>(b.positions.size()) != tokens ||
-      static_cast<int64_t>(b.slot_mapping.size()) != tokens ||
+      static_cast<int64_t>(b.slot_mapping.size()) != b.num_kv_groups * tokens ||
       static_cast<int64_t>(b.query_start_loc.size()) != seqs + 1 ||
-      static_cast<int64_t>(b.block_tables.size()) != seqs * b.max_blocks_per_seq)
+      static_cast<int64_t>(b.block_tables.size()) != b.num_kv_groups * seqs * b.max_blocks_per_seq)
     throw std::runtime_error("step message from node 0 is malformed (array sizes disagree)");
   return true;
 }

@@ -64,6 +64,11 @@ class ModelRunner {
   ModelRunner(const LoadedModel& loaded, int64_t num_blocks, int64_t block_size,
               const std::vector<KVLayerSpec>& layers, int64_t max_num_batched_tokens,
               int64_t max_num_seqs, DecodeGraphOptions graphs = {});
+  /// The same with the caches laid out by `layout` (KV cache groups; the KVCacheManager must
+  /// have the same groups).
+  ModelRunner(const LoadedModel& loaded, int64_t num_blocks, const KVCacheLayout& layout,
+              const std::vector<KVLayerSpec>& layers, int64_t max_num_batched_tokens,
+              int64_t max_num_seqs, DecodeGraphOptions graphs = {});
 
   ~ModelRunner();
 

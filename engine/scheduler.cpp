@@ -35,10 +35,13 @@ Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager& kv)
     : config_(config), kv_(kv) {
   config_.validate();
   priority_policy_ = config_.scheduling_policy == "priority";
-  if (kv_.max_blocks_per_seq() > kv_.num_blocks() - 1)
+  // One request of max_model_len tokens, chunked as this scheduler chunks, must fit alone.
+  const int64_t chunk = config_.enable_chunked_prefill ? config_.max_num_batched_tokens
+                                                       : kv_.max_model_len();
+  if (const int64_t need = kv_.blocks_held(kv_.max_model_len(), chunk); need > kv_.num_blocks() - 1)
     throw std::invalid_argument(
         "max_model_len " + std::to_string(kv_.max_model_len()) + " needs " +
-        std::to_string(kv_.max_blocks_per_seq()) + " KV blocks of " +
+        std::to_string(need) + " KV blocks of " +
         std::to_string(kv_.block_size()) + " tokens, but the KV cache has only " +
         std::to_string(kv_.num_blocks() - 1) +
         ": lower --max-model-len or raise the KV cache budget");

@@ -18,13 +18,13 @@ void put(Backend& backend, Buffer& buf, const std::vector<T>& v) {
 }  // namespace
 
 void ForwardBatchBuffers::reserve(Backend& backend, int64_t max_tokens, int64_t max_seqs,
-                                  int64_t max_blocks_per_seq) {
+                                  int64_t max_blocks_per_seq, int64_t num_kv_groups) {
   ensure(backend, token_ids, max_tokens * 4);
   ensure(backend, positions, max_tokens * 8);
-  ensure(backend, slot_mapping, max_tokens * 8);
+  ensure(backend, slot_mapping, num_kv_groups * max_tokens * 8);
   ensure(backend, query_start_loc, (max_seqs + 1) * 8);
   ensure(backend, seq_lens, max_seqs * 8);
-  ensure(backend, block_tables, max_seqs * max_blocks_per_seq * 4);
+  ensure(backend, block_tables, num_kv_groups * max_seqs * max_blocks_per_seq * 4);
   ensure(backend, logits_indices, max_tokens * 8);
 }
 

@@ -11,11 +11,14 @@ namespace octet {
 struct ForwardBatch {
   std::vector<int32_t> token_ids;        // [num_tokens], sequences back to back
   std::vector<int64_t> positions;        // [num_tokens], position of each token in its sequence
-  std::vector<int64_t> slot_mapping;     // [num_tokens], KV slot = block_id * block_size + offset
+  // Per KV cache group g (models/kv_cache_layout.h; one unless the cache is hybrid), in the
+  // group's block size bs: slot = block_id * bs + offset; -1 writes nothing.
+  std::vector<int64_t> slot_mapping;     // [num_kv_groups, num_tokens]
   std::vector<int64_t> query_start_loc;  // [num_seqs + 1], token offsets of each sequence
   std::vector<int64_t> seq_lens;         // [num_seqs], context length after this step
-  std::vector<int32_t> block_tables;     // [num_seqs, max_blocks_per_seq], padded with 0
+  std::vector<int32_t> block_tables;     // [num_kv_groups, num_seqs, max_blocks_per_seq], 0-padded
   int64_t max_blocks_per_seq = 0;
+  int64_t num_kv_groups = 1;
   std::vector<int64_t> logits_indices;   // [num_logits], token rows whose logits are returned
 
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
@@ -28,8 +31,10 @@ struct ForwardBatchBuffers {
   Buffer token_ids, positions, slot_mapping, query_start_loc, seq_lens, block_tables,
       logits_indices;
 
-  /// Allocates room for max_tokens tokens, max_seqs sequences, max_blocks_per_seq blocks each.
-  void reserve(Backend& backend, int64_t max_tokens, int64_t max_seqs, int64_t max_blocks_per_seq);
+  /// Allocates room for max_tokens tokens, max_seqs sequences, max_blocks_per_seq blocks each,
+  /// in num_kv_groups groups.
+  void reserve(Backend& backend, int64_t max_tokens, int64_t max_seqs, int64_t max_blocks_per_seq,
+               int64_t num_kv_groups = 1);
   /// Copies b's arrays into the buffers (growing any that is too small).
   void upload(Backend& backend, const ForwardBatch& b);
 };

@@ -391,9 +391,14 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
     }
     // The whole batch's K/V of a layer are written before its attention reads them back, so a
     // token's K/V are the cached (possibly FP8) values whether computed now or earlier.
+    // Hybrid caches: the layer's KV cache group has its own slots and block tables.
     const KVCacheView kv = cache.layer(layer);
-    be.write_kv_cache(kv, kr, v, device.slot_mapping.as<const int64_t>(), n);
-    be.paged_attention(kv, qr, attn_batch, nh, c.layer_sliding_window[layer], softmax_scale, attn);
+    const int64_t group = cache.layer_group(layer);
+    PagedAttentionBatch group_batch = attn_batch;
+    group_batch.block_tables += group * attn_batch.num_seqs * attn_batch.max_blocks_per_seq;
+    be.write_kv_cache(kv, kr, v, device.slot_mapping.as<const int64_t>() + group * n, n);
+    be.paged_attention(kv, qr, group_batch, nh, c.layer_sliding_window[layer], softmax_scale,
+                       attn);
     linear_reduced(w.o_proj, attn, n, proj);
     // Gemma: out = post_norm(out) before each residual add.
     const auto post_norm = [&](const Buffer& weight) -> const float* {

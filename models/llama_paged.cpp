@@ -18,11 +18,15 @@ void check_batch(const ForwardBatch& b, const ModelConfig& c, const TensorParall
                  const PagedKVCache& cache) {
   const int64_t n = b.num_tokens(), s = b.num_seqs();
   if (n <= 0 || s <= 0) throw std::invalid_argument("forward: empty batch");
+  if (b.num_kv_groups != cache.layout().num_groups())
+    throw std::invalid_argument("forward: the batch has " + std::to_string(b.num_kv_groups) +
+                                " KV cache groups, the cache " +
+                                std::to_string(cache.layout().num_groups()));
   if (static_cast<int64_t>(b.positions.size()) != n ||
-      static_cast<int64_t>(b.slot_mapping.size()) != n ||
+      static_cast<int64_t>(b.slot_mapping.size()) != b.num_kv_groups * n ||
       static_cast<int64_t>(b.query_start_loc.size()) != s + 1 || b.query_start_loc[0] != 0 ||
       b.query_start_loc[s] != n ||
-      static_cast<int64_t>(b.block_tables.size()) != s * b.max_blocks_per_seq)
+      static_cast<int64_t>(b.block_tables.size()) != b.num_kv_groups * s * b.max_blocks_per_seq)
     throw std::invalid_argument("forward: inconsistent ForwardBatch arrays");
   for (int64_t i = 0; i < n; ++i)
     if (b.token_ids[i] < 0 || b.token_ids[i] >= c.vocab_size)

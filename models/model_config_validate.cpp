@@ -55,6 +55,8 @@ int64_t ModelConfig::num_parameters() const {
   if (qkv_bias) per_layer = mul_add_sat(1, q, mul_add_sat(2, kv, per_layer));
   if (o_proj_bias) per_layer = mul_add_sat(1, h, per_layer);
   if (mlp_bias) per_layer = mul_add_sat(2, ff, mul_add_sat(1, h, per_layer));
+  if (qk_norm) per_layer = mul_add_sat(2, head_dim, per_layer);       // q_norm, k_norm
+  if (sandwich_norms) per_layer = mul_add_sat(2, h, per_layer);       // post-attention, post-FFN
   int64_t total = mul_add_sat(per_layer, num_hidden_layers, h);  // + the final norm
   total = mul_add_sat(mul_add_sat(vocab_size, h), tie_word_embeddings ? 1 : 2, total);
   return total > kMaxParameters ? -1 : total;

@@ -395,8 +395,10 @@ void PagedAttention::capture(const KVCacheView& cache, const float* q,
                   " queries (a graph runs decode steps, one query per sequence)");
   GraphAttention& g = *capturing_;
   GraphAttention::Plan* plan = nullptr;
+  // One plan per (window, block size): KV cache groups (models/kv_cache_layout.h) may differ
+  // in both; the block tables themselves are arguments of each launch.
   for (GraphAttention::Plan& p : g.plans)
-    if (p.window == window) plan = &p;
+    if (p.window == window && p.block_size == cache.block_size) plan = &p;
   if (plan == nullptr) {
     GraphAttention::Plan p;
     p.window = window;

@@ -328,9 +328,14 @@ void render_vllm(Page& p, const EngineMetricsView& e, const ServerMetrics& m) {
   if (e.cache) {
     const CacheConfig& c = *e.cache;
     // vLLM's KV capacity in tokens and how many max_model_len sequences it holds at once.
-    const int64_t size_tokens = st.num_kv_blocks * c.block_size;
+    // Hybrid caches (KV cache groups): as vLLM, the tokens every group can hold and the
+    // sequences whose window groups hold only their windows.
+    const int64_t size_tokens =
+        st.kv_cache_size_tokens > 0 ? st.kv_cache_size_tokens : st.num_kv_blocks * c.block_size;
     const double max_concurrency =
-        e.max_model_len > 0 ? static_cast<double>(size_tokens) / e.max_model_len : 0.0;
+        st.kv_cache_max_concurrency > 0 ? st.kv_cache_max_concurrency
+        : e.max_model_len > 0           ? static_cast<double>(size_tokens) / e.max_model_len
+                                        : 0.0;
     p.header("vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
     p.raw("vllm:cache_config_info{block_size=\"" + std::to_string(c.block_size) +
           "\",cache_dtype=\"" + escape_label(c.kv_cache_dtype) +

@@ -120,6 +120,8 @@ TEST_CASE("gemma3 270m: config from the GGUF", "[model][gemma3]") {
   for (int64_t i = 0; i < 18; ++i)
     CHECK(c.layer_sliding_window[i] == ((i + 1) % 6 == 0 ? 0 : 512));
   CHECK(c.rope_local_inv_freq()[1] == 1.0f / std::pow(1e4f, 2.0f / 256.0f));
+  // google/gemma-3-270m's model card and transformers' num_parameters(): 268,098,176.
+  CHECK(c.num_parameters() == 268098176);
 }
 
 TEST_CASE("gemma3 270m: tokenizer matches transformers' GGUF tokenizer", "[model][gemma3]") {
@@ -242,11 +244,19 @@ TEST_CASE("gemma3 270m engine: alone == in a batch (every kv dtype) and after pr
     }
     return sp;
   };
-  for (const std::string dtype : {"bf16", "fp16", "fp8_e4m3"}) {
-    INFO("kv_cache_dtype " << dtype);
-    auto engine = Engine::create(testing::engine_args(
+  // The 600- and 900-token prompts pass the 512-token window: the hybrid KV cache frees the
+  // window groups' first blocks while they run. The batch hits the solo runs' cached blocks.
+  // "fp8_e4m3 sliding_window": FP8 global layers, bf16 window layers (groups of two block
+  // sizes sharing one pool).
+  for (const std::string variant : {"bf16", "fp16", "fp8_e4m3", "fp8_e4m3 sliding_window"}) {
+    INFO("kv_cache_dtype " << variant);
+    const std::string dtype = variant.substr(0, variant.find(' '));
+    EngineArgs args = testing::engine_args(
         path, {.device = "cpu", .kv_cache_dtype = dtype, .kv_cache_memory_bytes = 64 << 20,
-               .max_model_len = 1024}));
+               .max_model_len = 1024});
+    if (variant.find(' ') != std::string::npos) args.cache.kv_cache_dtype_skip_layers = "sliding_window";
+    auto engine = Engine::create(args);
+    CHECK(engine->startup_report().find("KV cache groups:") != std::string::npos);
     std::vector<testing::Result> solo;
     for (size_t i = 0; i < prompts.size(); ++i)
       solo.push_back(testing::collect(
@@ -259,25 +269,31 @@ TEST_CASE("gemma3 270m engine: alone == in a batch (every kv dtype) and after pr
       testing::require_same_logprobs(solo[i], testing::collect(*streams[i]));
     }
   }
-  // Preemption: the first three prompts (41, 601, 131 tokens: 3 + 38 + 9 = 50 blocks of 16)
-  // are admitted into 52 blocks; 16 new tokens each need 53, so one is preempted and
-  // recomputed, with prefix caching off.
+  // Preemption over the hybrid cache (6 groups of 3 layers, 16-token blocks, prefix caching
+  // off). max_model_len 640 needs 40 blocks per group: 240. Prompts of 41, 131 and 121 tokens
+  // (3 + 9 + 8 blocks per group, 120 in all) are admitted together; 150 new tokens each end
+  // at 191, 281 and 271 tokens, all within the window: 12 + 18 + 17 = 47 blocks per group,
+  // 282 > 240, so a request is preempted and recomputed on the way.
+  std::vector<int32_t> third = testing::random_prompt(120, 77);
+  for (int32_t& t : third) t += 1000;
+  third.insert(third.begin(), 2);
+  const std::vector<std::vector<int32_t>> grow = {prompts[0], prompts[2], third};
   EngineArgs a = testing::engine_args(path, {.device = "cpu", .kv_cache_dtype = "fp8_e4m3",
-                                             .num_kv_blocks = 52, .max_model_len = 800});
+                                             .num_kv_blocks = 240, .max_model_len = 640});
   a.cache.enable_prefix_caching = false;
   auto engine = Engine::create(a);
-  const auto params16 = [&](size_t i) {
+  const auto params150 = [&](size_t i) {
     SamplingParams sp = params(i);
-    sp.max_tokens = 16;
+    sp.max_tokens = 150;
     return sp;
   };
   std::vector<testing::Result> solo;
   for (size_t i = 0; i < 3; ++i)
     solo.push_back(
-        testing::collect(*engine->add_request("s" + std::to_string(i), prompts[i], params16(i))));
+        testing::collect(*engine->add_request("s" + std::to_string(i), grow[i], params150(i))));
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (size_t i = 0; i < 3; ++i)
-    streams.push_back(engine->add_request("p" + std::to_string(i), prompts[i], params16(i)));
+    streams.push_back(engine->add_request("p" + std::to_string(i), grow[i], params150(i)));
   for (size_t i = 0; i < 3; ++i) {
     INFO("request " << i);
     testing::require_same_logprobs(solo[i], testing::collect(*streams[i]));

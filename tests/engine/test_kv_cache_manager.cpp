@@ -68,7 +68,7 @@ TEST_CASE("two requests sharing a two-block prefix", "[kv_cache_manager]") {
   CHECK(kv.block_pool().block(2).block_hash == a.block_hashes[1]);
 
   ComputedBlocks hit_b = kv.get_computed_blocks(b);
-  CHECK(hit_b.block_ids == Ids{1, 2});
+  CHECK(hit_b.block_ids.at(0) == Ids{1, 2});
   CHECK(hit_b.num_computed_tokens == 8);
   REQUIRE(kv.allocate_slots(b, 3, hit_b));  // 8 + 3 = 11 tokens: 3 blocks, 1 new
   CHECK(kv.get_block_ids("b") == Ids{1, 2, 4});
@@ -90,7 +90,7 @@ TEST_CASE("two requests sharing a two-block prefix", "[kv_cache_manager]") {
   // Still cached: a third request hits them from the free list.
   Request c("c", concat(iota_tokens(1, 8), {30}));
   ComputedBlocks hit_c = kv.get_computed_blocks(c);
-  CHECK(hit_c.block_ids == Ids{1, 2});
+  CHECK(hit_c.block_ids.at(0) == Ids{1, 2});
   REQUIRE(kv.allocate_slots(c, 1, hit_c));
   CHECK(kv.get_block_ids("c") == Ids{1, 2, 5});
   CHECK(kv.block_pool().free_block_ids() == Ids{6, 7, 8, 9, 3, 4});
@@ -108,7 +108,7 @@ TEST_CASE("a full-prompt hit still computes one token", "[kv_cache_manager]") {
   // Same 8 tokens: at most 8 - 1 = 7 tokens may hit, rounded down to 1 block.
   Request b("b", iota_tokens(1, 8));
   ComputedBlocks hit = kv.get_computed_blocks(b);
-  CHECK(hit.block_ids == Ids{1});
+  CHECK(hit.block_ids.at(0) == Ids{1});
   CHECK(hit.num_computed_tokens == 4);
   REQUIRE(kv.allocate_slots(b, 4, hit));
   CHECK(kv.get_block_ids("b") == Ids{1, 3});
@@ -119,7 +119,7 @@ TEST_CASE("a full-prompt hit still computes one token", "[kv_cache_manager]") {
   // 9 tokens: up to 8 may hit, so both blocks.
   Request c("c", iota_tokens(1, 9));
   ComputedBlocks hit_c = kv.get_computed_blocks(c);
-  CHECK(hit_c.block_ids == Ids{1, 2});
+  CHECK(hit_c.block_ids.at(0) == Ids{1, 2});
   CHECK(hit_c.num_computed_tokens == 8);
 
   // A 1-token request never hits.
@@ -187,7 +187,7 @@ TEST_CASE("allocation is all or nothing, evictable hit blocks count as used", "[
   // 20 tokens: hits 3 cached blocks (12 tokens) and needs 2 more: 3 + 2 = 5 > 4 free.
   Request big("big", concat(iota_tokens(1, 12), iota_tokens(100, 8)));
   ComputedBlocks hit = kv.get_computed_blocks(big);
-  CHECK(hit.block_ids == Ids{1, 2, 3});
+  CHECK(hit.block_ids.at(0) == Ids{1, 2, 3});
   CHECK_FALSE(kv.allocate_slots(big, 8, hit));
   CHECK(kv.get_block_ids("big").empty());
   CHECK(kv.block_pool().free_block_ids() == Ids{4, 3, 2, 1});

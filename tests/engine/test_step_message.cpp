@@ -33,10 +33,10 @@ ForwardBatch example_batch() {
 TEST_CASE("step message: a batch round-trips exactly") {
   const ForwardBatch b = example_batch();
   const std::vector<uint8_t> msg = encode_step_message(b);
-  // kind u8, max_blocks_per_seq i64, 7 array lengths i64, then the elements: token ids (4 x
-  // i32), positions, slots (4 x i64 each), query starts (3 x i64), seq lens (2 x i64), block
-  // tables (4 x i32), logits rows (2 x i64).
-  const size_t expect = 1 + 8 + 7 * 8 + 4 * 4 + 4 * 8 + 4 * 8 + 3 * 8 + 2 * 8 + 4 * 4 + 2 * 8;
+  // kind u8, max_blocks_per_seq i64, num_kv_groups i64, 7 array lengths i64, then the
+  // elements: token ids (4 x i32), positions, slots (4 x i64 each), query starts (3 x i64),
+  // seq lens (2 x i64), block tables (4 x i32), logits rows (2 x i64).
+  const size_t expect = 1 + 8 + 8 + 7 * 8 + 4 * 4 + 4 * 8 + 4 * 8 + 3 * 8 + 2 * 8 + 4 * 4 + 2 * 8;
   CHECK(msg.size() == expect);
   CHECK(msg[0] == 1);
   ForwardBatch got;
@@ -50,6 +50,21 @@ TEST_CASE("step message: a batch round-trips exactly") {
   CHECK(got.max_blocks_per_seq == 2);
   CHECK(got.block_tables == b.block_tables);
   CHECK(got.logits_indices == b.logits_indices);
+  CHECK(got.num_kv_groups == 1);
+
+  // Two KV cache groups (a hybrid cache): slots and block tables per group.
+  ForwardBatch h = b;
+  h.num_kv_groups = 2;
+  h.slot_mapping = {80, 81, 82, 145, 16, 17, 18, 33};
+  h.block_tables = {5, 0, 2, 9, 1, 0, 0, 2};
+  ForwardBatch got2;
+  REQUIRE(decode_step_message(encode_step_message(h), got2));
+  CHECK(got2.num_kv_groups == 2);
+  CHECK(got2.slot_mapping == h.slot_mapping);
+  CHECK(got2.block_tables == h.block_tables);
+  // A group count the arrays do not match is malformed.
+  h.num_kv_groups = 3;
+  CHECK_THROWS_AS(decode_step_message(encode_step_message(h), got2), std::runtime_error);
 }
 
 TEST_CASE("step message: shutdown, truncated and malformed messages") {
