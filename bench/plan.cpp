@@ -174,6 +174,7 @@ std::vector<PlanRow> make_plan(const PlanInputs& in) {
                                    ? m.layer_sliding_window[static_cast<size_t>(l)] : 0;
         const int64_t kept = window > 0 ? std::min(window, in.max_model_len) : in.max_model_len;
         r.kv_bytes_per_token = mul_add(1, r.kv_bytes_per_token, per_token, kKv);
+        if (window > 0) r.kv_bytes_per_token_window = mul_add(1, r.kv_bytes_per_token_window, per_token, kKv);
         per_seq = mul_add(per_token, kept, per_seq, kKv);
         per_seq_dev = mul_add(per_token_dev, kept, per_seq_dev, kKv);
         per_seq_full = mul_add(per_token, in.max_model_len, per_seq_full, kKv);
@@ -267,6 +268,11 @@ std::string plan_table(const PlanInputs& in, const std::vector<PlanRow>& rows) {
     return std::string(b);
   };
   line("KV per token (KiB)", [&](const PlanRow& r) { return num(r.kv_bytes_per_token / 1024.0, "%.1f"); });
+  const bool any_window = std::any_of(rows.begin(), rows.end(), [](const PlanRow& r) {
+    return r.kv_bytes_per_token_window > 0;
+  });
+  if (any_window)
+    line("  in sliding-window layers (KiB)", [&](const PlanRow& r) { return num(r.kv_bytes_per_token_window / 1024.0, "%.1f"); });
   line("KV per sequence (GiB)", [&](const PlanRow& r) { return num(r.kv_bytes_per_sequence / 1073741824.0, "%.3f"); });
   line("KV per sequence per device (GiB)", [&](const PlanRow& r) { return num(r.kv_bytes_per_sequence_per_device / 1073741824.0, "%.3f"); });
   line("weights per device (GiB)", [&](const PlanRow& r) { return num(r.weight_bytes_per_device / 1073741824.0, "%.3f"); });
@@ -310,6 +316,7 @@ nlohmann::json plan_json(const PlanInputs& in, const std::vector<PlanRow>& rows)
                      {"kv_bytes_per_sequence", r.kv_bytes_per_sequence},
                      {"kv_bytes_per_sequence_per_device", r.kv_bytes_per_sequence_per_device},
                      {"kv_bytes_per_sequence_full_context", r.kv_bytes_per_sequence_full_context},
+                     {"kv_bytes_per_token_window", r.kv_bytes_per_token_window},
                      {"sequences_fit_full_context", r.sequences_fit_full_context},
                      {"weight_bytes", r.weight_bytes},
                      {"weight_bytes_per_device", r.weight_bytes_per_device},

@@ -68,6 +68,7 @@ struct PlanInputs {
 struct PlanRow {
   std::string weight_dtype, kv_cache_dtype;  // bf16 | fp8
   int64_t kv_bytes_per_token = 0;            // whole model (all layers, all KV heads)
+  int64_t kv_bytes_per_token_window = 0;     // of which sliding-window layers (held W tokens)
   int64_t kv_bytes_per_sequence = 0;         // whole model, one sequence of max_model_len
   int64_t kv_bytes_per_sequence_per_device = 0;
   int64_t weight_bytes = 0;                  // whole model

@@ -270,30 +270,30 @@ TEST_CASE("gemma3 270m engine: alone == in a batch (every kv dtype) and after pr
     }
   }
   // Preemption over the hybrid cache (6 groups of 3 layers, 16-token blocks, prefix caching
-  // off). max_model_len 640 needs 40 blocks per group: 240. Prompts of 41, 131 and 121 tokens
-  // (3 + 9 + 8 blocks per group, 120 in all) are admitted together; 150 new tokens each end
-  // at 191, 281 and 271 tokens, all within the window: 12 + 18 + 17 = 47 blocks per group,
-  // 282 > 240, so a request is preempted and recomputed on the way.
+  // off). max_model_len 320 needs 20 blocks per group: 120. Prompts of 41, 131 and 121 tokens
+  // (3 + 9 + 8 = 20 blocks per group, 120 in all) are admitted together; 60 new tokens each
+  // end at 101, 191 and 181 tokens, all within the window: 7 + 12 + 12 = 31 blocks per group,
+  // 186 > 120, so a request is preempted and recomputed on the way.
   std::vector<int32_t> third = testing::random_prompt(120, 77);
   for (int32_t& t : third) t += 1000;
   third.insert(third.begin(), 2);
   const std::vector<std::vector<int32_t>> grow = {prompts[0], prompts[2], third};
   EngineArgs a = testing::engine_args(path, {.device = "cpu", .kv_cache_dtype = "fp8_e4m3",
-                                             .num_kv_blocks = 240, .max_model_len = 640});
+                                             .num_kv_blocks = 120, .max_model_len = 320});
   a.cache.enable_prefix_caching = false;
   auto engine = Engine::create(a);
-  const auto params150 = [&](size_t i) {
+  const auto params60 = [&](size_t i) {
     SamplingParams sp = params(i);
-    sp.max_tokens = 150;
+    sp.max_tokens = 60;
     return sp;
   };
   std::vector<testing::Result> solo;
   for (size_t i = 0; i < 3; ++i)
     solo.push_back(
-        testing::collect(*engine->add_request("s" + std::to_string(i), grow[i], params150(i))));
+        testing::collect(*engine->add_request("s" + std::to_string(i), grow[i], params60(i))));
   std::vector<std::shared_ptr<RequestStream>> streams;
   for (size_t i = 0; i < 3; ++i)
-    streams.push_back(engine->add_request("p" + std::to_string(i), grow[i], params150(i)));
+    streams.push_back(engine->add_request("p" + std::to_string(i), grow[i], params60(i)));
   for (size_t i = 0; i < 3; ++i) {
     INFO("request " << i);
     testing::require_same_logprobs(solo[i], testing::collect(*streams[i]));
