@@ -676,7 +676,11 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   os
      << "KV cache: budget " << out.budget_bytes << " bytes = " << out.num_usable_blocks
      << " blocks = " << capacity_tokens << " tokens = " << capacity_tokens / out.max_model_len
-     << " sequences of max_model_len " << out.max_model_len << "\n";
+     << " sequences of max_model_len " << out.max_model_len;
+  if (out.layout.hybrid())
+    os << " if every layer kept the whole context; " << mem.max_num_seqs_fit
+       << " with the window groups' passed blocks freed";
+  os << "\n";
   os << "layer  dtype     window  k_scale (min..max)   v_scale (min..max)   source\n";
   for (int64_t l = 0; l < L; ++l) {
     const KVLayerSpec& s = out.layers[l];
