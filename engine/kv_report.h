@@ -91,7 +91,8 @@ struct KVReport {
 };
 
 /// Runs the report (see the top of this file). Throws std::invalid_argument for an unknown
-/// format or source, a text of fewer than 2 tokens, a recommend_for not among the variants, or
+/// format or source, a text of fewer than 2 tokens, a recommend_for not among the variants, a
+/// skip_layers spec that does not parse or selects no layer (or one beyond the model's), or
 /// a non-CPU device; ModelFileError for the model.
 KVReport run_kv_report(const KVReportOptions& options);
 
