@@ -1,5 +1,7 @@
 #include "config/calibrate_config.h"
 
+#include "config/engine_config.h"
+
 #include <cmath>
 #include <stdexcept>
 
@@ -23,7 +25,12 @@ void CalibrateConfig::validate() const {
 
 void KVReportConfig::validate() const {
   if (model.empty()) throw std::invalid_argument("--model is required");
-  if (text.empty()) throw std::invalid_argument("--text is required (a text file to measure on)");
+  if (text.empty() && !builtin_text)
+    throw std::invalid_argument(
+        "--text is required (a text file to measure on), or --builtin-text");
+  if (!text.empty() && builtin_text)
+    throw std::invalid_argument("--text and --builtin-text: give one of them");
+  (void)KVSkipLayers::parse(kv_cache_dtype_skip_layers);
   if (max_tokens < 2) throw std::invalid_argument("--max-tokens must be >= 2");
   if (query_stride < 1) throw std::invalid_argument("--query-stride must be >= 1");
   if (!std::isfinite(target_kl) || target_kl < 0)

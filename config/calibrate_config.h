@@ -71,12 +71,15 @@ struct KVReportConfig {
   bool json = false;
   std::string heatmap;
   std::string long_context;
+  std::string kv_cache_dtype_skip_layers;
+  bool builtin_text = false;
 
   template <class Visitor>
   static void visit(KVReportConfig& c, Visitor&& v) {
     v(c.model, "model", "GGUF file or Hugging Face checkpoint directory (required)");
     v(c.text, "text",
-      "text file measured on (required; e.g. /usr/share/common-licenses/GPL-3; not the "
+      "text file measured on (required unless --builtin-text; e.g. "
+      "/usr/share/common-licenses/GPL-3; not the "
       "calibration text, or calibrated scales look better than they are)");
     v(c.quantization, "quantization", kQuantizationHelp);
     v(c.max_tokens, "max_tokens", "tokens of the text measured (from its start)");
@@ -92,6 +95,12 @@ struct KVReportConfig {
     v(c.long_context, "long_context",
       "comma-separated context lengths for the long-context probe (a copy task: len/2 random "
       "tokens repeated), e.g. 512,1024,2048,4096,8192; accuracy for exact KV and every variant");
+    v(c.kv_cache_dtype_skip_layers, "kv_cache_dtype_skip_layers",
+      "also measure every variant with these layers kept in bf16, as the serve flag spells "
+      "them (indices and/or sliding_window, e.g. sliding_window): one more row per variant");
+    v(c.builtin_text, "builtin_text",
+      "measure on the built-in calibration text instead of --text (what --calculate-kv-scales "
+      "and the tensor/attn_head scales are computed on, so those look better there)");
     v(c.heatmap, "heatmap",
       "PNG file: layer x KV head heatmap of the attention-output error "
       "(needs gnuplot)");

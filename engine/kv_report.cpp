@@ -8,12 +8,14 @@
 #include <memory>
 #include <stdexcept>
 
+#include "config/engine_config.h"
 #include "engine/calibrate.h"
 #include "engine/model_loader.h"
 #include "engine/sequence_forward.h"
 #include "kernels/backend.h"
 #include "kernels/common/fp8.h"
 #include "kernels/forwarding_backend.h"
+#include "models/kv_scales.h"
 
 namespace octet {
 
@@ -61,6 +63,7 @@ struct Variant {
   bool rotate = false;  // Hadamard-rotate each head row before quantizing
   // [layer][head] fixed scales (unit, tensor, attn_head); empty for per_token_head.
   std::vector<std::vector<float>> k_scale, v_scale;
+  std::vector<bool> quantized;  // [layer]: false = kept in bf16 (a skip companion)
 };
 
 struct Counts {
@@ -148,6 +151,8 @@ std::vector<float> log_softmax_rows(const std::vector<float>& logits, int64_t ro
 
 }  // namespace
 
+std::string kv_report_builtin_text() { return kv_calibration_text(); }
+
 KVReport run_kv_report(const KVReportOptions& o) {
   for (const std::string& f : o.formats) (void)format_of(f);
   for (const std::string& s : o.sources)
@@ -167,6 +172,30 @@ KVReport run_kv_report(const KVReportOptions& o) {
   const int64_t L = c.num_hidden_layers, nkv = c.num_key_value_heads, hd = c.head_dim;
   const int64_t nh = c.num_attention_heads, vocab = c.vocab_size, group = nh / nkv;
   hook->num_layers = L;
+  std::vector<int64_t> window(static_cast<size_t>(L), 0);
+  if (static_cast<int64_t>(c.layer_sliding_window.size()) == L) window = c.layer_sliding_window;
+  // The skip companions' layers, resolved against this model as serving resolves the flag.
+  std::vector<bool> skip_mask(static_cast<size_t>(L), false);
+  std::vector<int64_t> skip_list;
+  if (!o.skip_layers.empty()) {
+    const KVSkipLayers sk = KVSkipLayers::parse(o.skip_layers);
+    for (int64_t l : sk.layers) {
+      if (l >= L)
+        throw std::invalid_argument("kv-report: --kv-cache-dtype-skip-layers: layer " +
+                                    std::to_string(l) + " beyond the model's " +
+                                    std::to_string(L) + " layers");
+      skip_mask[static_cast<size_t>(l)] = true;
+    }
+    for (int64_t l = 0; l < L; ++l) {
+      if (sk.sliding_window && window[static_cast<size_t>(l)] > 0)
+        skip_mask[static_cast<size_t>(l)] = true;
+      if (skip_mask[static_cast<size_t>(l)]) skip_list.push_back(l);
+    }
+    if (skip_list.empty())
+      throw std::invalid_argument("kv-report: --kv-cache-dtype-skip-layers '" + o.skip_layers +
+                                  "' selects no layer of this model (sliding_window: it has no "
+                                  "sliding-window layer)");
+  }
   for (const std::string& s : o.sources)
     if (s.find("+hadamard") != std::string::npos && (hd & (hd - 1)) != 0)
       throw std::invalid_argument("kv-report: " + s +
@@ -187,12 +216,21 @@ KVReport run_kv_report(const KVReportOptions& o) {
   };
   auto run = [&]() { return run_ids(ids); };
 
-  // Calibrated amax (per KV head) on the built-in set, the model's own forward.
+  // Calibrated amax (per KV head) on the built-in set, the model's own forward, as `octet
+  // calibrate` computes it by default (samples of at most 2048 tokens). Only when a source
+  // uses it: the special-token sample alone is ~6,400 lines on Gemma 3 (its <unusedN>
+  // tokens), tens of thousands of tokens; cut at the model's 32K context it cost ~10 minutes
+  // of CPU per run.
+  const bool calibrated = std::any_of(o.sources.begin(), o.sources.end(), [](const auto& s) {
+    return s == "tensor" || s == "attn_head";
+  });
   CalibrateOptions co;
   co.strategy = "attn_head";
-  co.max_seq_len = c.max_position_embeddings;
-  const KVCalibration cal = calibrate_kv_cache(
-      *model, calibration_token_ids(*model, default_calibration_samples(), co, {}), co);
+  co.max_seq_len = std::min<int64_t>(co.max_seq_len, c.max_position_embeddings);
+  KVCalibration cal;
+  if (calibrated)
+    cal = calibrate_kv_cache(
+        *model, calibration_token_ids(*model, default_calibration_samples(), co, {}), co);
 
   // The exact pass: K/V/Q of every layer, and the reference logits.
   const int64_t row = nkv * hd;
@@ -209,9 +247,17 @@ KVReport run_kv_report(const KVReportOptions& o) {
   };
   const std::vector<float> ref = log_softmax_rows(run(), n, vocab);
   hook->on_attention = nullptr;
+  // exp(mean NLL of each next token) of log-softmax rows.
+  auto perplexity = [&](const std::vector<float>& lp) {
+    double nll = 0;
+    for (int64_t r = 0; r + 1 < n; ++r) nll -= lp[static_cast<size_t>(r * vocab + ids[r + 1])];
+    return std::exp(nll / static_cast<double>(n - 1));
+  };
 
   KVReport rep;
   rep.tokens = n;
+  rep.layer_window = window;
+  rep.perplexity = perplexity(ref);
   rep.num_layers = L;
   rep.num_kv_heads = nkv;
   std::vector<Variant> variants;
@@ -219,11 +265,16 @@ KVReport run_kv_report(const KVReportOptions& o) {
     for (const std::string& name : o.sources) {
       const bool rotate = name.find("+hadamard") != std::string::npos;
       const std::string s = rotate ? name.substr(0, name.find('+')) : name;
-      Variant v{format_of(f), s, rotate, {}, {}};
+      Variant v{format_of(f), s, rotate, {}, {}, std::vector<bool>(static_cast<size_t>(L), true)};
       if (s != "per_token_head") {
         const float range = fp8_max_value(v.format) / cal.headroom;
         for (int64_t l = 0; l < L; ++l) {
           std::vector<float> ks(nkv, 1.0f), vs(nkv, 1.0f);
+          if (s == "unit") {  // no calibration read (none ran when no source needs it)
+            v.k_scale.push_back(ks);
+            v.v_scale.push_back(vs);
+            continue;
+          }
           const float kt = *std::max_element(cal.k_amax[l].begin(), cal.k_amax[l].end());
           const float vt = *std::max_element(cal.v_amax[l].begin(), cal.v_amax[l].end());
           for (int64_t h = 0; h < nkv; ++h) {
@@ -239,7 +290,11 @@ KVReport run_kv_report(const KVReportOptions& o) {
           v.v_scale.push_back(vs);
         }
       }
-      variants.push_back(std::move(v));
+      variants.push_back(v);
+      if (!skip_list.empty()) {  // its companion: the skip layers kept in bf16
+        for (int64_t l : skip_list) v.quantized[static_cast<size_t>(l)] = false;
+        variants.push_back(std::move(v));
+      }
     }
 
   // Per layer and head statistics and attention errors.
@@ -247,6 +302,12 @@ KVReport run_kv_report(const KVReportOptions& o) {
     KVVariantReport vr;
     vr.format = var.format == DType::FP8_E4M3 ? "fp8_e4m3" : "fp8_e5m2";
     vr.source = var.source + (var.rotate ? "+hadamard" : "");
+    if (std::count(var.quantized.begin(), var.quantized.end(), false) > 0) {
+      vr.skip_layers = skip_list;
+      vr.skip_spec = o.skip_layers;
+      rep.variants.push_back(std::move(vr));
+      continue;  // the per-layer figures are its parent's
+    }
     vr.heads.assign(static_cast<size_t>(L), std::vector<KVHeadReport>(static_cast<size_t>(nkv)));
     for (int64_t l = 0; l < L; ++l) {
       std::vector<Counts> kc(nkv), vc(nkv);
@@ -269,14 +330,17 @@ KVReport run_kv_report(const KVReportOptions& o) {
         r.k_flush = kc[h].frac(kc[h].flush), r.v_flush = vc[h].frac(vc[h].flush);
         r.k_subnormal = kc[h].frac(kc[h].sub), r.v_subnormal = vc[h].frac(vc[h].sub);
         clips = clips || kc[h].clip > 0 || vc[h].clip > 0;
-        // Attention of sampled queries over the exact and the quantized K/V (full causal).
+        // Attention of sampled queries over the exact and the quantized K/V (causal, within
+        // the layer's window: keys max(0, p - W + 1)..p, as the model attends).
         double err2 = 0, norm2 = 0, max_score = 0;
         std::vector<double> s(n), sq(n), od(hd), oq(hd);
+        const int64_t w = window[static_cast<size_t>(l)];
         for (int64_t p = n - 1; p >= 0; p -= o.query_stride)
           for (int64_t g = 0; g < group; ++g) {
             const float* q = Q[l].data() + (p * nh + h * group + g) * hd;
+            const int64_t t0 = w > 0 ? std::max<int64_t>(0, p - w + 1) : 0;
             double mx = -1e300, mxq = -1e300;
-            for (int64_t t = 0; t <= p; ++t) {
+            for (int64_t t = t0; t <= p; ++t) {
               double a = 0, b = 0;
               const size_t base = static_cast<size_t>((t * nkv + h) * hd);
               for (int64_t d = 0; d < hd; ++d) {
@@ -289,7 +353,7 @@ KVReport run_kv_report(const KVReportOptions& o) {
             }
             std::fill(od.begin(), od.end(), 0.0), std::fill(oq.begin(), oq.end(), 0.0);
             double z = 0, zq = 0;
-            for (int64_t t = 0; t <= p; ++t) {
+            for (int64_t t = t0; t <= p; ++t) {
               const double w = std::exp(s[t] - mx), wq = std::exp(sq[t] - mxq);
               z += w, zq += wq;
               const size_t base = static_cast<size_t>((t * nkv + h) * hd);
@@ -313,7 +377,8 @@ KVReport run_kv_report(const KVReportOptions& o) {
   }
 
   // End to end: the model with K/V quantized on write in the chosen layers.
-  auto measure = [&](const Variant& var, const std::vector<bool>& quantized, double* agree) {
+  auto measure = [&](const Variant& var, const std::vector<bool>& quantized, double* agree,
+                     double* ppl) {
     hook->on_write = [&](int64_t l, const float* k, const float* v, int64_t m,
                          std::vector<float>* k2, std::vector<float>* v2) {
       if (!quantized[static_cast<size_t>(l)]) return;
@@ -333,24 +398,28 @@ KVReport run_kv_report(const KVReportOptions& o) {
       same += std::max_element(p, p + vocab) - p == std::max_element(q, q + vocab) - q;
     }
     if (agree) *agree = static_cast<double>(same) / static_cast<double>(n);
+    if (ppl) *ppl = perplexity(test);
     return kl / static_cast<double>(n);
   };
   const std::vector<bool> all(static_cast<size_t>(L), true);
   for (size_t i = 0; i < variants.size(); ++i)
-    rep.variants[i].kl = measure(variants[i], all, &rep.variants[i].greedy_agreement);
+    rep.variants[i].kl = measure(variants[i], variants[i].quantized,
+                                 &rep.variants[i].greedy_agreement, &rep.variants[i].perplexity);
 
   if (o.target_kl > 0) {
     rep.recommend_for = o.recommend_for;
     size_t which = variants.size();
     for (size_t i = 0; i < variants.size(); ++i)
-      if (rep.variants[i].format + "/" + rep.variants[i].source == o.recommend_for) which = i;
+      if (rep.variants[i].skip_layers.empty() &&
+          rep.variants[i].format + "/" + rep.variants[i].source == o.recommend_for)
+        which = i;
     if (which == variants.size())
       throw std::invalid_argument("kv-report: --recommend-for " + o.recommend_for +
                                   " is not among the variants measured (format/source)");
     for (int64_t l = 0; l < L; ++l) {
       std::vector<bool> only(static_cast<size_t>(L), false);
       only[static_cast<size_t>(l)] = true;
-      rep.layer_kl.push_back(measure(variants[which], only, nullptr));
+      rep.layer_kl.push_back(measure(variants[which], only, nullptr, nullptr));
     }
     std::vector<int64_t> order(static_cast<size_t>(L));
     for (int64_t l = 0; l < L; ++l) order[static_cast<size_t>(l)] = l;
@@ -361,7 +430,7 @@ KVReport run_kv_report(const KVReportOptions& o) {
     for (size_t i = 0; rep.kl_with_skip > o.target_kl && i < order.size(); ++i) {
       q[static_cast<size_t>(order[i])] = false;
       rep.skip_layers.push_back(order[i]);
-      rep.kl_with_skip = measure(variants[which], q, nullptr);
+      rep.kl_with_skip = measure(variants[which], q, nullptr, nullptr);
     }
     rep.target_met = rep.kl_with_skip <= o.target_kl;
     std::sort(rep.skip_layers.begin(), rep.skip_layers.end());
@@ -385,24 +454,33 @@ KVReport run_kv_report(const KVReportOptions& o) {
       x[static_cast<size_t>(i)] = static_cast<int32_t>(lo + static_cast<int64_t>((state >> 33) % span));
     }
     for (int64_t i = half; i < len; ++i) x[static_cast<size_t>(i)] = x[static_cast<size_t>(i - half)];
-    auto accuracy = [&](const std::vector<float>& logits) {
+    // The first half is prefilled without logits and only the second half's are computed
+    // ([len - half, vocab]: the lm_head over the whole sequence would cost twice the time
+    // and memory, 4 GiB at 8192 tokens of a 262144-token vocabulary).
+    auto accuracy = [&]() {
+      hook->reset();
+      std::vector<SequenceKVCache> seq = new_sequence_caches(*model, len);
+      (void)forward_sequence(*model, seq, x.data(), half, 0, /*all_logits=*/false);
+      const std::vector<float> logits =
+          forward_sequence(*model, seq, x.data() + half, len - half, half, /*all_logits=*/true);
       int64_t right = 0, total = 0;
       for (int64_t p = half; p + 1 < len; ++p, ++total) {
-        const float* l = logits.data() + p * vocab;
+        const float* l = logits.data() + (p - half) * vocab;
         right += std::max_element(l, l + vocab) - l == x[static_cast<size_t>(p + 1)];
       }
       return total ? static_cast<double>(right) / static_cast<double>(total) : 0.0;
     };
     KVReport::LongContextRow row;
     row.length = len;
-    row.exact_accuracy = accuracy(run_ids(x));
+    row.exact_accuracy = accuracy();
     for (const Variant& var : variants) {
       hook->on_write = [&](int64_t l, const float* k, const float* v, int64_t m,
                            std::vector<float>* k2, std::vector<float>* v2) {
+        if (!var.quantized[static_cast<size_t>(l)]) return;
         *k2 = quantize_rows(var, true, l, k, m, nkv, hd, nullptr, nullptr);
         *v2 = quantize_rows(var, false, l, v, m, nkv, hd, nullptr, nullptr);
       };
-      row.accuracy.push_back(accuracy(run_ids(x)));
+      row.accuracy.push_back(accuracy());
       hook->on_write = nullptr;
     }
     rep.long_context.push_back(row);

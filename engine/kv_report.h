@@ -37,6 +37,12 @@ struct KVReportOptions {
   /// repeated once) run with exact KV and with every variant; accuracy = fraction of the second
   /// half's next tokens greedy decoding predicts (the model must attend len / 2 tokens back).
   std::vector<int64_t> long_context_lengths;
+  /// Layers kept in bf16, as --kv-cache-dtype-skip-layers spells them ("sliding_window",
+  /// "0,5", "0,sliding_window"). Non-empty: every variant is measured a second time with these
+  /// layers unquantized (a companion row with `skip_layers` set; KL, greedy agreement,
+  /// perplexity and the long-context probe, not the per-layer table, which would repeat its
+  /// parent's for the quantized layers).
+  std::string skip_layers;
 };
 
 struct KVHeadReport {
@@ -55,10 +61,19 @@ struct KVVariantReport {
   double kl = 0;                         // mean over positions of KL(exact || quantized), nats
   double greedy_agreement = 0;           // fraction of positions with the same argmax
   std::vector<int64_t> clipping_layers;  // layers with any clipped K or V value
+  double perplexity = 0;                 // of the text's tokens with this KV
+  /// A skip companion (KVReportOptions::skip_layers): the layers kept in bf16, the spec as
+  /// given, and `heads` empty. Empty for a variant quantized in every layer.
+  std::vector<int64_t> skip_layers;
+  std::string skip_spec;
 };
 
 struct KVReport {
   int64_t tokens = 0, num_layers = 0, num_kv_heads = 0;
+  /// Per layer: attention window in tokens (0 = global / full attention), the model's
+  /// layer_sliding_window.
+  std::vector<int64_t> layer_window;
+  double perplexity = 0;  // of the text's tokens with exact (FP32) KV
   std::vector<KVVariantReport> variants;
   // With target_kl > 0:
   std::string recommend_for;
@@ -76,9 +91,14 @@ struct KVReport {
 };
 
 /// Runs the report (see the top of this file). Throws std::invalid_argument for an unknown
-/// format or source, a text of fewer than 2 tokens, a recommend_for not among the variants, or
+/// format or source, a text of fewer than 2 tokens, a recommend_for not among the variants, a
+/// skip_layers spec that does not parse or selects no layer (or one beyond the model's), or
 /// a non-CPU device; ModelFileError for the model.
 KVReport run_kv_report(const KVReportOptions& options);
+
+/// The built-in calibration text (`--builtin-text`; what --calculate-kv-scales and the tensor /
+/// attn_head sources' scales are computed on).
+std::string kv_report_builtin_text();
 
 /// The report as JSON text (every field above).
 std::string kv_report_json(const KVReport& r);

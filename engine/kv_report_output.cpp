@@ -12,18 +12,53 @@
 
 namespace octet {
 
+namespace {
+
+// "tensor", or "tensor skip=sliding_window" for a skip companion.
+std::string variant_label(const KVVariantReport& v) {
+  return v.source + (v.skip_layers.empty() ? "" : " skip=" + v.skip_spec);
+}
+
+// "global" or "win512" (the layer's attention window).
+std::string window_label(const KVReport& r, size_t l) {
+  const int64_t w = l < r.layer_window.size() ? r.layer_window[l] : 0;
+  return w > 0 ? "win" + std::to_string(w) : "global";
+}
+
+// "0-4,6-10" for an ascending list.
+std::string ranges(const std::vector<int64_t>& xs) {
+  std::string out;
+  for (size_t i = 0; i < xs.size();) {
+    size_t j = i;
+    while (j + 1 < xs.size() && xs[j + 1] == xs[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(xs[i]) +
+           (j > i ? "-" + std::to_string(xs[j]) : "");
+    i = j + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string kv_report_json(const KVReport& r) {
   nlohmann::json j;
   j["tokens"] = r.tokens;
   j["num_layers"] = r.num_layers;
   j["num_kv_heads"] = r.num_kv_heads;
+  j["layer_window"] = r.layer_window;
+  j["perplexity"] = r.perplexity;
   j["variants"] = nlohmann::json::array();
   for (const KVVariantReport& v : r.variants) {
     nlohmann::json jv = {{"format", v.format},
                          {"source", v.source},
                          {"kl", v.kl},
                          {"greedy_agreement", v.greedy_agreement},
+                         {"perplexity", v.perplexity},
                          {"clipping_layers", v.clipping_layers}};
+    if (!v.skip_layers.empty()) {
+      jv["skip_layers"] = v.skip_layers;
+      jv["skip_spec"] = v.skip_spec;
+    }
     jv["layers"] = nlohmann::json::array();
     for (const auto& layer : v.heads) {
       nlohmann::json jl = nlohmann::json::array();
@@ -59,8 +94,29 @@ std::string kv_report_table(const KVReport& r) {
   std::ostringstream os;
   os << "kv-report: " << r.tokens << " tokens, " << r.num_layers << " layers, " << r.num_kv_heads
      << " KV heads; KL = mean KL(exact KV || quantized KV) over positions, full vocabulary\n";
-  os << "format    source                    KL          greedy   clipping layers   worst layers "
-        "(attn out rel err)\n";
+  std::vector<int64_t> global;
+  std::vector<std::pair<int64_t, int64_t>> sliding;  // (window, layer)
+  for (size_t l = 0; l < static_cast<size_t>(r.num_layers); ++l) {
+    const int64_t w = l < r.layer_window.size() ? r.layer_window[l] : 0;
+    if (w > 0) sliding.push_back({w, static_cast<int64_t>(l)});
+    else global.push_back(static_cast<int64_t>(l));
+  }
+  if (!sliding.empty()) {
+    std::sort(sliding.begin(), sliding.end());
+    os << "layers: global " << (global.empty() ? "none" : ranges(global));
+    for (size_t i = 0; i < sliding.size();) {
+      std::vector<int64_t> ls;
+      size_t j = i;
+      for (; j < sliding.size() && sliding[j].first == sliding[i].first; ++j)
+        ls.push_back(sliding[j].second);
+      os << "; sliding window " << sliding[i].first << ": " << ranges(ls);
+      i = j;
+    }
+    os << "\n";
+  }
+  os << "perplexity with exact (FP32) KV: " << std::setprecision(6) << r.perplexity << "\n";
+  os << "format    source                              KL          greedy   perplexity  "
+        "clipping layers   worst layers (attn out rel err)\n";
   for (const KVVariantReport& v : r.variants) {
     std::vector<std::pair<double, int64_t>> worst;
     for (size_t l = 0; l < v.heads.size(); ++l) {
@@ -76,21 +132,24 @@ std::string kv_report_table(const KVReport& r) {
       s << std::setprecision(2) << worst[i].second << " (" << worst[i].first << ")";
       w += (w.empty() ? "" : ", ") + s.str();
     }
-    os << std::left << std::setw(10) << v.format << std::setw(26) << v.source << std::setw(12)
-       << std::setprecision(4) << v.kl << std::setw(9) << std::fixed << std::setprecision(4)
-       << v.greedy_agreement << std::defaultfloat << std::setw(18) << (clip.empty() ? "-" : clip)
-       << w << "\n";
+    if (!v.skip_layers.empty()) w = "(layers " + ranges(v.skip_layers) + " in bf16)";
+    os << std::left << std::setw(10) << v.format << std::setw(36) << variant_label(v)
+       << std::setw(12) << std::setprecision(4) << v.kl << std::setw(9) << std::fixed
+       << std::setprecision(4) << v.greedy_agreement << std::setw(12) << v.perplexity
+       << std::defaultfloat << std::setw(18) << (clip.empty() ? "-" : clip) << w << "\n";
   }
   for (const KVVariantReport& v : r.variants) {
+    if (!v.skip_layers.empty()) continue;  // a skip companion: its parent's per-layer figures
     os << "\n"
        << v.format << " / " << v.source
-       << ": layer head  k_amax    v_amax    k_scale     v_scale     k_clip    v_clip    "
+       << ": layer attn     head  k_amax    v_amax    k_scale     v_scale     k_clip    v_clip    "
           "k_flush   v_flush   score_err  out_rel_err\n";
     for (size_t l = 0; l < v.heads.size(); ++l)
       for (size_t h = 0; h < v.heads[l].size(); ++h) {
         const KVHeadReport& x = v.heads[l][h];
-        os << std::setprecision(3) << "  " << std::setw(6) << l << std::setw(5) << h
-           << std::setw(10) << x.k_amax << std::setw(10) << x.v_amax << std::setw(12) << x.k_scale
+        os << std::setprecision(3) << "  " << std::setw(6) << l << std::setw(9)
+           << window_label(r, l) << std::setw(5) << h << std::setw(10) << x.k_amax
+           << std::setw(10) << x.v_amax << std::setw(12) << x.k_scale
            << std::setw(12) << x.v_scale << std::setw(10) << x.k_clip << std::setw(10) << x.v_clip
            << std::setw(10) << x.k_flush << std::setw(10) << x.v_flush << std::setw(11)
            << x.max_score_error << x.output_rel_error << "\n";
@@ -98,14 +157,14 @@ std::string kv_report_table(const KVReport& r) {
   }
   if (!r.long_context.empty()) {
     os << "\nlong-context copy task: greedy accuracy on the repeated half\nlength   exact";
-    for (const KVVariantReport& v : r.variants) os << "  " << v.format << "/" << v.source;
+    for (const KVVariantReport& v : r.variants) os << "  " << v.format << "/" << variant_label(v);
     os << "\n";
     for (const KVReport::LongContextRow& row : r.long_context) {
       os << std::left << std::setw(9) << row.length << std::fixed << std::setprecision(3)
          << std::setw(7) << row.exact_accuracy;
       for (size_t i = 0; i < row.accuracy.size(); ++i)
         os << "  " << std::setw(static_cast<int>(r.variants[i].format.size() + 1 +
-                                                 r.variants[i].source.size()))
+                                                 variant_label(r.variants[i]).size()))
            << row.accuracy[i];
       os << std::defaultfloat << "\n";
     }

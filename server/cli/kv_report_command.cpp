@@ -48,7 +48,8 @@ std::string read_text_prefix(const std::string& path, int64_t max_tokens) {
 
 int run_kv_report(int argc, const char* const* argv) {
   return cli::run_command<KVReportConfig>("octet kv-report", argc, argv, [](KVReportConfig& cfg) {
-    const std::string text = read_text_prefix(cfg.text, cfg.max_tokens);
+    const std::string text =
+        cfg.builtin_text ? kv_report_builtin_text() : read_text_prefix(cfg.text, cfg.max_tokens);
     KVReportOptions o;
     o.model = cfg.model;
     o.quantization = cfg.quantization;
@@ -59,6 +60,7 @@ int run_kv_report(int argc, const char* const* argv) {
     o.query_stride = cfg.query_stride;
     o.target_kl = cfg.target_kl;
     o.recommend_for = cfg.recommend_for;
+    o.skip_layers = cfg.kv_cache_dtype_skip_layers;
     for (const std::string& s : split(cfg.long_context)) {
       size_t used = 0;
       int64_t len = 0;

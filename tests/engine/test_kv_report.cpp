@@ -155,4 +155,60 @@ TEST_CASE("kv-report: the long-context copy probe", "[kv_report]") {
   CHECK(kv_report_json(rb).find("\"long_context\":[{") != std::string::npos);
 }
 
+TEST_CASE("kv-report: skip companions (--kv-cache-dtype-skip-layers), windows, perplexity",
+          "[kv_report]") {
+  // tiny_qwen3 is hybrid: layers 1 and 3 attend a window of 8 tokens, 0 and 2 everything.
+  KVReportOptions o = options(testing::tiny_model_dir("tiny_qwen3"));
+  o.formats = {"fp8_e4m3"};
+  o.sources = {"unit", "per_token_head"};
+  o.skip_layers = "sliding_window";
+  o.long_context_lengths = {64};
+  const KVReport r = run_kv_report(o);
+  CHECK(r.layer_window == std::vector<int64_t>{0, 8, 0, 8});
+  REQUIRE(r.variants.size() == 4);  // unit, unit skip, per_token_head, per_token_head skip
+  CHECK(r.perplexity > 1.0);
+  for (size_t i = 0; i < 4; ++i) {
+    INFO(i);
+    const KVVariantReport& v = r.variants[i];
+    CHECK(v.perplexity > 1.0);
+    if (i % 2 == 0) {
+      CHECK(v.skip_layers.empty());
+      CHECK(v.heads.size() == 4);
+    } else {
+      CHECK(v.source == r.variants[i - 1].source);
+      CHECK(v.skip_layers == std::vector<int64_t>{1, 3});
+      CHECK(v.skip_spec == "sliding_window");
+      CHECK(v.heads.empty());
+    }
+  }
+  REQUIRE(r.long_context.size() == 1);
+  CHECK(r.long_context[0].accuracy.size() == 4);
+  const std::string table = kv_report_table(r);
+  CHECK(table.find("layers: global 0,2; sliding window 8: 1,3") != std::string::npos);
+  CHECK(table.find("unit skip=sliding_window") != std::string::npos);
+  CHECK(table.find("win8") != std::string::npos);
+  const std::string json = kv_report_json(r);
+  CHECK(json.find("\"layer_window\":[0,8,0,8]") != std::string::npos);
+  CHECK(json.find("\"skip_spec\":\"sliding_window\"") != std::string::npos);
+
+  // Every layer skipped: the exact model (KL 0, its perplexity and copy accuracy).
+  o.sources = {"unit"};
+  o.skip_layers = "0,sliding_window,2";
+  const KVReport all = run_kv_report(o);
+  REQUIRE(all.variants.size() == 2);
+  CHECK(all.variants[1].skip_layers == std::vector<int64_t>{0, 1, 2, 3});
+  CHECK(all.variants[1].kl == 0.0);
+  CHECK(all.variants[1].greedy_agreement == 1.0);
+  CHECK(all.variants[1].perplexity == all.perplexity);
+  CHECK(all.long_context[0].accuracy[1] == all.long_context[0].exact_accuracy);
+
+  o.skip_layers = "4";  // beyond the 4 layers
+  REQUIRE_THROWS_AS(run_kv_report(o), std::invalid_argument);
+  KVReportOptions l = options(testing::tiny_model_dir("tiny_llama"));
+  l.formats = {"fp8_e4m3"};
+  l.sources = {"unit"};
+  l.skip_layers = "sliding_window";  // tiny_llama has no window layer
+  REQUIRE_THROWS_AS(run_kv_report(l), std::invalid_argument);
+}
+
 }  // namespace octet
