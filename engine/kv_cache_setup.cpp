@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include <algorithm>
+#include <cctype>
 
 #include "engine/kv_budget.h"
 #include "engine/kv_saturation.h"
@@ -163,6 +164,17 @@ int64_t model_weight_bytes(const LlamaModel& model) {
   return n;
 }
 
+namespace {
+
+// A special token no prompt holds: <unusedN>, <|reserved_special_token_N|>.
+bool placeholder_token(const std::string& text) {
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return lower.find("unused") != std::string::npos || lower.find("reserved") != std::string::npos;
+}
+
+}  // namespace
+
 std::vector<int32_t> kv_check_ids(const Tokenizer& tok, int64_t vocab) {
   std::vector<int32_t> ids = tok.encode(kv_calibration_text(), /*add_special=*/true, false);
   if (static_cast<int64_t>(ids.size()) > kKVCheckTextTokens)
@@ -171,7 +183,7 @@ std::vector<int32_t> kv_check_ids(const Tokenizer& tok, int64_t vocab) {
   const int32_t n = std::min<int32_t>(tok.vocab_size(), static_cast<int32_t>(vocab));
   int64_t specials = 0;
   for (int32_t id = 0; id < n && specials < kKVCheckSpecialTokens; ++id) {
-    if (!tok.is_special(id)) continue;
+    if (!tok.is_special(id) || placeholder_token(tok.token_text(id))) continue;
     ids.push_back(id);
     ids.insert(ids.end(), filler.begin(), filler.end());
     ++specials;
@@ -183,8 +195,10 @@ std::vector<int32_t> kv_calibration_ids(const Tokenizer& tok, int64_t vocab) {
   std::vector<int32_t> ids = tok.encode(kv_calibration_text(), /*add_special=*/true, false);
   const std::vector<int32_t> filler = tok.encode("\nThe answer is below.\n", false, false);
   const int32_t n = std::min<int32_t>(tok.vocab_size(), static_cast<int32_t>(vocab));
-  for (int32_t id = 0; id < n; ++id) {
-    if (!tok.is_special(id)) continue;
+  int64_t specials = 0;
+  for (int32_t id = 0; id < n && specials < kMaxCalibrationSpecialTokens; ++id) {
+    if (!tok.is_special(id) || placeholder_token(tok.token_text(id))) continue;
+    ++specials;
     ids.push_back(id);
     ids.insert(ids.end(), filler.begin(), filler.end());
   }

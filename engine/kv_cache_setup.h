@@ -23,7 +23,11 @@ class Tokenizer;
 /// calibrated on the text alone, SmolLM2's FP8 scales saturated on its own system-prompt
 /// markers and "What is the capital of France?" got a wrong answer. vocab: the model's
 /// vocab_size (ids at or above it are skipped).
+/// Placeholder specials (<unusedN>, <|reserved_special_token_N|>: "unused" or "reserved" in
+/// the text, any case) are skipped, since no prompt holds them (Gemma 3 has 6,242 of its
+/// 6,414), and at most kMaxCalibrationSpecialTokens specials are taken, by id.
 std::vector<int32_t> kv_calibration_ids(const Tokenizer& tok, int64_t vocab);
+inline constexpr int64_t kMaxCalibrationSpecialTokens = 512;
 
 /// Tokens of the start-up clipping check (kv_check_ids): the first kKVCheckTextTokens of the
 /// built-in calibration text, then the first kKVCheckSpecialTokens special tokens of the

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/kv_cache_setup.h"
 #include "engine/perplexity.h"
 #include "engine_test_support.h"
 #include "greedy.h"
@@ -130,6 +131,21 @@ TEST_CASE("gemma3 270m: tokenizer matches transformers' GGUF tokenizer", "[model
     const auto want = p["token_ids"].get<std::vector<int32_t>>();
     CHECK(tok->encode(p["text"].get<std::string>(), true, true) == want);
   }
+  // --calculate-kv-scales' text: Gemma's <unusedN> placeholders are left out (no prompt holds
+  // them), its chat markers kept; it was ~45K tokens with every special token.
+  const std::vector<int32_t> ids = kv_calibration_ids(*tok, tok->vocab_size());
+  int64_t specials = 0;
+  for (int32_t id : ids) {
+    CHECK(tok->token_text(id).find("unused") == std::string::npos);
+    specials += tok->is_special(id);
+  }
+  CHECK(specials <= kMaxCalibrationSpecialTokens);
+  CHECK(ids.size() < 8192);
+  const auto has = [&](const char* text) {
+    return std::any_of(ids.begin(), ids.end(), [&](int32_t id) { return tok->token_text(id) == text; });
+  };
+  CHECK(has("<start_of_turn>"));
+  CHECK(has("<end_of_turn>"));
 }
 
 TEST_CASE("gemma3 270m FP32 matches transformers (logits, greedy, perplexity)",
