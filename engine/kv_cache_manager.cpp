@@ -139,13 +139,22 @@ ComputedBlocks KVCacheManager::get_computed_blocks(const Request& request) const
     n = std::min(n, i * grp.block_size) / unit * unit;
   }
   // Sliding-window groups need the blocks of [n - W + 1, n): shorten n until they are cached.
+  // run[g][i]: cached blocks of group g ending at block i, contiguous (one lookup per block).
+  std::vector<std::vector<int64_t>> run(layout_.groups.size());
+  for (size_t g = 0; g < layout_.groups.size(); ++g) {
+    const KVCacheGroup& grp = layout_.groups[g];
+    if (grp.sliding_window <= 0) continue;
+    run[g].resize(static_cast<size_t>(n / grp.block_size));
+    for (size_t i = 0; i < run[g].size(); ++i)
+      run[g][i] = cached(g, static_cast<int64_t>(i)) ? (i > 0 ? run[g][i - 1] : 0) + 1 : 0;
+  }
   const auto window_ok = [&](int64_t len) {
     for (size_t g = 0; g < layout_.groups.size(); ++g) {
       const KVCacheGroup& grp = layout_.groups[g];
       if (grp.sliding_window <= 0) continue;
-      for (int64_t i = std::max<int64_t>(0, len - grp.sliding_window + 1) / grp.block_size;
-           i < len / grp.block_size; ++i)
-        if (!cached(g, i)) return false;
+      const int64_t lo = std::max<int64_t>(0, len - grp.sliding_window + 1) / grp.block_size;
+      const int64_t hi = len / grp.block_size;  // blocks [lo, hi) must be cached
+      if (hi > lo && run[g][static_cast<size_t>(hi - 1)] < hi - lo) return false;
     }
     return true;
   };
