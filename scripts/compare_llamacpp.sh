@@ -87,11 +87,14 @@ if [ -n "$random_model" ]; then
   num_prompts="${1:-32}"
   parts="${PARTS:-kernels}"
   llama_files=q8  # llama-bench on the F16 source too would only add minutes
+  # Llama-3.2-1B's 131072-token context does not fit octet's default 1 GiB KV budget.
+  serve_extra=(--max-model-len $(( ${INPUT_LEN:-128} + ${OUTPUT_LEN:-128} + 16 )))
 else
   model="${1:-$HOME/.cache/octet/SmolLM2-135M-Instruct.Q4_1.gguf}"
   num_prompts="${2:-32}"
   parts="${PARTS:-kernels served}"
   llama_files="q8 source"
+  serve_extra=()
 fi
 input_len="${INPUT_LEN:-128}"
 output_len="${OUTPUT_LEN:-128}"
@@ -214,7 +217,7 @@ if [[ " $parts " == *" served "* ]]; then
   for c in ${concurrencies//,/ }; do
     port=18431
     "$octet" serve --model "$model" --host 127.0.0.1 --port $port --max-num-seqs "$c" \
-      --threads "$threads" > "$work/octet.log" 2>&1 &
+      --threads "$threads" "${serve_extra[@]}" > "$work/octet.log" 2>&1 &
     pid=$!
     wait_ready "http://127.0.0.1:$port" "$work/octet.log"
     echo "== octet serve, concurrency $c"; bench "octet-$c" "http://127.0.0.1:$port" "$c"
