@@ -204,8 +204,10 @@ void Engine::Impl::start() {
              std::to_string(m.setup.max_model_len) + "\n" + m.setup.report;
   m.stats.num_kv_blocks = m.setup.num_usable_blocks;
   m.stats.num_free_kv_blocks = m.setup.num_usable_blocks;
+  // Tokens every group can hold (the start-up line's count; vLLM's blocks x block_size /
+  // groups when the groups' block sizes are equal).
   m.stats.kv_cache_size_tokens =
-      m.setup.num_usable_blocks * m.setup.block_size / m.setup.layout.num_groups();
+      m.setup.budget_bytes / std::max<int64_t>(1, m.setup.memory.kv_bytes_per_token);
   m.stats.kv_cache_max_concurrency =
       m.setup.layout.hybrid()
           ? static_cast<double>(m.setup.num_usable_blocks) /

@@ -582,7 +582,11 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
         std::to_string(out.max_model_len) + " tokens (" + std::to_string(blocks_per_seq) +
         " blocks; budget from " + mem.budget_source +
         "); raise --kv-cache-memory-bytes / --num-kv-blocks / --gpu-memory-utilization or "
-        "lower --max-model-len");
+        "lower --max-model-len" +
+        (out.layout.hybrid()
+             ? std::string(" or --max-num-batched-tokens (a sliding-window layer holds its "
+                           "window plus one prefill chunk)")
+             : std::string()));
 
   // The pool adds the null block; everything is allocated and zeroed at start-up. On the CPU
   // it comes from the host's memory; on a device from each rank's free memory, less the

@@ -38,13 +38,10 @@ KVCacheLayout hybrid_kv_cache_layout(const std::vector<KVLayerSpec>& layers, int
   if (layers.empty()) return single_group_layout(layers, block_size);
   // Key: (window, bytes of one token's K values); full attention (window 0) sorts first.
   std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> by_key;
-  bool any_pth = false, all_pth = true;
   for (size_t l = 0; l < layers.size(); ++l) {
     const KVLayerSpec& s = layers[l];
     by_key[{s.sliding_window, num_kv_heads * head_dim * dtype_bytes(s.dtype)}].push_back(
         static_cast<int64_t>(l));
-    any_pth |= s.per_token_head;
-    all_pth &= s.per_token_head;
   }
   if (by_key.size() == 1) return single_group_layout(layers, block_size);
   std::map<int64_t, int> windows;
@@ -54,9 +51,6 @@ KVCacheLayout hybrid_kv_cache_layout(const std::vector<KVLayerSpec>& layers, int
   if (!enable)
     return fallback("one KV cache group (--disable-hybrid-kv-cache-manager): window layers "
                     "keep every block of the context");
-  if (any_pth && !all_pth)
-    return fallback("one KV cache group: fp8_per_token_head layers mixed with others have "
-                    "pages of sizes that do not divide");
   int64_t p_max = 0, s = 0;
   for (const auto& [key, ls] : by_key) {
     p_max = std::max(p_max, key.second);

@@ -49,9 +49,10 @@ KVCacheLayout single_group_layout(const std::vector<KVLayerSpec>& layers, int64_
 /// The hybrid layout: layers keyed by (window, per-token bytes of K values), each key's layer
 /// count a multiple of s = gcd of the counts, split in layer order into groups of s layers.
 /// A key whose per-token bytes are p takes block_size * p_max / p tokens per block (p_max: the
-/// largest); falls back to single_group_layout (saying why in note) when a p does not divide
-/// p_max, when per-token-head scales differ between keys, or when enable is false
-/// (--disable-hybrid-kv-cache-manager).
+/// largest), so every slot's K (V) pages have one size; fp8_per_token_head's FP32 token scales
+/// sit in per-slot buffers of the largest scale page beside them. Falls back to
+/// single_group_layout (saying why in note) when a p does not divide p_max or when enable is
+/// false (--disable-hybrid-kv-cache-manager).
 KVCacheLayout hybrid_kv_cache_layout(const std::vector<KVLayerSpec>& layers, int64_t block_size,
                                      int64_t num_kv_heads, int64_t head_dim, bool enable);
 

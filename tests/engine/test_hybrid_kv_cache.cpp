@@ -102,6 +102,24 @@ TEST_CASE("hybrid layout: bf16 window layers and fp8 global layers share pages e
   CHECK(PagedKVCache::bytes_per_block(l, 1, 256, with_scales) == 3 * 2 * 16 * 256 * 2);
 }
 
+TEST_CASE("hybrid layout: fp8_per_token_head window layers beside bf16 global layers",
+          "[hybrid_kv]") {
+  // --kv-cache-dtype fp8_per_token_head --kv-cache-dtype-skip-layers 5,11,17: the FP8 values
+  // take 32-token blocks in a bf16 page's bytes; their FP32 scales (one per token and head)
+  // sit in each slot's scale buffer, sized for the per-token-head group's 32 tokens.
+  std::vector<KVLayerSpec> pth = gemma_like(DType::FP8_E4M3, DType::BF16);
+  for (KVLayerSpec& s : pth) {
+    if (s.sliding_window > 0) s.per_token_head = true;
+    s.k_scale = s.v_scale = {1.0f};
+  }
+  const KVCacheLayout l = hybrid_kv_cache_layout(pth, 16, 1, 256, true);
+  REQUIRE(l.num_groups() == 6);
+  CHECK(l.groups[0].block_size == 16);  // bf16 global
+  CHECK(l.groups[1].block_size == 32);  // FP8 window
+  // 3 slots x K and V x (16 x 256 x 2 value bytes + 32 x 1 head x 4 scale bytes).
+  CHECK(PagedKVCache::bytes_per_block(l, 1, 256, pth) == 3 * 2 * (16 * 256 * 2 + 32 * 4));
+}
+
 TEST_CASE("hybrid layout: fallbacks to one group", "[hybrid_kv]") {
   const std::vector<KVLayerSpec> gemma = gemma_like(DType::BF16, DType::BF16);
   const KVCacheLayout off = hybrid_kv_cache_layout(gemma, 16, 1, 256, false);
@@ -111,10 +129,6 @@ TEST_CASE("hybrid layout: fallbacks to one group", "[hybrid_kv]") {
   CHECK(off.note.find("--disable-hybrid-kv-cache-manager") != std::string::npos);
   CHECK_FALSE(off.hybrid());
 
-  std::vector<KVLayerSpec> pth = gemma_like(DType::FP8_E4M3, DType::BF16);
-  for (KVLayerSpec& s : pth)
-    if (s.sliding_window > 0) s.per_token_head = true;
-  CHECK(hybrid_kv_cache_layout(pth, 16, 1, 256, true).num_groups() == 1);
 
   // One window on every layer (Mistral): one group with that window, freed behind it.
   std::vector<KVLayerSpec> mistral(4);

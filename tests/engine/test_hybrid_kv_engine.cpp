@@ -32,7 +32,8 @@ const Variant kVariants[] = {{"auto", ""},
                              {"fp8_e4m3", ""},
                              {"fp8_e5m2", ""},
                              {"fp8_per_token_head", ""},
-                             {"fp8_e4m3", "sliding_window"}};
+                             {"fp8_e4m3", "sliding_window"},
+                             {"fp8_per_token_head", "sliding_window"}};
 
 std::unique_ptr<Engine> tiny_engine(const Variant& v, bool hybrid, int64_t num_kv_blocks = 256,
                                     bool prefix_caching = true) {
@@ -99,8 +100,9 @@ TEST_CASE("hybrid KV cache: preemption over freed window blocks changes no outpu
     INFO(v.dtype << " skip=" << v.skip);
     const std::vector<Result> solo = solo_runs(v, ps);
     // 128 tokens: 32 full-attention blocks + (7 + 16) / 4 -> 6 + 1 window blocks = 39; with
-    // the window layers in bf16 the fp8 group's blocks hold 8 tokens: 16 + 7 = 23. 48 (28)
-    // blocks hold one long request: four together must preempt.
+    // the window layers in bf16 the FP8 full group's blocks hold 8 tokens (fp8_per_token_head:
+    // its token scales in the slot's scale buffer): 16 + 7 = 23. 48 (28) blocks hold one long
+    // request: four together must preempt.
     auto e = tiny_engine(v, /*hybrid=*/true, std::string(v.skip).empty() ? 48 : 28);
     std::vector<std::shared_ptr<RequestStream>> streams;
     for (size_t i = 0; i < ps.size(); ++i) {
