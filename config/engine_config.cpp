@@ -19,6 +19,25 @@ std::string trim(const std::string& s) {
 
 }  // namespace
 
+std::vector<int64_t> KVSkipLayers::resolve(
+    const std::vector<int64_t>& layer_sliding_window) const {
+  const auto num_layers = static_cast<int64_t>(layer_sliding_window.size());
+  std::vector<bool> skip(layer_sliding_window.size(), false);
+  for (int64_t l : layers) {
+    if (l < 0 || l >= num_layers)
+      throw std::invalid_argument("--kv-cache-dtype-skip-layers: layer " + std::to_string(l) +
+                                  " is out of range; the model has layers 0.." +
+                                  std::to_string(num_layers - 1));
+    skip[static_cast<size_t>(l)] = true;
+  }
+  std::vector<int64_t> out;
+  for (int64_t l = 0; l < num_layers; ++l)
+    if (skip[static_cast<size_t>(l)] ||
+        (sliding_window && layer_sliding_window[static_cast<size_t>(l)] > 0))
+      out.push_back(l);
+  return out;
+}
+
 KVSkipLayers KVSkipLayers::parse(const std::string& spec) {
   KVSkipLayers out;
   if (trim(spec).empty()) return out;

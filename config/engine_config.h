@@ -117,6 +117,10 @@ struct KVSkipLayers {
   std::vector<int64_t> layers;
   bool sliding_window = false;
   static KVSkipLayers parse(const std::string& spec);
+  /// The layers skipped in a model whose layer l has window layer_sliding_window[l] (0 = full
+  /// attention), ascending, each once. Throws std::invalid_argument naming the flag for an
+  /// index beyond the model's layers.
+  std::vector<int64_t> resolve(const std::vector<int64_t>& layer_sliding_window) const;
 };
 
 }  // namespace octet

@@ -110,10 +110,7 @@ uint64_t KVCacheManager::group_hash(const std::vector<uint64_t>& hashes, size_t 
   const int64_t m = layout_.groups[g].block_size / block_size_;
   const uint64_t h = hashes.at(static_cast<size_t>((i + 1) * m - 1));
   if (g == 0) return h;  // one group: the chained hash itself
-  uint64_t z = h ^ (0x9e3779b97f4a7c15ull * (g + 1));
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  return splitmix64_finalize(h ^ (0x9e3779b97f4a7c15ull * (g + 1)));
 }
 
 ComputedBlocks KVCacheManager::get_computed_blocks(const Request& request) const {

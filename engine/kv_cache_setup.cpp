@@ -272,24 +272,13 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
                            cache.kv_cache_dtype + " changes nothing but rounding (it only "
                            "helps FP8 KV)");
   const KVSkipLayers skip = KVSkipLayers::parse(cache.kv_cache_dtype_skip_layers);
-  for (int64_t l : skip.layers) {
-    if (l < 0 || l >= L)
-      throw std::invalid_argument("--kv-cache-dtype-skip-layers: layer " + std::to_string(l) +
-                                  " is out of range; the model has layers 0.." +
-                                  std::to_string(L - 1));
-    out.layers[l].dtype = DType::BF16;
-  }
-  if (skip.sliding_window) {
-    bool any = false;
-    for (int64_t l = 0; l < L; ++l)
-      if (out.layers[l].sliding_window > 0) {
-        out.layers[l].dtype = DType::BF16;
-        any = true;
-      }
-    if (!any)
-      out.warnings.push_back("--kv-cache-dtype-skip-layers sliding_window: this model has no "
-                             "sliding-window layers; nothing skipped");
-  }
+  std::vector<int64_t> windows;
+  for (const KVLayerSpec& s : out.layers) windows.push_back(s.sliding_window);
+  for (int64_t l : skip.resolve(windows)) out.layers[l].dtype = DType::BF16;
+  if (skip.sliding_window &&
+      std::none_of(windows.begin(), windows.end(), [](int64_t w) { return w > 0; }))
+    out.warnings.push_back("--kv-cache-dtype-skip-layers sliding_window: this model has no "
+                           "sliding-window layers; nothing skipped");
 
   // fp8_per_token_head: scales computed per token and KV head on write; no other source.
   const bool per_token_head = cache.kv_cache_dtype == kPerTokenHeadDtype;
@@ -641,9 +630,7 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
   // Sequences of max_model_len tokens decoding at once (window groups hold their window).
   mem.max_num_seqs_fit = out.num_usable_blocks / blocks_held(out.layout, out.max_model_len, 1);
   mem.max_num_seqs_fit_full =
-      out.layout.hybrid()
-          ? out.budget_bytes / (mem.kv_bytes_per_token * out.max_model_len)
-          : mem.max_num_seqs_fit;
+      out.layout.hybrid() ? capacity_tokens / out.max_model_len : mem.max_num_seqs_fit;
   {
     std::ostringstream line;
     if (mem.on_device) {

@@ -175,22 +175,9 @@ KVReport run_kv_report(const KVReportOptions& o) {
   std::vector<int64_t> window(static_cast<size_t>(L), 0);
   if (static_cast<int64_t>(c.layer_sliding_window.size()) == L) window = c.layer_sliding_window;
   // The skip companions' layers, resolved against this model as serving resolves the flag.
-  std::vector<bool> skip_mask(static_cast<size_t>(L), false);
   std::vector<int64_t> skip_list;
   if (!o.skip_layers.empty()) {
-    const KVSkipLayers sk = KVSkipLayers::parse(o.skip_layers);
-    for (int64_t l : sk.layers) {
-      if (l >= L)
-        throw std::invalid_argument("kv-report: --kv-cache-dtype-skip-layers: layer " +
-                                    std::to_string(l) + " beyond the model's " +
-                                    std::to_string(L) + " layers");
-      skip_mask[static_cast<size_t>(l)] = true;
-    }
-    for (int64_t l = 0; l < L; ++l) {
-      if (sk.sliding_window && window[static_cast<size_t>(l)] > 0)
-        skip_mask[static_cast<size_t>(l)] = true;
-      if (skip_mask[static_cast<size_t>(l)]) skip_list.push_back(l);
-    }
+    skip_list = KVSkipLayers::parse(o.skip_layers).resolve(window);
     if (skip_list.empty())
       throw std::invalid_argument("kv-report: --kv-cache-dtype-skip-layers '" + o.skip_layers +
                                   "' selects no layer of this model (sliding_window: it has no "
