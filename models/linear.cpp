@@ -29,6 +29,7 @@ WeightRef LinearWeight::ref() const {
   r.granularity = w_granularity;
   r.bias = bias.as<const float>();
   r.k_groups = k_groups;
+  r.layout = layout;
   return r;
 }
 
@@ -51,7 +52,11 @@ LinearWeight upload_linear(Backend& backend, const HostLinearWeight& h) {
     case DType::F32: w.weight = upload_vector(backend, h.w_f32); break;
     case DType::BF16: w.weight = upload_vector(backend, h.w_bf16); break;
     case DType::FP8_E4M3:
-      w.weight = upload_vector(backend, h.w_fp8);
+      OCTET_CHECK(static_cast<int64_t>(h.w_fp8.size()) == h.out_features * h.in_features,
+                  h.name, ": ", h.w_fp8.size(), " FP8 codes for ", h.out_features, " x ",
+                  h.in_features);
+      w.weight = backend.upload_fp8_weight(h.w_fp8.data(), h.out_features, h.in_features,
+                                           h.k_groups, &w.layout);
       w.scale = upload_vector(backend, h.w_scale);
       if (h.static_input)
         w.input_scale_buffer = upload_vector(backend, std::vector<float>{h.input_scale});

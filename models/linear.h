@@ -47,6 +47,7 @@ struct LinearWeight {
   Buffer input_scale_buffer;  // FP8 static: [1] FP32 = input_scale (linear_w8a8's a_scale)
   Buffer bias;    // [out] FP32 or empty
   int64_t k_groups = 1;  // FP8 row-parallel: k parts on this rank (WeightRef::k_groups)
+  Fp8Layout layout = Fp8Layout::RowMajor;  // FP8: how `weight` holds the codes
 
   /// The kernels' view of this weight.
   WeightRef ref() const;

@@ -17,6 +17,12 @@ struct TensorRef {
   int64_t cols = 0;
 };
 
+/// How an FP8 weight's codes lie in memory (WeightRef::layout, Backend::upload_fp8_weight).
+///   RowMajor: [n, k], as checkpoints store them.
+///   Rows8x32: the CPU AVX2 kernel's stream, so that a decode GEMV reads one sequential run of
+///             bytes (kernels/cpu/w8a8.h pack_fp8_rows8x32 gives the byte order).
+enum class Fp8Layout : uint8_t { RowMajor, Rows8x32 };
+
 /// A linear layer's weight: [n, k] ([out, in], PyTorch nn.Linear layout) of `dtype` (F32, BF16 or
 /// FP8_E4M3), with, for FP8, scale [n] (PerRow) or [1] (PerTensor) FP32; bias [n] FP32 or null.
 /// y[m, n] = sum_k x[m, k] * w[n, k] (* s_a[m] * s_w[n] for FP8) + bias[n].
@@ -32,9 +38,10 @@ struct WeightRef {
   /// summed from zero, the part sums then added in order. Row-parallel layers use the model's
   /// tensor-parallel group count at every TP size, so TP changes no bit (models/tensor_parallel.h).
   int64_t k_groups = 1;
+  Fp8Layout layout = Fp8Layout::RowMajor;  // FP8 only
 };
 
-/// An E4M3 weight matrix: data [n, k] row-major ([out, in]), scale [n] (PerRow) or [1];
+/// An E4M3 weight matrix: data [n, k] ([out, in]) in `layout`, scale [n] (PerRow) or [1];
 /// k_groups as WeightRef's.
 struct Fp8WeightView {
   const uint8_t* data = nullptr;
@@ -43,6 +50,7 @@ struct Fp8WeightView {
   int64_t n = 0;  // out features
   int64_t k = 0;  // in features
   int64_t k_groups = 1;
+  Fp8Layout layout = Fp8Layout::RowMajor;
 };
 
 /// One layer's paged cache.

@@ -23,6 +23,9 @@ namespace {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
+  std::string describe() const override {
+    return std::string("cpu, W8A8 kernel ") + w8a8_kernel_name();
+  }
 
   Buffer allocate(int64_t bytes) override {
     OCTET_CHECK(bytes >= 0, "allocate: negative size ", bytes);
@@ -38,6 +41,20 @@ class CpuBackend final : public Backend {
     OCTET_CHECK(offset >= 0 && bytes >= 0 && offset + bytes <= dst.bytes(), "upload: ", bytes,
                 " bytes at ", offset, " overflow a buffer of ", dst.bytes());
     if (bytes > 0) std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, src, bytes);
+  }
+
+  // The AVX2 W8A8 path streams Rows8x32 (pack_fp8_rows8x32), packed straight into the buffer.
+  Buffer upload_fp8_weight(const uint8_t* src, int64_t n, int64_t k, int64_t k_groups,
+                           Fp8Layout* layout) override {
+    *layout = w8a8_preferred_layout();
+    if (*layout == Fp8Layout::RowMajor) {
+      Buffer b = allocate(n * k);
+      upload(b, 0, src, n * k);
+      return b;
+    }
+    Buffer b = allocate(fp8_rows8x32_bytes(n, k, k_groups));
+    pack_fp8_rows8x32(src, n, k, k_groups, b.as<uint8_t>());
+    return b;
   }
 
   void download(const Buffer& src, int64_t offset, void* dst, int64_t bytes) override {
@@ -144,7 +161,7 @@ class CpuBackend final : public Backend {
   static Fp8WeightView fp8_view(const WeightRef& w, const char* op) {
     OCTET_CHECK(w.dtype == DType::FP8_E4M3, op, ": weight dtype ", dtype_name(w.dtype));
     return Fp8WeightView{static_cast<const uint8_t*>(w.data), w.scale, w.granularity, w.n, w.k,
-                         w.k_groups};
+                         w.k_groups, w.layout};
   }
 
   void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,

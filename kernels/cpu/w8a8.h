@@ -58,10 +58,10 @@ void quantize_static_e4m3(const float* x, int64_t m, int64_t k, float scale, uin
 /// VBMI+BF16, else AVX2+FMA+F16C, else scalar. Batch invariant: row i of y is bit-identical for
 /// every m, position of the row in the batch and thread count (each output's FP32 sum is the
 /// same instruction sequence whatever m is; more rows only share the decoded weights, which
-/// are read once per tile of rows). Codes must not be NaN (0x7F/0xFF): the AVX2 path decodes
-/// them as 480. w.k_groups > 1 (row-parallel layers): acc is the sum of w.k_groups parts of k,
-/// each the path's sum over its k / G inputs from zero, added in part order (aborts unless G
-/// divides k).
+/// are read once per tile of rows); the AVX2 path gives the same bits for either layout of w.
+/// Codes must not be NaN (0x7F/0xFF): the AVX2 path decodes them as 480. w.k_groups > 1
+/// (row-parallel layers): acc is the sum of w.k_groups parts of k, each the path's sum over
+/// its k / G inputs from zero, added in part order (aborts unless G divides k).
 void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                  const Fp8WeightView& w, const float* bias, float* y, int64_t m);
 
@@ -99,6 +99,23 @@ inline void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, u
 
 /// Which W8A8 path runs: Auto = linear_w8a8's choice (by CPU features, once per process).
 enum class W8A8Path { Auto, Scalar, Avx2, Avx512 };
+
+/// The path linear_w8a8 runs on this CPU and the weight layout it streams fastest (Rows8x32 for
+/// the AVX2 path, RowMajor otherwise), and a name for logs ("avx512-bf16", "avx2 rows8x32",
+/// "scalar"). Only the AVX2 path reads Rows8x32; the others abort on it.
+W8A8Path w8a8_auto_path();
+Fp8Layout w8a8_preferred_layout();
+const char* w8a8_kernel_name();
+
+/// Rows8x32 (Fp8Layout): rows in blocks of 8 (the last one padded with zero rows); within a
+/// block, each of the k_groups parts of k in chunks of 32 codes (the part's last chunk padded
+/// with zero codes); chunk c of part g of block b is 8 x 32 bytes at
+/// ((b * k_groups + g) * chunks_per_part + c) * 256, row r's 32 bytes at 32 r, its element
+/// l < 32 at byte 4 (l % 8) + {0, 2, 1, 3}[l / 8] (the order the AVX2 kernel widens them in).
+int64_t fp8_rows8x32_bytes(int64_t n, int64_t k, int64_t k_groups);
+/// dst: fp8_rows8x32_bytes(n, k, k_groups) bytes = w: [n, k] row-major in Rows8x32. Aborts
+/// unless k_groups divides k.
+void pack_fp8_rows8x32(const uint8_t* w, int64_t n, int64_t k, int64_t k_groups, uint8_t* dst);
 
 /// Row-parallel part sums (Backend::linear_w8a8_partials): acc: [w.k_groups, m, n] raw FP32,
 /// acc[g, i, j] = the path's sum over inputs [g * k / G, (g + 1) * k / G) of qa[i] . qw[j] (no

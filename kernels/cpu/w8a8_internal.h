@@ -9,6 +9,9 @@
 
 namespace octet::w8a8_detail {
 
+/// Aborts naming `path` unless w is row-major (only the AVX2 path reads Rows8x32).
+void require_row_major(const Fp8WeightView& w, const char* path);
+
 /// Aborts with a message on a negative shape, a null pointer the shape needs, or a k_groups
 /// that is not a positive divisor of k.
 void check_args(const uint8_t* qa, const Fp8WeightView& w, int64_t m);

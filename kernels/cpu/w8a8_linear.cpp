@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "kernels/common/check.h"
@@ -34,6 +35,11 @@ const std::array<float, 256>& e4m3_table() {
 }  // namespace
 
 namespace w8a8_detail {
+
+void require_row_major(const Fp8WeightView& w, const char* path) {
+  if (w.layout != Fp8Layout::RowMajor && w.n > 0 && w.k > 0)
+    fail((std::string(path) + " reads row-major weights only (rows8x32: the avx2 path)").c_str());
+}
 
 void check_args(const uint8_t* qa, const Fp8WeightView& w, int64_t m) {
   if (m < 0 || w.n < 0 || w.k < 0) fail("negative shape");
@@ -91,6 +97,7 @@ void Sink::emit(const Fp8WeightView& w, int64_t i, int64_t j0, int64_t j1, const
 // Per (row, output, part): a plain FP32 sum in index order; threads split the outputs, so row
 // i's result does not depend on m or the thread count.
 void run_scalar(const uint8_t* qa, const Fp8WeightView& w, const Sink& sink, int64_t m) {
+  require_row_major(w, "the scalar W8A8 path");
   const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
   const auto& lut = e4m3_table();
   std::vector<float> a(static_cast<size_t>(m * k));  // activations decoded once
@@ -149,18 +156,35 @@ void run_fused(RunFn run, const uint8_t* qa, const float* a_scale, ScaleGranular
 // The path is chosen once per process by CPU features, never by m: each path is batch
 // invariant on its own, two paths are not bit-identical to each other.
 RunFn dispatch(W8A8Path path) {
-  switch (path) {
-    case W8A8Path::Scalar: return &w8a8_detail::run_scalar;
-    case W8A8Path::Avx2: return &w8a8_detail::run_avx2;
+  switch (path == W8A8Path::Auto ? w8a8_auto_path() : path) {
     case W8A8Path::Avx512: return &w8a8_detail::run_avx512;
+    case W8A8Path::Avx2: return &w8a8_detail::run_avx2;
+    case W8A8Path::Scalar:
     case W8A8Path::Auto: break;
   }
-  if (w8a8_avx512_available()) return &w8a8_detail::run_avx512;
-  if (fp8_avx2_available()) return &w8a8_detail::run_avx2;
   return &w8a8_detail::run_scalar;
 }
 
 }  // namespace
+
+W8A8Path w8a8_auto_path() {
+  static const W8A8Path path = w8a8_avx512_available() ? W8A8Path::Avx512
+                               : fp8_avx2_available()  ? W8A8Path::Avx2
+                                                       : W8A8Path::Scalar;
+  return path;
+}
+
+Fp8Layout w8a8_preferred_layout() {
+  return w8a8_auto_path() == W8A8Path::Avx2 ? Fp8Layout::Rows8x32 : Fp8Layout::RowMajor;
+}
+
+const char* w8a8_kernel_name() {
+  switch (w8a8_auto_path()) {
+    case W8A8Path::Avx512: return "avx512-bf16 (VPERMI2B decode, VDPBF16PS)";
+    case W8A8Path::Avx2: return "avx2 (rows8x32 weights, FP32 FMA)";
+    default: return "scalar";
+  }
+}
 
 namespace ref {
 
@@ -168,6 +192,7 @@ void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_gra
                  const Fp8WeightView& w, const float* bias, float* y, int64_t m) {
   check_args(qa, w, m);
   check_fused(a_scale, w, y, m);
+  w8a8_detail::require_row_major(w, "ref::linear_w8a8");
   const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
   for (int64_t i = 0; i < m; ++i) {
     const float sa = a_granularity == ScaleGranularity::PerRow ? a_scale[i] : a_scale[0];

@@ -181,6 +181,154 @@ OCTET_AVX2 void gemm(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detai
   }, m * n * k >= 262144);
 }
 
+// --- Rows8x32 (w8a8.h): the same sums, read as one sequential stream ---------------------
+// A 32-code chunk of a row is widened without fp16: each code goes to the top byte of a 16-bit
+// lane, an arithmetic shift by 4 and the mask 0x87F0 leave sign at bit 15 and exponent and
+// mantissa at bits 10..4, and that 16-bit pattern as the top half of an FP32 is value * 2^-120
+// (E4M3 subnormals become FP32 subnormals, exactly). Multiplied by x * 2^112 (exact: |x| <=
+// 448), every product equals (value * 2^-8) * x, gemv_step's, and each output takes gemv_rows'
+// FMA sequence: the same bits as the row-major path, with 6 integer ops per 32 codes for its 6
+// per 16, and 8 rows' codes in one run of bytes (the hardware prefetcher sees one stream).
+constexpr int64_t kPackRows = 8, kPackChunk = 32, kPackBlock = kPackRows * kPackChunk;
+constexpr float kTwoPow112 = 5192296858534827628530496329220096.0f;  // 2^112
+
+// Chunk codes c -> v[q] = FP32 of (value * 2^-120) of elements [8 q, 8 q + 8) (the byte order
+// of Rows8x32 puts element 8 q + l at byte 4 l + {0, 2, 1, 3}[q]).
+OCTET_AVX2 inline void widen_chunk(__m256i c, __m256* v) {
+  const __m256i mask = _mm256_set1_epi16(static_cast<short>(0x87F0));
+  const __m256i top = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256i odd = _mm256_and_si256(_mm256_srai_epi16(c, 4), mask);  // bytes 4 l + 1, 4 l + 3
+  const __m256i even = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(c, 8), 4), mask);
+  v[0] = _mm256_castsi256_ps(_mm256_slli_epi32(even, 16));
+  v[1] = _mm256_castsi256_ps(_mm256_and_si256(even, top));
+  v[2] = _mm256_castsi256_ps(_mm256_slli_epi32(odd, 16));
+  v[3] = _mm256_castsi256_ps(_mm256_and_si256(odd, top));
+}
+
+// FP32 subnormals in flight (the widened codes): DAZ, which -ffast-math start-up code and some
+// libraries set, would read them as zero, so it is cleared for the kernel's span on its thread.
+class DazOff {
+ public:
+  DazOff() : saved_(_mm_getcsr()) {
+    if (saved_ & kDaz) _mm_setcsr(saved_ & ~kDaz);
+  }
+  ~DazOff() {
+    if (saved_ & kDaz) _mm_setcsr(saved_);
+  }
+  DazOff(const DazOff&) = delete;
+  DazOff& operator=(const DazOff&) = delete;
+
+ private:
+  static constexpr unsigned kDaz = 0x40u;
+  unsigned saved_;
+};
+
+// x: [groups, chunks * 32] = qa's groups decoded, * 2^112, zero-padded per group.
+OCTET_AVX2 std::vector<float> scaled_activation(const uint8_t* qa, int64_t groups, int64_t kg,
+                                                int64_t kg32) {
+  std::vector<float> x(static_cast<size_t>(groups * kg32), 0.0f);
+  for (int64_t g = 0; g < groups; ++g) {
+    float* xg = x.data() + g * kg32;
+    fp8_decode_avx2(DType::FP8_E4M3, qa + g * kg, xg, static_cast<size_t>(kg));
+    for (int64_t t = 0; t < kg; ++t) xg[t] *= kTwoPow112;
+  }
+  return x;
+}
+
+// out[r] = the sum of gemv_rows<1> for the block's 8 rows over one part (chunks of 32 codes).
+OCTET_AVX2 inline void gemv_block8(const uint8_t* codes, int64_t chunks, const float* x,
+                                   float* out) {
+  // Ahead by 4 chunks of the block's stream (8 rows x 32 codes each): past the block's end it
+  // reads the next block, which this thread computes next.
+  constexpr int64_t kPrefetch = 4 * kPackBlock;
+  __m256 acc[kPackRows];
+  for (auto& a : acc) a = _mm256_setzero_ps();
+  for (int64_t c = 0; c < chunks; ++c, codes += kPackBlock, x += kPackChunk) {
+    for (int64_t p = 0; p < kPackBlock; p += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetch + p), _MM_HINT_T0);
+    for (int r = 0; r < kPackRows; ++r) {
+      __m256 v[4];
+      widen_chunk(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * kPackChunk)),
+                  v);
+      for (int q = 0; q < 4; ++q) acc[r] = _mm256_fmadd_ps(v[q], _mm256_loadu_ps(x + 8 * q), acc[r]);
+    }
+  }
+  const __m128 s256 = _mm_set1_ps(256.0f);
+  _mm_storeu_ps(out, _mm_mul_ps(hsum4(acc[0], acc[1], acc[2], acc[3]), s256));
+  _mm_storeu_ps(out + 4, _mm_mul_ps(hsum4(acc[4], acc[5], acc[6], acc[7]), s256));
+}
+
+OCTET_AVX2 void gemv_rows8x32(const uint8_t* qa, const Fp8WeightView& w,
+                              const w8a8_detail::Sink& sink) {
+  const int64_t n = w.n, groups = w.k_groups, kg = w.k / groups;
+  const int64_t chunks = (kg + kPackChunk - 1) / kPackChunk, kg32 = chunks * kPackChunk;
+  const std::vector<float> x = scaled_activation(qa, groups, kg, kg32);
+  const int64_t blocks = (n + kPackRows - 1) / kPackRows;
+  cpu::parallel_for(0, blocks, [&](int64_t b_lo, int64_t b_hi) {
+    DazOff daz_off;
+    std::vector<float> parts(static_cast<size_t>(groups * kPackRows));
+    for (int64_t b = b_lo; b < b_hi; ++b) {
+      for (int64_t g = 0; g < groups; ++g)
+        gemv_block8(w.data + (b * groups + g) * chunks * kPackBlock, chunks,
+                    x.data() + g * kg32, parts.data() + g * kPackRows);
+      const int64_t j0 = b * kPackRows;
+      sink.emit(w, 0, j0, std::min(n, j0 + kPackRows), parts.data(), kPackRows);
+    }
+  }, n * w.k >= 131072);
+}
+
+// Rows [j0, j0 + rows) (j0 a multiple of 8) of part g -> tile: FP32 of value * 2^-8, row
+// stride kg32, as decode_scaled_tile writes (zero past the part's end and in padding rows).
+OCTET_AVX2 void decode_rows8x32_tile(const Fp8WeightView& w, int64_t g, int64_t chunks,
+                                     int64_t j0, int64_t rows, float* tile) {
+  const int64_t kg32 = chunks * kPackChunk, groups = w.k_groups;
+  const __m256 scale = _mm256_set1_ps(kTwoPow112);
+  for (int64_t b = j0 / kPackRows; b * kPackRows < j0 + rows; ++b) {
+    const uint8_t* codes = w.data + (b * groups + g) * chunks * kPackBlock;
+    float* dst = tile + (b * kPackRows - j0) * kg32;
+    for (int64_t c = 0; c < chunks; ++c, codes += kPackBlock)
+      for (int r = 0; r < kPackRows; ++r) {
+        __m256 v[4];
+        widen_chunk(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * kPackChunk)), v);
+        for (int q = 0; q < 4; ++q)
+          _mm256_storeu_ps(dst + r * kg32 + c * kPackChunk + 8 * q, _mm256_mul_ps(v[q], scale));
+      }
+  }
+}
+
+// m > 1 on Rows8x32: gemm's blocks (a multiple of 8 rows) and sums, the tile from the stream.
+OCTET_AVX2 void gemm_rows8x32(const uint8_t* qa, const Fp8WeightView& w,
+                              const w8a8_detail::Sink& sink, int64_t m) {
+  const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
+  const int64_t chunks = (kg + kPackChunk - 1) / kPackChunk, kg32 = chunks * kPackChunk;
+  std::vector<float> a(static_cast<size_t>(m * k));
+  cpu::parallel_for_each(0, m, [&](int64_t i) {
+    fp8_decode_avx2(DType::FP8_E4M3, qa + i * k, a.data() + i * k, static_cast<size_t>(k));
+  }, m * k >= 65536);
+  const int threads = cpu::parallel_width();
+  int64_t nb = std::max<int64_t>(8, (32768 / std::max<int64_t>(kg32, 1)) / 8 * 8);
+  nb = std::min(nb, std::max<int64_t>(8, (n / (2 * threads) + 7) / 8 * 8));
+  const int64_t blocks = (n + nb - 1) / nb;
+  cpu::parallel_for(0, blocks, [&](int64_t b_lo, int64_t b_hi) {
+    DazOff daz_off;
+    std::vector<float> tile(static_cast<size_t>(nb * kg32));
+    std::vector<float> parts(static_cast<size_t>(groups * m * nb));  // [groups][m][nb]
+    for (int64_t b = b_lo; b < b_hi; ++b) {
+      const int64_t j0 = b * nb, rows = std::min(nb, n - j0);
+      for (int64_t g = 0; g < groups; ++g) {
+        float* acc = parts.data() + g * m * nb;
+        decode_rows8x32_tile(w, g, chunks, j0, rows, tile.data());
+        gemm_avx2::dot_block(a.data() + g * kg, k, m, tile.data(), kg32, rows, kg, acc, nb);
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < rows; ++j) acc[i * nb + j] *= 256.0f;
+      }
+      for (int64_t i = 0; i < m; ++i)
+        sink.emit(w, i, j0, j0 + rows, parts.data() + i * nb, m * nb);
+    }
+  }, m * n * k >= 262144);
+}
+
 // Per-token quantization of rows [0, m): amax (NaN ignored: MAXPS returns its second operand,
 // the running max, when the element is NaN), s = max(amax / 448, min), then x / s (DIVPS,
 // IEEE-exact like the scalar path) through the saturating AVX2 encoder.
@@ -223,10 +371,11 @@ OCTET_AVX2 void per_token_rows(const float* x, int64_t m, int64_t k, const float
 void w8a8_detail::run_avx2(const uint8_t* qa, const Fp8WeightView& w,
                            const w8a8_detail::Sink& sink, int64_t m) {
   if (!fp8_avx2_available()) die_without_avx2("linear_w8a8_avx2");
+  const bool packed = w.layout == Fp8Layout::Rows8x32;
   if (m == 1) {
-    gemv(qa, w, sink);
+    packed ? gemv_rows8x32(qa, w, sink) : gemv(qa, w, sink);
   } else {
-    gemm(qa, w, sink, m);
+    packed ? gemm_rows8x32(qa, w, sink, m) : gemm(qa, w, sink, m);
   }
 }
 

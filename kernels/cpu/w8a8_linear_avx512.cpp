@@ -353,6 +353,7 @@ void w8a8_detail::run_avx512(const uint8_t* qa, const Fp8WeightView& w,
     std::fprintf(stderr, "octet: linear_w8a8_avx512 needs AVX-512 F/BW/VBMI/BF16\n");
     std::abort();
   }
+  w8a8_detail::require_row_major(w, "the avx512 W8A8 path");
   linear_impl(qa, w, sink, m);
 }
 
