@@ -23,8 +23,8 @@ namespace octet {
 /// buffer streamed by 2 threads.
 std::string run_kernel_benchmark(int64_t m_max);
 
-/// Memory read bandwidth, GB/s: a 256 MiB buffer summed by 2 threads, best of 10 (the floor a
-/// memory-bound decode step is measured against).
+/// Memory read bandwidth, GB/s: a 256 MiB buffer read by the kernels' threads (32-byte loads
+/// with AVX2), best of 10 (the floor a memory-bound decode step is measured against).
 double measure_read_bandwidth_gbs();
 
 /// A measured figure, or the reason there is none (printed "n/a (reason)"; never an estimate).
