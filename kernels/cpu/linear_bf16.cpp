@@ -29,6 +29,7 @@ struct Avx2Lanes {
   using Vec = __m256;
   static constexpr int kLanes = 8;
   static constexpr int kWideOutputs = 3;  // 12 accumulators + 3 weights + 1 x: 16 ymm
+  static constexpr int kGemvOutputs = 4;  // m = 1: 4 independent chains
   OCTET_BF16_TARGET static Vec zero() { return _mm256_setzero_ps(); }
   OCTET_BF16_TARGET static Vec load_w(const uint16_t* p) {
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));

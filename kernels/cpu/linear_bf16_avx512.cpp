@@ -37,6 +37,7 @@ struct Avx512Lanes {
   using Vec = __m512;
   static constexpr int kLanes = 16;
   static constexpr int kWideOutputs = 4;  // 16 accumulators, 4 weights, 1 x of 32 zmm
+  static constexpr int kGemvOutputs = 1;  // m = 1: one row's stream at a time
   OCTET_BF16_TARGET static Vec zero() { return _mm512_setzero_ps(); }
   OCTET_BF16_TARGET static Vec load_w(const uint16_t* p) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));

@@ -100,9 +100,11 @@ inline void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, u
 /// Which W8A8 path runs: Auto = linear_w8a8's choice (by CPU features, once per process).
 enum class W8A8Path { Auto, Scalar, Avx2, Avx512 };
 
-/// The path linear_w8a8 runs on this CPU and the weight layout it streams fastest (Rows8x32 for
-/// the AVX2 path, RowMajor otherwise), and a name for logs ("avx512-bf16", "avx2 rows8x32",
-/// "scalar"). Only the AVX2 path reads Rows8x32; the others abort on it.
+/// The path linear_w8a8 runs on this CPU (the best its features allow, or the environment's
+/// OCTET_CPU_W8A8_KERNEL = auto | avx512 | avx2 | scalar, for measuring one against another;
+/// std::invalid_argument for another value or one the CPU cannot run), the weight layout it
+/// streams fastest (Rows8x32 for the AVX2 path, RowMajor otherwise) and its name for logs.
+/// Only the AVX2 path reads Rows8x32; the others abort on it.
 W8A8Path w8a8_auto_path();
 Fp8Layout w8a8_preferred_layout();
 const char* w8a8_kernel_name();

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -168,9 +169,26 @@ RunFn dispatch(W8A8Path path) {
 }  // namespace
 
 W8A8Path w8a8_auto_path() {
-  static const W8A8Path path = w8a8_avx512_available() ? W8A8Path::Avx512
-                               : fp8_avx2_available()  ? W8A8Path::Avx2
-                                                       : W8A8Path::Scalar;
+  static const W8A8Path path = [] {
+    const char* env = std::getenv("OCTET_CPU_W8A8_KERNEL");
+    const std::string want = env ? env : "";
+    if (want.empty() || want == "auto")
+      return w8a8_avx512_available() ? W8A8Path::Avx512
+             : fp8_avx2_available()  ? W8A8Path::Avx2
+                                     : W8A8Path::Scalar;
+    const std::string why = "OCTET_CPU_W8A8_KERNEL=" + want;
+    if (want == "scalar") return W8A8Path::Scalar;
+    if (want == "avx2") {
+      if (!fp8_avx2_available()) throw std::invalid_argument(why + ": this CPU lacks AVX2+FMA+F16C");
+      return W8A8Path::Avx2;
+    }
+    if (want == "avx512") {
+      if (!w8a8_avx512_available())
+        throw std::invalid_argument(why + ": this CPU lacks AVX-512 F/BW/VBMI/BF16");
+      return W8A8Path::Avx512;
+    }
+    throw std::invalid_argument(why + ": expected auto, avx512, avx2 or scalar");
+  }();
   return path;
 }
 

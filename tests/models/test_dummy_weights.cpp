@@ -43,6 +43,25 @@ std::vector<uint8_t> bytes_of(const LlamaModel& m, const Buffer& b) {
   return out;
 }
 
+// A linear's E4M3 codes, row-major [out, in], whatever layout the backend stored them in
+// (Rows8x32, kernels/cpu/w8a8.h: blocks of 8 rows, each k part in chunks of 32 codes, element
+// l of a chunk at byte 4 (l % 8) + {0, 2, 1, 3}[l / 8] of its row's 32).
+std::vector<uint8_t> codes_of(const LlamaModel& m, const LinearWeight& w) {
+  const std::vector<uint8_t> raw = bytes_of(m, w.weight);
+  if (w.layout == Fp8Layout::RowMajor) return raw;
+  const int64_t n = w.out_features, k = w.in_features, g = w.k_groups, kg = k / g;
+  const int64_t chunks = (kg + 31) / 32;
+  static const int quarter_byte[4] = {0, 2, 1, 3};
+  std::vector<uint8_t> out(static_cast<size_t>(n * k));
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t t = 0; t < k; ++t) {
+      const int64_t part = t / kg, c = t % kg / 32, l = t % kg % 32;
+      out[j * k + t] = raw[((j / 8 * g + part) * chunks + c) * 256 + j % 8 * 32 + 4 * (l % 8) +
+                           quarter_byte[l / 8]];
+    }
+  return out;
+}
+
 std::vector<float> floats_of(const LlamaModel& m, const Buffer& b) {
   std::vector<float> out(static_cast<size_t>(b.bytes() / 4));
   m.backend().download(b, 0, out.data(), b.bytes());
@@ -256,18 +275,17 @@ TEST_CASE("dummy weights: TP 2 shards have the shard shapes and are slices of TP
     CHECK(p.down_proj.in_features == 64);
     CHECK(part.weights().lm_head.out_features == 256);  // 512 / 2
     // Column-parallel shards: this rank's rows of the whole tensor, codes and scales.
-    CHECK(bytes_of(part, p.q_proj.weight) ==
-          rows(bytes_of(whole, w.q_proj.weight), 64, s.q_row_begin(), 32));
-    CHECK(bytes_of(part, p.k_proj.weight) ==
-          rows(bytes_of(whole, w.k_proj.weight), 64, s.kv_row_begin(), 16));
-    CHECK(bytes_of(part, p.gate_proj.weight) ==
-          rows(bytes_of(whole, w.gate_proj.weight), 64, s.intermediate_begin, 64));
+    CHECK(codes_of(part, p.q_proj) ==
+          rows(codes_of(whole, w.q_proj), 64, s.q_row_begin(), 32));
+    CHECK(codes_of(part, p.k_proj) ==
+          rows(codes_of(whole, w.k_proj), 64, s.kv_row_begin(), 16));
+    CHECK(codes_of(part, p.gate_proj) ==
+          rows(codes_of(whole, w.gate_proj), 64, s.intermediate_begin, 64));
     const std::vector<float> ws = floats_of(whole, w.q_proj.scale);
     CHECK(floats_of(part, p.q_proj.scale) ==
           std::vector<float>(ws.begin() + s.q_row_begin(), ws.begin() + s.q_row_begin() + 32));
     // Row-parallel o_proj: columns [32 * rank, 32 * rank + 32) of every row; scales whole.
-    const std::vector<uint8_t> wo = bytes_of(whole, w.o_proj.weight), po = bytes_of(part,
-                                                                               p.o_proj.weight);
+    const std::vector<uint8_t> wo = codes_of(whole, w.o_proj), po = codes_of(part, p.o_proj);
     std::vector<uint8_t> cols;
     for (int64_t r = 0; r < 64; ++r)
       for (int64_t k = 0; k < 32; ++k) cols.push_back(wo[r * 64 + s.q_row_begin() + k]);
