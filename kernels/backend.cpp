@@ -1,8 +1,10 @@
-// make_backend: the one place that maps --device to a Backend.
+// make_backend: the one place that maps --device to a Backend; Backend::upload_fp8_weight.
 #include "kernels/backend.h"
 
 #include <stdexcept>
+#include <vector>
 
+#include "kernels/common/fp8_layout.h"
 #include "kernels/cpu/cpu_backend.h"
 #if defined(OCTET_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
@@ -56,6 +58,21 @@ std::unique_ptr<Backend> make_backend(const std::string& requested) {
 #endif
   }
   throw std::invalid_argument("unknown device '" + device + "' (expected cpu, cuda, cuda:N or auto)");
+}
+
+Buffer Backend::upload_fp8_weight(const uint8_t* src, int64_t n, int64_t k, int64_t k_groups,
+                                  Fp8Layout* layout) {
+  *layout = fp8_weight_layout();
+  const int64_t bytes = fp8_weight_bytes(*layout, n, k, k_groups);
+  Buffer b = allocate(bytes);
+  if (*layout == Fp8Layout::RowMajor) {
+    upload(b, 0, src, bytes);
+  } else {
+    std::vector<uint8_t> packed(static_cast<size_t>(bytes));
+    pack_fp8_weight(*layout, src, n, k, k_groups, packed.data());
+    upload(b, 0, packed.data(), bytes);
+  }
+  return b;
 }
 
 }  // namespace octet

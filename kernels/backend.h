@@ -111,17 +111,13 @@ class Backend {
   virtual Buffer allocate(int64_t bytes) = 0;
   /// Copies `bytes` from host `src` into dst at byte `offset`. Returns once src may be reused.
   virtual void upload(const Buffer& dst, int64_t offset, const void* src, int64_t bytes) = 0;
-  /// A new buffer holding the E4M3 weight src: [n, k] row-major (host), in the layout this
-  /// backend's linear_w8a8 reads best, returned in *layout (WeightRef::layout); k_groups as
-  /// WeightRef's. Default: row-major, as is.
-  virtual Buffer upload_fp8_weight(const uint8_t* src, int64_t n, int64_t k, int64_t k_groups,
-                                   Fp8Layout* layout) {
-    (void)k_groups;
-    Buffer b = allocate(n * k);
-    upload(b, 0, src, n * k);
-    *layout = Fp8Layout::RowMajor;
-    return b;
-  }
+  /// The layout this backend's linear_w8a8 reads FP8 weights best in (WeightRef::layout).
+  /// Default: row-major.
+  virtual Fp8Layout fp8_weight_layout() const { return Fp8Layout::RowMajor; }
+  /// A new buffer (allocate, upload) holding the E4M3 weight src: [n, k] row-major (host) in
+  /// fp8_weight_layout(), returned in *layout; k_groups as WeightRef's.
+  Buffer upload_fp8_weight(const uint8_t* src, int64_t n, int64_t k, int64_t k_groups,
+                           Fp8Layout* layout);
   /// Copies `bytes` at byte `offset` of src into host `dst`, after all queued work.
   virtual void download(const Buffer& src, int64_t offset, void* dst, int64_t bytes) = 0;
   /// Waits until all queued work is done.

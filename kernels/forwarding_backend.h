@@ -28,10 +28,7 @@ class ForwardingBackend : public Backend {
   void upload(const Buffer& d, int64_t o, const void* s, int64_t b) override {
     in_->upload(d, o, s, b);
   }
-  Buffer upload_fp8_weight(const uint8_t* s, int64_t n, int64_t k, int64_t g,
-                           Fp8Layout* layout) override {
-    return in_->upload_fp8_weight(s, n, k, g, layout);
-  }
+  Fp8Layout fp8_weight_layout() const override { return in_->fp8_weight_layout(); }
   void download(const Buffer& s, int64_t o, void* d, int64_t b) override {
     in_->download(s, o, d, b);
   }

@@ -43,19 +43,7 @@ class CpuBackend final : public Backend {
     if (bytes > 0) std::memcpy(static_cast<uint8_t*>(dst.data()) + offset, src, bytes);
   }
 
-  // The AVX2 W8A8 path streams Rows8x32 (pack_fp8_rows8x32), packed straight into the buffer.
-  Buffer upload_fp8_weight(const uint8_t* src, int64_t n, int64_t k, int64_t k_groups,
-                           Fp8Layout* layout) override {
-    *layout = w8a8_preferred_layout();
-    if (*layout == Fp8Layout::RowMajor) {
-      Buffer b = allocate(n * k);
-      upload(b, 0, src, n * k);
-      return b;
-    }
-    Buffer b = allocate(fp8_rows8x32_bytes(n, k, k_groups));
-    pack_fp8_rows8x32(src, n, k, k_groups, b.as<uint8_t>());
-    return b;
-  }
+  Fp8Layout fp8_weight_layout() const override { return w8a8_preferred_layout(); }
 
   void download(const Buffer& src, int64_t offset, void* dst, int64_t bytes) override {
     OCTET_CHECK(offset >= 0 && bytes >= 0 && offset + bytes <= src.bytes(), "download: ",

@@ -36,6 +36,7 @@
 //    fp8(clamp(x * (1.0f / s), -448, 448)) — vLLM multiplies by the FP32 reciprocal here.
 #include <cstdint>
 
+#include "kernels/common/fp8_layout.h"  // Rows8x32, the AVX2 path's layout
 #include "kernels/common/views.h"
 #include "kernels/common/weight_quant.h"
 
@@ -109,15 +110,6 @@ W8A8Path w8a8_auto_path();
 Fp8Layout w8a8_preferred_layout();
 const char* w8a8_kernel_name();
 
-/// Rows8x32 (Fp8Layout): rows in blocks of 8 (the last one padded with zero rows); within a
-/// block, each of the k_groups parts of k in chunks of 32 codes (the part's last chunk padded
-/// with zero codes); chunk c of part g of block b is 8 x 32 bytes at
-/// ((b * k_groups + g) * chunks_per_part + c) * 256, row r's 32 bytes at 32 r, its element
-/// l < 32 at byte 4 (l % 8) + {0, 2, 1, 3}[l / 8] (the order the AVX2 kernel widens them in).
-int64_t fp8_rows8x32_bytes(int64_t n, int64_t k, int64_t k_groups);
-/// dst: fp8_rows8x32_bytes(n, k, k_groups) bytes = w: [n, k] row-major in Rows8x32. Aborts
-/// unless k_groups divides k.
-void pack_fp8_rows8x32(const uint8_t* w, int64_t n, int64_t k, int64_t k_groups, uint8_t* dst);
 
 /// Row-parallel part sums (Backend::linear_w8a8_partials): acc: [w.k_groups, m, n] raw FP32,
 /// acc[g, i, j] = the path's sum over inputs [g * k / G, (g + 1) * k / G) of qa[i] . qw[j] (no

@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "engine/kv_cache_setup.h"
 #include "engine/model_loader.h"
+#include "kernels/cpu/w8a8.h"
 #include "test_model_paths.h"
 
 namespace octet {
@@ -184,7 +185,10 @@ TEST_CASE("memory figures: weights by hand, KV per token, sequences that fit", "
   const int64_t embed = 512 * 64 * 4, norm = 64 * 4, lm_head = 512 * 64 * 2;  // FP32, BF16
   const int64_t codes = 64 * 64 + 32 * 64 + 32 * 64 + 64 * 64 + 128 * 64 * 2 + 64 * 128;
   const int64_t scales = (64 + 32 + 32 + 64 + 128 + 128 + 64) * 4;
-  const int64_t weights = embed + norm + lm_head + 2 * (2 * norm + codes + scales);
+  // The AVX2 path's Rows8x32 layout pads o_proj's 4 k-parts of 16 codes to 32 codes each.
+  const bool packed = w8a8_preferred_layout() == Fp8Layout::Rows8x32;
+  const int64_t padding = packed ? 64 * 4 * 16 : 0;
+  const int64_t weights = embed + norm + lm_head + 2 * (2 * norm + codes + padding + scales);
   CHECK(model_weight_bytes(*m->model) == weights);
   CacheConfig cache;
   cache.kv_cache_dtype = "fp8_e4m3";
@@ -198,7 +202,8 @@ TEST_CASE("memory figures: weights by hand, KV per token, sequences that fit", "
   CHECK(s.budget_bytes == 3 << 20);
   CHECK(s.memory.max_num_seqs_fit == (3 << 20) / (128 * 1024));  // 24 of 1024 tokens
   CHECK(s.memory.budget_source == "--kv-cache-memory-bytes");
-  CHECK_THAT(s.report, Catch::StartsWith("memory: weights 269.2 KiB, activations ") &&
+  CHECK_THAT(s.report, Catch::StartsWith(packed ? "memory: weights 277.2 KiB, activations "
+                                                 : "memory: weights 269.2 KiB, activations ") &&
                            Catch::Contains("KV 128 B per token (fp8_e4m3)") &&
                            Catch::Contains("KV budget 3.0 MiB (--kv-cache-memory-bytes)") &&
                            Catch::Contains("24 sequences of 1024 tokens fit in the KV budget"));
@@ -239,7 +244,9 @@ TEST_CASE("gpu_memory_utilization sizes the KV budget from the host's memory", "
   CHECK_THROWS_WITH(setup_kv_cache(cache, sched, *m),
                     Catch::Contains("--gpu-memory-utilization") &&
                         Catch::Contains("leaves no room for the KV cache") &&
-                        Catch::Contains("269.2 KiB"));
+                        Catch::Contains(w8a8_preferred_layout() == Fp8Layout::Rows8x32
+                                            ? "277.2 KiB"    // o_proj padded, as above
+                                            : "269.2 KiB"));
   // Room for blocks but not for one max_model_len sequence: the message names the source.
   cache.gpu_memory_utilization =
       (static_cast<double>(s.memory.weights_bytes + s.memory.activation_bytes) + 4096.0) /

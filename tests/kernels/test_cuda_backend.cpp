@@ -22,6 +22,7 @@
 #include "kernels/backend.h"
 #include "kernels/backend_op_reference.h"
 #include "kernels/backend_test_support.h"
+#include "kernels/cpu/w8a8.h"
 #include "kernels/mismatch_log.h"
 
 using namespace octet;
@@ -46,7 +47,9 @@ TEST_CASE("make_backend: cuda device names and auto", "[cuda_backend]") {
     CHECK(chosen.rfind("cuda:0 (", 0) == 0);  // the capability >= 8.0 rule holds for cuda:0 here
   else
     CHECK(chosen == "cpu");
-  CHECK(make_backend("cpu")->describe() == "cpu");  // the default describe() is name()
+  // The CPU's describe() is its name and the W8A8 kernel chosen for this CPU.
+  CHECK(make_backend("cpu")->describe() ==
+        std::string("cpu, W8A8 kernel ") + w8a8_kernel_name());
 }
 
 namespace {

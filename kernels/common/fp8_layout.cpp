@@ -1,9 +1,10 @@
-// Rows8x32, the weight layout of the AVX2 W8A8 path (w8a8.h): packing from row-major.
+// FP8 weight layouts (fp8_layout.h): sizes and packing from row-major.
+#include "kernels/common/fp8_layout.h"
+
 #include <algorithm>
 #include <cstring>
 
 #include "kernels/common/check.h"
-#include "kernels/cpu/w8a8.h"
 
 namespace octet {
 
@@ -38,6 +39,16 @@ void pack_fp8_rows8x32(const uint8_t* w, int64_t n, int64_t k, int64_t k_groups,
         for (int64_t l = 0; l < count; ++l) out[4 * (l % 8) + kQuarter[l / 8]] = w[j * k + t0 + l];
       }
   }
+}
+
+int64_t fp8_weight_bytes(Fp8Layout layout, int64_t n, int64_t k, int64_t k_groups) {
+  return layout == Fp8Layout::Rows8x32 ? fp8_rows8x32_bytes(n, k, k_groups) : n * k;
+}
+
+void pack_fp8_weight(Fp8Layout layout, const uint8_t* w, int64_t n, int64_t k, int64_t k_groups,
+                     uint8_t* dst) {
+  if (layout == Fp8Layout::Rows8x32) return pack_fp8_rows8x32(w, n, k, k_groups, dst);
+  if (n * k > 0) std::memcpy(dst, w, static_cast<size_t>(n * k));
 }
 
 }  // namespace octet
