@@ -179,7 +179,8 @@ W8A8Path w8a8_auto_path() {
     const std::string why = "OCTET_CPU_W8A8_KERNEL=" + want;
     if (want == "scalar") return W8A8Path::Scalar;
     if (want == "avx2") {
-      if (!fp8_avx2_available()) throw std::invalid_argument(why + ": this CPU lacks AVX2+FMA+F16C");
+      if (!fp8_avx2_available())
+        throw std::invalid_argument(why + ": this CPU lacks AVX2+FMA+F16C");
       return W8A8Path::Avx2;
     }
     if (want == "avx512") {

@@ -13,7 +13,9 @@
 //    weight rows decoded once into a per-thread FP32 tile (value * 2^-8, as above) and reused
 //    for all m rows (3 x 4 register tile, ops_gemm_avx2.h, which accumulates in the same
 //    order). Blocks of output columns are spread over OpenMP threads; k is never split.
-// NaN codes (0x7F/0xFF) are not supported in the weights here: the decode reads them as 480.
+// A weight in the Rows8x32 layout takes the same sums from one sequential stream (the section
+// of that name below). NaN codes (0x7F/0xFF) are not supported in the weights here: the decode
+// reads them as 480.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -181,14 +183,15 @@ OCTET_AVX2 void gemm(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detai
   }, m * n * k >= 262144);
 }
 
-// --- Rows8x32 (w8a8.h): the same sums, read as one sequential stream ---------------------
+// --- Rows8x32 (fp8_layout.h): the same sums, read as one sequential stream ---------------
 // A 32-code chunk of a row is widened without fp16: each code goes to the top byte of a 16-bit
 // lane, an arithmetic shift by 4 and the mask 0x87F0 leave sign at bit 15 and exponent and
 // mantissa at bits 10..4, and that 16-bit pattern as the top half of an FP32 is value * 2^-120
 // (E4M3 subnormals become FP32 subnormals, exactly). Multiplied by x * 2^112 (exact: |x| <=
 // 448), every product equals (value * 2^-8) * x, gemv_step's, and each output takes gemv_rows'
-// FMA sequence: the same bits as the row-major path, with 6 integer ops per 32 codes for its 6
-// per 16, and 8 rows' codes in one run of bytes (the hardware prefetcher sees one stream).
+// FMA sequence: the same bits as the row-major path, with 9 integer ops per 32 codes where the
+// fp16 route takes 12 and 4 conversions, and 8 rows' codes in one run of bytes (the hardware
+// prefetcher follows one stream; docs/benchmarks.md "Decode on AVX2" has the figures).
 constexpr int64_t kPackRows = 8, kPackChunk = 32, kPackBlock = kPackRows * kPackChunk;
 constexpr float kTwoPow112 = 5192296858534827628530496329220096.0f;  // 2^112
 
@@ -250,7 +253,8 @@ OCTET_AVX2 inline void gemv_block8(const uint8_t* codes, int64_t chunks, const f
       __m256 v[4];
       widen_chunk(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * kPackChunk)),
                   v);
-      for (int q = 0; q < 4; ++q) acc[r] = _mm256_fmadd_ps(v[q], _mm256_loadu_ps(x + 8 * q), acc[r]);
+      for (int q = 0; q < 4; ++q)
+        acc[r] = _mm256_fmadd_ps(v[q], _mm256_loadu_ps(x + 8 * q), acc[r]);
     }
   }
   const __m128 s256 = _mm_set1_ps(256.0f);

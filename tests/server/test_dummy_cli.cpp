@@ -73,6 +73,31 @@ TEST_CASE("generate --load-format dummy: errors exit 2 and name the option", "[c
   std::remove(err.c_str());
 }
 
+TEST_CASE("OCTET_CPU_W8A8_KERNEL picks the W8A8 path or exits 2 naming the value",
+          "[cli][dummy]") {
+  const std::string err = "/tmp/octet_dummy_kernel_" + std::to_string(getpid()) + ".log";
+  const std::string gen = "generate " + kDummy +
+                          " --prompt-ids 1,20,30 --max-tokens 6 --temperature 0 --ignore-eos --json";
+  const auto with = [&](const std::string& kernel) {
+    return octet::testing::run_command("OCTET_CPU_W8A8_KERNEL=" + kernel + " " + octet_binary() +
+                                       " " + gen + " 2>" + err);
+  };
+  const RunResult bad = with("avx9");
+  CHECK(bad.exit_code == 2);
+  CHECK(slurp(err).find("OCTET_CPU_W8A8_KERNEL=avx9: expected auto, avx512, avx2 or scalar") !=
+        std::string::npos);
+  // The scalar path runs anywhere; it is not bit-identical to the vector paths (its own FP32
+  // summation order), so only the run is checked, not its tokens.
+  const RunResult scalar = with("scalar");
+  CHECK(scalar.exit_code == 0);
+  CHECK(nlohmann::json::parse(scalar.output)["token_ids"].size() == 6);
+  if (!octet::w8a8_avx512_available()) {
+    CHECK(with("avx512").exit_code == 2);
+    CHECK(slurp(err).find("this CPU lacks AVX-512") != std::string::npos);
+  }
+  std::remove(err.c_str());
+}
+
 TEST_CASE("serve --load-format dummy answers a completion over HTTP", "[http][dummy]") {
   ServeProcess server({"--load-format", "dummy", "--tokenizer", kStories, "--device", "cpu",
                        "--kv-cache-memory-bytes", "8388608"},
