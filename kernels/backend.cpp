@@ -4,8 +4,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "kernels/common/fp8_layout.h"
 #include "kernels/cpu/cpu_backend.h"
+#include "kernels/cpu/fp8_layout.h"
 #if defined(OCTET_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
 #endif

@@ -200,7 +200,7 @@ void time_gemms_cpu(Backend& be, const Sizes& sizes, std::vector<GemmFigure>& ro
       for (size_t i = 0; i < xf.size(); ++i) xq[i] = (xf[i] < 0 ? 0xB0 : 0x30) | (i & 7);
       const std::vector<float> w_scale(static_cast<size_t>(g.n), 0.01f);
       const std::vector<float> a_scale(static_cast<size_t>(g.m), 0.01f);
-      w_buf = upload(be, wq.data(), static_cast<int64_t>(wq.size()));
+      w_buf = be.upload_fp8_weight(wq.data(), g.n, g.k, 1, &w.layout);  // the engine's layout
       scale_buf = upload(be, w_scale.data(), g.n * 4);
       x_buf = upload(be, xq.data(), static_cast<int64_t>(xq.size()));
       a_scale_buf = upload(be, a_scale.data(), g.m * 4);

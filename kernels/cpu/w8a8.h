@@ -36,9 +36,9 @@
 //    fp8(clamp(x * (1.0f / s), -448, 448)) — vLLM multiplies by the FP32 reciprocal here.
 #include <cstdint>
 
-#include "kernels/common/fp8_layout.h"  // Rows8x32, the AVX2 path's layout
 #include "kernels/common/views.h"
 #include "kernels/common/weight_quant.h"
+#include "kernels/cpu/fp8_layout.h"  // Rows8x32, the AVX2 path's layout
 
 namespace octet {
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -162,19 +163,18 @@ uint64_t xor_read(const uint8_t* p, int64_t bytes) {
 // contiguous part, 32-byte loads where the CPU has AVX2), best of 10.
 double measure_read_bandwidth_gbs() {
   constexpr int64_t kBytes = 256ll << 20, kPiece = 1 << 20;
-  std::vector<uint8_t> buf(static_cast<size_t>(kBytes) + 64);
-  uint8_t* p = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+  const std::unique_ptr<uint8_t[]> buf(new uint8_t[static_cast<size_t>(kBytes) + 64]);
+  uint8_t* p = buf.get() + (64 - reinterpret_cast<uintptr_t>(buf.get()) % 64) % 64;
   const int threads = cpu::parallel_width();
-  cpu::parallel_for(0, kBytes / kPiece, [&](int64_t lo, int64_t hi) {  // touched by its reader
+  cpu::parallel_for(0, kBytes / kPiece, [&](int64_t lo, int64_t hi) {  // first touch, parallel
     std::memset(p + lo * kPiece, 1, static_cast<size_t>((hi - lo) * kPiece));
   }, true, threads);
-  std::vector<uint64_t> sink(static_cast<size_t>(threads), 0);
+  std::vector<uint64_t> sink(static_cast<size_t>(kBytes / kPiece), 0);  // one slot per piece
   double best = 1e30;
   for (int rep = 0; rep < 10; ++rep) {
     const auto t0 = Clock::now();
     cpu::parallel_for(0, kBytes / kPiece, [&](int64_t lo, int64_t hi) {
-      sink[static_cast<size_t>(lo * threads / (kBytes / kPiece))] ^=
-          xor_read(p + lo * kPiece, (hi - lo) * kPiece);
+      sink[static_cast<size_t>(lo)] ^= xor_read(p + lo * kPiece, (hi - lo) * kPiece);
     }, true, threads);
     best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
   }
@@ -265,27 +265,42 @@ std::string run_kernel_benchmark(int64_t m_max) {
         });
       }
     }
-    {  // FP8 codes (no NaN codes); the time includes the per-token activation quantization
+    {  // FP8 codes (no NaN codes); the time includes the per-token activation quantization.
+      // Each path reads the layout the engine gives it: linear_w8a8 its preferred one, the
+      // AVX2 path (timed on its own on AVX-512 CPUs) Rows8x32.
       const int64_t c8 = copies_for(n * k);
       std::vector<uint8_t> w8(static_cast<size_t>(c8 * n * k));
 #pragma omp parallel for schedule(static)
       for (int64_t i = 0; i < c8 * n * k; ++i) w8[i] = static_cast<uint8_t>((i * 37) % 0x7E);
+      const auto packed = [&](Fp8Layout layout) {
+        const int64_t bytes = fp8_weight_bytes(layout, n, k, 1);
+        std::vector<uint8_t> out(static_cast<size_t>(c8 * bytes));
+        for (int64_t c = 0; c < c8; ++c)
+          pack_fp8_weight(layout, w8.data() + c * n * k, n, k, 1, out.data() + c * bytes);
+        return out;
+      };
+      const Fp8Layout auto_layout = w8a8_preferred_layout();
+      const std::vector<uint8_t> w_auto = packed(auto_layout);
+      const std::vector<uint8_t> w_avx2 =
+          avx512 && avx2 ? packed(Fp8Layout::Rows8x32) : std::vector<uint8_t>{};
       std::vector<float> sw(static_cast<size_t>(n), 0.01f);
       std::vector<uint8_t> qa(x.size());
       std::vector<float> sa(static_cast<size_t>(m_max));
       for (size_t q = 0; q < nm; ++q) {
         const int64_t m = ms[q];
-        auto fp8_call = [&](auto linear) {
+        auto fp8_call = [&](auto linear, const std::vector<uint8_t>& codes, Fp8Layout layout) {
+          const int64_t bytes = fp8_weight_bytes(layout, n, k, 1);
           return best_seconds_per_call([&](int64_t i) {
             const int64_t c = m < m_max ? i % c8 : 0;
             quantize_per_token_e4m3(x.data(), m, k, qa.data(), sa.data());
-            const Fp8WeightView w{w8.data() + c * n * k, sw.data(), ScaleGranularity::PerRow, n,
-                                  k};
+            const Fp8WeightView w{codes.data() + c * bytes, sw.data(), ScaleGranularity::PerRow,
+                                  n, k, 1, layout};
             linear(qa.data(), sa.data(), ScaleGranularity::PerRow, w, nullptr, y.data(), m);
           });
         };
-        t8[q] = fp8_call(linear_w8a8);
-        if (avx512 && avx2) t8_avx2[q] = fp8_call(linear_w8a8_avx2);
+        t8[q] = fp8_call(linear_w8a8, w_auto, auto_layout);
+        if (avx512 && avx2)
+          t8_avx2[q] = fp8_call(linear_w8a8_avx2, w_avx2, Fp8Layout::Rows8x32);
       }
     }
     for (size_t q = 0; q < nm; ++q) {

@@ -1,5 +1,5 @@
 // FP8 weight layouts (fp8_layout.h): sizes and packing from row-major.
-#include "kernels/common/fp8_layout.h"
+#include "kernels/cpu/fp8_layout.h"
 
 #include <algorithm>
 #include <cstring>
