@@ -148,12 +148,34 @@ OCTET_AVX2 void decode_scaled_tile(const uint8_t* w, int64_t ldw, int64_t k, int
   }
 }
 
-// m > 1. Per block of weight rows and k-group g: the group's codes decoded into the tile, then
+// FP32 subnormals in flight (Rows8x32's widened codes): DAZ, which -ffast-math start-up code
+// and some libraries set, would read them as zero, so it is cleared for a kernel's span on its
+// thread.
+class DazOff {
+ public:
+  DazOff() : saved_(_mm_getcsr()) {
+    if (saved_ & kDaz) _mm_setcsr(saved_ & ~kDaz);
+  }
+  ~DazOff() {
+    if (saved_ & kDaz) _mm_setcsr(saved_);
+  }
+  DazOff(const DazOff&) = delete;
+  DazOff& operator=(const DazOff&) = delete;
+
+ private:
+  static constexpr unsigned kDaz = 0x40u;
+  unsigned saved_;
+};
+
+// m > 1. Per block of weight rows and k-group g: the group's codes decoded into the tile by
+// decode(g, j0, rows, tile) (FP32 of value * 2^-8, row stride ld >= kg, zero-padded), then
 // parts[g][i][j] = dot_block over the group's kg inputs, * 256 (exact, as in gemv_rows).
-OCTET_AVX2 void gemm(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detail::Sink& sink,
-                     int64_t m) {
+// Blocks are multiples of `align` rows (the layout's row group).
+template <class DecodeTile>
+OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
+                           const w8a8_detail::Sink& sink, int64_t m, int64_t ld, int64_t align,
+                           const DecodeTile& decode) {
   const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
-  const int64_t kg16 = (kg + 15) / 16 * 16;
   std::vector<float> a(static_cast<size_t>(m * k));
   cpu::parallel_for_each(0, m, [&](int64_t i) {
     fp8_decode_avx2(DType::FP8_E4M3, qa + i * k, a.data() + i * k, static_cast<size_t>(k));
@@ -162,18 +184,19 @@ OCTET_AVX2 void gemm(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detai
   // m activation rows stream past it; at least 2 blocks per thread for balance. (The block size
   // only decides which thread computes an output, never how.)
   const int threads = cpu::parallel_width();
-  int64_t nb = std::max<int64_t>(4, (32768 / std::max<int64_t>(kg16, 1)) / 4 * 4);
-  nb = std::min(nb, std::max<int64_t>(4, (n / (2 * threads) + 3) / 4 * 4));
+  int64_t nb = std::max<int64_t>(align, (32768 / std::max<int64_t>(ld, 1)) / align * align);
+  nb = std::min(nb, std::max<int64_t>(align, (n / (2 * threads) + align - 1) / align * align));
   const int64_t blocks = (n + nb - 1) / nb;
   cpu::parallel_for(0, blocks, [&](int64_t b_lo, int64_t b_hi) {
-    std::vector<float> tile(static_cast<size_t>(nb * kg16));
+    DazOff daz_off;
+    std::vector<float> tile(static_cast<size_t>(nb * ld));
     std::vector<float> parts(static_cast<size_t>(groups * m * nb));  // [groups][m][nb]
     for (int64_t b = b_lo; b < b_hi; ++b) {
       const int64_t j0 = b * nb, rows = std::min(nb, n - j0);
       for (int64_t g = 0; g < groups; ++g) {
         float* acc = parts.data() + g * m * nb;
-        decode_scaled_tile(w.data + j0 * k + g * kg, k, kg, rows, kg16, tile.data());
-        gemm_avx2::dot_block(a.data() + g * kg, k, m, tile.data(), kg16, rows, kg, acc, nb);
+        decode(g, j0, rows, tile.data());
+        gemm_avx2::dot_block(a.data() + g * kg, k, m, tile.data(), ld, rows, kg, acc, nb);
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < rows; ++j) acc[i * nb + j] *= 256.0f;
       }
@@ -181,6 +204,15 @@ OCTET_AVX2 void gemm(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detai
         sink.emit(w, i, j0, j0 + rows, parts.data() + i * nb, m * nb);
     }
   }, m * n * k >= 262144);
+}
+
+// m > 1, row-major: blocks of 4 rows, the tile decoded by decode_scaled_tile.
+OCTET_AVX2 void gemm(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detail::Sink& sink,
+                     int64_t m) {
+  const int64_t k = w.k, kg = k / w.k_groups, kg16 = (kg + 15) / 16 * 16;
+  gemm_tiles(qa, w, sink, m, kg16, 4, [&](int64_t g, int64_t j0, int64_t rows, float* tile) {
+    decode_scaled_tile(w.data + j0 * k + g * kg, k, kg, rows, kg16, tile);
+  });
 }
 
 // --- Rows8x32 (fp8_layout.h): the same sums, read as one sequential stream ---------------
@@ -207,24 +239,6 @@ OCTET_AVX2 inline void widen_chunk(__m256i c, __m256* v) {
   v[2] = _mm256_castsi256_ps(_mm256_slli_epi32(odd, 16));
   v[3] = _mm256_castsi256_ps(_mm256_and_si256(odd, top));
 }
-
-// FP32 subnormals in flight (the widened codes): DAZ, which -ffast-math start-up code and some
-// libraries set, would read them as zero, so it is cleared for the kernel's span on its thread.
-class DazOff {
- public:
-  DazOff() : saved_(_mm_getcsr()) {
-    if (saved_ & kDaz) _mm_setcsr(saved_ & ~kDaz);
-  }
-  ~DazOff() {
-    if (saved_ & kDaz) _mm_setcsr(saved_);
-  }
-  DazOff(const DazOff&) = delete;
-  DazOff& operator=(const DazOff&) = delete;
-
- private:
-  static constexpr unsigned kDaz = 0x40u;
-  unsigned saved_;
-};
 
 // x: [groups, chunks * 32] = qa's groups decoded, * 2^112, zero-padded per group.
 OCTET_AVX2 std::vector<float> scaled_activation(const uint8_t* qa, int64_t groups, int64_t kg,
@@ -301,36 +315,14 @@ OCTET_AVX2 void decode_rows8x32_tile(const Fp8WeightView& w, int64_t g, int64_t 
   }
 }
 
-// m > 1 on Rows8x32: gemm's blocks (a multiple of 8 rows) and sums, the tile from the stream.
+// m > 1 on Rows8x32: gemm's sums, blocks of 8 rows, the tile widened from the stream.
 OCTET_AVX2 void gemm_rows8x32(const uint8_t* qa, const Fp8WeightView& w,
                               const w8a8_detail::Sink& sink, int64_t m) {
-  const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
-  const int64_t chunks = (kg + kPackChunk - 1) / kPackChunk, kg32 = chunks * kPackChunk;
-  std::vector<float> a(static_cast<size_t>(m * k));
-  cpu::parallel_for_each(0, m, [&](int64_t i) {
-    fp8_decode_avx2(DType::FP8_E4M3, qa + i * k, a.data() + i * k, static_cast<size_t>(k));
-  }, m * k >= 65536);
-  const int threads = cpu::parallel_width();
-  int64_t nb = std::max<int64_t>(8, (32768 / std::max<int64_t>(kg32, 1)) / 8 * 8);
-  nb = std::min(nb, std::max<int64_t>(8, (n / (2 * threads) + 7) / 8 * 8));
-  const int64_t blocks = (n + nb - 1) / nb;
-  cpu::parallel_for(0, blocks, [&](int64_t b_lo, int64_t b_hi) {
-    DazOff daz_off;
-    std::vector<float> tile(static_cast<size_t>(nb * kg32));
-    std::vector<float> parts(static_cast<size_t>(groups * m * nb));  // [groups][m][nb]
-    for (int64_t b = b_lo; b < b_hi; ++b) {
-      const int64_t j0 = b * nb, rows = std::min(nb, n - j0);
-      for (int64_t g = 0; g < groups; ++g) {
-        float* acc = parts.data() + g * m * nb;
-        decode_rows8x32_tile(w, g, chunks, j0, rows, tile.data());
-        gemm_avx2::dot_block(a.data() + g * kg, k, m, tile.data(), kg32, rows, kg, acc, nb);
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < rows; ++j) acc[i * nb + j] *= 256.0f;
-      }
-      for (int64_t i = 0; i < m; ++i)
-        sink.emit(w, i, j0, j0 + rows, parts.data() + i * nb, m * nb);
-    }
-  }, m * n * k >= 262144);
+  const int64_t kg = w.k / w.k_groups, chunks = (kg + kPackChunk - 1) / kPackChunk;
+  gemm_tiles(qa, w, sink, m, chunks * kPackChunk, kPackRows,
+             [&](int64_t g, int64_t j0, int64_t rows, float* tile) {
+               decode_rows8x32_tile(w, g, chunks, j0, rows, tile);
+             });
 }
 
 // Per-token quantization of rows [0, m): amax (NaN ignored: MAXPS returns its second operand,

@@ -4,6 +4,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "fp8_test_values.h"
@@ -17,6 +18,18 @@
 #endif
 
 namespace octet_test {
+
+/// count random E4M3 codes, every code but NaN (0x7F / 0xFF) alike: zeros, subnormals and
+/// +-448 included (the W8A8 kernels do not accept NaN codes).
+inline std::vector<uint8_t> random_finite_e4m3(std::mt19937& rng, int64_t count) {
+  std::vector<uint8_t> codes(static_cast<size_t>(count));
+  for (auto& c : codes) {
+    do {
+      c = static_cast<uint8_t>(rng() & 0xFF);
+    } while ((c & 0x7F) == 0x7F);
+  }
+  return codes;
+}
 
 struct Fp8FormatCase {
   octet::DType format;

@@ -15,22 +15,13 @@
 #include <random>
 #include <vector>
 
+#include "fp8_test_support.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/w8a8.h"
 
 using namespace octet;
 
 namespace {
-
-std::vector<uint8_t> random_codes(std::mt19937& rng, int64_t count) {
-  std::vector<uint8_t> codes(static_cast<size_t>(count));
-  for (auto& c : codes) {
-    do {
-      c = static_cast<uint8_t>(rng() & 0xFF);
-    } while ((c & 0x7F) == 0x7F);  // no NaN codes
-  }
-  return codes;
-}
 
 struct Path {
   W8A8Path path;
@@ -62,8 +53,8 @@ TEST_CASE("w8a8 k parts: fused, partials + combine and TP shards agree bit for b
   for (const Path& path : available_paths()) {
     for (const Case& c : kCases) {
       CAPTURE(path.name, c.m, c.n, c.k, c.groups);
-      const auto qa = random_codes(rng, c.m * c.k);
-      const auto qw = random_codes(rng, c.n * c.k);
+      const auto qa = octet_test::random_finite_e4m3(rng, c.m * c.k);
+      const auto qw = octet_test::random_finite_e4m3(rng, c.n * c.k);
       std::vector<float> sa(c.m), sw(c.n), bias(c.n);
       std::uniform_real_distribution<float> ds(1e-3f, 1e-2f), db(-2, 2);
       for (float& v : sa) v = ds(rng);
@@ -134,8 +125,8 @@ TEST_CASE("w8a8 k parts: the reference adds each part from zero, then the parts 
   // somewhere (the order matters, so the equality above is not vacuous).
   std::mt19937 rng(7);
   const int64_t m = 3, n = 5, k = 96, groups = 3;
-  const auto qa = random_codes(rng, m * k);
-  const auto qw = random_codes(rng, n * k);
+  const auto qa = octet_test::random_finite_e4m3(rng, m * k);
+  const auto qw = octet_test::random_finite_e4m3(rng, n * k);
   std::vector<float> sa(m, 0.01f), sw(n, 0.02f);
   const Fp8WeightView w{qw.data(), sw.data(), ScaleGranularity::PerRow, n, k, groups};
   std::vector<float> y_ref(m * n), y_scalar(m * n);

@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "fp8_test_support.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/w8a8.h"
 
@@ -22,16 +23,6 @@ using namespace octet;
 namespace {
 
 constexpr double kU = 0x1p-24;
-
-std::vector<uint8_t> random_codes(std::mt19937& rng, int64_t count) {
-  std::vector<uint8_t> codes(static_cast<size_t>(count));
-  for (auto& c : codes) {
-    do {
-      c = static_cast<uint8_t>(rng() & 0xFF);
-    } while ((c & 0x7F) == 0x7F);  // no NaN codes (linear_w8a8 does not accept them)
-  }
-  return codes;
-}
 
 std::vector<float> random_scales(std::mt19937& rng, int64_t count) {
   std::uniform_real_distribution<float> d(-12.0f, -2.0f);
@@ -50,8 +41,8 @@ struct Case {
 void check_against_reference(LinearFn fn, const char* path, const Case& c, ScaleGranularity wg,
                              ScaleGranularity ag, bool with_bias, uint32_t seed) {
   std::mt19937 rng(seed);
-  const auto qa = random_codes(rng, c.m * c.k);
-  const auto qw = random_codes(rng, c.n * c.k);
+  const auto qa = octet_test::random_finite_e4m3(rng, c.m * c.k);
+  const auto qw = octet_test::random_finite_e4m3(rng, c.n * c.k);
   const auto sa = random_scales(rng, ag == ScaleGranularity::PerRow ? c.m : 1);
   const auto sw = random_scales(rng, wg == ScaleGranularity::PerRow ? c.n : 1);
   std::vector<float> bias(static_cast<size_t>(c.n));

@@ -23,16 +23,6 @@ using namespace octet;
 
 namespace {
 
-std::vector<uint8_t> random_codes(std::mt19937& rng, int64_t count) {
-  std::vector<uint8_t> codes(static_cast<size_t>(count));
-  for (auto& c : codes) {
-    do {
-      c = static_cast<uint8_t>(rng() & 0xFF);
-    } while ((c & 0x7F) == 0x7F);  // every code but NaN: zeros, subnormals, +-448 included
-  }
-  return codes;
-}
-
 void require_avx2() {
   if (!fp8_avx2_available()) {
     std::cout << "SKIPPED: this CPU lacks AVX2+FMA+F16C\n";
@@ -129,7 +119,8 @@ TEST_CASE("rows8x32: the avx2 path gives the row-major bits", "[w8a8][rows8x32][
   std::mt19937 rng(2828);
   for (const auto& c : cases) {
     INFO("m " << c.m << " n " << c.n << " k " << c.k << " parts " << c.groups);
-    const auto qa = random_codes(rng, c.m * c.k), qw = random_codes(rng, c.n * c.k);
+    const auto qa = octet_test::random_finite_e4m3(rng, c.m * c.k);
+    const auto qw = octet_test::random_finite_e4m3(rng, c.n * c.k);
     std::vector<float> sa(static_cast<size_t>(c.m)), sw(static_cast<size_t>(c.n));
     for (auto& s : sa) s = 0.001f * static_cast<float>(1 + rng() % 1000);
     for (auto& s : sw) s = 0.0001f * static_cast<float>(1 + rng() % 1000);
@@ -159,7 +150,7 @@ TEST_CASE("rows8x32: subnormal weight codes exact under DAZ and FTZ", "[w8a8][ro
   std::vector<uint8_t> qw(n * k);
   for (auto& c : qw) c = static_cast<uint8_t>((rng() % 8) | (rng() % 2 ? 0x80 : 0));
   for (int64_t m : {1, 3}) {
-    const auto qa = random_codes(rng, m * k);
+    const auto qa = octet_test::random_finite_e4m3(rng, m * k);
     const std::vector<float> sa(static_cast<size_t>(m), 1.0f), sw(n, 1.0f);
     const auto plain = avx2_linear(qa, sa, qw, sw, m, n, k, 1, Fp8Layout::RowMajor);
     std::vector<float> packed;
@@ -185,7 +176,7 @@ TEST_CASE("rows8x32: the cpu backend packs FP8 weights for the avx2 path", "[w8a
   auto be = make_cpu_backend();
   const int64_t n = 12, k = 64;
   std::mt19937 rng(3);
-  const auto qw = random_codes(rng, n * k);
+  const auto qw = octet_test::random_finite_e4m3(rng, n * k);
   Fp8Layout layout = Fp8Layout::RowMajor;
   const Buffer b = be->upload_fp8_weight(qw.data(), n, k, 2, &layout);
   CHECK(layout == w8a8_preferred_layout());
