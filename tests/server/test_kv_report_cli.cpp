@@ -13,6 +13,11 @@ namespace {
 
 const std::string kStories = std::string(OCTET_TEST_MODELS_DIR) + "/stories260K.gguf";
 
+// `octet kv-report --model stories260K.gguf ARGS`.
+octet::testing::RunResult kv_report(const std::string& args) {
+  return octet::testing::run_octet("kv-report --model " + kStories + " " + args);
+}
+
 }  // namespace
 
 TEST_CASE("kv-report --text: a huge --max-tokens reads a bounded prefix", "[cli]") {
@@ -43,29 +48,25 @@ TEST_CASE("kv-report --text: a device or directory is refused, not read", "[cli]
 
 TEST_CASE("kv-report --builtin-text and --kv-cache-dtype-skip-layers", "[cli]") {
   // The built-in calibration text stands in for --text; giving both, or neither, is refused.
-  octet::testing::RunResult r = octet::testing::run_octet(
-      "kv-report --model " + kStories +
-      " --builtin-text --max-tokens 48 --formats fp8_e4m3 --sources unit --json");
+  octet::testing::RunResult r =
+      kv_report("--builtin-text --max-tokens 48 --formats fp8_e4m3 --sources unit --json");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Catch::Contains("\"tokens\":48"));
   CHECK_THAT(r.output, Catch::Contains("\"layer_window\":[0,0,0,0,0]"));
-  r = octet::testing::run_octet("kv-report --model " + kStories +
-                                " --builtin-text --text /usr/share/common-licenses/GPL-3");
+  r = kv_report("--builtin-text --text /usr/share/common-licenses/GPL-3");
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.output, Catch::Contains("--text and --builtin-text"));
-  r = octet::testing::run_octet("kv-report --model " + kStories);
+  r = kv_report("");
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.output, Catch::Contains("--builtin-text"));
   // The serve flag's spelling, checked before the model loads; layer 1 of stories260K's 5 kept
   // in bf16 makes a second row.
-  r = octet::testing::run_octet("kv-report --model " + kStories +
-                                " --builtin-text --kv-cache-dtype-skip-layers windows");
+  r = kv_report("--builtin-text --kv-cache-dtype-skip-layers windows");
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.output, Catch::Contains("--kv-cache-dtype-skip-layers 'windows'"));
-  r = octet::testing::run_octet(
-      "kv-report --model " + kStories +
-      " --builtin-text --max-tokens 48 --formats fp8_e4m3 --sources unit"
+  r = kv_report(
+      "--builtin-text --max-tokens 48 --formats fp8_e4m3 --sources unit"
       " --kv-cache-dtype-skip-layers 1");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -73,9 +74,9 @@ TEST_CASE("kv-report --builtin-text and --kv-cache-dtype-skip-layers", "[cli]") 
   CHECK_THAT(r.output, Catch::Contains("(layers 1 in bf16)"));
   // No window layer: sliding_window selects nothing, which is an error rather than a copy of
   // the unskipped row.
-  r = octet::testing::run_octet("kv-report --model " + kStories +
-                                " --builtin-text --max-tokens 48 --formats fp8_e4m3 --sources "
-                                "unit --kv-cache-dtype-skip-layers sliding_window");
+  r = kv_report(
+      "--builtin-text --max-tokens 48 --formats fp8_e4m3 --sources unit"
+      " --kv-cache-dtype-skip-layers sliding_window");
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.output, Catch::Contains("selects no layer"));
 }
