@@ -32,6 +32,8 @@ std::string kernel_benchmark_table(int64_t m_max) { return run_kernel_benchmark(
 
 double read_bandwidth_gbs() { return measure_read_bandwidth_gbs(); }
 
+std::string cpu_w8a8_kernel() { return cpu_w8a8_kernel_name(); }
+
 DeviceBandwidth device_bandwidth(const std::string& device) {
   const bool cuda = resolve_device(device).rfind("cuda", 0) == 0;
   return {measure_device_bandwidth_gbs(device), cuda ? "d2d_copy_read_write" : "cpu_read"};

@@ -13,8 +13,11 @@ class Engine;
 /// The W8A8 vs FP32 kernel table for SmolLM2's linear shapes (kernels/kernel_bench.h).
 std::string kernel_benchmark_table(int64_t m_max);
 
-/// Measured memory read bandwidth, GB/s (256 MiB streamed by 2 threads, best of 10).
+/// Measured memory read bandwidth, GB/s (256 MiB read by the kernels' threads, best of 10).
 double read_bandwidth_gbs();
+
+/// The CPU's W8A8 kernel, as the start-up log's device line names it (kernels/cpu/w8a8.h).
+std::string cpu_w8a8_kernel();
 
 /// `octet bench kernels --device D --json`: the device figures of kernels/kernel_bench.h
 /// (measure_kernel_figures) as one JSON object, keys in docs/benchmarks.md ("Device figures").

@@ -27,6 +27,9 @@ std::string run_kernel_benchmark(int64_t m_max);
 /// with AVX2), best of 10 (the floor a memory-bound decode step is measured against).
 double measure_read_bandwidth_gbs();
 
+/// The W8A8 kernel the CPU backend runs on this CPU (kernels/cpu/w8a8.h w8a8_kernel_name).
+std::string cpu_w8a8_kernel_name();
+
 /// A measured figure, or the reason there is none (printed "n/a (reason)"; never an estimate).
 struct Figure {
   double value = 0.0;

@@ -12,6 +12,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/common/half.h"
+#include "kernels/cpu/w8a8.h"
 #include "kernels/kernel_bench.h"
 #if defined(OCTET_HAVE_CUDA)
 #include "kernels/cuda/kernel_figures.h"
@@ -386,6 +387,8 @@ KernelFigures measure_kernel_figures(const std::string& device) {
   time_attention(*be, sizes, f);
   return f;
 }
+
+std::string cpu_w8a8_kernel_name() { return w8a8_kernel_name(); }
 
 double measure_device_bandwidth_gbs(const std::string& device) {
   const std::string resolved = resolve_device(device);

@@ -177,7 +177,8 @@ who = "octet fp8" + ("" if os.environ["HEAD"] == "bf16" else " lm_head fp8")
 print(json.dumps({"who": who, "round": int(os.environ["ROUND"]), "secs": int(os.environ["SECS"]),
                   "prefill": j["prefill_tokens_per_second"], "decode": j["decode_tokens_per_second"],
                   "bw": j["read_bandwidth_gbs"], "floor": j["decode_floor_tokens_per_second"],
-                  "frac": j["fraction_of_floor"], "step_bytes": j["decode_bytes_per_step"]}))' \
+                  "frac": j["fraction_of_floor"], "step_bytes": j["decode_bytes_per_step"],
+                  "kernel": j.get("cpu_w8a8_kernel", "")}))' \
     < "$out.json" | tee -a "$results"
 }
 run_llama() {  # GGUF ROUND
@@ -257,6 +258,9 @@ print()
 print("CPU: %s" % e["CPU"])
 print("ISA: %s" % e["ISA"])
 octet_runs = [r for w, rs in kern.items() if w.startswith("octet") for r in rs]
+kernels = sorted({r.get("kernel", "") for r in octet_runs} - {""})
+if kernels:
+    print("octet's CPU W8A8 kernel: %s" % ", ".join(kernels))
 bw = None
 if octet_runs:
     bw = med(octet_runs, "bw")

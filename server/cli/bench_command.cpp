@@ -130,10 +130,13 @@ int run_bench_latency(int argc, const char* const* argv) {
     j["itl_ms"] = itl_ms;
     j["itl_floor_ms"] = floor_ms;
     j["itl_over_floor"] = itl_ms / floor_ms;
+    if (bandwidth.source == "cpu_read") j["cpu_w8a8_kernel"] = cpu_w8a8_kernel();
     if (cfg.json) {
       std::cout << j.dump() << "\n";
     } else {
       std::printf("model %s (%s)\n", cfg.model.c_str(), best.linear_format.c_str());
+      if (bandwidth.source == "cpu_read")
+        std::printf("CPU W8A8 kernel: %s\n", cpu_w8a8_kernel().c_str());
       std::printf("prefill %4lld tokens: %8.1f tokens/s\n", (long long)best.input_len,
                   best.prefill_tokens_per_second);
       std::printf("decode  %4lld tokens: %8.1f tokens/s  (floor %.1f tokens/s = %.1f GB/s / "

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_run.h"
+#include "kernels/cpu/w8a8.h"
 #include "test_model_paths.h"
 
 namespace {
@@ -197,6 +198,8 @@ TEST_CASE("bench latency --json: the ITL and its bytes / bandwidth floor", "[ben
                             "itl_floor_ms", "itl_over_floor"})
       require_figure(j, key);
     CHECK(j.at("bandwidth_source") == "cpu_read");
+    // The CPU's W8A8 kernel, named as the start-up log names it.
+    CHECK(j.value("cpu_w8a8_kernel", "") == octet::w8a8_kernel_name());
     CHECK(j.at("input_len") == 16);
     CHECK(j.at("output_len") == 8);
     // tiny-llama: 2 layers x (K, V) x 2 KV heads x head_dim 16 x 2 bytes (bf16) or 1 (fp8)
