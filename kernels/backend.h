@@ -181,6 +181,15 @@ class Backend {
                            ScaleGranularity a_granularity, int64_t m, const WeightRef& w,
                            float* y) = 0;
 
+  /// linear_w8a8 of one input for `count` weights (q/k/v, gate/up): ys[i] = linear_w8a8(qa,
+  /// a_scale, a_granularity, m, ws[i]) bit for bit. A backend may run them as one kernel (the
+  /// CPU's AVX2 GEMV: one thread-team hand-off); the default calls linear_w8a8 per weight.
+  virtual void linear_w8a8_multi(const uint8_t* qa, const float* a_scale,
+                                 ScaleGranularity a_granularity, int64_t m, const WeightRef* ws,
+                                 float* const* ys, int count) {
+    for (int i = 0; i < count; ++i) linear_w8a8(qa, a_scale, a_granularity, m, ws[i], ys[i]);
+  }
+
   /// The raw FP32 part sums of linear_w8a8 (no scales, no bias), for a row-parallel layer
   /// whose parts are all-gathered across ranks: acc: [w.k_groups, m, n], acc[g, i, j] = sum over
   /// inputs [g * k / G, (g + 1) * k / G) of fp32(qa[i, t]) * fp32(qw[j, t]), computed exactly as

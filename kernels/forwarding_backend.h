@@ -68,6 +68,10 @@ class ForwardingBackend : public Backend {
                    const WeightRef& w, float* y) override {
     in_->linear_w8a8(qa, as, g, m, w, y);
   }
+  void linear_w8a8_multi(const uint8_t* qa, const float* as, ScaleGranularity g, int64_t m,
+                         const WeightRef* ws, float* const* ys, int count) override {
+    in_->linear_w8a8_multi(qa, as, g, m, ws, ys, count);
+  }
   void linear_w8a8_partials(const uint8_t* qa, int64_t m, const WeightRef& w,
                             float* acc) override {
     in_->linear_w8a8_partials(qa, m, w, acc);

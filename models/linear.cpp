@@ -83,6 +83,23 @@ void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int
   }
 }
 
+void linear_forward_multi(Backend& backend, const LinearWeight* const* ws, int count,
+                          const float* x, int64_t m, float* const* ys, uint8_t* qa,
+                          float* a_scale) {
+  bool one_call = count > 1;
+  for (int i = 0; i < count && one_call; ++i)
+    one_call = ws[i]->format == DType::FP8_E4M3 && !ws[i]->static_input &&
+               ws[i]->in_features == ws[0]->in_features;
+  if (!one_call) {
+    for (int i = 0; i < count; ++i) linear_forward(backend, *ws[i], x, m, ys[i], qa, a_scale);
+    return;
+  }
+  backend.quantize_fp8_dynamic(x, m, ws[0]->in_features, nullptr, qa, a_scale);
+  std::vector<WeightRef> refs;
+  for (int i = 0; i < count; ++i) refs.push_back(ws[i]->ref());
+  backend.linear_w8a8_multi(qa, a_scale, ScaleGranularity::PerRow, m, refs.data(), ys, count);
+}
+
 void linear_forward_row_parallel(Backend& backend, Communicator& comm, const LinearWeight& w,
                                  const float* x, int64_t m, float* y, uint8_t* qa,
                                  float* a_scale, const RowParallelScratch& scratch) {

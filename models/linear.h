@@ -66,6 +66,13 @@ Buffer upload_f32(Backend& backend, const std::vector<float>& v);
 void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int64_t m,
                     float* y, uint8_t* qa, float* a_scale);
 
+/// linear_forward of one input x for `count` weights (q/k/v, gate/up): ys[i] = linear_forward(
+/// *ws[i], x) bit for bit. FP8 weights with dynamic activations and equal in_features quantize
+/// x once and run as one Backend::linear_w8a8_multi call; otherwise one linear_forward each.
+void linear_forward_multi(Backend& backend, const LinearWeight* const* ws, int count,
+                          const float* x, int64_t m, float* const* ys, uint8_t* qa,
+                          float* a_scale);
+
 /// Scratch of a row-parallel FP8 layer at world size > 1 (backend memory, caller-owned):
 /// amax: [m]; partials: [w.k_groups, m, out]; gathered: [world * w.k_groups, m, out].
 struct RowParallelScratch {

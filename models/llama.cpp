@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <stdexcept>
 
 #include <spdlog/spdlog.h>
@@ -351,6 +352,13 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
   const auto linear = [&](const LinearWeight& w, const float* in, int64_t m, float* out) {
     linear_forward(be, w, in, m, out, act.qa.as<uint8_t>(), act.a_scale.as<float>());
   };
+  // Several column-parallel linears of one input (q/k/v, gate/up): one quantization of it and,
+  // where the backend can, one kernel (the same outputs as one linear call each).
+  const auto linears = [&](std::initializer_list<const LinearWeight*> ws, const float* in,
+                           int64_t m, std::initializer_list<float*> outs) {
+    linear_forward_multi(be, ws.begin(), static_cast<int>(ws.size()), in, m, outs.begin(),
+                         act.qa.as<uint8_t>(), act.a_scale.as<float>());
+  };
   // Row-parallel (input this rank's columns): partial sums all-reduced over the ranks.
   const auto linear_reduced = [&](const LinearWeight& w, const float* in, int64_t m, float* out) {
     linear_forward_row_parallel(be, comm, w, in, m, out, act.qa.as<uint8_t>(),
@@ -369,9 +377,7 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
     const LlamaLayerWeights& w = weights_.layers[layer];
     // x += the previous layer's MLP output (none before layer 0), then n = rms(x).
     be.rms_norm(x, delta, w.attn_norm.as<float>(), xn, n, h, eps);
-    linear(w.q_proj, xn, n, q);
-    linear(w.k_proj, xn, n, k);
-    linear(w.v_proj, xn, n, v);
+    linears({&w.q_proj, &w.k_proj, &w.v_proj}, xn, n, {q, k, v});
     // qr, kr: the q and k that RoPE rotates (after the per-head q/k norms when the model has them).
     float *qr = q, *kr = k;
     if (c.qk_norm) {  // per head: rows [n * heads, head_dim]
@@ -407,8 +413,7 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
       return act.post.as<float>();
     };
     be.rms_norm(x, post_norm(w.post_attn_norm), w.ffn_norm.as<float>(), xn, n, h, eps);
-    linear(w.gate_proj, xn, n, gate);  // h = x + attn above; xn = rms(h)
-    linear(w.up_proj, xn, n, up);
+    linears({&w.gate_proj, &w.up_proj}, xn, n, {gate, up});  // h = x + attn above; xn = rms(h)
     if (gelu)
       be.gelu_tanh_mul(gate, up, gate, n, ffn);
     else

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "kernels/common/check.h"
 #include "kernels/cpu/fp8.h"
@@ -155,6 +156,18 @@ class CpuBackend final : public Backend {
   void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                    int64_t m, const WeightRef& w, float* y) override {
     octet::linear_w8a8(qa, a_scale, a_granularity, fp8_view(w, "linear_w8a8"), w.bias, y, m);
+  }
+
+  void linear_w8a8_multi(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
+                         int64_t m, const WeightRef* ws, float* const* ys, int count) override {
+    std::vector<Fp8WeightView> views;
+    std::vector<const float*> biases;
+    for (int i = 0; i < count; ++i) {
+      views.push_back(fp8_view(ws[i], "linear_w8a8_multi"));
+      biases.push_back(ws[i].bias);
+    }
+    octet::linear_w8a8_multi(qa, a_scale, a_granularity, views.data(), biases.data(), ys, count,
+                             m);
   }
 
   void linear_w8a8_partials(const uint8_t* qa, int64_t m, const WeightRef& w,

@@ -199,13 +199,17 @@ struct Scratch {
   float* Ah(int64_t kvh) { return A.data() + kvh * group * hdp; }
 };
 
-// A work item covers all KV heads of one query row (so a thread reads whole cache slots, not a
-// third of each): either all its partitions, folded in the item, or one partition of a split
-// row, whose partials are kept and folded after all items ran.
+// A work item covers KV heads [kvh_lo, kvh_hi) of one query row: all of them (so a thread
+// reads whole cache slots, not a third of each), or one each when there are fewer items than
+// twice the threads (batch-1 decode: one row of one partition would run on one thread); either
+// all its partitions, folded in the item, or one partition of a split row, whose partials are
+// kept and folded after all items ran. Each (row, KV head) is computed the same way whichever
+// item holds it.
 struct Item {
   int64_t row;
   int64_t j;     // partition index (absolute) for a split row; -1: the whole row
   int64_t slot;  // split rows: index of the kept partial
+  int64_t kvh_lo = 0, kvh_hi = 0;
 };
 
 void run(const Context& x) {
@@ -235,6 +239,15 @@ void run(const Context& x) {
     }
   }
   first_slot.push_back(slots);
+  if (static_cast<int64_t>(items.size()) < 2 * threads && nkv > 1) {
+    std::vector<Item> per_head;
+    for (const Item& it : items)
+      for (int64_t kvh = 0; kvh < nkv; ++kvh)
+        per_head.push_back({it.row, it.j, it.slot, kvh, kvh + 1});
+    items.swap(per_head);
+  } else {
+    for (Item& it : items) it.kvh_hi = nkv;
+  }
   // Kept partials: [slot, kvh, group] for m and l, [slot, kvh, group, hdp] for acc.
   const int64_t per_slot = nkv * group;
   std::vector<float> pm(slots * per_slot), pl(slots * per_slot), pacc(slots * per_slot * hdp);
@@ -245,11 +258,11 @@ void run(const Context& x) {
     for (int64_t i = lo; i < hi; ++i) {
       const Item& it = items[i];
       const Row& row = x.rows[it.row];
-      for (int64_t kvh = 0; kvh < nkv; ++kvh) x.prepare_q(it.row, kvh, s.q(kvh));
+      for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; ++kvh) x.prepare_q(it.row, kvh, s.q(kvh));
       int64_t begin, end;
       if (it.j >= 0) {
         partition_range(row, it.j, &begin, &end);
-        for (int64_t kvh = 0; kvh < nkv; ++kvh) {
+        for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; ++kvh) {
           const int64_t o = it.slot * per_slot + kvh * group;
           x.kernel.partial(x.args(it.row, kvh, s.q(kvh), begin, end), s.work.data(), &pm[o],
                            &pl[o], &pacc[o * hdp]);
@@ -259,7 +272,7 @@ void run(const Context& x) {
       const int64_t j0 = first_partition(row), nj = num_partitions(row);
       for (int64_t j = j0; j < j0 + nj; ++j) {
         partition_range(row, j, &begin, &end);
-        for (int64_t kvh = 0; kvh < nkv; ++kvh) {
+        for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; ++kvh) {
           const bool first = j == j0;
           x.kernel.partial(x.args(it.row, kvh, s.q(kvh), begin, end), s.work.data(),
                            first ? s.Mh(kvh) : s.m.data(), first ? s.Lh(kvh) : s.l.data(),
@@ -269,7 +282,8 @@ void run(const Context& x) {
                  hdp);
         }
       }
-      for (int64_t kvh = 0; kvh < nkv; ++kvh) x.finish(it.row, kvh, s.Lh(kvh), s.Ah(kvh));
+      for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; ++kvh)
+        x.finish(it.row, kvh, s.Lh(kvh), s.Ah(kvh));
     }
   }, threads > 1);
   // Split rows: fold the kept partials of each (row, KV head) in partition order.

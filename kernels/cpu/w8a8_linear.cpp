@@ -251,6 +251,26 @@ void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_gra
   run_fused(dispatch(W8A8Path::Auto), qa, a_scale, a_granularity, w, bias, y, m);
 }
 
+void linear_w8a8_multi(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
+                       const Fp8WeightView* ws, const float* const* biases, float* const* ys,
+                       int count, int64_t m) {
+  if (count < 0 || (count > 0 && (ws == nullptr || biases == nullptr || ys == nullptr)))
+    fail("bad weight list");
+  if (m == 1 && count > 1 && w8a8_auto_path() == W8A8Path::Avx2) {
+    std::vector<Sink> sinks;
+    bool empty = false;
+    for (int i = 0; i < count; ++i) {
+      check_args(qa, ws[i], m);
+      check_fused(a_scale, ws[i], ys[i], m);
+      empty = empty || ws[i].n == 0;
+      sinks.push_back(fused_sink(a_scale, a_granularity, biases[i], ys[i], m));
+    }
+    if (!empty && w8a8_detail::run_avx2_gemv_multi(qa, ws, sinks.data(), count)) return;
+  }
+  for (int i = 0; i < count; ++i)
+    linear_w8a8(qa, a_scale, a_granularity, ws[i], biases[i], ys[i], m);
+}
+
 void linear_w8a8_partials(const uint8_t* qa, const Fp8WeightView& w, float* acc, int64_t m,
                           W8A8Path path) {
   check_args(qa, w, m);

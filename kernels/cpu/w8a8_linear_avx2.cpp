@@ -276,23 +276,39 @@ OCTET_AVX2 inline void gemv_block8(const uint8_t* codes, int64_t chunks, const f
   _mm_storeu_ps(out + 4, _mm_mul_ps(hsum4(acc[4], acc[5], acc[6], acc[7]), s256));
 }
 
-OCTET_AVX2 void gemv_rows8x32(const uint8_t* qa, const Fp8WeightView& w,
-                              const w8a8_detail::Sink& sink) {
-  const int64_t n = w.n, groups = w.k_groups, kg = w.k / groups;
+// m == 1 for `count` weights of the same input (k and k parts equal): their blocks of 8 rows
+// in one parallel loop (one thread-team hand-off), each computed as gemv_rows8x32 alone would.
+OCTET_AVX2 void gemv_rows8x32_multi(const uint8_t* qa, const Fp8WeightView* ws,
+                                    const w8a8_detail::Sink* sinks, int count) {
+  const int64_t groups = ws[0].k_groups, kg = ws[0].k / groups;
   const int64_t chunks = (kg + kPackChunk - 1) / kPackChunk, kg32 = chunks * kPackChunk;
   const std::vector<float> x = scaled_activation(qa, groups, kg, kg32);
-  const int64_t blocks = (n + kPackRows - 1) / kPackRows;
-  cpu::parallel_for(0, blocks, [&](int64_t b_lo, int64_t b_hi) {
+  std::vector<int64_t> first(static_cast<size_t>(count) + 1, 0);  // first block of weight i
+  int64_t rows = 0;
+  for (int i = 0; i < count; ++i) {
+    first[i + 1] = first[i] + (ws[i].n + kPackRows - 1) / kPackRows;
+    rows += ws[i].n;
+  }
+  cpu::parallel_for(0, first[count], [&](int64_t b_lo, int64_t b_hi) {
     DazOff daz_off;
     std::vector<float> parts(static_cast<size_t>(groups * kPackRows));
-    for (int64_t b = b_lo; b < b_hi; ++b) {
+    int i = static_cast<int>(std::upper_bound(first.begin(), first.end(), b_lo) - first.begin()) - 1;
+    for (int64_t gb = b_lo; gb < b_hi; ++gb) {
+      while (gb >= first[i + 1]) ++i;
+      const Fp8WeightView& w = ws[i];
+      const int64_t b = gb - first[i];
       for (int64_t g = 0; g < groups; ++g)
         gemv_block8(w.data + (b * groups + g) * chunks * kPackBlock, chunks,
                     x.data() + g * kg32, parts.data() + g * kPackRows);
       const int64_t j0 = b * kPackRows;
-      sink.emit(w, 0, j0, std::min(n, j0 + kPackRows), parts.data(), kPackRows);
+      sinks[i].emit(w, 0, j0, std::min(w.n, j0 + kPackRows), parts.data(), kPackRows);
     }
-  }, n * w.k >= 131072);
+  }, rows * ws[0].k >= 131072);
+}
+
+OCTET_AVX2 void gemv_rows8x32(const uint8_t* qa, const Fp8WeightView& w,
+                              const w8a8_detail::Sink& sink) {
+  gemv_rows8x32_multi(qa, &w, &sink, 1);
 }
 
 // Rows [j0, j0 + rows) (j0 a multiple of 8) of part g -> tile: FP32 of value * 2^-8, row
@@ -375,6 +391,17 @@ void w8a8_detail::run_avx2(const uint8_t* qa, const Fp8WeightView& w,
   }
 }
 
+bool w8a8_detail::run_avx2_gemv_multi(const uint8_t* qa, const Fp8WeightView* ws,
+                                       const w8a8_detail::Sink* sinks, int count) {
+  if (!fp8_avx2_available()) die_without_avx2("linear_w8a8_multi");
+  for (int i = 0; i < count; ++i)
+    if (ws[i].layout != Fp8Layout::Rows8x32 || ws[i].k != ws[0].k ||
+        ws[i].k_groups != ws[0].k_groups)
+      return false;
+  gemv_rows8x32_multi(qa, ws, sinks, count);
+  return true;
+}
+
 void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, const float* amax,
                                   uint8_t* q, float* scale) {
   if (!fp8_avx2_available()) die_without_avx2(__func__);
@@ -386,6 +413,10 @@ void quantize_per_token_e4m3_avx2(const float* x, int64_t m, int64_t k, const fl
 void w8a8_detail::run_avx2(const uint8_t*, const Fp8WeightView&, const w8a8_detail::Sink&,
                            int64_t) {
   die_without_avx2("linear_w8a8_avx2");
+}
+bool w8a8_detail::run_avx2_gemv_multi(const uint8_t*, const Fp8WeightView*,
+                                       const w8a8_detail::Sink*, int) {
+  die_without_avx2("linear_w8a8_multi");
 }
 void quantize_per_token_e4m3_avx2(const float*, int64_t, int64_t, const float*, uint8_t*,
                                   float*) {

@@ -2,7 +2,9 @@
 //  - the packed bytes sit where the layout's documented formula puts them (two by hand);
 //  - the AVX2 path on packed weights gives the row-major AVX2 path's bits, fused and as part
 //    sums, for GEMV and GEMM, k tails, padding rows, k parts, subnormal codes and under DAZ/FTZ;
-//  - the CPU backend packs what it uploads when the AVX2 path runs.
+//  - the CPU backend packs what it uploads when the AVX2 path runs;
+//  - linear_w8a8_multi (several weights of one input in one parallel loop) gives each weight's
+//    own bits.
 // The layout tests run everywhere; the kernel tests exit 77 (skipped) without AVX2.
 #include <catch2/catch.hpp>
 
@@ -140,6 +142,101 @@ TEST_CASE("rows8x32: the avx2 path gives the row-major bits", "[w8a8][rows8x32][
       CHECK(same_bits(one, std::vector<float>(pk.begin(), pk.begin() + c.n)));
     }
   }
+}
+
+// linear_w8a8_multi (q/k/v, gate/up of one input): on the AVX2 path at m == 1 all weights' rows
+// run in one parallel loop; each output must be the weight's own linear_w8a8 bits (and near
+// the reference), with biases, per-tensor scales, padding rows and k parts; a weight of another
+// k, and m > 1, take one call each.
+TEST_CASE("linear_w8a8_multi: each weight's own bits in one call", "[w8a8][rows8x32][avx2]") {
+  require_avx2();
+  std::mt19937 rng(2929);
+  const Fp8Layout layout = w8a8_preferred_layout();
+  for (int64_t groups : {1, 3}) {
+    for (int64_t m : {1, 2}) {
+      const int64_t k = 96;
+      const int64_t ns[] = {40, 13, 8, 1};
+      struct Owned {
+        std::vector<uint8_t> codes, data;
+        std::vector<float> scale, bias;
+      };
+      std::vector<Owned> own(4);
+      std::vector<Fp8WeightView> views;
+      std::vector<const float*> biases;
+      for (int i = 0; i < 4; ++i) {
+        const int64_t n = ns[i];
+        Owned& o = own[i];
+        o.codes = octet_test::random_finite_e4m3(rng, n * k);
+        o.data.assign(static_cast<size_t>(fp8_weight_bytes(layout, n, k, groups)), 0);
+        pack_fp8_weight(layout, o.codes.data(), n, k, groups, o.data.data());
+        o.scale.resize(i == 1 ? 1 : static_cast<size_t>(n));  // weight 1: per-tensor
+        for (auto& s : o.scale) s = 0.0001f * static_cast<float>(1 + rng() % 1000);
+        if (i != 2) {  // weight 2: no bias
+          o.bias.resize(static_cast<size_t>(n));
+          for (auto& b : o.bias) b = 0.01f * static_cast<float>(static_cast<int>(rng() % 200) - 100);
+        }
+        views.push_back({o.data.data(), o.scale.data(),
+                         i == 1 ? ScaleGranularity::PerTensor : ScaleGranularity::PerRow, n, k,
+                         groups, layout});
+        biases.push_back(o.bias.empty() ? nullptr : o.bias.data());
+      }
+      const auto qa = octet_test::random_finite_e4m3(rng, m * k);
+      std::vector<float> sa(static_cast<size_t>(m));
+      for (auto& s : sa) s = 0.001f * static_cast<float>(1 + rng() % 1000);
+      std::vector<std::vector<float>> got(4), want(4), ref(4);
+      std::vector<float*> ys;
+      for (int i = 0; i < 4; ++i) {
+        got[i].assign(static_cast<size_t>(m * ns[i]), -7.0f);
+        ys.push_back(got[i].data());
+      }
+      linear_w8a8_multi(qa.data(), sa.data(), ScaleGranularity::PerRow, views.data(),
+                        biases.data(), ys.data(), 4, m);
+      for (int i = 0; i < 4; ++i) {
+        INFO("parts " << groups << " m " << m << " weight " << i);
+        want[i].assign(static_cast<size_t>(m * ns[i]), -9.0f);
+        linear_w8a8(qa.data(), sa.data(), ScaleGranularity::PerRow, views[i], biases[i],
+                    want[i].data(), m);
+        CHECK(same_bits(got[i], want[i]));
+        // And the reference's value (row-major codes), within FP32 summation-order error.
+        Fp8WeightView rm = views[i];
+        rm.data = own[i].codes.data();
+        rm.layout = Fp8Layout::RowMajor;
+        ref[i].assign(static_cast<size_t>(m * ns[i]), 0.0f);
+        ref::linear_w8a8(qa.data(), sa.data(), ScaleGranularity::PerRow, rm, biases[i],
+                         ref[i].data(), m);
+        for (size_t j = 0; j < ref[i].size(); ++j)
+          CHECK(got[i][j] == Approx(ref[i][j]).epsilon(1e-4).margin(1e-4));
+      }
+    }
+  }
+}
+
+TEST_CASE("linear_w8a8_multi: a row-major weight among packed ones takes its own call",
+          "[w8a8][rows8x32][avx2]") {
+  require_avx2();
+  if (w8a8_preferred_layout() != Fp8Layout::Rows8x32) return;  // AVX-512: every call is its own
+  std::mt19937 rng(3030);
+  const int64_t n = 24, k = 64;
+  const auto qa = octet_test::random_finite_e4m3(rng, k);
+  const auto c0 = octet_test::random_finite_e4m3(rng, n * k);
+  const auto c1 = octet_test::random_finite_e4m3(rng, n * k);
+  std::vector<uint8_t> p0(static_cast<size_t>(fp8_rows8x32_bytes(n, k, 1)));
+  pack_fp8_rows8x32(c0.data(), n, k, 1, p0.data());
+  const std::vector<float> sw(static_cast<size_t>(n), 0.01f), sa(1, 0.02f);
+  const Fp8WeightView ws[] = {
+      {p0.data(), sw.data(), ScaleGranularity::PerRow, n, k, 1, Fp8Layout::Rows8x32},
+      {c1.data(), sw.data(), ScaleGranularity::PerRow, n, k, 1, Fp8Layout::RowMajor}};
+  const float* biases[] = {nullptr, nullptr};
+  std::vector<float> g0(n), g1(n), w0(n), w1(n);
+  float* ys[] = {g0.data(), g1.data()};
+  linear_w8a8_multi(qa.data(), sa.data(), ScaleGranularity::PerRow, ws, biases, ys, 2, 1);
+  linear_w8a8(qa.data(), sa.data(), ScaleGranularity::PerRow, ws[0], nullptr, w0.data(), 1);
+  linear_w8a8(qa.data(), sa.data(), ScaleGranularity::PerRow, ws[1], nullptr, w1.data(), 1);
+  CHECK(same_bits(g0, w0));
+  CHECK(same_bits(g1, w1));
+  bool any_nonzero = false;
+  for (float v : g1) any_nonzero = any_nonzero || v != 0.0f;
+  CHECK(any_nonzero);
 }
 
 TEST_CASE("rows8x32: subnormal weight codes exact under DAZ and FTZ", "[w8a8][rows8x32][avx2]") {
