@@ -49,7 +49,9 @@ OCTET_AVX2 inline __m256 e4m3x8(__m128i codes8) {  // codes in the low 8 bytes
   return _mm256_or_ps(f, _mm256_castsi256_ps(nan));
 }
 
-OCTET_AVX2 void decode_row(DType dtype, const uint8_t* p, int64_t n, float* out) {
+// The cache's dtype is a template argument throughout: no per-row or per-vector dispatch.
+template <DType dtype>
+OCTET_AVX2 inline void decode_row(const uint8_t* p, int64_t n, float* out) {
   int64_t i = 0;
   switch (dtype) {
     case DType::F32: std::memcpy(out, p, 4 * n); break;
@@ -96,7 +98,8 @@ OCTET_AVX2 inline __m256 hsum8x8(const float* v) {
 }
 
 // 8 cached values at p, exact.
-OCTET_AVX2 inline __m256 decode8(DType dtype, const uint8_t* p) {
+template <DType dtype>
+OCTET_AVX2 inline __m256 decode8(const uint8_t* p) {
   switch (dtype) {
     case DType::F32: return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
     case DType::BF16:
@@ -113,32 +116,45 @@ OCTET_AVX2 inline __m256 decode8(DType dtype, const uint8_t* p) {
   return _mm256_setzero_ps();
 }
 
+// Tokens ahead that the kernel prefetches (the offsets array holds kPartitionTokens + 32).
+constexpr int64_t kAhead = 32;
+
+// Every cache line of a row of `bytes` bytes at p (a K or V head row: 128 bytes for BF16 at
+// head_dim 64, two or three lines).
+template <int Hint>
+OCTET_AVX2 inline void prefetch_row(const uint8_t* p, int64_t bytes) {
+  for (int64_t b = 0; b < bytes; b += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p + b), static_cast<_mm_hint>(Hint));
+  _mm_prefetch(reinterpret_cast<const char*>(p + bytes - 1), static_cast<_mm_hint>(Hint));
+}
+
 // 16 cached values from element e of a row (fewer than 16 left: zero-padded), exact.
-OCTET_AVX2 inline void decode16(DType dtype, const uint8_t* row, int64_t e, int64_t hd,
-                                __m256* f) {
+template <DType dtype>
+OCTET_AVX2 inline void decode16(const uint8_t* row, int64_t e, int64_t hd, __m256* f) {
   const int64_t bytes = dtype_bytes(dtype);
   if (e + 16 <= hd) {
-    f[0] = decode8(dtype, row + e * bytes);
-    f[1] = decode8(dtype, row + (e + 8) * bytes);
+    f[0] = decode8<dtype>(row + e * bytes);
+    f[1] = decode8<dtype>(row + (e + 8) * bytes);
     return;
   }
   alignas(32) float tmp[16] = {};
-  decode_row(dtype, row + e * bytes, hd - e, tmp);
+  decode_row<dtype>(row + e * bytes, hd - e, tmp);
   f[0] = _mm256_load_ps(tmp);
   f[1] = _mm256_load_ps(tmp + 8);
 }
 
 // acc[g][e .. e + 16) = sum_t p[g][t] v_t[e .. e + 16) for GB heads (p, acc at the first).
-template <int GB>
+template <DType D, int GB>
 OCTET_AVX2 void v_chunk(const PartialArgs& a, const int64_t* offsets, int64_t n, int64_t e,
                         const float* p, int64_t hdp, float* acc) {
   __m256 s[GB][2];
   for (int g = 0; g < GB; ++g) s[g][0] = s[g][1] = _mm256_setzero_ps();
   const int64_t bytes = dtype_bytes(a.dtype);
   for (int64_t t = 0; t < n; ++t) {
-    _mm_prefetch(reinterpret_cast<const char*>(a.v + offsets[t + 16] + e * bytes), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(a.v + offsets[t + kAhead] + e * bytes),
+                 _MM_HINT_T0);
     __m256 f[2];
-    decode16(a.dtype, a.v + offsets[t], e, a.head_dim, f);
+    decode16<D>(a.v + offsets[t], e, a.head_dim, f);
     for (int g = 0; g < GB; ++g) {
       const __m256 pg = _mm256_broadcast_ss(p + g * kPartitionTokens + t);
       s[g][0] = _mm256_fmadd_ps(pg, f[0], s[g][0]);
@@ -151,8 +167,9 @@ OCTET_AVX2 void v_chunk(const PartialArgs& a, const int64_t* offsets, int64_t n,
   }
 }
 
-OCTET_AVX2 void partial_avx2(const PartialArgs& a, float* scratch, float* m, float* l,
-                             float* acc) {
+template <DType D>
+OCTET_AVX2 void partial_t(const PartialArgs& a, float* scratch, float* m, float* l,
+                          float* acc) {
   const int64_t hd = a.head_dim, hdp = padded_head_dim(hd), G = a.num_q_heads;
   const int64_t hd8 = (hd + 7) / 8 * 8;
   const int64_t n = a.end - a.begin;
@@ -166,15 +183,16 @@ OCTET_AVX2 void partial_avx2(const PartialArgs& a, float* scratch, float* m, flo
     offsets[t] = (a.block_table[bi] * a.block_size + off) * a.slot_stride;
     if (++off == a.block_size) off = 0, ++bi;
   }
-  for (int64_t t = n; t < n + 16; ++t) offsets[t] = offsets[n - 1];  // prefetched past the end
+  for (int64_t t = n; t < n + kAhead; ++t) offsets[t] = offsets[n - 1];  // prefetched past the end
+  const int64_t row_bytes = hd * dtype_bytes(D);
 
   // Scores: q . k per token and head, 8-lane partial sums reduced 8 tokens at a time.
   for (int64_t t0 = 0; t0 < n; t0 += 8) {
     const int64_t cnt = std::min<int64_t>(8, n - t0);
     for (int64_t i = 0; i < cnt; ++i) {
-      _mm_prefetch(reinterpret_cast<const char*>(a.k + offsets[t0 + i + 16]), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(a.v + offsets[t0 + i + 16]), _MM_HINT_T1);
-      decode_row(a.dtype, a.k + offsets[t0 + i], hd, row);
+      prefetch_row<_MM_HINT_T0>(a.k + offsets[t0 + i + kAhead], row_bytes);
+      prefetch_row<_MM_HINT_T1>(a.v + offsets[t0 + i + kAhead], row_bytes);
+      decode_row<D>(a.k + offsets[t0 + i], hd, row);
       for (int64_t g = 0; g < G; ++g) {
         const float* qg = a.q + g * hdp;
         __m256 acc0 = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(row));
@@ -220,12 +238,23 @@ OCTET_AVX2 void partial_avx2(const PartialArgs& a, float* scratch, float* m, flo
       const float* p = scores + g0 * kPartitionTokens;
       float* ag = acc + g0 * hdp;
       switch (std::min<int64_t>(4, G - g0)) {
-        case 1: v_chunk<1>(a, offsets, n, e, p, hdp, ag); break;
-        case 2: v_chunk<2>(a, offsets, n, e, p, hdp, ag); break;
-        case 3: v_chunk<3>(a, offsets, n, e, p, hdp, ag); break;
-        default: v_chunk<4>(a, offsets, n, e, p, hdp, ag); break;
+        case 1: v_chunk<D, 1>(a, offsets, n, e, p, hdp, ag); break;
+        case 2: v_chunk<D, 2>(a, offsets, n, e, p, hdp, ag); break;
+        case 3: v_chunk<D, 3>(a, offsets, n, e, p, hdp, ag); break;
+        default: v_chunk<D, 4>(a, offsets, n, e, p, hdp, ag); break;
       }
     }
+  }
+}
+
+void partial_avx2(const PartialArgs& a, float* scratch, float* m, float* l, float* acc) {
+  switch (a.dtype) {
+    case DType::F32: return partial_t<DType::F32>(a, scratch, m, l, acc);
+    case DType::BF16: return partial_t<DType::BF16>(a, scratch, m, l, acc);
+    case DType::F16: return partial_t<DType::F16>(a, scratch, m, l, acc);
+    case DType::FP8_E4M3: return partial_t<DType::FP8_E4M3>(a, scratch, m, l, acc);
+    case DType::FP8_E5M2: return partial_t<DType::FP8_E5M2>(a, scratch, m, l, acc);
+    default: OCTET_CHECK(false, "paged attention: cache dtype ", dtype_name(a.dtype));
   }
 }
 
