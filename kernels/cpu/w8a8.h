@@ -110,10 +110,9 @@ W8A8Path w8a8_auto_path();
 Fp8Layout w8a8_preferred_layout();
 const char* w8a8_kernel_name();
 
-
 /// linear_w8a8 of one input qa for `count` weights (q/k/v, gate/up: same k): ys[i] = the
 /// linear_w8a8 output of ws[i] with biases[i] (null for none), bit for bit. On the AVX2 path at
-/// m == 1 with Rows8x32 weights of equal k and k_groups, all rows run in one parallel loop (one
+/// m <= 4 with Rows8x32 weights of equal k and k_groups, all rows run in one parallel loop (one
 /// thread-team hand-off instead of `count`); otherwise one linear_w8a8 call each.
 void linear_w8a8_multi(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                        const Fp8WeightView* ws, const float* const* biases, float* const* ys,

@@ -52,9 +52,10 @@ inline float row_scale(const float* a_scale, ScaleGranularity g, int64_t i) {
 void run_scalar(const uint8_t* qa, const Fp8WeightView& w, const Sink& sink, int64_t m);
 void run_avx2(const uint8_t* qa, const Fp8WeightView& w, const Sink& sink, int64_t m);
 void run_avx512(const uint8_t* qa, const Fp8WeightView& w, const Sink& sink, int64_t m);
-/// m == 1 over `count` weights of one input in one parallel loop, each output as run_avx2
-/// gives it; false (nothing run) unless every weight is Rows8x32 with the same k and k_groups.
+/// Small m (1-4) over `count` weights of one input in one parallel loop, each output as
+/// run_avx2 gives it; false (nothing run) for a larger m or unless every weight is Rows8x32
+/// with the same k and k_groups.
 bool run_avx2_gemv_multi(const uint8_t* qa, const Fp8WeightView* ws, const Sink* sinks,
-                         int count);
+                         int count, int64_t m);
 
 }  // namespace octet::w8a8_detail

@@ -256,7 +256,7 @@ void linear_w8a8_multi(const uint8_t* qa, const float* a_scale, ScaleGranularity
                        int count, int64_t m) {
   if (count < 0 || (count > 0 && (ws == nullptr || biases == nullptr || ys == nullptr)))
     fail("bad weight list");
-  if (m == 1 && count > 1 && w8a8_auto_path() == W8A8Path::Avx2) {
+  if (m >= 1 && count > 1 && w8a8_auto_path() == W8A8Path::Avx2) {
     std::vector<Sink> sinks;
     bool empty = false;
     for (int i = 0; i < count; ++i) {
@@ -265,7 +265,7 @@ void linear_w8a8_multi(const uint8_t* qa, const float* a_scale, ScaleGranularity
       empty = empty || ws[i].n == 0;
       sinks.push_back(fused_sink(a_scale, a_granularity, biases[i], ys[i], m));
     }
-    if (!empty && w8a8_detail::run_avx2_gemv_multi(qa, ws, sinks.data(), count)) return;
+    if (!empty && w8a8_detail::run_avx2_gemv_multi(qa, ws, sinks.data(), count, m)) return;
   }
   for (int i = 0; i < count; ++i)
     linear_w8a8(qa, a_scale, a_granularity, ws[i], biases[i], ys[i], m);

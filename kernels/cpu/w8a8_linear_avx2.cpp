@@ -7,8 +7,9 @@
 // accumulator, acc = FMA(x[t..t+8), w[t..t+8), acc) for t = 0, 8, 16, ... (the last chunk
 // zero-padded or masked, which adds exact zeros), the lanes summed by hsum4, * 256, then the
 // shared epilogue. Two shapes of work compute it:
-//  * GEMV (m == 1, decode): memory bound. Each weight byte is read once and decoded in
-//    registers; 4 weight rows share each activation load.
+//  * GEMV (m == 1, decode; m <= 4 on Rows8x32 weights, batched decode): memory bound. Each
+//    weight byte is read once and decoded in registers; 4 (row-major) or 8 (Rows8x32) weight
+//    rows share each activation load, and up to 4 activation rows each widened code.
 //  * GEMM (m > 1, prefill and batched decode): activations decoded once to FP32, each block of
 //    weight rows decoded once into a per-thread FP32 tile (value * 2^-8, as above) and reused
 //    for all m rows (3 x 4 register tile, ops_gemm_avx2.h, which accumulates in the same
@@ -252,13 +253,14 @@ OCTET_AVX2 std::vector<float> scaled_activation(const uint8_t* qa, int64_t group
   return x;
 }
 
+// A GEMV's software prefetch: 8 chunks (2 KiB) ahead in the block's stream (8 rows x 32
+// codes each); past the block's end it reads the next block, which this thread computes next.
+// (Zen 3, SmolLM2-135M's linears from DRAM: 4 chunks 21-27 GB/s, 8 chunks 27-30, 16 26-31.)
+constexpr int64_t kPrefetch = 8 * kPackBlock;
+
 // out[r] = the sum of gemv_rows<1> for the block's 8 rows over one part (chunks of 32 codes).
 OCTET_AVX2 inline void gemv_block8(const uint8_t* codes, int64_t chunks, const float* x,
                                    float* out) {
-  // Ahead by 8 chunks (2 KiB) of the block's stream (8 rows x 32 codes each): past the block's
-  // end it reads the next block, which this thread computes next. (Zen 3, SmolLM2-135M's
-  // linears from DRAM: 4 chunks 21-27 GB/s, 8 chunks 27-30, 16 chunks 26-31.)
-  constexpr int64_t kPrefetch = 8 * kPackBlock;
   __m256 acc[kPackRows];
   for (auto& a : acc) a = _mm256_setzero_ps();
   for (int64_t c = 0; c < chunks; ++c, codes += kPackBlock, x += kPackChunk) {
@@ -277,13 +279,74 @@ OCTET_AVX2 inline void gemv_block8(const uint8_t* codes, int64_t chunks, const f
   _mm_storeu_ps(out + 4, _mm_mul_ps(hsum4(acc[4], acc[5], acc[6], acc[7]), s256));
 }
 
-// m == 1 for `count` weights of the same input (k and k parts equal): their blocks of 8 rows
-// in one parallel loop (one thread-team hand-off), each computed as gemv_rows8x32 alone would.
+// gemv_block8 for MR activation rows (x: MR rows, stride ldx): out[i * 8 + r]. The block's 8
+// weight rows in passes of RG (MR x RG chains in registers; passes after the first read the
+// block's codes from L1), each (input row, weight row) chain exactly gemv_block8's.
+template <int MR, int RG>
+OCTET_AVX2 inline void gemv_block8_rows(const uint8_t* codes, int64_t chunks, const float* x,
+                                        int64_t ldx, float* out) {
+  const __m128 s256 = _mm_set1_ps(256.0f);
+  const __m256 z = _mm256_setzero_ps();
+  for (int r0 = 0; r0 < kPackRows; r0 += RG) {
+    __m256 acc[MR][RG];
+    for (int i = 0; i < MR; ++i)
+      for (int r = 0; r < RG; ++r) acc[i][r] = z;
+    const uint8_t* cp = codes;
+    for (int64_t c = 0; c < chunks; ++c, cp += kPackBlock) {
+      if (r0 == 0)
+        for (int64_t p = 0; p < kPackBlock; p += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(cp + kPrefetch + p), _MM_HINT_T0);
+      for (int r = 0; r < RG; ++r) {
+        __m256 v[4];
+        widen_chunk(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + (r0 + r) * kPackChunk)), v);
+        for (int i = 0; i < MR; ++i)
+          for (int q = 0; q < 4; ++q)
+            acc[i][r] = _mm256_fmadd_ps(v[q], _mm256_loadu_ps(x + i * ldx + c * kPackChunk + 8 * q),
+                                        acc[i][r]);
+      }
+    }
+    for (int i = 0; i < MR; ++i)
+      for (int r = 0; r < RG; r += 4) {
+        alignas(16) float s[4];
+        _mm_store_ps(s, _mm_mul_ps(hsum4(acc[i][r], RG > 1 ? acc[i][(r + 1) % RG] : z,
+                                         RG > 2 ? acc[i][(r + 2) % RG] : z,
+                                         RG > 3 ? acc[i][(r + 3) % RG] : z),
+                                   s256));
+        for (int q = 0; q < 4 && r + q < RG; ++q) out[i * kPackRows + r0 + r + q] = s[q];
+      }
+  }
+}
+
+// One part's sums of one block for m <= 4 rows (x: the part's inputs of row 0, rows ldx
+// apart): parts[i * 8 + r].
+OCTET_AVX2 inline void gemv_block(const uint8_t* codes, int64_t chunks, const float* x,
+                                  int64_t ldx, int64_t m, float* parts) {
+  switch (m) {
+    case 1: gemv_block8(codes, chunks, x, parts); break;
+    case 2: gemv_block8_rows<2, 4>(codes, chunks, x, ldx, parts); break;
+    case 3: gemv_block8_rows<3, 2>(codes, chunks, x, ldx, parts); break;
+    default: gemv_block8_rows<4, 2>(codes, chunks, x, ldx, parts); break;
+  }
+}
+
+// The largest m that reads weights as a GEMV stream (m rows per pass over each block's codes)
+// instead of the GEMM's FP32 tiles.
+constexpr int64_t kGemvMaxRows = 4;
+
+// m <= kGemvMaxRows rows for `count` weights of the same input (k and k parts equal): their
+// blocks of 8 rows in one parallel loop (one thread-team hand-off), each computed as
+// gemv_rows8x32 alone would.
 OCTET_AVX2 void gemv_rows8x32_multi(const uint8_t* qa, const Fp8WeightView* ws,
-                                    const w8a8_detail::Sink* sinks, int count) {
-  const int64_t groups = ws[0].k_groups, kg = ws[0].k / groups;
+                                    const w8a8_detail::Sink* sinks, int count, int64_t m) {
+  const int64_t k = ws[0].k, groups = ws[0].k_groups, kg = k / groups;
   const int64_t chunks = (kg + kPackChunk - 1) / kPackChunk, kg32 = chunks * kPackChunk;
-  const std::vector<float> x = scaled_activation(qa, groups, kg, kg32);
+  const int64_t ldx = groups * kg32;
+  std::vector<float> x;  // [m][groups][kg32]
+  for (int64_t i = 0; i < m; ++i) {
+    const std::vector<float> xi = scaled_activation(qa + i * k, groups, kg, kg32);
+    x.insert(x.end(), xi.begin(), xi.end());
+  }
   std::vector<int64_t> first(static_cast<size_t>(count) + 1, 0);  // first block of weight i
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) {
@@ -292,24 +355,27 @@ OCTET_AVX2 void gemv_rows8x32_multi(const uint8_t* qa, const Fp8WeightView* ws,
   }
   cpu::parallel_for(0, first[count], [&](int64_t b_lo, int64_t b_hi) {
     DazOff daz_off;
-    std::vector<float> parts(static_cast<size_t>(groups * kPackRows));
+    // [groups][m][8]: part g of row i's 8 outputs.
+    std::vector<float> parts(static_cast<size_t>(groups * m * kPackRows));
     int i = static_cast<int>(std::upper_bound(first.begin(), first.end(), b_lo) - first.begin()) - 1;
     for (int64_t gb = b_lo; gb < b_hi; ++gb) {
       while (gb >= first[i + 1]) ++i;
       const Fp8WeightView& w = ws[i];
       const int64_t b = gb - first[i];
       for (int64_t g = 0; g < groups; ++g)
-        gemv_block8(w.data + (b * groups + g) * chunks * kPackBlock, chunks,
-                    x.data() + g * kg32, parts.data() + g * kPackRows);
+        gemv_block(w.data + (b * groups + g) * chunks * kPackBlock, chunks, x.data() + g * kg32,
+                   ldx, m, parts.data() + g * m * kPackRows);
       const int64_t j0 = b * kPackRows;
-      sinks[i].emit(w, 0, j0, std::min(w.n, j0 + kPackRows), parts.data(), kPackRows);
+      for (int64_t r = 0; r < m; ++r)
+        sinks[i].emit(w, r, j0, std::min(w.n, j0 + kPackRows), parts.data() + r * kPackRows,
+                      m * kPackRows);
     }
-  }, rows * ws[0].k >= 131072);
+  }, m * rows * k >= 131072);
 }
 
 OCTET_AVX2 void gemv_rows8x32(const uint8_t* qa, const Fp8WeightView& w,
-                              const w8a8_detail::Sink& sink) {
-  gemv_rows8x32_multi(qa, &w, &sink, 1);
+                              const w8a8_detail::Sink& sink, int64_t m) {
+  gemv_rows8x32_multi(qa, &w, &sink, 1, m);
 }
 
 // Rows [j0, j0 + rows) (j0 a multiple of 8) of part g -> tile: FP32 of value * 2^-8, row
@@ -385,21 +451,24 @@ void w8a8_detail::run_avx2(const uint8_t* qa, const Fp8WeightView& w,
                            const w8a8_detail::Sink& sink, int64_t m) {
   if (!fp8_avx2_available()) die_without_avx2("linear_w8a8_avx2");
   const bool packed = w.layout == Fp8Layout::Rows8x32;
-  if (m == 1) {
-    packed ? gemv_rows8x32(qa, w, sink) : gemv(qa, w, sink);
+  if (packed && m <= kGemvMaxRows) {
+    gemv_rows8x32(qa, w, sink, m);
+  } else if (m == 1) {
+    gemv(qa, w, sink);
   } else {
     packed ? gemm_rows8x32(qa, w, sink, m) : gemm(qa, w, sink, m);
   }
 }
 
 bool w8a8_detail::run_avx2_gemv_multi(const uint8_t* qa, const Fp8WeightView* ws,
-                                       const w8a8_detail::Sink* sinks, int count) {
+                                       const w8a8_detail::Sink* sinks, int count, int64_t m) {
   if (!fp8_avx2_available()) die_without_avx2("linear_w8a8_multi");
+  if (m < 1 || m > kGemvMaxRows) return false;
   for (int i = 0; i < count; ++i)
     if (ws[i].layout != Fp8Layout::Rows8x32 || ws[i].k != ws[0].k ||
         ws[i].k_groups != ws[0].k_groups)
       return false;
-  gemv_rows8x32_multi(qa, ws, sinks, count);
+  gemv_rows8x32_multi(qa, ws, sinks, count, m);
   return true;
 }
 
@@ -416,7 +485,7 @@ void w8a8_detail::run_avx2(const uint8_t*, const Fp8WeightView&, const w8a8_deta
   die_without_avx2("linear_w8a8_avx2");
 }
 bool w8a8_detail::run_avx2_gemv_multi(const uint8_t*, const Fp8WeightView*,
-                                       const w8a8_detail::Sink*, int) {
+                                       const w8a8_detail::Sink*, int, int64_t) {
   die_without_avx2("linear_w8a8_multi");
 }
 void quantize_per_token_e4m3_avx2(const float*, int64_t, int64_t, const float*, uint8_t*,

@@ -153,7 +153,7 @@ TEST_CASE("linear_w8a8_multi: each weight's own bits in one call", "[w8a8][rows8
   std::mt19937 rng(2929);
   const Fp8Layout layout = w8a8_preferred_layout();
   for (int64_t groups : {1, 3}) {
-    for (int64_t m : {1, 2}) {
+    for (int64_t m : {1, 2, 3, 4, 5}) {  // GEMV blocks of 1-4 rows, then the GEMM
       const int64_t k = 96;
       const int64_t ns[] = {40, 13, 8, 1};
       struct Owned {
