@@ -120,12 +120,11 @@ OCTET_AVX2 inline __m256 decode8(const uint8_t* p) {
 constexpr int64_t kAhead = 32;
 
 // Every cache line of a row of `bytes` bytes at p (a K or V head row: 128 bytes for BF16 at
-// head_dim 64, two or three lines).
-template <int Hint>
+// head_dim 64, two or three lines). Locality as __builtin_prefetch's: 3 = T0, 2 = T1.
+template <int Locality>
 OCTET_AVX2 inline void prefetch_row(const uint8_t* p, int64_t bytes) {
-  for (int64_t b = 0; b < bytes; b += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(p + b), static_cast<_mm_hint>(Hint));
-  _mm_prefetch(reinterpret_cast<const char*>(p + bytes - 1), static_cast<_mm_hint>(Hint));
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, Locality);
+  __builtin_prefetch(p + bytes - 1, 0, Locality);
 }
 
 // 16 cached values from element e of a row (fewer than 16 left: zero-padded), exact.
@@ -190,8 +189,8 @@ OCTET_AVX2 void partial_t(const PartialArgs& a, float* scratch, float* m, float*
   for (int64_t t0 = 0; t0 < n; t0 += 8) {
     const int64_t cnt = std::min<int64_t>(8, n - t0);
     for (int64_t i = 0; i < cnt; ++i) {
-      prefetch_row<_MM_HINT_T0>(a.k + offsets[t0 + i + kAhead], row_bytes);
-      prefetch_row<_MM_HINT_T1>(a.v + offsets[t0 + i + kAhead], row_bytes);
+      prefetch_row<3>(a.k + offsets[t0 + i + kAhead], row_bytes);  // T0
+      prefetch_row<2>(a.v + offsets[t0 + i + kAhead], row_bytes);  // T1
       decode_row<D>(a.k + offsets[t0 + i], hd, row);
       for (int64_t g = 0; g < G; ++g) {
         const float* qg = a.q + g * hdp;

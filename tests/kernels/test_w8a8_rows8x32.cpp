@@ -211,6 +211,52 @@ TEST_CASE("linear_w8a8_multi: each weight's own bits in one call", "[w8a8][rows8
   }
 }
 
+// Weights big enough for the parallel loop (its chunks start inside a weight), and weights
+// whose k parts differ (one call each): every output is the weight's own linear_w8a8 bits.
+TEST_CASE("linear_w8a8_multi: parallel chunks and mixed k parts", "[w8a8][rows8x32][avx2]") {
+  require_avx2();
+  std::mt19937 rng(3131);
+  const Fp8Layout layout = w8a8_preferred_layout();
+  struct Shape {
+    int64_t k;
+    std::vector<int64_t> ns, groups;
+  };
+  const Shape shapes[] = {{576, {1024, 256, 256}, {1, 1, 1}}, {576, {1536, 1536}, {3, 3}},
+                          {96, {40, 24}, {1, 3}}};
+  for (const Shape& sh : shapes) {
+    for (int64_t m : {1, 4}) {
+      const int count = static_cast<int>(sh.ns.size());
+      std::vector<std::vector<uint8_t>> data(count);
+      std::vector<std::vector<float>> scale(count), got(count);
+      std::vector<Fp8WeightView> views;
+      std::vector<float*> ys;
+      for (int i = 0; i < count; ++i) {
+        const int64_t n = sh.ns[i];
+        const auto codes = octet_test::random_finite_e4m3(rng, n * sh.k);
+        data[i].assign(static_cast<size_t>(fp8_weight_bytes(layout, n, sh.k, sh.groups[i])), 0);
+        pack_fp8_weight(layout, codes.data(), n, sh.k, sh.groups[i], data[i].data());
+        scale[i].assign(static_cast<size_t>(n), 0.003f);
+        views.push_back({data[i].data(), scale[i].data(), ScaleGranularity::PerRow, n, sh.k,
+                         sh.groups[i], layout});
+        got[i].assign(static_cast<size_t>(m * n), -7.0f);
+        ys.push_back(got[i].data());
+      }
+      const auto qa = octet_test::random_finite_e4m3(rng, m * sh.k);
+      const std::vector<float> sa(static_cast<size_t>(m), 0.05f);
+      const std::vector<const float*> biases(static_cast<size_t>(count), nullptr);
+      linear_w8a8_multi(qa.data(), sa.data(), ScaleGranularity::PerRow, views.data(),
+                        biases.data(), ys.data(), count, m);
+      for (int i = 0; i < count; ++i) {
+        INFO("k " << sh.k << " m " << m << " weight " << i);
+        std::vector<float> want(static_cast<size_t>(m * sh.ns[i]), -9.0f);
+        linear_w8a8(qa.data(), sa.data(), ScaleGranularity::PerRow, views[i], nullptr,
+                    want.data(), m);
+        CHECK(same_bits(got[i], want));
+      }
+    }
+  }
+}
+
 TEST_CASE("linear_w8a8_multi: a row-major weight among packed ones takes its own call",
           "[w8a8][rows8x32][avx2]") {
   require_avx2();
