@@ -241,16 +241,15 @@ OCTET_AVX2 inline void widen_chunk(__m256i c, __m256* v) {
   v[3] = _mm256_castsi256_ps(_mm256_and_si256(odd, top));
 }
 
-// x: [groups, chunks * 32] = qa's groups decoded, * 2^112, zero-padded per group.
-OCTET_AVX2 std::vector<float> scaled_activation(const uint8_t* qa, int64_t groups, int64_t kg,
-                                                int64_t kg32) {
-  std::vector<float> x(static_cast<size_t>(groups * kg32), 0.0f);
+// x: [groups, kg32] = one row of qa's groups decoded, * 2^112, zero-padded per group (x zeroed
+// by the caller).
+OCTET_AVX2 void scaled_activation(const uint8_t* qa, int64_t groups, int64_t kg, int64_t kg32,
+                                  float* x) {
   for (int64_t g = 0; g < groups; ++g) {
-    float* xg = x.data() + g * kg32;
+    float* xg = x + g * kg32;
     fp8_decode_avx2(DType::FP8_E4M3, qa + g * kg, xg, static_cast<size_t>(kg));
     for (int64_t t = 0; t < kg; ++t) xg[t] *= kTwoPow112;
   }
-  return x;
 }
 
 // A GEMV's software prefetch: 8 chunks (2 KiB) ahead in the block's stream (8 rows x 32
@@ -258,30 +257,10 @@ OCTET_AVX2 std::vector<float> scaled_activation(const uint8_t* qa, int64_t group
 // (Zen 3, SmolLM2-135M's linears from DRAM: 4 chunks 21-27 GB/s, 8 chunks 27-30, 16 26-31.)
 constexpr int64_t kPrefetch = 8 * kPackBlock;
 
-// out[r] = the sum of gemv_rows<1> for the block's 8 rows over one part (chunks of 32 codes).
-OCTET_AVX2 inline void gemv_block8(const uint8_t* codes, int64_t chunks, const float* x,
-                                   float* out) {
-  __m256 acc[kPackRows];
-  for (auto& a : acc) a = _mm256_setzero_ps();
-  for (int64_t c = 0; c < chunks; ++c, codes += kPackBlock, x += kPackChunk) {
-    for (int64_t p = 0; p < kPackBlock; p += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(codes + kPrefetch + p), _MM_HINT_T0);
-    for (int r = 0; r < kPackRows; ++r) {
-      __m256 v[4];
-      widen_chunk(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * kPackChunk)),
-                  v);
-      for (int q = 0; q < 4; ++q)
-        acc[r] = _mm256_fmadd_ps(v[q], _mm256_loadu_ps(x + 8 * q), acc[r]);
-    }
-  }
-  const __m128 s256 = _mm_set1_ps(256.0f);
-  _mm_storeu_ps(out, _mm_mul_ps(hsum4(acc[0], acc[1], acc[2], acc[3]), s256));
-  _mm_storeu_ps(out + 4, _mm_mul_ps(hsum4(acc[4], acc[5], acc[6], acc[7]), s256));
-}
-
-// gemv_block8 for MR activation rows (x: MR rows, stride ldx): out[i * 8 + r]. The block's 8
-// weight rows in passes of RG (MR x RG chains in registers; passes after the first read the
-// block's codes from L1), each (input row, weight row) chain exactly gemv_block8's.
+// out[i * 8 + r] = the sum of gemv_rows<1> for input row i (x: MR rows, stride ldx) and the
+// block's weight row r over one part (chunks of 32 codes). The 8 weight rows in passes of RG
+// (MR x RG chains in registers; passes after the first read the block's codes from L1); each
+// chain is the same for every MR and RG.
 template <int MR, int RG>
 OCTET_AVX2 inline void gemv_block8_rows(const uint8_t* codes, int64_t chunks, const float* x,
                                         int64_t ldx, float* out) {
@@ -302,8 +281,8 @@ OCTET_AVX2 inline void gemv_block8_rows(const uint8_t* codes, int64_t chunks, co
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cp + (r0 + r) * kPackChunk)), v);
         for (int i = 0; i < MR; ++i)
           for (int q = 0; q < 4; ++q)
-            acc[i][r] = _mm256_fmadd_ps(v[q], _mm256_loadu_ps(x + i * ldx + c * kPackChunk + 8 * q),
-                                        acc[i][r]);
+            acc[i][r] = _mm256_fmadd_ps(
+                v[q], _mm256_loadu_ps(x + i * ldx + c * kPackChunk + 8 * q), acc[i][r]);
       }
     }
     for (int i = 0; i < MR; ++i)
@@ -323,7 +302,7 @@ OCTET_AVX2 inline void gemv_block8_rows(const uint8_t* codes, int64_t chunks, co
 OCTET_AVX2 inline void gemv_block(const uint8_t* codes, int64_t chunks, const float* x,
                                   int64_t ldx, int64_t m, float* parts) {
   switch (m) {
-    case 1: gemv_block8(codes, chunks, x, parts); break;
+    case 1: gemv_block8_rows<1, 8>(codes, chunks, x, ldx, parts); break;
     case 2: gemv_block8_rows<2, 4>(codes, chunks, x, ldx, parts); break;
     case 3: gemv_block8_rows<3, 2>(codes, chunks, x, ldx, parts); break;
     default: gemv_block8_rows<4, 2>(codes, chunks, x, ldx, parts); break;
@@ -342,11 +321,9 @@ OCTET_AVX2 void gemv_rows8x32_multi(const uint8_t* qa, const Fp8WeightView* ws,
   const int64_t k = ws[0].k, groups = ws[0].k_groups, kg = k / groups;
   const int64_t chunks = (kg + kPackChunk - 1) / kPackChunk, kg32 = chunks * kPackChunk;
   const int64_t ldx = groups * kg32;
-  std::vector<float> x;  // [m][groups][kg32]
-  for (int64_t i = 0; i < m; ++i) {
-    const std::vector<float> xi = scaled_activation(qa + i * k, groups, kg, kg32);
-    x.insert(x.end(), xi.begin(), xi.end());
-  }
+  std::vector<float> x(static_cast<size_t>(m * ldx), 0.0f);  // [m][groups][kg32]
+  for (int64_t i = 0; i < m; ++i)
+    scaled_activation(qa + i * k, groups, kg, kg32, x.data() + i * ldx);
   std::vector<int64_t> first(static_cast<size_t>(count) + 1, 0);  // first block of weight i
   int64_t rows = 0;
   for (int i = 0; i < count; ++i) {
@@ -357,7 +334,9 @@ OCTET_AVX2 void gemv_rows8x32_multi(const uint8_t* qa, const Fp8WeightView* ws,
     DazOff daz_off;
     // [groups][m][8]: part g of row i's 8 outputs.
     std::vector<float> parts(static_cast<size_t>(groups * m * kPackRows));
-    int i = static_cast<int>(std::upper_bound(first.begin(), first.end(), b_lo) - first.begin()) - 1;
+    // The weight holding block b_lo: the last i with first[i] <= b_lo.
+    int i = static_cast<int>(std::upper_bound(first.begin(), first.end(), b_lo) - first.begin());
+    --i;
     for (int64_t gb = b_lo; gb < b_hi; ++gb) {
       while (gb >= first[i + 1]) ++i;
       const Fp8WeightView& w = ws[i];

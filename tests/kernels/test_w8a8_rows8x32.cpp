@@ -173,7 +173,8 @@ TEST_CASE("linear_w8a8_multi: each weight's own bits in one call", "[w8a8][rows8
         for (auto& s : o.scale) s = 0.0001f * static_cast<float>(1 + rng() % 1000);
         if (i != 2) {  // weight 2: no bias
           o.bias.resize(static_cast<size_t>(n));
-          for (auto& b : o.bias) b = 0.01f * static_cast<float>(static_cast<int>(rng() % 200) - 100);
+          for (auto& b : o.bias)
+            b = 0.01f * static_cast<float>(static_cast<int>(rng() % 200) - 100);
         }
         views.push_back({o.data.data(), o.scale.data(),
                          i == 1 ? ScaleGranularity::PerTensor : ScaleGranularity::PerRow, n, k,
