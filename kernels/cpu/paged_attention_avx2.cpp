@@ -5,9 +5,11 @@
 //   E4M3: fp16 bits ((c & 0x7F) << 7) | ((c & 0x80) << 8) are the value times 2^-8 (normal and
 //         subnormal codes alike), so VCVTPH2PS and * 256; the NaN codes (0x7F, 0xFF) are OR-ed
 //         to all-ones (a NaN).
-// Scores: a K row is decoded to L1, FMA dot products with each query head, 8-lane partial sums
-// reduced 8 tokens at a time by one HADD tree. Weighted sum of V: 16 elements at a time, decoded
-// straight to registers, up to 4 heads of accumulators in registers. Natural lane order.
+// Scores: K rows decoded straight to registers (a row decoded to L1 when head_dim % 8 != 0),
+// FMA dot products with up to 4 query heads for 2-4 tokens side by side, 8-lane partial sums
+// reduced 8 tokens at a time by one HADD tree. Weighted sum of V: up to 64 elements at a time
+// for one head (32 for two, 16 for 3-4), decoded straight to registers, 8 chains side by side.
+// Every sum's order is fixed by the element and token indices alone. Natural lane order.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -142,28 +144,81 @@ OCTET_AVX2 inline void decode16(const uint8_t* row, int64_t e, int64_t hd, __m25
   f[1] = _mm256_load_ps(tmp + 8);
 }
 
-// acc[g][e .. e + 16) = sum_t p[g][t] v_t[e .. e + 16) for GB heads (p, acc at the first).
-template <DType D, int GB>
+// acc[g][e .. e + 8 NV) = sum_t p[g][t] v_t[e .. e + 8 NV) for GB heads (p, acc at the first),
+// each element's sum in token order. GB x NV chains side by side: one chain per element pair
+// would wait on the FMA's latency every token.
+template <DType D, int GB, int NV>
 OCTET_AVX2 void v_chunk(const PartialArgs& a, const int64_t* offsets, int64_t n, int64_t e,
                         const float* p, int64_t hdp, float* acc) {
-  __m256 s[GB][2];
-  for (int g = 0; g < GB; ++g) s[g][0] = s[g][1] = _mm256_setzero_ps();
-  const int64_t bytes = dtype_bytes(a.dtype);
+  static_assert(NV % 2 == 0 && GB * NV <= 8);
+  __m256 s[GB][NV];
+  for (int g = 0; g < GB; ++g)
+    for (int j = 0; j < NV; ++j) s[g][j] = _mm256_setzero_ps();
+  constexpr int64_t bytes = dtype_bytes(D);
   for (int64_t t = 0; t < n; ++t) {
-    _mm_prefetch(reinterpret_cast<const char*>(a.v + offsets[t + kAhead] + e * bytes),
-                 _MM_HINT_T0);
-    __m256 f[2];
-    decode16<D>(a.v + offsets[t], e, a.head_dim, f);
+    prefetch_row<3>(a.v + offsets[t + kAhead] + e * bytes, 8 * NV * bytes);
+    __m256 f[NV];
+    for (int j = 0; j < NV; j += 2) decode16<D>(a.v + offsets[t], e + 8 * j, a.head_dim, f + j);
     for (int g = 0; g < GB; ++g) {
       const __m256 pg = _mm256_broadcast_ss(p + g * kPartitionTokens + t);
-      s[g][0] = _mm256_fmadd_ps(pg, f[0], s[g][0]);
-      s[g][1] = _mm256_fmadd_ps(pg, f[1], s[g][1]);
+      for (int j = 0; j < NV; ++j) s[g][j] = _mm256_fmadd_ps(pg, f[j], s[g][j]);
     }
   }
-  for (int g = 0; g < GB; ++g) {
-    _mm256_storeu_ps(acc + g * hdp + e, s[g][0]);
-    _mm256_storeu_ps(acc + g * hdp + e + 8, s[g][1]);
+  for (int g = 0; g < GB; ++g)
+    for (int j = 0; j < NV; ++j) _mm256_storeu_ps(acc + g * hdp + e + 8 * j, s[g][j]);
+}
+
+// The V chunk from element e (< head_dim) for heads [g0, g0 + gb): 8 accumulators' worth of
+// elements, at most up to head_dim rounded up to 16. Returns the chunk's width.
+template <DType D>
+OCTET_AVX2 int64_t v_chunks(const PartialArgs& a, const int64_t* offsets, int64_t n, int64_t e,
+                            int64_t gb, const float* p, int64_t hdp, float* acc) {
+  const int64_t pairs = std::min<int64_t>(8 / (2 * gb) > 0 ? 8 / (2 * gb) : 1,
+                                          (a.head_dim - e + 15) / 16);
+  switch (gb * 8 + pairs) {
+    case 8 + 4: v_chunk<D, 1, 8>(a, offsets, n, e, p, hdp, acc); break;
+    case 8 + 3: v_chunk<D, 1, 6>(a, offsets, n, e, p, hdp, acc); break;
+    case 8 + 2: v_chunk<D, 1, 4>(a, offsets, n, e, p, hdp, acc); break;
+    case 8 + 1: v_chunk<D, 1, 2>(a, offsets, n, e, p, hdp, acc); break;
+    case 16 + 2: v_chunk<D, 2, 4>(a, offsets, n, e, p, hdp, acc); break;
+    case 16 + 1: v_chunk<D, 2, 2>(a, offsets, n, e, p, hdp, acc); break;
+    case 24 + 1: v_chunk<D, 3, 2>(a, offsets, n, e, p, hdp, acc); break;
+    default: v_chunk<D, 4, 2>(a, offsets, n, e, p, hdp, acc); break;
   }
+  return 16 * pairs;
+}
+
+// Scores of TB tokens (rows at k + offs[i]) for GB heads, the K rows decoded straight to
+// registers (head_dim % 8 == 0): red[(g * 8 + i) * 8 + lane] = the lane's partial sum of
+// q_g . k_i, the chain q[0..8) * k[0..8), then FMA for d = 8, 16, ... TB tokens' chains side by
+// side (one token's chain alone waits on the FMA latency at every step).
+template <DType D, int TB, int GB>
+OCTET_AVX2 inline void k_dots(const uint8_t* k, const int64_t* offs, int64_t hd, const float* q,
+                              int64_t hdp, float* red) {
+  constexpr int64_t bytes = dtype_bytes(D);
+  __m256 acc[GB][TB];
+  for (int i = 0; i < TB; ++i) {
+    const __m256 kv = decode8<D>(k + offs[i]);
+    for (int g = 0; g < GB; ++g) acc[g][i] = _mm256_mul_ps(_mm256_loadu_ps(q + g * hdp), kv);
+  }
+  for (int64_t d = 8; d < hd; d += 8)
+    for (int i = 0; i < TB; ++i) {
+      const __m256 kv = decode8<D>(k + offs[i] + d * bytes);
+      for (int g = 0; g < GB; ++g)
+        acc[g][i] = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * hdp + d), kv, acc[g][i]);
+    }
+  for (int g = 0; g < GB; ++g)
+    for (int i = 0; i < TB; ++i) _mm256_storeu_ps(red + (g * 8 + i) * 8, acc[g][i]);
+}
+
+// k_dots over cnt <= 8 tokens for GB heads.
+template <DType D, int GB>
+OCTET_AVX2 void k_dots_run(const uint8_t* k, const int64_t* offs, int64_t cnt, int64_t hd,
+                           const float* q, int64_t hdp, float* red) {
+  constexpr int TB = GB <= 2 ? 4 : 2;
+  int64_t i = 0;
+  for (; i + TB <= cnt; i += TB) k_dots<D, TB, GB>(k, offs + i, hd, q, hdp, red + i * 8);
+  for (; i < cnt; ++i) k_dots<D, 1, GB>(k, offs + i, hd, q, hdp, red + i * 8);
 }
 
 template <DType D>
@@ -191,13 +246,28 @@ OCTET_AVX2 void partial_t(const PartialArgs& a, float* scratch, float* m, float*
     for (int64_t i = 0; i < cnt; ++i) {
       prefetch_row<3>(a.k + offsets[t0 + i + kAhead], row_bytes);  // T0
       prefetch_row<2>(a.v + offsets[t0 + i + kAhead], row_bytes);  // T1
-      decode_row<D>(a.k + offsets[t0 + i], hd, row);
-      for (int64_t g = 0; g < G; ++g) {
-        const float* qg = a.q + g * hdp;
-        __m256 acc0 = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(row));
-        for (int64_t d = 8; d < hd8; d += 8)
-          acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d), _mm256_loadu_ps(row + d), acc0);
-        _mm256_storeu_ps(red + (g * 8 + i) * 8, acc0);
+    }
+    if (hd % 8 == 0) {
+      for (int64_t g0 = 0; g0 < G; g0 += 4) {
+        const float* qg = a.q + g0 * hdp;
+        float* rg = red + g0 * 64;
+        switch (std::min<int64_t>(4, G - g0)) {
+          case 1: k_dots_run<D, 1>(a.k, offsets + t0, cnt, hd, qg, hdp, rg); break;
+          case 2: k_dots_run<D, 2>(a.k, offsets + t0, cnt, hd, qg, hdp, rg); break;
+          case 3: k_dots_run<D, 3>(a.k, offsets + t0, cnt, hd, qg, hdp, rg); break;
+          default: k_dots_run<D, 4>(a.k, offsets + t0, cnt, hd, qg, hdp, rg); break;
+        }
+      }
+    } else {  // the row decoded to L1, zero-padded to a multiple of 8
+      for (int64_t i = 0; i < cnt; ++i) {
+        decode_row<D>(a.k + offsets[t0 + i], hd, row);
+        for (int64_t g = 0; g < G; ++g) {
+          const float* qg = a.q + g * hdp;
+          __m256 acc0 = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(row));
+          for (int64_t d = 8; d < hd8; d += 8)
+            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d), _mm256_loadu_ps(row + d), acc0);
+          _mm256_storeu_ps(red + (g * 8 + i) * 8, acc0);
+        }
       }
     }
     for (int64_t g = 0; g < G; ++g)
@@ -227,22 +297,14 @@ OCTET_AVX2 void partial_t(const PartialArgs& a, float* scratch, float* m, float*
     l[g] = s;
   }
 
-  // Weighted sum of V: 16 elements at a time, up to 4 heads in registers.
-  for (int64_t e = 0; e < hdp; e += 16) {
-    if (e >= hd) {
-      for (int64_t g = 0; g < G; ++g) std::fill(acc + g * hdp + e, acc + g * hdp + e + 16, 0.0f);
-      continue;
-    }
-    for (int64_t g0 = 0; g0 < G; g0 += 4) {
-      const float* p = scores + g0 * kPartitionTokens;
-      float* ag = acc + g0 * hdp;
-      switch (std::min<int64_t>(4, G - g0)) {
-        case 1: v_chunk<D, 1>(a, offsets, n, e, p, hdp, ag); break;
-        case 2: v_chunk<D, 2>(a, offsets, n, e, p, hdp, ag); break;
-        case 3: v_chunk<D, 3>(a, offsets, n, e, p, hdp, ag); break;
-        default: v_chunk<D, 4>(a, offsets, n, e, p, hdp, ag); break;
-      }
-    }
+  // Weighted sum of V: chunks of up to 64 elements for up to 4 heads, 8 accumulators each.
+  const int64_t hd16 = (hd + 15) / 16 * 16;
+  for (int64_t g0 = 0; g0 < G; g0 += 4) {
+    const int64_t gb = std::min<int64_t>(4, G - g0);
+    const float* p = scores + g0 * kPartitionTokens;
+    float* ag = acc + g0 * hdp;
+    for (int64_t e = 0; e < hd;) e += v_chunks<D>(a, offsets, n, e, gb, p, hdp, ag);
+    for (int64_t g = 0; g < gb; ++g) std::fill(ag + g * hdp + hd16, ag + g * hdp + hdp, 0.0f);
   }
 }
 

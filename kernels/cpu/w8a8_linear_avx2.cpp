@@ -169,7 +169,7 @@ class DazOff {
 };
 
 // m > 1. Per block of weight rows and k-group g: the group's codes decoded into the tile by
-// decode(g, j0, rows, tile) (FP32 of value * 2^-8, row stride ld >= kg, zero-padded), then
+// decode(g, j0, rows, tile, ldt) (FP32 of value * 2^-8, row stride ldt, zero-padded to ld),
 // parts[g][i][j] = dot_block over the group's kg inputs, * 256 (exact, as in gemv_rows).
 // Blocks are multiples of `align` rows (the layout's row group).
 template <class DecodeTile>
@@ -177,9 +177,13 @@ OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
                            const w8a8_detail::Sink& sink, int64_t m, int64_t ld, int64_t align,
                            const DecodeTile& decode) {
   const int64_t n = w.n, k = w.k, groups = w.k_groups, kg = k / groups;
-  std::vector<float> a(static_cast<size_t>(m * k));
+  // Row strides of the decoded activations and tile one cache line past the inputs: the 3 + 4
+  // rows a dot_tile streams do not all map to the same L1 sets when k is 2^n lines long
+  // (SmolLM2-1.7B's shapes at m = 128-512, Zen 3: +1-4%). Strides never change a sum.
+  const int64_t lda = k + 16, ldt = ld + 16;
+  std::vector<float> a(static_cast<size_t>(m * lda));
   cpu::parallel_for_each(0, m, [&](int64_t i) {
-    fp8_decode_avx2(DType::FP8_E4M3, qa + i * k, a.data() + i * k, static_cast<size_t>(k));
+    fp8_decode_avx2(DType::FP8_E4M3, qa + i * k, a.data() + i * lda, static_cast<size_t>(k));
   }, m * k >= 65536);
   // Weight rows per block: the decoded tile (nb x kg FP32) stays in L2 (<= ~128 KiB) while all
   // m activation rows stream past it; at least 2 blocks per thread for balance. (The block size
@@ -190,14 +194,14 @@ OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
   const int64_t blocks = (n + nb - 1) / nb;
   cpu::parallel_for(0, blocks, [&](int64_t b_lo, int64_t b_hi) {
     DazOff daz_off;
-    std::vector<float> tile(static_cast<size_t>(nb * ld));
+    std::vector<float> tile(static_cast<size_t>(nb * ldt));
     std::vector<float> parts(static_cast<size_t>(groups * m * nb));  // [groups][m][nb]
     for (int64_t b = b_lo; b < b_hi; ++b) {
       const int64_t j0 = b * nb, rows = std::min(nb, n - j0);
       for (int64_t g = 0; g < groups; ++g) {
         float* acc = parts.data() + g * m * nb;
-        decode(g, j0, rows, tile.data());
-        gemm_avx2::dot_block(a.data() + g * kg, k, m, tile.data(), ld, rows, kg, acc, nb);
+        decode(g, j0, rows, tile.data(), ldt);
+        gemm_avx2::dot_block(a.data() + g * kg, lda, m, tile.data(), ldt, rows, kg, acc, nb);
         for (int64_t i = 0; i < m; ++i)
           for (int64_t j = 0; j < rows; ++j) acc[i * nb + j] *= 256.0f;
       }
@@ -211,9 +215,10 @@ OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
 OCTET_AVX2 void gemm(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detail::Sink& sink,
                      int64_t m) {
   const int64_t k = w.k, kg = k / w.k_groups, kg16 = (kg + 15) / 16 * 16;
-  gemm_tiles(qa, w, sink, m, kg16, 4, [&](int64_t g, int64_t j0, int64_t rows, float* tile) {
-    decode_scaled_tile(w.data + j0 * k + g * kg, k, kg, rows, kg16, tile);
-  });
+  gemm_tiles(qa, w, sink, m, kg16, 4,
+             [&](int64_t g, int64_t j0, int64_t rows, float* tile, int64_t ldt) {
+               decode_scaled_tile(w.data + j0 * k + g * kg, k, kg, rows, ldt, tile);
+             });
 }
 
 // --- Rows8x32 (fp8_layout.h): the same sums, read as one sequential stream ---------------
@@ -358,21 +363,22 @@ OCTET_AVX2 void gemv_rows8x32(const uint8_t* qa, const Fp8WeightView& w,
 }
 
 // Rows [j0, j0 + rows) (j0 a multiple of 8) of part g -> tile: FP32 of value * 2^-8, row
-// stride kg32, as decode_scaled_tile writes (zero past the part's end and in padding rows).
+// stride ldt >= the part rounded up to 32 inputs, as decode_scaled_tile writes (zero past the
+// part's end up to that rounding, and in padding rows).
 OCTET_AVX2 void decode_rows8x32_tile(const Fp8WeightView& w, int64_t g, int64_t chunks,
-                                     int64_t j0, int64_t rows, float* tile) {
-  const int64_t kg32 = chunks * kPackChunk, groups = w.k_groups;
+                                     int64_t j0, int64_t rows, float* tile, int64_t ldt) {
+  const int64_t groups = w.k_groups;
   const __m256 scale = _mm256_set1_ps(kTwoPow112);
   for (int64_t b = j0 / kPackRows; b * kPackRows < j0 + rows; ++b) {
     const uint8_t* codes = w.data + (b * groups + g) * chunks * kPackBlock;
-    float* dst = tile + (b * kPackRows - j0) * kg32;
+    float* dst = tile + (b * kPackRows - j0) * ldt;
     for (int64_t c = 0; c < chunks; ++c, codes += kPackBlock)
       for (int r = 0; r < kPackRows; ++r) {
         __m256 v[4];
         widen_chunk(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * kPackChunk)), v);
         for (int q = 0; q < 4; ++q)
-          _mm256_storeu_ps(dst + r * kg32 + c * kPackChunk + 8 * q, _mm256_mul_ps(v[q], scale));
+          _mm256_storeu_ps(dst + r * ldt + c * kPackChunk + 8 * q, _mm256_mul_ps(v[q], scale));
       }
   }
 }
@@ -382,8 +388,8 @@ OCTET_AVX2 void gemm_rows8x32(const uint8_t* qa, const Fp8WeightView& w,
                               const w8a8_detail::Sink& sink, int64_t m) {
   const int64_t kg = w.k / w.k_groups, chunks = (kg + kPackChunk - 1) / kPackChunk;
   gemm_tiles(qa, w, sink, m, chunks * kPackChunk, kPackRows,
-             [&](int64_t g, int64_t j0, int64_t rows, float* tile) {
-               decode_rows8x32_tile(w, g, chunks, j0, rows, tile);
+             [&](int64_t g, int64_t j0, int64_t rows, float* tile, int64_t ldt) {
+               decode_rows8x32_tile(w, g, chunks, j0, rows, tile, ldt);
              });
 }
 

@@ -335,15 +335,18 @@ TEST_CASE("paged_attention matches ref::paged_attention", "[paged_attention]") {
 }
 
 TEST_CASE("paged_attention: other head sizes, groups and block sizes", "[paged_attention]") {
-  // Head dims off the 64-lane grid and past the AVX-512 kernel's 256; groups of 5 and 8 query
-  // heads per KV head (split into blocks of at most 4 by the AVX-512 kernel); block size 5.
+  // Head dims off the 64-lane grid and past the AVX-512 kernel's 256; groups of 1, 2, 5 and 8
+  // query heads per KV head (split into blocks of at most 4 by the vector kernels); block size 5.
   const std::vector<SeqSpec> specs = {{260, 1}, {33, 5}};
   struct Shape {
     int64_t hd, nh, nkv, bs;
   };
   const Shape shapes[] = {{8, 6, 2, 16},   {40, 6, 2, 16},  {80, 6, 2, 5},   {96, 6, 2, 16},
                           {200, 6, 2, 16}, {320, 6, 2, 16}, {64, 10, 2, 16}, {64, 16, 2, 5},
-                          {128, 10, 2, 16}, {128, 8, 1, 16}, {192, 5, 1, 16}};
+                          {128, 10, 2, 16}, {128, 8, 1, 16}, {192, 5, 1, 16},
+                          // one and two query heads per KV head (the AVX2 kernel's widest V
+                          // chunks: 64 and 32 elements), head dims 8k but not 16k, and 60
+                          {64, 4, 4, 16},  {72, 2, 2, 5},   {40, 4, 2, 16},  {60, 3, 3, 16}};
   for (const Shape& sh : shapes)
     for (DType dtype : kAllDTypes) {
       const int64_t hd = sh.hd;
