@@ -140,8 +140,9 @@ struct Context {
     }
   }
 
+  // heads: KV heads kvh .. kvh + heads - 1 in one kernel call (qp holds all of them).
   paged_detail::PartialArgs args(int64_t r, int64_t kvh, const float* qp, int64_t begin,
-                                 int64_t end) const {
+                                 int64_t end, int64_t heads) const {
     const int64_t bytes = dtype_bytes(c.dtype);
     const int64_t head_offset = kvh * c.head_dim * bytes;
     return {c.dtype,
@@ -154,7 +155,8 @@ struct Context {
             group,
             qp,
             begin,
-            end};
+            end,
+            heads};
   }
 
   // out[row, heads of kvh] <- A / L * v_scale, back in element order.
@@ -184,15 +186,16 @@ void partition_range(const Row& row, int64_t j, int64_t* begin, int64_t* end) {
   *end = std::min(row.hi, (j + 1) * kPartitionTokens);
 }
 
-// Per-thread buffers of one call; q and the running (M, L, A) for every KV head of a row.
+// Per-thread buffers of one call; q and the running (M, L, A) for every KV head of a row; m, l,
+// acc: one kernel call's partials (up to `heads` KV heads).
 struct Scratch {
   int64_t group, hdp;
   std::vector<float> qp, work, m, l, acc, M, L, A;
-  Scratch(int64_t nkv, int64_t group_, int64_t hdp_)
+  Scratch(int64_t nkv, int64_t group_, int64_t hdp_, int64_t heads)
       : group(group_), hdp(hdp_), qp(nkv * group * hdp),
-        work(paged_detail::partial_scratch_floats(group, hdp)),
-        m(group), l(group), acc(group * hdp), M(nkv * group), L(nkv * group),
-        A(nkv * group * hdp) {}
+        work(paged_detail::partial_scratch_floats(heads * group, hdp)),
+        m(heads * group), l(heads * group), acc(heads * group * hdp), M(nkv * group),
+        L(nkv * group), A(nkv * group * hdp) {}
   float* q(int64_t kvh) { return qp.data() + kvh * group * hdp; }
   float* Mh(int64_t kvh) { return M.data() + kvh * group; }
   float* Lh(int64_t kvh) { return L.data() + kvh * group; }
@@ -200,11 +203,12 @@ struct Scratch {
 };
 
 // A work item covers KV heads [kvh_lo, kvh_hi) of one query row: all of them (so a thread
-// reads whole cache slots, not a third of each), or one each when there are fewer items than
-// twice the threads (batch-1 decode: one row of one partition would run on one thread); either
-// all its partitions, folded in the item, or one partition of a split row, whose partials are
-// kept and folded after all items ran. Each (row, KV head) is computed the same way whichever
-// item holds it.
+// reads whole cache slots, not a third of each), or a run of them when there are fewer items
+// than twice the threads (batch-1 decode: one row of one partition would run on one thread);
+// either all its partitions, folded in the item, or one partition of a split row, whose
+// partials are kept and folded after all items ran. A kernel call takes up to
+// Kernel::max_kv_heads adjacent heads. Each (row, KV head) is computed the same way whichever
+// item and call hold it.
 struct Item {
   int64_t row;
   int64_t j;     // partition index (absolute) for a split row; -1: the whole row
@@ -217,6 +221,7 @@ void run(const Context& x) {
   const int64_t num_rows = static_cast<int64_t>(x.rows.size());
   if (num_rows == 0) return;
   const int64_t threads = cpu::parallel_width();
+  const int64_t call_heads = std::clamp<int64_t>(x.kernel.max_kv_heads, 1, nkv);
 
   // Split a row when it holds more than 1/(8 threads) of all partitions, so that a few long
   // decodes (or one long one beside many short queries) spread over the threads. Results do not
@@ -239,12 +244,15 @@ void run(const Context& x) {
     }
   }
   first_slot.push_back(slots);
-  if (static_cast<int64_t>(items.size()) < 2 * threads && nkv > 1) {
-    std::vector<Item> per_head;
+  const int64_t num_whole = static_cast<int64_t>(items.size());
+  if (num_whole < 2 * threads && nkv > 1) {
+    // Runs of KV heads: enough items for 2 per thread.
+    const int64_t runs = std::min(nkv, (2 * threads + num_whole - 1) / num_whole);
+    std::vector<Item> per_run;
     for (const Item& it : items)
-      for (int64_t kvh = 0; kvh < nkv; ++kvh)
-        per_head.push_back({it.row, it.j, it.slot, kvh, kvh + 1});
-    items.swap(per_head);
+      for (int64_t u = 0; u < runs; ++u)
+        per_run.push_back({it.row, it.j, it.slot, u * nkv / runs, (u + 1) * nkv / runs});
+    items.swap(per_run);
   } else {
     for (Item& it : items) it.kvh_hi = nkv;
   }
@@ -254,7 +262,7 @@ void run(const Context& x) {
   const int64_t num_items = static_cast<int64_t>(items.size());
 
   cpu::parallel_for(0, num_items, [&](int64_t lo, int64_t hi) {
-    Scratch s(nkv, group, hdp);
+    Scratch s(nkv, group, hdp, call_heads);
     for (int64_t i = lo; i < hi; ++i) {
       const Item& it = items[i];
       const Row& row = x.rows[it.row];
@@ -262,24 +270,27 @@ void run(const Context& x) {
       int64_t begin, end;
       if (it.j >= 0) {
         partition_range(row, it.j, &begin, &end);
-        for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; ++kvh) {
+        for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; kvh += call_heads) {
+          const int64_t heads = std::min(call_heads, it.kvh_hi - kvh);
           const int64_t o = it.slot * per_slot + kvh * group;
-          x.kernel.partial(x.args(it.row, kvh, s.q(kvh), begin, end), s.work.data(), &pm[o],
-                           &pl[o], &pacc[o * hdp]);
+          x.kernel.partial(x.args(it.row, kvh, s.q(kvh), begin, end, heads), s.work.data(),
+                           &pm[o], &pl[o], &pacc[o * hdp]);
         }
         continue;
       }
       const int64_t j0 = first_partition(row), nj = num_partitions(row);
       for (int64_t j = j0; j < j0 + nj; ++j) {
         partition_range(row, j, &begin, &end);
-        for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; ++kvh) {
+        for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; kvh += call_heads) {
+          const int64_t heads = std::min(call_heads, it.kvh_hi - kvh);
           const bool first = j == j0;
-          x.kernel.partial(x.args(it.row, kvh, s.q(kvh), begin, end), s.work.data(),
+          x.kernel.partial(x.args(it.row, kvh, s.q(kvh), begin, end, heads), s.work.data(),
                            first ? s.Mh(kvh) : s.m.data(), first ? s.Lh(kvh) : s.l.data(),
                            first ? s.Ah(kvh) : s.acc.data());
           if (!first)
-            fold(s.Mh(kvh), s.Lh(kvh), s.Ah(kvh), s.m.data(), s.l.data(), s.acc.data(), group,
-                 hdp);
+            for (int64_t h = 0; h < heads; ++h)
+              fold(s.Mh(kvh + h), s.Lh(kvh + h), s.Ah(kvh + h), s.m.data() + h * group,
+                   s.l.data() + h * group, s.acc.data() + h * group * hdp, group, hdp);
         }
       }
       for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; ++kvh)
@@ -289,7 +300,7 @@ void run(const Context& x) {
   // Split rows: fold the kept partials of each (row, KV head) in partition order.
   const int64_t split_units = static_cast<int64_t>(split_rows.size()) * nkv;
   cpu::parallel_for(0, split_units, [&](int64_t lo, int64_t hi) {
-    Scratch s(nkv, group, hdp);
+    Scratch s(nkv, group, hdp, 1);
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t k = u / nkv, kvh = u % nkv, r = split_rows[k];
       auto at = [&](int64_t slot) { return slot * per_slot + kvh * group; };

@@ -148,17 +148,17 @@ OCTET_AVX2 inline void decode16(const uint8_t* row, int64_t e, int64_t hd, __m25
 // each element's sum in token order. GB x NV chains side by side: one chain per element pair
 // would wait on the FMA's latency every token.
 template <DType D, int GB, int NV>
-OCTET_AVX2 void v_chunk(const PartialArgs& a, const int64_t* offsets, int64_t n, int64_t e,
-                        const float* p, int64_t hdp, float* acc) {
+OCTET_AVX2 void v_chunk(const uint8_t* v, int64_t hd, const int64_t* offsets, int64_t n,
+                        int64_t e, const float* p, int64_t hdp, float* acc) {
   static_assert(NV % 2 == 0 && GB * NV <= 8);
   __m256 s[GB][NV];
   for (int g = 0; g < GB; ++g)
     for (int j = 0; j < NV; ++j) s[g][j] = _mm256_setzero_ps();
   constexpr int64_t bytes = dtype_bytes(D);
   for (int64_t t = 0; t < n; ++t) {
-    prefetch_row<3>(a.v + offsets[t + kAhead] + e * bytes, 8 * NV * bytes);
+    prefetch_row<3>(v + offsets[t + kAhead] + e * bytes, 8 * NV * bytes);
     __m256 f[NV];
-    for (int j = 0; j < NV; j += 2) decode16<D>(a.v + offsets[t], e + 8 * j, a.head_dim, f + j);
+    for (int j = 0; j < NV; j += 2) decode16<D>(v + offsets[t], e + 8 * j, hd, f + j);
     for (int g = 0; g < GB; ++g) {
       const __m256 pg = _mm256_broadcast_ss(p + g * kPartitionTokens + t);
       for (int j = 0; j < NV; ++j) s[g][j] = _mm256_fmadd_ps(pg, f[j], s[g][j]);
@@ -171,19 +171,18 @@ OCTET_AVX2 void v_chunk(const PartialArgs& a, const int64_t* offsets, int64_t n,
 // The V chunk from element e (< head_dim) for heads [g0, g0 + gb): 8 accumulators' worth of
 // elements, at most up to head_dim rounded up to 16. Returns the chunk's width.
 template <DType D>
-OCTET_AVX2 int64_t v_chunks(const PartialArgs& a, const int64_t* offsets, int64_t n, int64_t e,
-                            int64_t gb, const float* p, int64_t hdp, float* acc) {
-  const int64_t pairs = std::min<int64_t>(8 / (2 * gb) > 0 ? 8 / (2 * gb) : 1,
-                                          (a.head_dim - e + 15) / 16);
+OCTET_AVX2 int64_t v_chunks(const uint8_t* v, int64_t hd, const int64_t* offsets, int64_t n,
+                            int64_t e, int64_t gb, const float* p, int64_t hdp, float* acc) {
+  const int64_t pairs = std::min<int64_t>(gb == 1 ? 4 : gb == 2 ? 2 : 1, (hd - e + 15) / 16);
   switch (gb * 8 + pairs) {
-    case 8 + 4: v_chunk<D, 1, 8>(a, offsets, n, e, p, hdp, acc); break;
-    case 8 + 3: v_chunk<D, 1, 6>(a, offsets, n, e, p, hdp, acc); break;
-    case 8 + 2: v_chunk<D, 1, 4>(a, offsets, n, e, p, hdp, acc); break;
-    case 8 + 1: v_chunk<D, 1, 2>(a, offsets, n, e, p, hdp, acc); break;
-    case 16 + 2: v_chunk<D, 2, 4>(a, offsets, n, e, p, hdp, acc); break;
-    case 16 + 1: v_chunk<D, 2, 2>(a, offsets, n, e, p, hdp, acc); break;
-    case 24 + 1: v_chunk<D, 3, 2>(a, offsets, n, e, p, hdp, acc); break;
-    default: v_chunk<D, 4, 2>(a, offsets, n, e, p, hdp, acc); break;
+    case 8 + 4: v_chunk<D, 1, 8>(v, hd, offsets, n, e, p, hdp, acc); break;
+    case 8 + 3: v_chunk<D, 1, 6>(v, hd, offsets, n, e, p, hdp, acc); break;
+    case 8 + 2: v_chunk<D, 1, 4>(v, hd, offsets, n, e, p, hdp, acc); break;
+    case 8 + 1: v_chunk<D, 1, 2>(v, hd, offsets, n, e, p, hdp, acc); break;
+    case 16 + 2: v_chunk<D, 2, 4>(v, hd, offsets, n, e, p, hdp, acc); break;
+    case 16 + 1: v_chunk<D, 2, 2>(v, hd, offsets, n, e, p, hdp, acc); break;
+    case 24 + 1: v_chunk<D, 3, 2>(v, hd, offsets, n, e, p, hdp, acc); break;
+    default: v_chunk<D, 4, 2>(v, hd, offsets, n, e, p, hdp, acc); break;
   }
   return 16 * pairs;
 }
@@ -221,17 +220,21 @@ OCTET_AVX2 void k_dots_run(const uint8_t* k, const int64_t* offs, int64_t cnt, i
   for (; i < cnt; ++i) k_dots<D, 1, GB>(k, offs + i, hd, q, hdp, red + i * 8);
 }
 
+// V bytes of a chunk of heads' partition kept in L2 between the score and the V pass.
+constexpr int64_t kHeadChunkBytes = 192 * 1024;
+
 template <DType D>
 OCTET_AVX2 void partial_t(const PartialArgs& a, float* scratch, float* m, float* l,
                           float* acc) {
   const int64_t hd = a.head_dim, hdp = padded_head_dim(hd), G = a.num_q_heads;
+  const int64_t H = a.num_kv_heads_run, GH = G * H;
   const int64_t hd8 = (hd + 7) / 8 * 8;
   const int64_t n = a.end - a.begin;
-  float* scores = scratch;                     // [G, kPartitionTokens]
-  float* red = scratch + G * kPartitionTokens;  // [G, 8 tokens, 8 lanes]
-  auto* offsets = reinterpret_cast<int64_t*>(scratch + G * (kPartitionTokens + 256));
+  float* scores = scratch;                      // [H * G, kPartitionTokens]
+  float* red = scratch + GH * kPartitionTokens;  // [H * G, 8 tokens, 8 lanes]
+  auto* offsets = reinterpret_cast<int64_t*>(scratch + GH * (kPartitionTokens + 256));
   // One decoded row; lanes hd .. hd8 stay zero (scratch starts zeroed, only hd are written).
-  float* row = scratch + G * (kPartitionTokens + 256) + 2 * (kPartitionTokens + 32);
+  float* row = scratch + GH * (kPartitionTokens + 256) + 2 * (kPartitionTokens + 32);
   int64_t bi = a.begin / a.block_size, off = a.begin % a.block_size;
   for (int64_t t = 0; t < n; ++t) {
     offsets[t] = (a.block_table[bi] * a.block_size + off) * a.slot_stride;
@@ -239,72 +242,89 @@ OCTET_AVX2 void partial_t(const PartialArgs& a, float* scratch, float* m, float*
   }
   for (int64_t t = n; t < n + kAhead; ++t) offsets[t] = offsets[n - 1];  // prefetched past the end
   const int64_t row_bytes = hd * dtype_bytes(D);
+  // Heads side by side in a slot: a chunk of them is read as one run of bytes per position
+  // (one head's rows alone are a slot apart), small enough that its V rows wait in L2.
+  const int64_t chunk = std::clamp<int64_t>(kHeadChunkBytes / std::max<int64_t>(1, n * row_bytes),
+                                            1, H);
+  for (int64_t h0 = 0; h0 < H; h0 += chunk) {
+    const int64_t h1 = std::min(H, h0 + chunk), run_bytes = (h1 - h0) * row_bytes;
+    const uint8_t* k0 = a.k + h0 * row_bytes;
+    const uint8_t* v0 = a.v + h0 * row_bytes;
 
-  // Scores: q . k per token and head, 8-lane partial sums reduced 8 tokens at a time.
-  for (int64_t t0 = 0; t0 < n; t0 += 8) {
-    const int64_t cnt = std::min<int64_t>(8, n - t0);
-    for (int64_t i = 0; i < cnt; ++i) {
-      prefetch_row<3>(a.k + offsets[t0 + i + kAhead], row_bytes);  // T0
-      prefetch_row<2>(a.v + offsets[t0 + i + kAhead], row_bytes);  // T1
-    }
-    if (hd % 8 == 0) {
-      for (int64_t g0 = 0; g0 < G; g0 += 4) {
-        const float* qg = a.q + g0 * hdp;
-        float* rg = red + g0 * 64;
-        switch (std::min<int64_t>(4, G - g0)) {
-          case 1: k_dots_run<D, 1>(a.k, offsets + t0, cnt, hd, qg, hdp, rg); break;
-          case 2: k_dots_run<D, 2>(a.k, offsets + t0, cnt, hd, qg, hdp, rg); break;
-          case 3: k_dots_run<D, 3>(a.k, offsets + t0, cnt, hd, qg, hdp, rg); break;
-          default: k_dots_run<D, 4>(a.k, offsets + t0, cnt, hd, qg, hdp, rg); break;
-        }
-      }
-    } else {  // the row decoded to L1, zero-padded to a multiple of 8
+    // Scores: q . k per token and head, 8-lane partial sums reduced 8 tokens at a time.
+    for (int64_t t0 = 0; t0 < n; t0 += 8) {
+      const int64_t cnt = std::min<int64_t>(8, n - t0);
       for (int64_t i = 0; i < cnt; ++i) {
-        decode_row<D>(a.k + offsets[t0 + i], hd, row);
-        for (int64_t g = 0; g < G; ++g) {
-          const float* qg = a.q + g * hdp;
-          __m256 acc0 = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(row));
-          for (int64_t d = 8; d < hd8; d += 8)
-            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d), _mm256_loadu_ps(row + d), acc0);
-          _mm256_storeu_ps(red + (g * 8 + i) * 8, acc0);
+        prefetch_row<3>(k0 + offsets[t0 + i + kAhead], run_bytes);  // T0
+        prefetch_row<2>(v0 + offsets[t0 + i + kAhead], run_bytes);  // T1
+      }
+      for (int64_t h = h0; h < h1; ++h) {
+        const uint8_t* kh = a.k + h * row_bytes;
+        const float* qh = a.q + h * G * hdp;
+        float* rh = red + h * G * 64;
+        if (hd % 8 == 0) {
+          for (int64_t g0 = 0; g0 < G; g0 += 4) {
+            const float* qg = qh + g0 * hdp;
+            float* rg = rh + g0 * 64;
+            switch (std::min<int64_t>(4, G - g0)) {
+              case 1: k_dots_run<D, 1>(kh, offsets + t0, cnt, hd, qg, hdp, rg); break;
+              case 2: k_dots_run<D, 2>(kh, offsets + t0, cnt, hd, qg, hdp, rg); break;
+              case 3: k_dots_run<D, 3>(kh, offsets + t0, cnt, hd, qg, hdp, rg); break;
+              default: k_dots_run<D, 4>(kh, offsets + t0, cnt, hd, qg, hdp, rg); break;
+            }
+          }
+        } else {  // the row decoded to L1, zero-padded to a multiple of 8
+          for (int64_t i = 0; i < cnt; ++i) {
+            decode_row<D>(kh + offsets[t0 + i], hd, row);
+            for (int64_t g = 0; g < G; ++g) {
+              const float* qg = qh + g * hdp;
+              __m256 acc0 = _mm256_mul_ps(_mm256_loadu_ps(qg), _mm256_loadu_ps(row));
+              for (int64_t d = 8; d < hd8; d += 8)
+                acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(qg + d), _mm256_loadu_ps(row + d), acc0);
+              _mm256_storeu_ps(rh + (g * 8 + i) * 8, acc0);
+            }
+          }
         }
       }
+      for (int64_t g = h0 * G; g < h1 * G; ++g)
+        _mm256_storeu_ps(scores + g * kPartitionTokens + t0, hsum8x8(red + g * 64));
     }
-    for (int64_t g = 0; g < G; ++g)
-      _mm256_storeu_ps(scores + g * kPartitionTokens + t0, hsum8x8(red + g * 64));
-  }
 
-  // Softmax numerators in place, m and l per head; lanes past n never enter the sum.
-  const int64_t n8 = n / 8 * 8;
-  for (int64_t g = 0; g < G; ++g) {
-    float* sg = scores + g * kPartitionTokens;
-    float mx = *std::max_element(sg, sg + n);
-    const __m256 mv = _mm256_set1_ps(mx);
-    __m256 sum = _mm256_setzero_ps();
-    for (int64_t t = 0; t < n8; t += 8) {
-      const __m256 e = gemm_avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
-      _mm256_storeu_ps(sg + t, e);
-      sum = _mm256_add_ps(sum, e);
+    // Softmax numerators in place, m and l per head; lanes past n never enter the sum.
+    const int64_t n8 = n / 8 * 8;
+    for (int64_t g = h0 * G; g < h1 * G; ++g) {
+      float* sg = scores + g * kPartitionTokens;
+      float mx = *std::max_element(sg, sg + n);
+      const __m256 mv = _mm256_set1_ps(mx);
+      __m256 sum = _mm256_setzero_ps();
+      for (int64_t t = 0; t < n8; t += 8) {
+        const __m256 e = gemm_avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
+        _mm256_storeu_ps(sg + t, e);
+        sum = _mm256_add_ps(sum, e);
+      }
+      float s = hsum(sum);
+      if (n8 < n) {  // the tail through the same exp8
+        alignas(32) float tail[8] = {};
+        std::copy(sg + n8, sg + n, tail);
+        _mm256_store_ps(tail, gemm_avx2::exp8(_mm256_sub_ps(_mm256_load_ps(tail), mv)));
+        for (int64_t t = n8; t < n; ++t) s += (sg[t] = tail[t - n8]);
+      }
+      m[g] = mx;
+      l[g] = s;
     }
-    float s = hsum(sum);
-    if (n8 < n) {  // the tail through the same exp8
-      alignas(32) float tail[8] = {};
-      std::copy(sg + n8, sg + n, tail);
-      _mm256_store_ps(tail, gemm_avx2::exp8(_mm256_sub_ps(_mm256_load_ps(tail), mv)));
-      for (int64_t t = n8; t < n; ++t) s += (sg[t] = tail[t - n8]);
-    }
-    m[g] = mx;
-    l[g] = s;
-  }
 
-  // Weighted sum of V: chunks of up to 64 elements for up to 4 heads, 8 accumulators each.
-  const int64_t hd16 = (hd + 15) / 16 * 16;
-  for (int64_t g0 = 0; g0 < G; g0 += 4) {
-    const int64_t gb = std::min<int64_t>(4, G - g0);
-    const float* p = scores + g0 * kPartitionTokens;
-    float* ag = acc + g0 * hdp;
-    for (int64_t e = 0; e < hd;) e += v_chunks<D>(a, offsets, n, e, gb, p, hdp, ag);
-    for (int64_t g = 0; g < gb; ++g) std::fill(ag + g * hdp + hd16, ag + g * hdp + hdp, 0.0f);
+    // Weighted sum of V: chunks of up to 64 elements for up to 4 heads, 8 accumulators each.
+    const int64_t hd16 = (hd + 15) / 16 * 16;
+    for (int64_t h = h0; h < h1; ++h) {
+      const uint8_t* vh = a.v + h * row_bytes;
+      for (int64_t g0 = 0; g0 < G; g0 += 4) {
+        const int64_t gb = std::min<int64_t>(4, G - g0);
+        const float* p = scores + (h * G + g0) * kPartitionTokens;
+        float* ag = acc + (h * G + g0) * hdp;
+        for (int64_t e = 0; e < hd;) e += v_chunks<D>(vh, hd, offsets, n, e, gb, p, hdp, ag);
+        for (int64_t g = 0; g < gb; ++g) std::fill(ag + g * hdp + hd16, ag + g * hdp + hdp, 0.0f);
+      }
+    }
   }
 }
 
@@ -322,7 +342,9 @@ void partial_avx2(const PartialArgs& a, float* scratch, float* m, float* l, floa
 }  // namespace
 
 bool avx2_kernel_available() { return fp8_avx2_available(); }  // AVX2 + FMA + F16C
-Kernel avx2_kernel() { return {partial_avx2, natural_lane_order, INT64_MAX, "avx2"}; }
+Kernel avx2_kernel() {
+  return {partial_avx2, natural_lane_order, INT64_MAX, "avx2", /*max_kv_heads=*/16};
+}
 
 #else
 

@@ -21,11 +21,12 @@ constexpr int64_t padded_head_dim(int64_t head_dim) {
   return (head_dim + kGroupLanes - 1) / kGroupLanes * kGroupLanes;
 }
 
-/// One partial softmax: query heads g = 0..num_q_heads-1 of one KV head over positions
-/// [begin, end) of one sequence (end - begin <= kPartitionTokens).
+/// One partial softmax: query heads g = 0..num_q_heads-1 of num_kv_heads_run adjacent KV heads
+/// over positions [begin, end) of one sequence (end - begin <= kPartitionTokens). Every array
+/// below and every output runs over those KV heads in order, num_q_heads entries each.
 struct PartialArgs {
   DType dtype;
-  const uint8_t* k;  // cache.k advanced to this KV head: slot s's row is k + s * slot_stride
+  const uint8_t* k;  // cache.k advanced to the first KV head: slot s's row is k + s * slot_stride
   const uint8_t* v;
   int64_t slot_stride;  // bytes: num_kv_heads * head_dim * element bytes
   int64_t block_size;
@@ -36,17 +37,20 @@ struct PartialArgs {
   // of 64 lanes in the kernel's lane order (lane_order()).
   const float* q;
   int64_t begin, end;
+  int64_t num_kv_heads_run = 1;  // <= Kernel::max_kv_heads; head h's rows at + h * head_dim
 };
 
 /// Per-thread scratch floats a kernel needs (zero-initialised once by the caller): scores,
 /// reduction tiles, row offsets (int64, kPartitionTokens + 32 of them), two decoded rows.
+/// num_q_heads: of all the KV heads of one call (num_q_heads * num_kv_heads_run).
 constexpr int64_t partial_scratch_floats(int64_t num_q_heads, int64_t hdp) {
   return num_q_heads * (kPartitionTokens + 16 * 16) + 2 * (kPartitionTokens + 32) + 2 * hdp + 64;
 }
 
-/// A kernel writes, for each head g: m[g] = max score, l[g] = sum_t exp(score_t - m[g]) and
-/// acc[g * padded_head_dim + lane] = sum_t exp(score_t - m[g]) * code_value(v_t) (no v_scale),
-/// in its lane order.
+/// A kernel writes, for each query head g of the call (KV head h's g-th is h * num_q_heads + g):
+/// m[g] = max score, l[g] = sum_t exp(score_t - m[g]) and acc[g * padded_head_dim + lane] =
+/// sum_t exp(score_t - m[g]) * code_value(v_t) (no v_scale), in its lane order. A head's
+/// results never depend on the other heads of the call.
 using PartialFn = void (*)(const PartialArgs& a, float* scratch, float* m, float* l, float* acc);
 
 struct Kernel {
@@ -55,6 +59,7 @@ struct Kernel {
   const uint8_t* (*lane_order)(DType);
   int64_t max_head_dim;  // larger heads take another kernel
   const char* name;
+  int64_t max_kv_heads = 1;  // PartialArgs::num_kv_heads_run it takes
 };
 
 /// Portable scalar kernel (natural lane order).

@@ -344,9 +344,13 @@ TEST_CASE("paged_attention: other head sizes, groups and block sizes", "[paged_a
   const Shape shapes[] = {{8, 6, 2, 16},   {40, 6, 2, 16},  {80, 6, 2, 5},   {96, 6, 2, 16},
                           {200, 6, 2, 16}, {320, 6, 2, 16}, {64, 10, 2, 16}, {64, 16, 2, 5},
                           {128, 10, 2, 16}, {128, 8, 1, 16}, {192, 5, 1, 16},
-                          // one and two query heads per KV head (the AVX2 kernel's widest V
-                          // chunks: 64 and 32 elements), head dims 8k but not 16k, and 60
-                          {64, 4, 4, 16},  {72, 2, 2, 5},   {40, 4, 2, 16},  {60, 3, 3, 16}};
+                          // one and two query heads per KV head (the AVX2 kernel's V chunks
+                          // of 64, 48, 32 and 16 elements), head dims 8k but not 16k, and 60;
+                          // 6 and 7 query heads (a last block of 2 and 3); 32 KV heads (runs of
+                          // them in one kernel call)
+                          {64, 4, 4, 16},  {72, 2, 2, 5},   {40, 4, 2, 16},  {60, 3, 3, 16},
+                          {40, 2, 2, 16},  {96, 2, 2, 16},  {64, 12, 2, 16}, {32, 7, 1, 16},
+                          {64, 32, 32, 16}};
   for (const Shape& sh : shapes)
     for (DType dtype : kAllDTypes) {
       const int64_t hd = sh.hd;
