@@ -233,8 +233,10 @@ OCTET_AVX2 void partial_t(const PartialArgs& a, float* scratch, float* m, float*
   float* scores = scratch;                      // [H * G, kPartitionTokens]
   float* red = scratch + GH * kPartitionTokens;  // [H * G, 8 tokens, 8 lanes]
   auto* offsets = reinterpret_cast<int64_t*>(scratch + GH * (kPartitionTokens + 256));
-  // One decoded row; lanes hd .. hd8 stay zero (scratch starts zeroed, only hd are written).
+  // One decoded row; lanes hd .. hd8 zeroed here (only hd are written below; the row's place
+  // moves with the call's head count, so earlier calls may have left scores or offsets there).
   float* row = scratch + GH * (kPartitionTokens + 256) + 2 * (kPartitionTokens + 32);
+  std::fill(row + hd, row + hd8, 0.0f);
   int64_t bi = a.begin / a.block_size, off = a.begin % a.block_size;
   for (int64_t t = 0; t < n; ++t) {
     offsets[t] = (a.block_table[bi] * a.block_size + off) * a.slot_stride;

@@ -500,6 +500,41 @@ TEST_CASE("paged_attention: a NaN in the cache reaches exactly the queries that 
       }
 }
 
+TEST_CASE("paged_attention: a NaN in one kernel call's heads stays out of the next call's",
+          "[paged_attention]") {
+  // 20 KV heads: the AVX2 kernel takes 16 in one call, then 4, in the same scratch; head_dim 60
+  // takes its decode-to-L1 path, whose row buffer lies, for 4 heads, where the 16-head call
+  // kept head 10's scores of positions 124-127. A NaN at position 125 of head 10 makes those
+  // scores NaN: only head 10 may turn NaN.
+  const int64_t nkv = 20, hd = 60, nh = 20, len = 130;
+  std::vector<float> k(len * nkv * hd), v(k.size(), 1.0f), q(2 * nh * hd, 0.5f);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<float>(i % 13) * 0.02f;
+  k[(125 * nkv + 10) * hd + 3] = NAN;
+  std::vector<int64_t> slots(len);
+  std::iota(slots.begin(), slots.end(), 0);
+  const int64_t qsl[] = {0, 2}, lens[] = {len};
+  const int32_t table[] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  const PagedAttentionBatch b{1, qsl, lens, table, 9};  // queries at positions 128 and 129
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(1);  // both rows' items in one scratch, in order
+  for (DType dtype : kAllDTypes)
+    for (const paged_detail::Kernel& kernel : kernels_here()) {
+      INFO(kv_cache_dtype_name(dtype) << " " << kernel.name);
+      TestCache c(dtype, 9, 16, nkv, hd);
+      write_kv_cache(c.view, k.data(), v.data(), slots.data(), len);
+      std::vector<float> out(q.size());
+      paged_detail::paged_attention_with(kernel, c.view, q.data(), b, nh, 0, 0.125f,
+                                         out.data());
+      for (int64_t r = 0; r < 2; ++r)
+        for (int64_t h = 0; h < nh; ++h)
+          for (int64_t d = 0; d < hd; ++d) {
+            INFO("row " << r << " head " << h);
+            REQUIRE(std::isnan(out[(r * nh + h) * hd + d]) == (h == 10));
+          }
+    }
+  omp_set_num_threads(saved_threads);
+}
+
 TEST_CASE("paged_attention decode benchmark (SmolLM2 shape)", "[.][bench][paged_attention]") {
   // Run by hand: OMP_WAIT_POLICY=passive build/test_paged_attention "[bench]"
   std::printf("%s", run_paged_attention_benchmark().c_str());
