@@ -173,7 +173,7 @@ OCTET_AVX2 void v_chunk(const uint8_t* v, int64_t hd, const int64_t* offsets, in
 template <DType D>
 OCTET_AVX2 int64_t v_chunks(const uint8_t* v, int64_t hd, const int64_t* offsets, int64_t n,
                             int64_t e, int64_t gb, const float* p, int64_t hdp, float* acc) {
-  const int64_t pairs = std::min<int64_t>(gb == 1 ? 4 : gb == 2 ? 2 : 1, (hd - e + 15) / 16);
+  const int64_t pairs = std::min<int64_t>(4 / gb, (hd - e + 15) / 16);  // gb * 2 pairs <= 8
   switch (gb * 8 + pairs) {
     case 8 + 4: v_chunk<D, 1, 8>(v, hd, offsets, n, e, p, hdp, acc); break;
     case 8 + 3: v_chunk<D, 1, 6>(v, hd, offsets, n, e, p, hdp, acc); break;
