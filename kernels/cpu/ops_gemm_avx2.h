@@ -54,13 +54,33 @@ OCTET_AVX2 inline __m128 hsum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-/// out[i * ldo + j] = sum_t a[i * lda + t] * b[j * ldb + t] for i < MR, j < NR, t < k.
+/// How a tile writes each sum s: Store (out = s), Scale (out = s * scale) or AddScaled
+/// (out = out + s * scale, the product rounded first: with a power-of-two scale, as the W8A8
+/// GEMM's 256, it is exact and out accumulates k-group parts in order).
+enum class TileOut { Store, Scale, AddScaled };
+
+/// Writes the first NR lanes of s to out[0, NR) as O says.
+template <TileOut O, int NR>
+OCTET_AVX2 inline void write_sums(float* out, __m128 s, float scale) {
+  if constexpr (O != TileOut::Store) s = _mm_mul_ps(s, _mm_set1_ps(scale));
+  if constexpr (NR == 4) {
+    if constexpr (O == TileOut::AddScaled) s = _mm_add_ps(_mm_loadu_ps(out), s);
+    _mm_storeu_ps(out, s);
+  } else {
+    alignas(16) float tmp[4];
+    _mm_store_ps(tmp, s);
+    for (int j = 0; j < NR; ++j) out[j] = O == TileOut::AddScaled ? out[j] + tmp[j] : tmp[j];
+  }
+}
+
+/// out[i * ldo + j] = sum_t a[i * lda + t] * b[j * ldb + t] for i < MR, j < NR, t < k
+/// (written as O says, write_sums).
 /// FP32 FMA accumulation, 8 lanes per row pair, lanes summed at the end. Every (i, j) sum is
 /// the same instruction sequence for every MR, NR (hsum4 sums each vector on its own), so a
 /// row's result does not depend on how many rows share the tile (batch invariance).
-template <int MR, int NR>
+template <int MR, int NR, TileOut O = TileOut::Store>
 OCTET_AVX2 inline void dot_tile(const float* a, int64_t lda, const float* b, int64_t ldb,
-                                int64_t k, float* out, int64_t ldo) {
+                                int64_t k, float* out, int64_t ldo, float scale = 1.0f) {
   static_assert(MR >= 1 && MR <= 3 && NR >= 1 && NR <= 4, "tile fits 16 registers");
   __m256 acc[MR][NR];
   for (int i = 0; i < MR; ++i)
@@ -87,24 +107,79 @@ OCTET_AVX2 inline void dot_tile(const float* a, int64_t lda, const float* b, int
     const __m256 z = _mm256_setzero_ps();
     const __m128 s = hsum4(acc[i][0], NR > 1 ? acc[i][1 % NR] : z, NR > 2 ? acc[i][2 % NR] : z,
                            NR > 3 ? acc[i][3 % NR] : z);
-    alignas(16) float tmp[4];
-    _mm_store_ps(tmp, s);
-    for (int j = 0; j < NR; ++j) out[i * ldo + j] = tmp[j];
+    write_sums<O, NR>(out + i * ldo, s, scale);
   }
 }
 
-/// Tiles rows [0, m) x cols [0, nb) of out (ldo) with dot_tile: MR = 3, NR = 4 and the edges.
+/// dot_tile<3, 4, O> with its 12 accumulators as named values, the same FMAs in the same order:
+/// GCC keeps the generic template's acc[3][4] array on the stack outside the k loop (12 stores
+/// of zero before it, 12 stores and reloads after), which cost as much as the loop itself at
+/// 64-input parts (SmolLM2-1.7B's o_proj k groups). Each weight row's 8 values are loaded once
+/// into a register (the empty asm keeps GCC from folding the load into all three FMAs).
+template <TileOut O>
+OCTET_AVX2 inline void dot_tile_3x4(const float* a, int64_t lda, const float* b, int64_t ldb,
+                                    int64_t k, float* out, int64_t ldo, float scale) {
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;
+  __m256 c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+  __m256 c20 = c00, c21 = c00, c22 = c00, c23 = c00;
+  const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda;
+  const float *b0 = b, *b1 = b + ldb, *b2 = b + 2 * ldb, *b3 = b + 3 * ldb;
+  int64_t t = 0;
+#define OCTET_TILE34_STEP(LOAD)                                                  \
+  {                                                                              \
+    const __m256 x0 = LOAD(a0 + t), x1 = LOAD(a1 + t), x2 = LOAD(a2 + t);        \
+    __m256 w = LOAD(b0 + t);                                                     \
+    asm("" : "+x"(w));                                                           \
+    c00 = _mm256_fmadd_ps(x0, w, c00), c10 = _mm256_fmadd_ps(x1, w, c10);         \
+    c20 = _mm256_fmadd_ps(x2, w, c20);                                           \
+    w = LOAD(b1 + t);                                                            \
+    asm("" : "+x"(w));                                                           \
+    c01 = _mm256_fmadd_ps(x0, w, c01), c11 = _mm256_fmadd_ps(x1, w, c11);         \
+    c21 = _mm256_fmadd_ps(x2, w, c21);                                           \
+    w = LOAD(b2 + t);                                                            \
+    asm("" : "+x"(w));                                                           \
+    c02 = _mm256_fmadd_ps(x0, w, c02), c12 = _mm256_fmadd_ps(x1, w, c12);         \
+    c22 = _mm256_fmadd_ps(x2, w, c22);                                           \
+    w = LOAD(b3 + t);                                                            \
+    asm("" : "+x"(w));                                                           \
+    c03 = _mm256_fmadd_ps(x0, w, c03), c13 = _mm256_fmadd_ps(x1, w, c13);         \
+    c23 = _mm256_fmadd_ps(x2, w, c23);                                           \
+  }
+  for (; t + 8 <= k; t += 8) OCTET_TILE34_STEP(_mm256_loadu_ps)
+  if (t < k) {
+    const __m256i mask = tail_mask(k - t);
+    const auto load = [mask](const float* p) __attribute__((always_inline, target("avx2"))) {
+      return _mm256_maskload_ps(p, mask);
+    };
+    OCTET_TILE34_STEP(load)
+  }
+#undef OCTET_TILE34_STEP
+  write_sums<O, 4>(out, hsum4(c00, c01, c02, c03), scale);
+  write_sums<O, 4>(out + ldo, hsum4(c10, c11, c12, c13), scale);
+  write_sums<O, 4>(out + 2 * ldo, hsum4(c20, c21, c22, c23), scale);
+}
+
+/// Tiles rows [0, m) x cols [0, nb) of out (ldo) with dot_tile (written as O says): MR = 3,
+/// NR = 4 (dot_tile_3x4) and the edges.
+template <TileOut O = TileOut::Store>
 OCTET_AVX2 inline void dot_block(const float* a, int64_t lda, int64_t m, const float* b,
-                                 int64_t ldb, int64_t nb, int64_t k, float* out, int64_t ldo) {
+                                 int64_t ldb, int64_t nb, int64_t k, float* out, int64_t ldo,
+                                 float scale = 1.0f) {
   auto row_block = [&](auto mr_tag, int64_t i) {
     constexpr int MR = decltype(mr_tag)::value;
+    const float* ai = a + i * lda;
+    float* oi = out + i * ldo;
     int64_t j = 0;
-    for (; j + 4 <= nb; j += 4)
-      dot_tile<MR, 4>(a + i * lda, lda, b + j * ldb, ldb, k, out + i * ldo + j, ldo);
+    for (; j + 4 <= nb; j += 4) {
+      if constexpr (MR == 3)
+        dot_tile_3x4<O>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale);
+      else
+        dot_tile<MR, 4, O>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale);
+    }
     switch (nb - j) {
-      case 3: dot_tile<MR, 3>(a + i * lda, lda, b + j * ldb, ldb, k, out + i * ldo + j, ldo); break;
-      case 2: dot_tile<MR, 2>(a + i * lda, lda, b + j * ldb, ldb, k, out + i * ldo + j, ldo); break;
-      case 1: dot_tile<MR, 1>(a + i * lda, lda, b + j * ldb, ldb, k, out + i * ldo + j, ldo); break;
+      case 3: dot_tile<MR, 3, O>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale); break;
+      case 2: dot_tile<MR, 2, O>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale); break;
+      case 1: dot_tile<MR, 1, O>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale); break;
       default: break;
     }
   };

@@ -41,6 +41,10 @@ struct Sink {
   /// Row i, outputs [j0, j1): parts[g * part_stride + (j - j0)] is part g of output j.
   void emit(const Fp8WeightView& w, int64_t i, int64_t j0, int64_t j1, const float* parts,
             int64_t part_stride) const;
+  /// Fused sink only: row i, outputs [j0, j1) whose parts are already summed in sum_parts'
+  /// order (sum[j - j0]); the epilogue into y.
+  void emit_sum(const Fp8WeightView& w, int64_t i, int64_t j0, int64_t j1,
+                const float* sum) const;
 };
 
 /// The activation scale of row i.

@@ -95,6 +95,11 @@ void Sink::emit(const Fp8WeightView& w, int64_t i, int64_t j0, int64_t j1, const
   }
 }
 
+void Sink::emit_sum(const Fp8WeightView& w, int64_t i, int64_t j0, int64_t j1,
+                    const float* sum) const {
+  epilogue(y + i * w.n, sum, j0, j1, row_scale(a_scale, a_granularity, i), w, bias);
+}
+
 // Per (row, output, part): a plain FP32 sum in index order; threads split the outputs, so row
 // i's result does not depend on m or the thread count.
 void run_scalar(const uint8_t* qa, const Fp8WeightView& w, const Sink& sink, int64_t m) {

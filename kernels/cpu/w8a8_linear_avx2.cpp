@@ -170,7 +170,7 @@ class DazOff {
 
 // m > 1. Per block of weight rows and k-group g: the group's codes decoded into the tile by
 // decode(g, j0, rows, tile, ldt) (FP32 of value * 2^-8, row stride ldt, zero-padded to ld),
-// parts[g][i][j] = dot_block over the group's kg inputs, * 256 (exact, as in gemv_rows).
+// part g of (i, j) = dot_block over the group's kg inputs, * 256 (exact, as in gemv_rows).
 // Blocks are multiples of `align` rows (the layout's row group).
 template <class DecodeTile>
 OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
@@ -195,18 +195,28 @@ OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
   cpu::parallel_for(0, blocks, [&](int64_t b_lo, int64_t b_hi) {
     DazOff daz_off;
     std::vector<float> tile(static_cast<size_t>(nb * ldt));
-    std::vector<float> parts(static_cast<size_t>(groups * m * nb));  // [groups][m][nb]
+    // Fused: one running sum [m][nb], ((p0 + p1) + p2) + ... (sum_parts' order), each part
+    // added by its tiles as it is computed; partials: every part [groups][m][nb].
+    const bool fused = sink.partials == nullptr;
+    std::vector<float> parts(static_cast<size_t>((fused ? 1 : groups) * m * nb));
     for (int64_t b = b_lo; b < b_hi; ++b) {
       const int64_t j0 = b * nb, rows = std::min(nb, n - j0);
       for (int64_t g = 0; g < groups; ++g) {
-        float* acc = parts.data() + g * m * nb;
         decode(g, j0, rows, tile.data(), ldt);
-        gemm_avx2::dot_block(a.data() + g * kg, lda, m, tile.data(), ldt, rows, kg, acc, nb);
-        for (int64_t i = 0; i < m; ++i)
-          for (int64_t j = 0; j < rows; ++j) acc[i * nb + j] *= 256.0f;
+        const float* ag = a.data() + g * kg;
+        if (fused && g > 0)
+          gemm_avx2::dot_block<gemm_avx2::TileOut::AddScaled>(ag, lda, m, tile.data(), ldt, rows,
+                                                              kg, parts.data(), nb, 256.0f);
+        else
+          gemm_avx2::dot_block<gemm_avx2::TileOut::Scale>(ag, lda, m, tile.data(), ldt, rows, kg,
+                                                          parts.data() + g * m * nb, nb, 256.0f);
       }
-      for (int64_t i = 0; i < m; ++i)
-        sink.emit(w, i, j0, j0 + rows, parts.data() + i * nb, m * nb);
+      for (int64_t i = 0; i < m; ++i) {
+        if (fused)
+          sink.emit_sum(w, i, j0, j0 + rows, parts.data() + i * nb);
+        else
+          sink.emit(w, i, j0, j0 + rows, parts.data() + i * nb, m * nb);
+      }
     }
   }, m * n * k >= 262144);
 }
