@@ -1,4 +1,5 @@
-// make_backend: the one place that maps --device to a Backend; Backend::upload_fp8_weight.
+// make_backend: the one place that maps --device to a Backend; Backend::upload_fp8_weight and
+// upload_bf16_weight.
 #include "kernels/backend.h"
 
 #include <stdexcept>
@@ -6,6 +7,7 @@
 
 #include "kernels/cpu/cpu_backend.h"
 #include "kernels/cpu/fp8_layout.h"
+#include "kernels/cpu/linear_bf16.h"
 #if defined(OCTET_HAVE_CUDA)
 #include "kernels/cuda/cuda_backend.h"
 #endif
@@ -58,6 +60,21 @@ std::unique_ptr<Backend> make_backend(const std::string& requested) {
 #endif
   }
   throw std::invalid_argument("unknown device '" + device + "' (expected cpu, cuda, cuda:N or auto)");
+}
+
+Buffer Backend::upload_bf16_weight(const uint16_t* src, int64_t n, int64_t k,
+                                   Bf16Layout* layout) {
+  *layout = bf16_weight_layout();
+  if (*layout == Bf16Layout::RowMajor) {
+    Buffer b = allocate(n * k * 2);
+    upload(b, 0, src, n * k * 2);
+    return b;
+  }
+  std::vector<uint16_t> packed(static_cast<size_t>(bf16_rows8x8_elements(n, k)));
+  pack_bf16_rows8x8(src, n, k, packed.data());
+  Buffer b = allocate(static_cast<int64_t>(packed.size()) * 2);
+  upload(b, 0, packed.data(), b.bytes());
+  return b;
 }
 
 Buffer Backend::upload_fp8_weight(const uint8_t* src, int64_t n, int64_t k, int64_t k_groups,

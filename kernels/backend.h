@@ -118,6 +118,12 @@ class Backend {
   /// fp8_weight_layout(), returned in *layout; k_groups as WeightRef's.
   Buffer upload_fp8_weight(const uint8_t* src, int64_t n, int64_t k, int64_t k_groups,
                            Fp8Layout* layout);
+  /// The layout this backend's linear reads BF16 weights best in (WeightRef::bf16_layout).
+  /// Default: row-major.
+  virtual Bf16Layout bf16_weight_layout() const { return Bf16Layout::RowMajor; }
+  /// A new buffer holding the BF16 weight src: [n, k] row-major (host) in bf16_weight_layout(),
+  /// returned in *layout.
+  Buffer upload_bf16_weight(const uint16_t* src, int64_t n, int64_t k, Bf16Layout* layout);
   /// Copies `bytes` at byte `offset` of src into host `dst`, after all queued work.
   virtual void download(const Buffer& src, int64_t offset, void* dst, int64_t bytes) = 0;
   /// Waits until all queued work is done.

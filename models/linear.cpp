@@ -30,6 +30,7 @@ WeightRef LinearWeight::ref() const {
   r.bias = bias.as<const float>();
   r.k_groups = k_groups;
   r.layout = layout;
+  r.bf16_layout = bf16_layout;
   return r;
 }
 
@@ -50,7 +51,13 @@ LinearWeight upload_linear(Backend& backend, const HostLinearWeight& h) {
   w.bias = upload_vector(backend, h.bias);
   switch (h.format) {
     case DType::F32: w.weight = upload_vector(backend, h.w_f32); break;
-    case DType::BF16: w.weight = upload_vector(backend, h.w_bf16); break;
+    case DType::BF16:
+      OCTET_CHECK(static_cast<int64_t>(h.w_bf16.size()) == h.out_features * h.in_features,
+                  h.name, ": ", h.w_bf16.size(), " BF16 values for ", h.out_features, " x ",
+                  h.in_features);
+      w.weight = backend.upload_bf16_weight(h.w_bf16.data(), h.out_features, h.in_features,
+                                            &w.bf16_layout);
+      break;
     case DType::FP8_E4M3:
       OCTET_CHECK(static_cast<int64_t>(h.w_fp8.size()) == h.out_features * h.in_features,
                   h.name, ": ", h.w_fp8.size(), " FP8 codes for ", h.out_features, " x ",

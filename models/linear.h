@@ -48,6 +48,7 @@ struct LinearWeight {
   Buffer bias;    // [out] FP32 or empty
   int64_t k_groups = 1;  // FP8 row-parallel: k parts on this rank (WeightRef::k_groups)
   Fp8Layout layout = Fp8Layout::RowMajor;  // FP8: how `weight` holds the codes
+  Bf16Layout bf16_layout = Bf16Layout::RowMajor;  // BF16: how `weight` holds the values
 
   /// The kernels' view of this weight.
   WeightRef ref() const;

@@ -23,6 +23,12 @@ struct TensorRef {
 ///             bytes (kernels/cpu/w8a8.h pack_fp8_rows8x32 gives the byte order).
 enum class Fp8Layout : uint8_t { RowMajor, Rows8x32 };
 
+/// How a BF16 weight's values lie in memory (WeightRef::bf16_layout, Backend::upload_bf16_weight).
+///   RowMajor: [n, k].
+///   Rows8x8: the CPU AVX2 GEMV's stream: blocks of 8 rows, each 8 consecutive values of the 8
+///            rows side by side (kernels/cpu/linear_bf16.h pack_bf16_rows8x8 gives the order).
+enum class Bf16Layout : uint8_t { RowMajor, Rows8x8 };
+
 /// A linear layer's weight: [n, k] ([out, in], PyTorch nn.Linear layout) of `dtype` (F32, BF16 or
 /// FP8_E4M3), with, for FP8, scale [n] (PerRow) or [1] (PerTensor) FP32; bias [n] FP32 or null.
 /// y[m, n] = sum_k x[m, k] * w[n, k] (* s_a[m] * s_w[n] for FP8) + bias[n].
@@ -39,6 +45,7 @@ struct WeightRef {
   /// tensor-parallel group count at every TP size, so TP changes no bit (models/tensor_parallel.h).
   int64_t k_groups = 1;
   Fp8Layout layout = Fp8Layout::RowMajor;  // FP8 only
+  Bf16Layout bf16_layout = Bf16Layout::RowMajor;  // BF16 only
 };
 
 /// An E4M3 weight matrix: data [n, k] ([out, in]) in `layout`, scale [n] (PerRow) or [1];

@@ -45,6 +45,7 @@ class CpuBackend final : public Backend {
   }
 
   Fp8Layout fp8_weight_layout() const override { return w8a8_preferred_layout(); }
+  Bf16Layout bf16_weight_layout() const override { return linear_bf16_preferred_layout(); }
 
   void download(const Buffer& src, int64_t offset, void* dst, int64_t bytes) override {
     OCTET_CHECK(offset >= 0 && bytes >= 0 && offset + bytes <= src.bytes(), "download: ",
@@ -136,7 +137,10 @@ class CpuBackend final : public Backend {
         cpu::linear(x, static_cast<const float*>(w.data), w.bias, y, m, n, k);
         return;
       case DType::BF16:
-        linear_bf16(x, static_cast<const uint16_t*>(w.data), y, m, n, k);
+        if (w.bf16_layout == Bf16Layout::Rows8x8)
+          linear_bf16_rows8x8(x, static_cast<const uint16_t*>(w.data), y, m, n, k);
+        else
+          linear_bf16(x, static_cast<const uint16_t*>(w.data), y, m, n, k);
         if (w.bias)
           for (int64_t i = 0; i < m; ++i)
             for (int64_t j = 0; j < n; ++j) y[i * n + j] += w.bias[j];
