@@ -103,6 +103,13 @@ void Session::on_watch(beast::error_code ec, size_t n) {
     return;
   }
   if (ec) {
+    if (response_done_ && writing_) {
+      // The whole response is queued and its last write in flight: a client that read it and
+      // closed. on_write ends the request with the response's status (a close seen first here
+      // logged such requests as 499); the next read or the linger then sees the close, and a
+      // failed write still closes with 499.
+      return;
+    }
     if (preparing_) {
       spdlog::info("client disconnected; stopping the preparation of its request");
       if (prepare_cancel_) prepare_cancel_->store(true);
