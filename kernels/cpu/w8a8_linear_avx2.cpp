@@ -125,19 +125,18 @@ OCTET_AVX2 void gemv(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detai
   }, n * k >= 131072);
 }
 
-// 16 codes -> dst[0..16): FP32 of value * 2^-8 (the values gemv_step multiplies by).
-OCTET_AVX2 inline void store_scaled16(__m128i codes, float* dst) {
-  const __m256i h = e4m3x16_to_scaled_half(codes);
-  _mm256_storeu_ps(dst, _mm256_cvtph_ps(_mm256_castsi256_si128(h)));
-  _mm256_storeu_ps(dst + 8, _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)));
+// 16 codes -> dst[0..16): FP16 bits of value * 2^-8 (the values gemv_step multiplies by).
+OCTET_AVX2 inline void store_scaled16(__m128i codes, uint16_t* dst) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), e4m3x16_to_scaled_half(codes));
 }
 
-// rows x k codes (row stride ldw) -> tile: rows x k16 FP32 of value * 2^-8, zero-padded.
+// rows x k codes (row stride ldw) -> tile: rows (stride ldt) of FP16 bits of value * 2^-8,
+// zero-padded to a multiple of 16.
 OCTET_AVX2 void decode_scaled_tile(const uint8_t* w, int64_t ldw, int64_t k, int64_t rows,
-                                   int64_t k16, float* tile) {
+                                   int64_t ldt, uint16_t* tile) {
   for (int64_t r = 0; r < rows; ++r) {
     const uint8_t* src = w + r * ldw;
-    float* dst = tile + r * k16;
+    uint16_t* dst = tile + r * ldt;
     int64_t t = 0;
     for (; t + 16 <= k; t += 16)
       store_scaled16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + t)), dst + t);
@@ -169,7 +168,9 @@ class DazOff {
 };
 
 // m > 1. Per block of weight rows and k-group g: the group's codes decoded into the tile by
-// decode(g, j0, rows, tile, ldt) (FP32 of value * 2^-8, row stride ldt, zero-padded to ld),
+// decode(g, j0, rows, tile, ldt) (FP16 bits of value * 2^-8, exact: every E4M3 value times
+// 2^-8 is an FP16 value, subnormals included; row stride ldt, zero-padded to ld; widened to
+// FP32 by the GEMM tile, half the bytes of an FP32 tile to stream from L2),
 // part g of (i, j) = dot_block over the group's kg inputs, * 256 (exact, as in gemv_rows).
 // Blocks are multiples of `align` rows (the layout's row group).
 template <class DecodeTile>
@@ -180,7 +181,7 @@ OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
   // Row strides of the decoded activations and tile one cache line past the inputs: the 3 + 4
   // rows a dot_tile streams do not all map to the same L1 sets when k is 2^n lines long
   // (SmolLM2-1.7B's shapes at m = 128-512, Zen 3: +1-4%). Strides never change a sum.
-  const int64_t lda = k + 16, ldt = ld + 16;
+  const int64_t lda = k + 16, ldt = ld + 32;
   std::vector<float> a(static_cast<size_t>(m * lda));
   cpu::parallel_for_each(0, m, [&](int64_t i) {
     fp8_decode_avx2(DType::FP8_E4M3, qa + i * k, a.data() + i * lda, static_cast<size_t>(k));
@@ -194,7 +195,7 @@ OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
   const int64_t blocks = (n + nb - 1) / nb;
   cpu::parallel_for(0, blocks, [&](int64_t b_lo, int64_t b_hi) {
     DazOff daz_off;
-    std::vector<float> tile(static_cast<size_t>(nb * ldt));
+    std::vector<uint16_t> tile(static_cast<size_t>(nb * ldt));
     // Fused: one running sum [m][nb], ((p0 + p1) + p2) + ... (sum_parts' order), each part
     // added by its tiles as it is computed; partials: every part [groups][m][nb].
     const bool fused = sink.partials == nullptr;
@@ -226,7 +227,7 @@ OCTET_AVX2 void gemm(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detai
                      int64_t m) {
   const int64_t k = w.k, kg = k / w.k_groups, kg16 = (kg + 15) / 16 * 16;
   gemm_tiles(qa, w, sink, m, kg16, 4,
-             [&](int64_t g, int64_t j0, int64_t rows, float* tile, int64_t ldt) {
+             [&](int64_t g, int64_t j0, int64_t rows, uint16_t* tile, int64_t ldt) {
                decode_scaled_tile(w.data + j0 * k + g * kg, k, kg, rows, ldt, tile);
              });
 }
@@ -372,23 +373,37 @@ OCTET_AVX2 void gemv_rows8x32(const uint8_t* qa, const Fp8WeightView& w,
   gemv_rows8x32_multi(qa, &w, &sink, 1, m);
 }
 
-// Rows [j0, j0 + rows) (j0 a multiple of 8) of part g -> tile: FP32 of value * 2^-8, row
-// stride ldt >= the part rounded up to 32 inputs, as decode_scaled_tile writes (zero past the
-// part's end up to that rounding, and in padding rows).
+// widen_chunk's lanes (the 16-bit pattern in the top half) -> FP16 bits of value * 2^-8 in
+// 32-bit lanes, e4m3x16_to_scaled_half's pattern: sign bit 31 -> 15, exponent and mantissa
+// bits 26..20 -> 13..7. Integer ops: no MXCSR mode (DAZ, FTZ) can touch a subnormal.
+OCTET_AVX2 inline __m256i scaled_half32(__m256 v) {
+  const __m256i x = _mm256_castps_si256(v);
+  return _mm256_or_si256(
+      _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000)),
+      _mm256_and_si256(_mm256_srli_epi32(x, 13), _mm256_set1_epi32(0x3F80)));
+}
+
+// Rows [j0, j0 + rows) (j0 a multiple of 8) of part g -> tile: FP16 bits of value * 2^-8, row
+// stride ldt >= the part rounded up to 32 inputs (zero past the part's end up to that rounding,
+// and in padding rows), as decode_scaled_tile writes.
 OCTET_AVX2 void decode_rows8x32_tile(const Fp8WeightView& w, int64_t g, int64_t chunks,
-                                     int64_t j0, int64_t rows, float* tile, int64_t ldt) {
+                                     int64_t j0, int64_t rows, uint16_t* tile, int64_t ldt) {
   const int64_t groups = w.k_groups;
-  const __m256 scale = _mm256_set1_ps(kTwoPow112);
   for (int64_t b = j0 / kPackRows; b * kPackRows < j0 + rows; ++b) {
     const uint8_t* codes = w.data + (b * groups + g) * chunks * kPackBlock;
-    float* dst = tile + (b * kPackRows - j0) * ldt;
+    uint16_t* dst = tile + (b * kPackRows - j0) * ldt;
     for (int64_t c = 0; c < chunks; ++c, codes += kPackBlock)
       for (int r = 0; r < kPackRows; ++r) {
         __m256 v[4];
         widen_chunk(
             _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * kPackChunk)), v);
-        for (int q = 0; q < 4; ++q)
-          _mm256_storeu_ps(dst + r * ldt + c * kPackChunk + 8 * q, _mm256_mul_ps(v[q], scale));
+        for (int q = 0; q < 4; q += 2) {  // elements [8 q, 8 q + 16): pack, then undo its
+                                           // 128-bit interleave
+          const __m256i h = _mm256_permute4x64_epi64(
+              _mm256_packus_epi32(scaled_half32(v[q]), scaled_half32(v[q + 1])), 0xD8);
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + r * ldt + c * kPackChunk + 8 * q),
+                              h);
+        }
       }
   }
 }
@@ -398,7 +413,7 @@ OCTET_AVX2 void gemm_rows8x32(const uint8_t* qa, const Fp8WeightView& w,
                               const w8a8_detail::Sink& sink, int64_t m) {
   const int64_t kg = w.k / w.k_groups, chunks = (kg + kPackChunk - 1) / kPackChunk;
   gemm_tiles(qa, w, sink, m, chunks * kPackChunk, kPackRows,
-             [&](int64_t g, int64_t j0, int64_t rows, float* tile, int64_t ldt) {
+             [&](int64_t g, int64_t j0, int64_t rows, uint16_t* tile, int64_t ldt) {
                decode_rows8x32_tile(w, g, chunks, j0, rows, tile, ldt);
              });
 }
