@@ -73,35 +73,37 @@ OCTET_AVX2 inline void write_sums(float* out, __m128 s, float scale) {
   }
 }
 
-/// How a tile reads 8 values of its b rows as FP32: float rows as they are (the tail masked),
-/// or FP16 bit patterns (uint16_t, widened exactly by VCVTPH2PS; half the bytes to stream: the
-/// W8A8 GEMM's weight tile, whose values are FP16-exact). FP16 rows are read 8 values at a time
-/// in the tail too: they must be padded to a multiple of 8 values with finite values (the
-/// masked a lanes are zero, so those products are zero).
-template <class B>
-struct TileB;
+/// How a tile reads 8 values of a row as FP32: float rows as they are (the tail masked), or
+/// FP16 bit patterns (uint16_t, widened exactly by VCVTPH2PS: half the bytes to stream; the W8A8
+/// GEMM's operands, whose values are FP16-exact). FP16 rows are read 8 values at a time in the
+/// tail too, its lanes past k then zeroed: a row must have 8 readable values from its last
+/// multiple of 8.
+template <class T>
+struct TileRow;
 template <>
-struct TileB<float> {
+struct TileRow<float> {
   OCTET_AVX2 static __m256 load(const float* p) { return _mm256_loadu_ps(p); }
   OCTET_AVX2 static __m256 load_tail(const float* p, __m256i mask) {
     return _mm256_maskload_ps(p, mask);
   }
 };
 template <>
-struct TileB<uint16_t> {
+struct TileRow<uint16_t> {
   OCTET_AVX2 static __m256 load(const uint16_t* p) {
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }
-  OCTET_AVX2 static __m256 load_tail(const uint16_t* p, __m256i) { return load(p); }
+  OCTET_AVX2 static __m256 load_tail(const uint16_t* p, __m256i mask) {
+    return _mm256_and_ps(load(p), _mm256_castsi256_ps(mask));
+  }
 };
 
 /// out[i * ldo + j] = sum_t a[i * lda + t] * b[j * ldb + t] for i < MR, j < NR, t < k
-/// (b read as TileB<B> says, out written as O says, write_sums).
+/// (rows read as TileRow<A>, TileRow<B> say, out written as O says, write_sums).
 /// FP32 FMA accumulation, 8 lanes per row pair, lanes summed at the end. Every (i, j) sum is
 /// the same instruction sequence for every MR, NR (hsum4 sums each vector on its own), so a
 /// row's result does not depend on how many rows share the tile (batch invariance).
-template <int MR, int NR, TileOut O = TileOut::Store, class B = float>
-OCTET_AVX2 inline void dot_tile(const float* a, int64_t lda, const B* b, int64_t ldb, int64_t k,
+template <int MR, int NR, TileOut O = TileOut::Store, class A = float, class B = float>
+OCTET_AVX2 inline void dot_tile(const A* a, int64_t lda, const B* b, int64_t ldb, int64_t k,
                                 float* out, int64_t ldo, float scale = 1.0f) {
   static_assert(MR >= 1 && MR <= 3 && NR >= 1 && NR <= 4, "tile fits 16 registers");
   __m256 acc[MR][NR];
@@ -110,18 +112,18 @@ OCTET_AVX2 inline void dot_tile(const float* a, int64_t lda, const B* b, int64_t
   int64_t t = 0;
   for (; t + 8 <= k; t += 8) {
     __m256 av[MR];
-    for (int i = 0; i < MR; ++i) av[i] = _mm256_loadu_ps(a + i * lda + t);
+    for (int i = 0; i < MR; ++i) av[i] = TileRow<A>::load(a + i * lda + t);
     for (int j = 0; j < NR; ++j) {
-      const __m256 bv = TileB<B>::load(b + j * ldb + t);
+      const __m256 bv = TileRow<B>::load(b + j * ldb + t);
       for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(av[i], bv, acc[i][j]);
     }
   }
   if (t < k) {
     const __m256i mask = tail_mask(k - t);
     __m256 av[MR];
-    for (int i = 0; i < MR; ++i) av[i] = _mm256_maskload_ps(a + i * lda + t, mask);
+    for (int i = 0; i < MR; ++i) av[i] = TileRow<A>::load_tail(a + i * lda + t, mask);
     for (int j = 0; j < NR; ++j) {
-      const __m256 bv = TileB<B>::load_tail(b + j * ldb + t, mask);
+      const __m256 bv = TileRow<B>::load_tail(b + j * ldb + t, mask);
       for (int i = 0; i < MR; ++i) acc[i][j] = _mm256_fmadd_ps(av[i], bv, acc[i][j]);
     }
   }
@@ -133,18 +135,18 @@ OCTET_AVX2 inline void dot_tile(const float* a, int64_t lda, const B* b, int64_t
   }
 }
 
-/// dot_tile<3, 4, O, B> with its 12 accumulators as named values, the same FMAs in the same
+/// dot_tile<3, 4, O, A, B> with its 12 accumulators as named values, the same FMAs in the same
 /// order: GCC keeps the generic template's acc[3][4] array on the stack outside the k loop (12
 /// stores of zero before it, 12 stores and reloads after), which cost as much as the loop
 /// itself at 64-input parts (SmolLM2-1.7B's o_proj k groups). Each b row's 8 values are loaded
 /// once into a register (the empty asm keeps GCC from folding the load into all three FMAs).
-template <TileOut O, class B>
-OCTET_AVX2 inline void dot_tile_3x4(const float* a, int64_t lda, const B* b, int64_t ldb,
-                                    int64_t k, float* out, int64_t ldo, float scale) {
+template <TileOut O, class A, class B>
+OCTET_AVX2 inline void dot_tile_3x4(const A* a, int64_t lda, const B* b, int64_t ldb, int64_t k,
+                                    float* out, int64_t ldo, float scale) {
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;
   __m256 c10 = c00, c11 = c00, c12 = c00, c13 = c00;
   __m256 c20 = c00, c21 = c00, c22 = c00, c23 = c00;
-  const float *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda;
+  const A *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda;
   const B *b0 = b, *b1 = b + ldb, *b2 = b + 2 * ldb, *b3 = b + 3 * ldb;
   int64_t t = 0;
 #define OCTET_TILE34_STEP(LOAD_A, LOAD_B)                                        \
@@ -167,14 +169,14 @@ OCTET_AVX2 inline void dot_tile_3x4(const float* a, int64_t lda, const B* b, int
     c03 = _mm256_fmadd_ps(x0, w, c03), c13 = _mm256_fmadd_ps(x1, w, c13);         \
     c23 = _mm256_fmadd_ps(x2, w, c23);                                           \
   }
-  for (; t + 8 <= k; t += 8) OCTET_TILE34_STEP(_mm256_loadu_ps, TileB<B>::load)
+  for (; t + 8 <= k; t += 8) OCTET_TILE34_STEP(TileRow<A>::load, TileRow<B>::load)
   if (t < k) {
     const __m256i mask = tail_mask(k - t);
-    const auto load_a = [mask](const float* p) __attribute__((always_inline, target("avx2"))) {
-      return _mm256_maskload_ps(p, mask);
+    const auto load_a = [mask](const A* p) __attribute__((always_inline, target("avx2,f16c"))) {
+      return TileRow<A>::load_tail(p, mask);
     };
     const auto load_b = [mask](const B* p) __attribute__((always_inline, target("avx2,f16c"))) {
-      return TileB<B>::load_tail(p, mask);
+      return TileRow<B>::load_tail(p, mask);
     };
     OCTET_TILE34_STEP(load_a, load_b)
   }
@@ -184,27 +186,27 @@ OCTET_AVX2 inline void dot_tile_3x4(const float* a, int64_t lda, const B* b, int
   write_sums<O, 4>(out + 2 * ldo, hsum4(c20, c21, c22, c23), scale);
 }
 
-/// Tiles rows [0, m) x cols [0, nb) of out (ldo) with dot_tile (b read as TileB<B>, out written
-/// as O says): MR = 3, NR = 4 (dot_tile_3x4) and the edges.
-template <TileOut O = TileOut::Store, class B = float>
-OCTET_AVX2 inline void dot_block(const float* a, int64_t lda, int64_t m, const B* b, int64_t ldb,
+/// Tiles rows [0, m) x cols [0, nb) of out (ldo) with dot_tile (rows read as TileRow<A>,
+/// TileRow<B> say, out written as O says): MR = 3, NR = 4 (dot_tile_3x4) and the edges.
+template <TileOut O = TileOut::Store, class A = float, class B = float>
+OCTET_AVX2 inline void dot_block(const A* a, int64_t lda, int64_t m, const B* b, int64_t ldb,
                                  int64_t nb, int64_t k, float* out, int64_t ldo,
                                  float scale = 1.0f) {
   auto row_block = [&](auto mr_tag, int64_t i) {
     constexpr int MR = decltype(mr_tag)::value;
-    const float* ai = a + i * lda;
+    const A* ai = a + i * lda;
     float* oi = out + i * ldo;
     int64_t j = 0;
     for (; j + 4 <= nb; j += 4) {
       if constexpr (MR == 3)
-        dot_tile_3x4<O, B>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale);
+        dot_tile_3x4<O, A, B>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale);
       else
-        dot_tile<MR, 4, O, B>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale);
+        dot_tile<MR, 4, O, A, B>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale);
     }
     switch (nb - j) {
-      case 3: dot_tile<MR, 3, O, B>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale); break;
-      case 2: dot_tile<MR, 2, O, B>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale); break;
-      case 1: dot_tile<MR, 1, O, B>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale); break;
+      case 3: dot_tile<MR, 3, O, A, B>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale); break;
+      case 2: dot_tile<MR, 2, O, A, B>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale); break;
+      case 1: dot_tile<MR, 1, O, A, B>(ai, lda, b + j * ldb, ldb, k, oi + j, ldo, scale); break;
       default: break;
     }
   };

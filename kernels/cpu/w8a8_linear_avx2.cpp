@@ -10,10 +10,11 @@
 //  * GEMV (m == 1, decode; m <= 4 on Rows8x32 weights, batched decode): memory bound. Each
 //    weight byte is read once and decoded in registers; 4 (row-major) or 8 (Rows8x32) weight
 //    rows share each activation load, and up to 4 activation rows each widened code.
-//  * GEMM (m > 1, prefill and batched decode): activations decoded once to FP32, each block of
-//    weight rows decoded once into a per-thread FP32 tile (value * 2^-8, as above) and reused
-//    for all m rows (3 x 4 register tile, ops_gemm_avx2.h, which accumulates in the same
-//    order). Blocks of output columns are spread over OpenMP threads; k is never split.
+//  * GEMM (m > 1, prefill and batched decode): activations decoded once and each block of
+//    weight rows decoded once into a per-thread tile, both as FP16 bits of value * 2^-8 (exact),
+//    the tile reused for all m rows (3 x 4 register tile, ops_gemm_avx2.h, widening with
+//    VCVTPH2PS and accumulating in the same order; every product and sum is the GEMV's times
+//    2^-8, exactly). Blocks of output columns are spread over threads; k is never split.
 // A weight in the Rows8x32 layout takes the same sums from one sequential stream (the section
 // of that name below). NaN codes (0x7F/0xFF) are not supported in the weights here: the decode
 // reads them as 480.
@@ -167,11 +168,35 @@ class DazOff {
   unsigned saved_;
 };
 
+// One row of k activation codes -> dst: FP16 bits of value * 2^-8 (decode_scaled_tile's),
+// except that NaN codes (0x7F / 0xFF) stay NaN (FP16 0x7E00 with the code's sign), as the
+// GEMV's decode keeps them; zero-padded to a multiple of 16.
+OCTET_AVX2 void decode_scaled_activations(const uint8_t* qa, int64_t k, uint16_t* dst) {
+  const auto store = [dst](__m128i codes, int64_t t) __attribute__((target("avx2"))) {
+    const __m256i h = e4m3x16_to_scaled_half(codes);
+    const __m128i low7 = _mm_set1_epi8(0x7F);
+    const __m256i nan = _mm256_cvtepi8_epi16(_mm_cmpeq_epi8(_mm_and_si128(codes, low7), low7));
+    const __m256i signed_nan = _mm256_or_si256(
+        _mm256_and_si256(h, _mm256_set1_epi16(static_cast<short>(0x8000))),
+        _mm256_set1_epi16(0x7E00));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + t),
+                        _mm256_blendv_epi8(h, signed_nan, nan));
+  };
+  int64_t t = 0;
+  for (; t + 16 <= k; t += 16) store(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qa + t)), t);
+  if (t < k) {
+    alignas(16) uint8_t tail[16] = {};
+    std::memcpy(tail, qa + t, static_cast<size_t>(k - t));
+    store(_mm_load_si128(reinterpret_cast<const __m128i*>(tail)), t);
+  }
+}
+
 // m > 1. Per block of weight rows and k-group g: the group's codes decoded into the tile by
 // decode(g, j0, rows, tile, ldt) (FP16 bits of value * 2^-8, exact: every E4M3 value times
 // 2^-8 is an FP16 value, subnormals included; row stride ldt, zero-padded to ld; widened to
 // FP32 by the GEMM tile, half the bytes of an FP32 tile to stream from L2),
-// part g of (i, j) = dot_block over the group's kg inputs, * 256 (exact, as in gemv_rows).
+// part g of (i, j) = dot_block over the group's kg inputs of the activations (FP16 bits of
+// value * 2^-8 as well), * 2^16 (exact: gemv_rows' sum, bit for bit).
 // Blocks are multiples of `align` rows (the layout's row group).
 template <class DecodeTile>
 OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
@@ -181,10 +206,14 @@ OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
   // Row strides of the decoded activations and tile one cache line past the inputs: the 3 + 4
   // rows a dot_tile streams do not all map to the same L1 sets when k is 2^n lines long
   // (SmolLM2-1.7B's shapes at m = 128-512, Zen 3: +1-4%). Strides never change a sum.
-  const int64_t lda = k + 16, ldt = ld + 32;
-  std::vector<float> a(static_cast<size_t>(m * lda));
+  // The activations as FP16 bits of value * 2^-8 too (NaN kept): each product is
+  // then gemv_step's x * (w * 2^-8) times 2^-8, and so is every partial sum and lane sum, all
+  // exactly (every one is 0 or a normal FP32 >= 2^-34, so scaling by 2^-8 rounds nothing):
+  // * 2^16 on the sum gives the GEMV's bits.
+  const int64_t lda = k + 32, ldt = ld + 32;
+  std::vector<uint16_t> a(static_cast<size_t>(m * lda));
   cpu::parallel_for_each(0, m, [&](int64_t i) {
-    fp8_decode_avx2(DType::FP8_E4M3, qa + i * k, a.data() + i * lda, static_cast<size_t>(k));
+    decode_scaled_activations(qa + i * k, k, a.data() + i * lda);
   }, m * k >= 65536);
   // Weight rows per block: the decoded tile (nb x kg FP32) stays in L2 (<= ~128 KiB) while all
   // m activation rows stream past it; at least 2 blocks per thread for balance. (The block size
@@ -204,13 +233,14 @@ OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
       const int64_t j0 = b * nb, rows = std::min(nb, n - j0);
       for (int64_t g = 0; g < groups; ++g) {
         decode(g, j0, rows, tile.data(), ldt);
-        const float* ag = a.data() + g * kg;
+        const uint16_t* ag = a.data() + g * kg;
         if (fused && g > 0)
           gemm_avx2::dot_block<gemm_avx2::TileOut::AddScaled>(ag, lda, m, tile.data(), ldt, rows,
-                                                              kg, parts.data(), nb, 256.0f);
+                                                              kg, parts.data(), nb, 65536.0f);
         else
           gemm_avx2::dot_block<gemm_avx2::TileOut::Scale>(ag, lda, m, tile.data(), ldt, rows, kg,
-                                                          parts.data() + g * m * nb, nb, 256.0f);
+                                                          parts.data() + g * m * nb, nb,
+                                                          65536.0f);
       }
       for (int64_t i = 0; i < m; ++i) {
         if (fused)

@@ -8,6 +8,7 @@
 // The layout tests run everywhere; the kernel tests exit 77 (skipped) without AVX2.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -293,7 +294,7 @@ TEST_CASE("rows8x32: subnormal weight codes exact under DAZ and FTZ", "[w8a8][ro
   const int64_t n = 16, k = 96;
   std::vector<uint8_t> qw(n * k);
   for (auto& c : qw) c = static_cast<uint8_t>((rng() % 8) | (rng() % 2 ? 0x80 : 0));
-  for (int64_t m : {1, 3}) {
+  for (int64_t m : {1, 3, 7}) {  // GEMV, batched GEMV, GEMM (its FP16 tile)
     const auto qa = octet_test::random_finite_e4m3(rng, m * k);
     const std::vector<float> sa(static_cast<size_t>(m), 1.0f), sw(n, 1.0f);
     const auto plain = avx2_linear(qa, sa, qw, sw, m, n, k, 1, Fp8Layout::RowMajor);
@@ -314,6 +315,36 @@ TEST_CASE("rows8x32: subnormal weight codes exact under DAZ and FTZ", "[w8a8][ro
         CHECK(packed[i * n + j] == Approx(s).margin(1e-9).epsilon(1e-5));
       }
   }
+}
+
+TEST_CASE("avx2 w8a8: a NaN activation code makes its row NaN, the other rows keep their bits",
+          "[w8a8][rows8x32][avx2]") {
+  require_avx2();
+  std::mt19937 rng(9);
+  const int64_t n = 24;
+  for (int64_t k : {80, 72})  // k parts of 40 and 36 (a tail of 4)
+    for (int64_t groups : {1, 2})
+      for (Fp8Layout layout : {Fp8Layout::RowMajor, Fp8Layout::Rows8x32})
+        for (int64_t m : {1, 2, 4, 7, 13}) {  // GEMV, batched GEMV, GEMM
+          const auto qw = octet_test::random_finite_e4m3(rng, n * k);
+          auto qa = octet_test::random_finite_e4m3(rng, m * k);
+          const std::vector<float> sa(static_cast<size_t>(m), 0.5f), sw(n, 0.25f);
+          const auto clean = avx2_linear(qa, sa, qw, sw, m, n, k, groups, layout);
+          const int64_t r0 = m / 2, r1 = m - 1;
+          qa[r0 * k + k - 3] = 0x7F;  // in the last part's tail when k = 72
+          qa[r1 * k + 1] = 0xFF;
+          const auto y = avx2_linear(qa, sa, qw, sw, m, n, k, groups, layout);
+          INFO("k " << k << " groups " << groups << " rows8x32 "
+                    << (layout == Fp8Layout::Rows8x32) << " m " << m);
+          for (int64_t i = 0; i < m; ++i)
+            for (int64_t j = 0; j < n; ++j) {
+              const size_t at = static_cast<size_t>(i * n + j);
+              if (i == r0 || i == r1)
+                CHECK(std::isnan(y[at]));
+              else
+                CHECK(std::memcmp(&y[at], &clean[at], sizeof(float)) == 0);
+            }
+        }
 }
 
 TEST_CASE("rows8x32: the cpu backend packs FP8 weights for the avx2 path", "[w8a8][rows8x32]") {
