@@ -2,6 +2,7 @@
 // upload_bf16_weight.
 #include "kernels/backend.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <vector>
 
@@ -70,10 +71,17 @@ Buffer Backend::upload_bf16_weight(const uint16_t* src, int64_t n, int64_t k,
     upload(b, 0, src, n * k * 2);
     return b;
   }
-  std::vector<uint16_t> packed(static_cast<size_t>(bf16_rows8x8_elements(n, k)));
-  pack_bf16_rows8x8(src, n, k, packed.data());
-  Buffer b = allocate(static_cast<int64_t>(packed.size()) * 2);
-  upload(b, 0, packed.data(), b.bytes());
+  // Packed and uploaded 1024 rows at a time (blocks of 8 rows are independent): the host holds
+  // a few MB beside src, not a second copy of it (a 128256 x 4096 lm_head is 1 GiB).
+  Buffer b = allocate(bf16_rows8x8_elements(n, k) * 2);
+  constexpr int64_t kRows = 1024;
+  std::vector<uint16_t> packed;
+  for (int64_t j0 = 0; j0 < n; j0 += kRows) {
+    const int64_t rows = std::min(kRows, n - j0);
+    packed.resize(static_cast<size_t>(bf16_rows8x8_elements(rows, k)));
+    pack_bf16_rows8x8(src + j0 * k, rows, k, packed.data());
+    upload(b, j0 * k * 2, packed.data(), static_cast<int64_t>(packed.size()) * 2);
+  }
   return b;
 }
 

@@ -29,6 +29,7 @@ class ForwardingBackend : public Backend {
     in_->upload(d, o, s, b);
   }
   Fp8Layout fp8_weight_layout() const override { return in_->fp8_weight_layout(); }
+  Bf16Layout bf16_weight_layout() const override { return in_->bf16_weight_layout(); }
   void download(const Buffer& s, int64_t o, void* d, int64_t b) override {
     in_->download(s, o, d, b);
   }

@@ -25,8 +25,9 @@ enum class Fp8Layout : uint8_t { RowMajor, Rows8x32 };
 
 /// How a BF16 weight's values lie in memory (WeightRef::bf16_layout, Backend::upload_bf16_weight).
 ///   RowMajor: [n, k].
-///   Rows8x8: the CPU AVX2 GEMV's stream: blocks of 8 rows, each 8 consecutive values of the 8
-///            rows side by side (kernels/cpu/linear_bf16.h pack_bf16_rows8x8 gives the order).
+///   Rows8x8: the CPU AVX2 GEMV's stream: blocks of 8 rows (zero rows pad the last), each 8
+///            consecutive values of the 8 rows side by side, then the k % 8 tails
+///            (kernels/cpu/linear_bf16.h pack_bf16_rows8x8 gives the order).
 enum class Bf16Layout : uint8_t { RowMajor, Rows8x8 };
 
 /// A linear layer's weight: [n, k] ([out, in], PyTorch nn.Linear layout) of `dtype` (F32, BF16 or

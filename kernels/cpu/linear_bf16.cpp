@@ -54,9 +54,9 @@ template <int MR, int NR>
 OCTET_BF16_TARGET void packed_tile(const float* x, const uint16_t* blk, int64_t r0, int64_t rows,
                                    int64_t k, float* y, int64_t n) {
   const int64_t kv = k & ~int64_t{7};
-  __m256 acc[MR][NR];
+  __m256 acc[MR * NR];  // 1-D: GCC keeps a 2-D array of vectors on the stack
   for (int i = 0; i < MR; ++i)
-    for (int r = 0; r < NR; ++r) acc[i][r] = Avx2Lanes::zero();
+    for (int r = 0; r < NR; ++r) acc[i * NR + r] = Avx2Lanes::zero();
   for (int64_t t = 0; t < kv; t += 8) {
     const uint16_t* p = blk + t * 8 + r0 * 8;  // the step's 64 values, from row r0's 8
     // The GEMV reads one stream: 1 KiB ahead (Zen 3, 49152 x 576 from DRAM: 29-31 GB/s;
@@ -68,26 +68,26 @@ OCTET_BF16_TARGET void packed_tile(const float* x, const uint16_t* blk, int64_t 
     if (MR == 1) {  // each weight vector loaded where it is used: 8 + 1 + 1 registers
       const __m256 xv = Avx2Lanes::load_x(x + t);
       for (int r = 0; r < NR; ++r)
-        acc[0][r] = Avx2Lanes::fma(xv, Avx2Lanes::load_w(p + r * 8), acc[0][r]);
+        acc[r] = Avx2Lanes::fma(xv, Avx2Lanes::load_w(p + r * 8), acc[r]);
       continue;
     }
-    __m256 wv[NR];
-    for (int r = 0; r < NR; ++r) wv[r] = Avx2Lanes::load_w(p + r * 8);
-    for (int i = 0; i < MR; ++i) {
-      const __m256 xv = Avx2Lanes::load_x(x + i * k + t);
-      for (int r = 0; r < NR; ++r) acc[i][r] = Avx2Lanes::fma(xv, wv[r], acc[i][r]);
+    __m256 xv[MR];
+    for (int i = 0; i < MR; ++i) xv[i] = Avx2Lanes::load_x(x + i * k + t);
+    for (int r = 0; r < NR; ++r) {
+      const __m256 wv = Avx2Lanes::load_w(p + r * 8);
+      for (int i = 0; i < MR; ++i) acc[i * NR + r] = Avx2Lanes::fma(xv[i], wv, acc[i * NR + r]);
     }
   }
   for (int i = 0; i < MR; ++i)
     for (int r = 0; r < NR && r0 + r < rows; ++r) {
-      const float s = Avx2Lanes::hsum(acc[i][r]);
+      const float s = Avx2Lanes::hsum(acc[i * NR + r]);
       y[i * n + r0 + r] =
           kv < k ? add_tail(s, x + i * k + kv, blk + kv * 8 + (r0 + r) * (k - kv), k - kv) : s;
     }
 }
 
-// MR rows of x over one 8-row block: all 8 outputs per tile at m = 1 (one stream), else 2 per
-// tile (MR x 2 accumulators).
+// MR rows of x over one 8-row block: all 8 outputs per tile at m = 1 (one stream), else 4 per
+// tile (MR x 4 accumulators, MR <= 3: 12 + 3 + 1 registers; MR = 4 takes 2).
 template <int MR>
 OCTET_BF16_TARGET void packed_block(const float* x, const uint16_t* blk, int64_t rows, int64_t k,
                                     float* y, int64_t n) {
@@ -95,7 +95,8 @@ OCTET_BF16_TARGET void packed_block(const float* x, const uint16_t* blk, int64_t
     packed_tile<1, 8>(x, blk, 0, rows, k, y, n);
     return;
   }
-  for (int64_t r0 = 0; r0 < rows; r0 += 2) packed_tile<MR, 2>(x, blk, r0, rows, k, y, n);
+  constexpr int NR = MR == 4 ? 2 : 4;
+  for (int64_t r0 = 0; r0 < rows; r0 += NR) packed_tile<MR, NR>(x, blk, r0, rows, k, y, n);
 }
 #undef OCTET_BF16_TARGET
 #endif
@@ -151,18 +152,20 @@ void linear_bf16_rows8x8(const float* x, const uint16_t* w, float* y, int64_t m,
 #ifdef OCTET_X86
   if (linear_bf16_avx2_available()) {
     // Work items of 6 blocks (48 rows, as the row-major path's): their weights stay in L2
-    // while the tiles of up to 4 rows of x pass.
+    // while the tiles of rows of x pass.
     constexpr int64_t kBlocks = 6;
     const int64_t blocks = (n + 7) / 8, items = (blocks + kBlocks - 1) / kBlocks;
     cpu::parallel_for_each(0, items, [&](int64_t it) {
       const int64_t b1 = std::min(blocks, (it + 1) * kBlocks);
-      for (int64_t i0 = 0; i0 < m; i0 += 4) {
+      // Batched decode (m <= 4) in one tile of rows; larger m in tiles of 3.
+      const int64_t step = m <= 4 ? 4 : 3;
+      for (int64_t i0 = 0; i0 < m; i0 += step) {
         const float* xi = x + i0 * k;
         for (int64_t b = it * kBlocks; b < b1; ++b) {
           const uint16_t* blk = w + b * 8 * k;
           const int64_t rows = std::min<int64_t>(8, n - b * 8);
           float* yi = y + i0 * n + b * 8;
-          switch (std::min<int64_t>(4, m - i0)) {
+          switch (std::min<int64_t>(step, m - i0)) {
             case 4: packed_block<4>(xi, blk, rows, k, yi, n); break;
             case 3: packed_block<3>(xi, blk, rows, k, yi, n); break;
             case 2: packed_block<2>(xi, blk, rows, k, yi, n); break;

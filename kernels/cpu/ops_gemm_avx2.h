@@ -55,8 +55,8 @@ OCTET_AVX2 inline __m128 hsum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
 }
 
 /// How a tile writes each sum s: Store (out = s), Scale (out = s * scale) or AddScaled
-/// (out = out + s * scale, the product rounded first: with a power-of-two scale, as the W8A8
-/// GEMM's 256, it is exact and out accumulates k-group parts in order).
+/// (out = out + s * scale: with a power-of-two scale, as the W8A8 GEMM's 2^16, the product is
+/// exact, fused or not, and out accumulates k-group parts in order).
 enum class TileOut { Store, Scale, AddScaled };
 
 /// Writes the first NR lanes of s to out[0, NR) as O says.

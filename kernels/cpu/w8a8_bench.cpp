@@ -251,17 +251,22 @@ std::string run_kernel_benchmark(int64_t m_max) {
         });
       }
     }
-    {  // BF16 weights (the 16-bit lm_head path)
+    {  // BF16 weights (the 16-bit lm_head path), in the layout the CPU backend uploads them in
       const int64_t c16 = copies_for(n * k * 2);
-      std::vector<uint16_t> w16(static_cast<size_t>(c16 * n * k));
+      const bool rows8x8 = linear_bf16_preferred_layout() == Bf16Layout::Rows8x8;
+      const int64_t per_copy = rows8x8 ? bf16_rows8x8_elements(n, k) : n * k;
+      std::vector<uint16_t> w16(static_cast<size_t>(c16 * per_copy));
 #pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < c16 * n * k; ++i)
+      for (int64_t i = 0; i < c16 * per_copy; ++i)
         w16[i] = static_cast<uint16_t>(0x3C00 + (i * 37) % 0x200);  // ~0.0078 .. 0.03
       for (size_t q = 0; q < nm; ++q) {
         const int64_t m = ms[q];
         t16[q] = best_seconds_per_call([&](int64_t i) {
-          const int64_t c = m < m_max ? i % c16 : 0;
-          linear_bf16(x.data(), w16.data() + c * n * k, y.data(), m, n, k);
+          const uint16_t* w = w16.data() + (m < m_max ? i % c16 : 0) * per_copy;
+          if (rows8x8)
+            linear_bf16_rows8x8(x.data(), w, y.data(), m, n, k);
+          else
+            linear_bf16(x.data(), w, y.data(), m, n, k);
         });
       }
     }

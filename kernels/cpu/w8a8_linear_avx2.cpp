@@ -172,7 +172,7 @@ class DazOff {
 // except that NaN codes (0x7F / 0xFF) stay NaN (FP16 0x7E00 with the code's sign), as the
 // GEMV's decode keeps them; zero-padded to a multiple of 16.
 OCTET_AVX2 void decode_scaled_activations(const uint8_t* qa, int64_t k, uint16_t* dst) {
-  const auto store = [dst](__m128i codes, int64_t t) __attribute__((target("avx2"))) {
+  const auto store = [dst](__m128i codes, int64_t t) __attribute__((target("avx2,fma,f16c"))) {
     const __m256i h = e4m3x16_to_scaled_half(codes);
     const __m128i low7 = _mm_set1_epi8(0x7F);
     const __m256i nan = _mm256_cvtepi8_epi16(_mm_cmpeq_epi8(_mm_and_si128(codes, low7), low7));
@@ -215,7 +215,7 @@ OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
   cpu::parallel_for_each(0, m, [&](int64_t i) {
     decode_scaled_activations(qa + i * k, k, a.data() + i * lda);
   }, m * k >= 65536);
-  // Weight rows per block: the decoded tile (nb x kg FP32) stays in L2 (<= ~128 KiB) while all
+  // Weight rows per block: the decoded tile (nb x kg FP16) stays in L2 (<= ~64 KiB) while all
   // m activation rows stream past it; at least 2 blocks per thread for balance. (The block size
   // only decides which thread computes an output, never how.)
   const int threads = cpu::parallel_width();
@@ -356,7 +356,7 @@ OCTET_AVX2 inline void gemv_block(const uint8_t* codes, int64_t chunks, const fl
 }
 
 // The largest m that reads weights as a GEMV stream (m rows per pass over each block's codes)
-// instead of the GEMM's FP32 tiles.
+// instead of the GEMM's decoded tiles.
 constexpr int64_t kGemvMaxRows = 4;
 
 // m <= kGemvMaxRows rows for `count` weights of the same input (k and k parts equal): their

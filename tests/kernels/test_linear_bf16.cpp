@@ -111,8 +111,9 @@ TEST_CASE("linear_bf16_rows8x8 gives linear_bf16_avx2's bits", "[linear_bf16][ro
   struct Shape { int64_t n, k; };
   // Blocks of 8 rows with and without a last partial block, tails of k % 8 = 0 ... 7, and
   // shapes large enough to run on the thread team (n * k * m > 65536).
-  for (const Shape sh : {Shape{1, 8}, Shape{7, 7}, Shape{8, 16}, Shape{9, 33}, Shape{67, 64},
-                         Shape{100, 577}, Shape{1003, 576}, Shape{300, 2048}})
+  for (const Shape sh : {Shape{1, 8}, Shape{7, 7}, Shape{8, 16}, Shape{9, 33}, Shape{10, 10},
+                         Shape{11, 19}, Shape{12, 44}, Shape{13, 13}, Shape{17, 30},
+                         Shape{67, 64}, Shape{100, 577}, Shape{1003, 576}, Shape{300, 2048}})
     for (int64_t m : {1, 2, 3, 4, 5, 8, 9}) {
       const int64_t n = sh.n, k = sh.k;
       std::vector<float> x(m * k), want(m * n), got(m * n, -1.0f);
@@ -135,7 +136,8 @@ TEST_CASE("linear_bf16_rows8x8 gives linear_bf16_avx2's bits", "[linear_bf16][ro
 TEST_CASE("the cpu backend uploads BF16 weights in linear_bf16's preferred layout",
           "[linear_bf16][rows8x8]") {
   auto be = make_cpu_backend();
-  const int64_t n = 21, k = 40, m = 3;
+  // n past the upload's 1024-row chunks and not a multiple of 8; k with a tail of 5.
+  const int64_t n = 1029, k = 45, m = 3;
   std::mt19937 rng(4);
   std::normal_distribution<float> nd;
   std::vector<uint16_t> w(n * k);
