@@ -82,10 +82,7 @@ void Sink::emit(const Fp8WeightView& w, int64_t i, int64_t j0, int64_t j1, const
                 partials + (g * m + i) * n + j0);
     return;
   }
-  if (groups == 1) {
-    epilogue(y + i * n, parts, j0, j1, row_scale(a_scale, a_granularity, i), w, bias);
-    return;
-  }
+  if (groups == 1) return emit_sum(w, i, j0, j1, parts);
   constexpr int64_t kChunk = 64;
   float sums[kChunk];
   for (int64_t c = j0; c < j1; c += kChunk) {

@@ -126,13 +126,26 @@ OCTET_AVX2 void gemv(const uint8_t* qa, const Fp8WeightView& w, const w8a8_detai
   }, n * k >= 131072);
 }
 
-// 16 codes -> dst[0..16): FP16 bits of value * 2^-8 (the values gemv_step multiplies by).
+// 16 codes -> dst[0..16): FP16 bits of value * 2^-8 (the values gemv_step multiplies by);
+// with KeepNaN, NaN codes (0x7F / 0xFF) give NaN (0x7E00 with the code's sign), as the GEMV's
+// activation decode keeps them (weights have no NaN codes: read as 480).
+template <bool KeepNaN>
 OCTET_AVX2 inline void store_scaled16(__m128i codes, uint16_t* dst) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), e4m3x16_to_scaled_half(codes));
+  __m256i h = e4m3x16_to_scaled_half(codes);
+  if constexpr (KeepNaN) {
+    const __m128i low7 = _mm_set1_epi8(0x7F);
+    const __m256i nan = _mm256_cvtepi8_epi16(_mm_cmpeq_epi8(_mm_and_si128(codes, low7), low7));
+    const __m256i signed_nan = _mm256_or_si256(
+        _mm256_and_si256(h, _mm256_set1_epi16(static_cast<short>(0x8000))),
+        _mm256_set1_epi16(0x7E00));
+    h = _mm256_blendv_epi8(h, signed_nan, nan);
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), h);
 }
 
 // rows x k codes (row stride ldw) -> tile: rows (stride ldt) of FP16 bits of value * 2^-8,
-// zero-padded to a multiple of 16.
+// zero-padded to a multiple of 16 (store_scaled16<KeepNaN>).
+template <bool KeepNaN = false>
 OCTET_AVX2 void decode_scaled_tile(const uint8_t* w, int64_t ldw, int64_t k, int64_t rows,
                                    int64_t ldt, uint16_t* tile) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -140,11 +153,12 @@ OCTET_AVX2 void decode_scaled_tile(const uint8_t* w, int64_t ldw, int64_t k, int
     uint16_t* dst = tile + r * ldt;
     int64_t t = 0;
     for (; t + 16 <= k; t += 16)
-      store_scaled16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + t)), dst + t);
+      store_scaled16<KeepNaN>(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + t)),
+                              dst + t);
     if (t < k) {
       alignas(16) uint8_t tail[16] = {};
       std::memcpy(tail, src + t, static_cast<size_t>(k - t));
-      store_scaled16(_mm_load_si128(reinterpret_cast<const __m128i*>(tail)), dst + t);
+      store_scaled16<KeepNaN>(_mm_load_si128(reinterpret_cast<const __m128i*>(tail)), dst + t);
     }
   }
 }
@@ -168,29 +182,6 @@ class DazOff {
   unsigned saved_;
 };
 
-// One row of k activation codes -> dst: FP16 bits of value * 2^-8 (decode_scaled_tile's),
-// except that NaN codes (0x7F / 0xFF) stay NaN (FP16 0x7E00 with the code's sign), as the
-// GEMV's decode keeps them; zero-padded to a multiple of 16.
-OCTET_AVX2 void decode_scaled_activations(const uint8_t* qa, int64_t k, uint16_t* dst) {
-  const auto store = [dst](__m128i codes, int64_t t) __attribute__((target("avx2,fma,f16c"))) {
-    const __m256i h = e4m3x16_to_scaled_half(codes);
-    const __m128i low7 = _mm_set1_epi8(0x7F);
-    const __m256i nan = _mm256_cvtepi8_epi16(_mm_cmpeq_epi8(_mm_and_si128(codes, low7), low7));
-    const __m256i signed_nan = _mm256_or_si256(
-        _mm256_and_si256(h, _mm256_set1_epi16(static_cast<short>(0x8000))),
-        _mm256_set1_epi16(0x7E00));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + t),
-                        _mm256_blendv_epi8(h, signed_nan, nan));
-  };
-  int64_t t = 0;
-  for (; t + 16 <= k; t += 16) store(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qa + t)), t);
-  if (t < k) {
-    alignas(16) uint8_t tail[16] = {};
-    std::memcpy(tail, qa + t, static_cast<size_t>(k - t));
-    store(_mm_load_si128(reinterpret_cast<const __m128i*>(tail)), t);
-  }
-}
-
 // m > 1. Per block of weight rows and k-group g: the group's codes decoded into the tile by
 // decode(g, j0, rows, tile, ldt) (FP16 bits of value * 2^-8, exact: every E4M3 value times
 // 2^-8 is an FP16 value, subnormals included; row stride ldt, zero-padded to ld; widened to
@@ -213,7 +204,7 @@ OCTET_AVX2 void gemm_tiles(const uint8_t* qa, const Fp8WeightView& w,
   const int64_t lda = k + 32, ldt = ld + 32;
   std::vector<uint16_t> a(static_cast<size_t>(m * lda));
   cpu::parallel_for_each(0, m, [&](int64_t i) {
-    decode_scaled_activations(qa + i * k, k, a.data() + i * lda);
+    decode_scaled_tile</*KeepNaN=*/true>(qa + i * k, k, k, 1, lda, a.data() + i * lda);
   }, m * k >= 65536);
   // Weight rows per block: the decoded tile (nb x kg FP16) stays in L2 (<= ~64 KiB) while all
   // m activation rows stream past it; at least 2 blocks per thread for balance. (The block size
