@@ -394,37 +394,30 @@ OCTET_AVX2 void gemv_rows8x32(const uint8_t* qa, const Fp8WeightView& w,
   gemv_rows8x32_multi(qa, &w, &sink, 1, m);
 }
 
-// widen_chunk's lanes (the 16-bit pattern in the top half) -> FP16 bits of value * 2^-8 in
-// 32-bit lanes, e4m3x16_to_scaled_half's pattern: sign bit 31 -> 15, exponent and mantissa
-// bits 26..20 -> 13..7. Integer ops: no MXCSR mode (DAZ, FTZ) can touch a subnormal.
-OCTET_AVX2 inline __m256i scaled_half32(__m256 v) {
-  const __m256i x = _mm256_castps_si256(v);
-  return _mm256_or_si256(
-      _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000)),
-      _mm256_and_si256(_mm256_srli_epi32(x, 13), _mm256_set1_epi32(0x3F80)));
-}
-
 // Rows [j0, j0 + rows) (j0 a multiple of 8) of part g -> tile: FP16 bits of value * 2^-8, row
 // stride ldt >= the part rounded up to 32 inputs (zero past the part's end up to that rounding,
-// and in padding rows), as decode_scaled_tile writes.
+// and in padding rows), as decode_scaled_tile writes. A chunk's 32 codes are put in element
+// order by one byte shuffle (per 128-bit half: elements 8 q + l of its 4 l's at bytes
+// 4 l + {0, 2, 1, 3}[q] -> dword q) and one dword permute, then widened as the row-major tile.
 OCTET_AVX2 void decode_rows8x32_tile(const Fp8WeightView& w, int64_t g, int64_t chunks,
                                      int64_t j0, int64_t rows, uint16_t* tile, int64_t ldt) {
+  const __m256i by_q = _mm256_setr_epi8(0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15,
+                                        0, 4, 8, 12, 2, 6, 10, 14, 1, 5, 9, 13, 3, 7, 11, 15);
+  const __m256i halves = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const int64_t groups = w.k_groups;
   for (int64_t b = j0 / kPackRows; b * kPackRows < j0 + rows; ++b) {
     const uint8_t* codes = w.data + (b * groups + g) * chunks * kPackBlock;
     uint16_t* dst = tile + (b * kPackRows - j0) * ldt;
     for (int64_t c = 0; c < chunks; ++c, codes += kPackBlock)
       for (int r = 0; r < kPackRows; ++r) {
-        __m256 v[4];
-        widen_chunk(
-            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * kPackChunk)), v);
-        for (int q = 0; q < 4; q += 2) {  // elements [8 q, 8 q + 16): pack, then undo its
-                                           // 128-bit interleave
-          const __m256i h = _mm256_permute4x64_epi64(
-              _mm256_packus_epi32(scaled_half32(v[q]), scaled_half32(v[q + 1])), 0xD8);
-          _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + r * ldt + c * kPackChunk + 8 * q),
-                              h);
-        }
+        const __m256i ordered = _mm256_permutevar8x32_epi32(
+            _mm256_shuffle_epi8(
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + r * kPackChunk)),
+                by_q),
+            halves);
+        uint16_t* d = dst + r * ldt + c * kPackChunk;
+        store_scaled16<false>(_mm256_castsi256_si128(ordered), d);
+        store_scaled16<false>(_mm256_extracti128_si256(ordered, 1), d + 16);
       }
   }
 }
