@@ -188,14 +188,16 @@ void partition_range(const Row& row, int64_t j, int64_t* begin, int64_t* end) {
 
 // Per-thread buffers of one call; q and the running (M, L, A) for every KV head of a row; m, l,
 // acc: one kernel call's partials (up to `heads` KV heads).
+// Row blocks (rows > 1): their queries and running (M, L, A) for one KV head, [rows][group].
 struct Scratch {
   int64_t group, hdp;
-  std::vector<float> qp, work, m, l, acc, M, L, A;
-  Scratch(int64_t nkv, int64_t group_, int64_t hdp_, int64_t heads)
+  std::vector<float> qp, work, m, l, acc, M, L, A, rows_q, rows_M, rows_L, rows_A;
+  Scratch(int64_t nkv, int64_t group_, int64_t hdp_, int64_t heads, int64_t rows = 1)
       : group(group_), hdp(hdp_), qp(nkv * group * hdp),
-        work(paged_detail::partial_scratch_floats(heads * group, hdp)),
-        m(heads * group), l(heads * group), acc(heads * group * hdp), M(nkv * group),
-        L(nkv * group), A(nkv * group * hdp) {}
+        work(paged_detail::partial_scratch_floats(std::max(heads, rows) * group, hdp)),
+        m(std::max(heads, rows) * group), l(m.size()), acc(m.size() * hdp), M(nkv * group),
+        L(nkv * group), A(nkv * group * hdp), rows_q(rows * group * hdp), rows_M(rows * group),
+        rows_L(rows * group), rows_A(rows * group * hdp) {}
   float* q(int64_t kvh) { return qp.data() + kvh * group * hdp; }
   float* Mh(int64_t kvh) { return M.data() + kvh * group; }
   float* Lh(int64_t kvh) { return L.data() + kvh * group; }
@@ -214,7 +216,60 @@ struct Item {
   int64_t j;     // partition index (absolute) for a split row; -1: the whole row
   int64_t slot;  // split rows: index of the kept partial
   int64_t kvh_lo = 0, kvh_hi = 0;
+  int64_t rows = 1;  // whole rows row .. row + rows - 1 in one kernel call per partition
 };
+
+// Whole-row items of consecutive rows of one sequence that start at the same position and
+// span the same partitions (a prefill chunk's rows), merged max_rows at a time: the kernel reads
+// their K and V rows once (Kernel::max_query_vectors).
+std::vector<Item> row_blocks(const std::vector<Item>& items, const std::vector<Row>& rows,
+                             int64_t max_rows) {
+  std::vector<Item> out;
+  for (const Item& it : items) {
+    if (!out.empty() && it.j < 0 && out.back().j < 0 && out.back().rows < max_rows &&
+        it.kvh_lo == out.back().kvh_lo && it.kvh_hi == out.back().kvh_hi &&
+        it.row == out.back().row + out.back().rows) {
+      const Row &a = rows[out.back().row], &b = rows[it.row];
+      if (a.seq == b.seq && a.lo == b.lo && num_partitions(a) == num_partitions(b)) {
+        ++out.back().rows;
+        continue;
+      }
+    }
+    out.push_back(it);
+  }
+  return out;
+}
+
+// A row block's rows over KV heads [kvh_lo, kvh_hi): per head, each partition in one kernel call
+// for all its rows, folded and finished per row as run() does for a row alone.
+void run_rows(const Context& x, const Item& it, Scratch& s) {
+  const int64_t G = x.group, hdp = x.hdp, R = it.rows;
+  const Row& first = x.rows[it.row];
+  const int64_t j0 = first_partition(first), nj = num_partitions(first);
+  for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; ++kvh) {
+    for (int64_t r = 0; r < R; ++r) x.prepare_q(it.row + r, kvh, s.rows_q.data() + r * G * hdp);
+    for (int64_t j = j0; j < j0 + nj; ++j) {
+      int64_t begin = 0, end = 0, ends[paged_detail::kMaxRowsPerCall];
+      for (int64_t r = 0; r < R; ++r) {
+        partition_range(x.rows[it.row + r], j, &begin, &ends[r]);
+        end = std::max(end, ends[r]);
+      }
+      paged_detail::PartialArgs a = x.args(it.row, kvh, s.rows_q.data(), begin, end, 1);
+      a.num_rows = R;
+      a.row_ends = ends;
+      const bool first_j = j == j0;
+      x.kernel.partial(a, s.work.data(), first_j ? s.rows_M.data() : s.m.data(),
+                       first_j ? s.rows_L.data() : s.l.data(),
+                       first_j ? s.rows_A.data() : s.acc.data());
+      if (!first_j)
+        for (int64_t r = 0; r < R; ++r)
+          fold(s.rows_M.data() + r * G, s.rows_L.data() + r * G, s.rows_A.data() + r * G * hdp,
+               s.m.data() + r * G, s.l.data() + r * G, s.acc.data() + r * G * hdp, G, hdp);
+    }
+    for (int64_t r = 0; r < R; ++r)
+      x.finish(it.row + r, kvh, s.rows_L.data() + r * G, s.rows_A.data() + r * G * hdp);
+  }
+}
 
 void run(const Context& x) {
   const int64_t nkv = x.c.num_kv_heads, group = x.group, hdp = x.hdp;
@@ -256,15 +311,23 @@ void run(const Context& x) {
   } else {
     for (Item& it : items) it.kvh_hi = nkv;
   }
+  // Query rows per kernel call: as many as fit the kernel's query vectors with their group.
+  const int64_t max_rows = std::clamp<int64_t>(x.kernel.max_query_vectors / group, 1,
+                                               paged_detail::kMaxRowsPerCall);
+  if (max_rows > 1) items = row_blocks(items, x.rows, max_rows);
   // Kept partials: [slot, kvh, group] for m and l, [slot, kvh, group, hdp] for acc.
   const int64_t per_slot = nkv * group;
   std::vector<float> pm(slots * per_slot), pl(slots * per_slot), pacc(slots * per_slot * hdp);
   const int64_t num_items = static_cast<int64_t>(items.size());
 
   cpu::parallel_for(0, num_items, [&](int64_t lo, int64_t hi) {
-    Scratch s(nkv, group, hdp, call_heads);
+    Scratch s(nkv, group, hdp, call_heads, max_rows);
     for (int64_t i = lo; i < hi; ++i) {
       const Item& it = items[i];
+      if (it.rows > 1) {
+        run_rows(x, it, s);
+        continue;
+      }
       const Row& row = x.rows[it.row];
       for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; ++kvh) x.prepare_q(it.row, kvh, s.q(kvh));
       int64_t begin, end;
@@ -296,7 +359,7 @@ void run(const Context& x) {
       for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; ++kvh)
         x.finish(it.row, kvh, s.Lh(kvh), s.Ah(kvh));
     }
-  }, threads > 1);
+  }, threads > 1, num_items);
   // Split rows: fold the kept partials of each (row, KV head) in partition order.
   const int64_t split_units = static_cast<int64_t>(split_rows.size()) * nkv;
   cpu::parallel_for(0, split_units, [&](int64_t lo, int64_t hi) {

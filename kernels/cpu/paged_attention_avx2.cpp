@@ -147,15 +147,19 @@ OCTET_AVX2 inline void decode16(const uint8_t* row, int64_t e, int64_t hd, __m25
 // acc[g][e .. e + 8 NV) = sum_t p[g][t] v_t[e .. e + 8 NV) for GB heads (p, acc at the first),
 // each element's sum in token order. GB x NV chains side by side: one chain per element pair
 // would wait on the FMA's latency every token.
+// Tokens [t0, t1): from zero (cont false) or on from the sums in acc (cont true: the same
+// chains as one pass over [0, t1)).
 template <DType D, int GB, int NV>
-OCTET_AVX2 void v_chunk(const uint8_t* v, int64_t hd, const int64_t* offsets, int64_t n,
-                        int64_t e, const float* p, int64_t hdp, float* acc) {
+OCTET_AVX2 void v_chunk(const uint8_t* v, int64_t hd, const int64_t* offsets, int64_t t0,
+                        int64_t t1, int64_t e, const float* p, int64_t hdp, float* acc,
+                        bool cont) {
   static_assert(NV % 2 == 0 && GB * NV <= 8);
   __m256 s[GB][NV];
   for (int g = 0; g < GB; ++g)
-    for (int j = 0; j < NV; ++j) s[g][j] = _mm256_setzero_ps();
+    for (int j = 0; j < NV; ++j)
+      s[g][j] = cont ? _mm256_loadu_ps(acc + g * hdp + e + 8 * j) : _mm256_setzero_ps();
   constexpr int64_t bytes = dtype_bytes(D);
-  for (int64_t t = 0; t < n; ++t) {
+  for (int64_t t = t0; t < t1; ++t) {
     prefetch_row<3>(v + offsets[t + kAhead] + e * bytes, 8 * NV * bytes);
     __m256 f[NV];
     for (int j = 0; j < NV; j += 2) decode16<D>(v + offsets[t], e + 8 * j, hd, f + j);
@@ -168,22 +172,26 @@ OCTET_AVX2 void v_chunk(const uint8_t* v, int64_t hd, const int64_t* offsets, in
     for (int j = 0; j < NV; ++j) _mm256_storeu_ps(acc + g * hdp + e + 8 * j, s[g][j]);
 }
 
-// The V chunk from element e (< head_dim) for heads [g0, g0 + gb): 8 accumulators' worth of
-// elements, at most up to head_dim rounded up to 16. Returns the chunk's width.
+// The V chunk from element e (< head_dim) for heads [g0, g0 + gb) over tokens [t0, t1)
+// (v_chunk's cont): 8 accumulators' worth of elements, at most up to head_dim rounded up to 16.
+// Returns the chunk's width.
 template <DType D>
-OCTET_AVX2 int64_t v_chunks(const uint8_t* v, int64_t hd, const int64_t* offsets, int64_t n,
-                            int64_t e, int64_t gb, const float* p, int64_t hdp, float* acc) {
+OCTET_AVX2 int64_t v_chunks(const uint8_t* v, int64_t hd, const int64_t* offsets, int64_t t0,
+                            int64_t t1, int64_t e, int64_t gb, const float* p, int64_t hdp,
+                            float* acc, bool cont = false) {
   const int64_t pairs = std::min<int64_t>(4 / gb, (hd - e + 15) / 16);  // gb * 2 pairs <= 8
+#define OCTET_V_CHUNK(GB, NV) v_chunk<D, GB, NV>(v, hd, offsets, t0, t1, e, p, hdp, acc, cont)
   switch (gb * 8 + pairs) {
-    case 8 + 4: v_chunk<D, 1, 8>(v, hd, offsets, n, e, p, hdp, acc); break;
-    case 8 + 3: v_chunk<D, 1, 6>(v, hd, offsets, n, e, p, hdp, acc); break;
-    case 8 + 2: v_chunk<D, 1, 4>(v, hd, offsets, n, e, p, hdp, acc); break;
-    case 8 + 1: v_chunk<D, 1, 2>(v, hd, offsets, n, e, p, hdp, acc); break;
-    case 16 + 2: v_chunk<D, 2, 4>(v, hd, offsets, n, e, p, hdp, acc); break;
-    case 16 + 1: v_chunk<D, 2, 2>(v, hd, offsets, n, e, p, hdp, acc); break;
-    case 24 + 1: v_chunk<D, 3, 2>(v, hd, offsets, n, e, p, hdp, acc); break;
-    default: v_chunk<D, 4, 2>(v, hd, offsets, n, e, p, hdp, acc); break;
+    case 8 + 4: OCTET_V_CHUNK(1, 8); break;
+    case 8 + 3: OCTET_V_CHUNK(1, 6); break;
+    case 8 + 2: OCTET_V_CHUNK(1, 4); break;
+    case 8 + 1: OCTET_V_CHUNK(1, 2); break;
+    case 16 + 2: OCTET_V_CHUNK(2, 4); break;
+    case 16 + 1: OCTET_V_CHUNK(2, 2); break;
+    case 24 + 1: OCTET_V_CHUNK(3, 2); break;
+    default: OCTET_V_CHUNK(4, 2); break;
   }
+#undef OCTET_V_CHUNK
   return 16 * pairs;
 }
 
@@ -218,6 +226,29 @@ OCTET_AVX2 void k_dots_run(const uint8_t* k, const int64_t* offs, int64_t cnt, i
   int64_t i = 0;
   for (; i + TB <= cnt; i += TB) k_dots<D, TB, GB>(k, offs + i, hd, q, hdp, red + i * 8);
   for (; i < cnt; ++i) k_dots<D, 1, GB>(k, offs + i, hd, q, hdp, red + i * 8);
+}
+
+// Scores s[0, n) of one query head -> exp(s[t] - m) in place, m = their max, l = the sum of
+// the exps (8-lane sums in token order, their lanes summed, then the tail in order).
+OCTET_AVX2 inline void softmax_numerators(float* sg, int64_t n, float* m, float* l) {
+  const int64_t n8 = n / 8 * 8;
+  const float mx = *std::max_element(sg, sg + n);
+  const __m256 mv = _mm256_set1_ps(mx);
+  __m256 sum = _mm256_setzero_ps();
+  for (int64_t t = 0; t < n8; t += 8) {
+    const __m256 e = gemm_avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
+    _mm256_storeu_ps(sg + t, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  float s = hsum(sum);
+  if (n8 < n) {  // the tail through the same exp8
+    alignas(32) float tail[8] = {};
+    std::copy(sg + n8, sg + n, tail);
+    _mm256_store_ps(tail, gemm_avx2::exp8(_mm256_sub_ps(_mm256_load_ps(tail), mv)));
+    for (int64_t t = n8; t < n; ++t) s += (sg[t] = tail[t - n8]);
+  }
+  *m = mx;
+  *l = s;
 }
 
 // V bytes of a chunk of heads' partition kept in L2 between the score and the V pass.
@@ -293,27 +324,8 @@ OCTET_AVX2 void partial_t(const PartialArgs& a, float* scratch, float* m, float*
     }
 
     // Softmax numerators in place, m and l per head; lanes past n never enter the sum.
-    const int64_t n8 = n / 8 * 8;
-    for (int64_t g = h0 * G; g < h1 * G; ++g) {
-      float* sg = scores + g * kPartitionTokens;
-      float mx = *std::max_element(sg, sg + n);
-      const __m256 mv = _mm256_set1_ps(mx);
-      __m256 sum = _mm256_setzero_ps();
-      for (int64_t t = 0; t < n8; t += 8) {
-        const __m256 e = gemm_avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(sg + t), mv));
-        _mm256_storeu_ps(sg + t, e);
-        sum = _mm256_add_ps(sum, e);
-      }
-      float s = hsum(sum);
-      if (n8 < n) {  // the tail through the same exp8
-        alignas(32) float tail[8] = {};
-        std::copy(sg + n8, sg + n, tail);
-        _mm256_store_ps(tail, gemm_avx2::exp8(_mm256_sub_ps(_mm256_load_ps(tail), mv)));
-        for (int64_t t = n8; t < n; ++t) s += (sg[t] = tail[t - n8]);
-      }
-      m[g] = mx;
-      l[g] = s;
-    }
+    for (int64_t g = h0 * G; g < h1 * G; ++g)
+      softmax_numerators(scores + g * kPartitionTokens, n, m + g, l + g);
 
     // Weighted sum of V: chunks of up to 64 elements for up to 4 heads, 8 accumulators each.
     const int64_t hd16 = (hd + 15) / 16 * 16;
@@ -323,14 +335,98 @@ OCTET_AVX2 void partial_t(const PartialArgs& a, float* scratch, float* m, float*
         const int64_t gb = std::min<int64_t>(4, G - g0);
         const float* p = scores + (h * G + g0) * kPartitionTokens;
         float* ag = acc + (h * G + g0) * hdp;
-        for (int64_t e = 0; e < hd;) e += v_chunks<D>(vh, hd, offsets, n, e, gb, p, hdp, ag);
+        for (int64_t e = 0; e < hd;) e += v_chunks<D>(vh, hd, offsets, 0, n, e, gb, p, hdp, ag);
         for (int64_t g = 0; g < gb; ++g) std::fill(ag + g * hdp + hd16, ag + g * hdp + hdp, 0.0f);
       }
     }
   }
 }
 
+// a.num_rows query rows of one sequence (row i over positions [begin, row_ends[i])), one KV
+// head, num_rows * num_q_heads <= 4 query vectors, head_dim % 8 == 0: each K and V row is read
+// once for all of them (prefill rows of a sequence share their positions). Every row's m, l and
+// acc are partial_t's for that row alone: k_dots and v_chunk keep one chain per query vector and
+// token or element whatever GB is, softmax_numerators runs on each row's own n, and the V
+// chains of a row's tokens past the shortest row's go on from where the shared pass left them.
+template <DType D>
+OCTET_AVX2 void partial_rows_t(const PartialArgs& a, float* scratch, float* m, float* l,
+                               float* acc) {
+  const int64_t hd = a.head_dim, hdp = padded_head_dim(hd), G = a.num_q_heads;
+  const int64_t Q = a.num_rows * G, n = a.end - a.begin;
+  float* scores = scratch;                      // [Q, kPartitionTokens]
+  float* red = scratch + Q * kPartitionTokens;  // [Q, 8 tokens, 8 lanes]
+  auto* offsets = reinterpret_cast<int64_t*>(scratch + Q * (kPartitionTokens + 256));
+  int64_t bi = a.begin / a.block_size, off = a.begin % a.block_size;
+  for (int64_t t = 0; t < n; ++t) {
+    offsets[t] = (a.block_table[bi] * a.block_size + off) * a.slot_stride;
+    if (++off == a.block_size) off = 0, ++bi;
+  }
+  for (int64_t t = n; t < n + kAhead; ++t) offsets[t] = offsets[n - 1];
+  const int64_t row_bytes = hd * dtype_bytes(D);
+  for (int64_t t0 = 0; t0 < n; t0 += 8) {
+    const int64_t cnt = std::min<int64_t>(8, n - t0);
+    for (int64_t i = 0; i < cnt; ++i) {
+      prefetch_row<3>(a.k + offsets[t0 + i + kAhead], row_bytes);
+      prefetch_row<2>(a.v + offsets[t0 + i + kAhead], row_bytes);
+    }
+    switch (Q) {
+      case 1: k_dots_run<D, 1>(a.k, offsets + t0, cnt, hd, a.q, hdp, red); break;
+      case 2: k_dots_run<D, 2>(a.k, offsets + t0, cnt, hd, a.q, hdp, red); break;
+      case 3: k_dots_run<D, 3>(a.k, offsets + t0, cnt, hd, a.q, hdp, red); break;
+      default: k_dots_run<D, 4>(a.k, offsets + t0, cnt, hd, a.q, hdp, red); break;
+    }
+    for (int64_t g = 0; g < Q; ++g)
+      _mm256_storeu_ps(scores + g * kPartitionTokens + t0, hsum8x8(red + g * 64));
+  }
+  int64_t shortest = n;
+  for (int64_t r = 0; r < a.num_rows; ++r) {
+    const int64_t nr = a.row_ends[r] - a.begin;
+    shortest = std::min(shortest, nr);
+    for (int64_t g = r * G; g < (r + 1) * G; ++g)
+      softmax_numerators(scores + g * kPartitionTokens, nr, m + g, l + g);
+  }
+  for (int64_t e = 0; e < hd;) e += v_chunks<D>(a.v, hd, offsets, 0, shortest, e, Q, scores, hdp, acc);
+  for (int64_t r = 0; r < a.num_rows; ++r) {
+    const int64_t nr = a.row_ends[r] - a.begin;
+    if (nr == shortest) continue;
+    for (int64_t g0 = r * G; g0 < (r + 1) * G; g0 += 4) {
+      const int64_t gb = std::min<int64_t>(4, (r + 1) * G - g0);
+      for (int64_t e = 0; e < hd;)
+        e += v_chunks<D>(a.v, hd, offsets, shortest, nr, e, gb, scores + g0 * kPartitionTokens,
+                         hdp, acc + g0 * hdp, /*cont=*/true);
+    }
+  }
+  const int64_t hd16 = (hd + 15) / 16 * 16;
+  for (int64_t g = 0; g < Q; ++g) std::fill(acc + g * hdp + hd16, acc + g * hdp + hdp, 0.0f);
+}
+
+// a.num_rows > 1: partial_rows_t where it applies, else each row on its own.
+template <DType D>
+OCTET_AVX2 void rows_t(const PartialArgs& a, float* scratch, float* m, float* l, float* acc) {
+  if (a.num_rows * a.num_q_heads <= 4 && a.num_kv_heads_run == 1 && a.head_dim % 8 == 0)
+    return partial_rows_t<D>(a, scratch, m, l, acc);
+  const int64_t per_row = a.num_q_heads * a.num_kv_heads_run;
+  const int64_t hdp = padded_head_dim(a.head_dim);
+  for (int64_t r = 0; r < a.num_rows; ++r) {
+    PartialArgs one = a;
+    one.num_rows = 1;
+    one.q = a.q + r * per_row * hdp;
+    one.end = a.row_ends[r];
+    partial_t<D>(one, scratch, m + r * per_row, l + r * per_row, acc + r * per_row * hdp);
+  }
+}
+
 void partial_avx2(const PartialArgs& a, float* scratch, float* m, float* l, float* acc) {
+  if (a.num_rows > 1) {
+    switch (a.dtype) {
+      case DType::F32: return rows_t<DType::F32>(a, scratch, m, l, acc);
+      case DType::BF16: return rows_t<DType::BF16>(a, scratch, m, l, acc);
+      case DType::F16: return rows_t<DType::F16>(a, scratch, m, l, acc);
+      case DType::FP8_E4M3: return rows_t<DType::FP8_E4M3>(a, scratch, m, l, acc);
+      case DType::FP8_E5M2: return rows_t<DType::FP8_E5M2>(a, scratch, m, l, acc);
+      default: OCTET_CHECK(false, "paged attention: cache dtype ", dtype_name(a.dtype));
+    }
+  }
   switch (a.dtype) {
     case DType::F32: return partial_t<DType::F32>(a, scratch, m, l, acc);
     case DType::BF16: return partial_t<DType::BF16>(a, scratch, m, l, acc);
@@ -345,7 +441,8 @@ void partial_avx2(const PartialArgs& a, float* scratch, float* m, float* l, floa
 
 bool avx2_kernel_available() { return fp8_avx2_available(); }  // AVX2 + FMA + F16C
 Kernel avx2_kernel() {
-  return {partial_avx2, natural_lane_order, INT64_MAX, "avx2", /*max_kv_heads=*/16};
+  return {partial_avx2, natural_lane_order, INT64_MAX, "avx2", /*max_kv_heads=*/16,
+          /*max_query_vectors=*/4};
 }
 
 #else

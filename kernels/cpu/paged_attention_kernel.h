@@ -14,6 +14,8 @@ namespace octet::paged_detail {
 /// Positions per partition. Partition j of a sequence covers positions [j * P, (j + 1) * P)
 /// (cut by the query's window start and by the query's own position), whatever the batch.
 inline constexpr int64_t kPartitionTokens = 256;
+/// Most query rows in one kernel call (PartialArgs::num_rows).
+inline constexpr int64_t kMaxRowsPerCall = 4;
 /// Head dims are processed in groups of 64 lanes; q and the partial sums are padded to this.
 inline constexpr int64_t kGroupLanes = 64;
 
@@ -38,6 +40,10 @@ struct PartialArgs {
   const float* q;
   int64_t begin, end;
   int64_t num_kv_heads_run = 1;  // <= Kernel::max_kv_heads; head h's rows at + h * head_dim
+  // num_rows > 1 (Kernel::max_query_vectors > 1 only): query rows of this sequence, row r over
+  // [begin, row_ends[r]) (end = the largest); q and every output are [num_rows][heads' entries].
+  int64_t num_rows = 1;
+  const int64_t* row_ends = nullptr;
 };
 
 /// Per-thread scratch floats a kernel needs (zero-initialised once by the caller): scores,
@@ -60,6 +66,9 @@ struct Kernel {
   int64_t max_head_dim;  // larger heads take another kernel
   const char* name;
   int64_t max_kv_heads = 1;  // PartialArgs::num_kv_heads_run it takes
+  // Query vectors (rows times query heads per KV head) that share one pass over K and V; 1: it
+  // takes PartialArgs::num_rows == 1 only.
+  int64_t max_query_vectors = 1;
 };
 
 /// Portable scalar kernel (natural lane order).

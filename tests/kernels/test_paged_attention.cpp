@@ -407,6 +407,42 @@ TEST_CASE("paged_attention is batch- and thread-count invariant, bitwise", "[pag
   omp_set_num_threads(saved_threads);
 }
 
+TEST_CASE("paged_attention: a prefill chunk's rows equal each query run alone, bitwise",
+          "[paged_attention]") {
+  // Rows of one sequence share kernel calls (Kernel::max_query_vectors); each must still get
+  // the bits of a decode step at its position: chunks across a partition boundary (positions
+  // 240-269, 591-599), a whole prompt, one query, windows that start rows apart, MHA and GQA,
+  // head sizes that take the row-at-a-time fallback.
+  struct Shape {
+    int64_t nh, nkv, hd;
+  };
+  for (const Shape sh : {Shape{4, 4, 64}, Shape{4, 2, 64}, Shape{6, 2, 64}, Shape{3, 3, 40}})
+    for (DType dtype : {DType::F32, DType::BF16, DType::FP8_E4M3, DType::FP8_E5M2})
+      for (int64_t window : {0, 100})
+        for (const paged_detail::Kernel& kernel : kernels_here()) {
+          INFO(sh.nh << "/" << sh.nkv << " x " << sh.hd << " " << kv_cache_dtype_name(dtype)
+                     << " " << kernel.name << " window " << window);
+          const Scene s(dtype, 16, sh.nh, sh.nkv, sh.hd, {{270, 30}, {37, 37}, {600, 9}, {5, 1}},
+                        11);
+          const std::vector<float> all = run_kernel(kernel, s, s.batch(s.all()), window, 0.125f);
+          const int64_t row = sh.nh * sh.hd;
+          int64_t at = 0;
+          for (size_t si = 0; si < s.seqs.size(); ++si)
+            for (int64_t q = 0; q < s.seqs[si].num_queries; ++q, ++at) {
+              const int64_t position = s.seqs[si].seq_len - s.seqs[si].num_queries + q;
+              std::vector<int64_t> qsl = {0, 1}, lens = {position + 1};
+              const PagedAttentionBatch one{1, qsl.data(), lens.data(), s.tables[si].data(),
+                                            s.max_blocks};
+              std::vector<float> out(static_cast<size_t>(row), -7.0f);
+              paged_detail::paged_attention_with(kernel, s.cache.view,
+                                                 s.queries[si].data() + q * row, one, sh.nh,
+                                                 window, 0.125f, out.data());
+              INFO("sequence " << si << " position " << position);
+              REQUIRE(same_bits(out, all.data() + at * row, static_cast<size_t>(row)));
+            }
+        }
+}
+
 TEST_CASE("paged_attention applies the per-head FP8 scales", "[paged_attention]") {
   const std::vector<SeqSpec> specs = {{300, 1}, {40, 6}};
   for (DType dtype : {DType::FP8_E4M3, DType::FP8_E5M2})
