@@ -14,6 +14,10 @@
 #include "kernels/cpu/w8a8_internal.h"
 #include "kernels/cpu/thread_team.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 namespace octet {
 
 namespace {
@@ -48,6 +52,28 @@ void check_args(const uint8_t* qa, const Fp8WeightView& w, int64_t m) {
   if (m > 0 && w.n > 0 && w.k > 0 && (qa == nullptr || w.data == nullptr)) fail("null operand");
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// epilogue's products and sums, 8 outputs at a time: the same IEEE operations in the same order
+// (sa * sw, acc times that, + bias or + 0), so the same bits. Compiled for AVX2 without FMA:
+// no compiler can contract the multiply and the add.
+__attribute__((noinline, target("avx2"))) int64_t epilogue_avx2(float* y_row, const float* acc,
+                                                               int64_t j0, int64_t j1, float sa,
+                                                               const Fp8WeightView& w,
+                                                               const float* bias) {
+  const bool per_row = w.granularity == ScaleGranularity::PerRow;
+  const __m256 vsa = _mm256_set1_ps(sa), sw0 = _mm256_set1_ps(w.scale[0]);
+  int64_t j = j0;
+  for (; j + 8 <= j1; j += 8) {
+    const __m256 sw = per_row ? _mm256_loadu_ps(w.scale + j) : sw0;
+    const __m256 b = bias ? _mm256_loadu_ps(bias + j) : _mm256_setzero_ps();
+    _mm256_storeu_ps(y_row + j, _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(acc + (j - j0)),
+                                                            _mm256_mul_ps(vsa, sw)),
+                                              b));
+  }
+  return j;
+}
+#endif
+
 // Out of line and without contraction: a compiler must not fuse acc * s + bias into an FMA in
 // some callers and not in others (see w8a8_internal.h).
 #if defined(__GNUC__) && !defined(__clang__)
@@ -60,7 +86,12 @@ void epilogue(float* y_row, const float* acc, int64_t j0, int64_t j1, float sa,
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #endif
-  for (int64_t j = j0; j < j1; ++j) {
+  int64_t j = j0;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const bool avx2 = fp8_avx2_available();
+  if (avx2) j = epilogue_avx2(y_row, acc, j0, j1, sa, w, bias);
+#endif
+  for (; j < j1; ++j) {
     const float sw = w.granularity == ScaleGranularity::PerRow ? w.scale[j] : w.scale[0];
     y_row[j] = acc[j - j0] * (sa * sw) + (bias ? bias[j] : 0.0f);
   }
