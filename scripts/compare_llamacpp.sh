@@ -197,16 +197,20 @@ print(json.dumps({"who": "llama.cpp " + rows[0]["model_type"].split()[-1],
 if [[ " $parts " == *" kernels "* ]]; then
   # The default (BF16 lm_head) and --lm-head-dtype fp8 (the same bytes per weight as Q8_0, whose
   # tied output matrix is Q8_0 too), then llama-bench (its own warm-up run, -r 1), alternating
-  # programs within each round; round r starts the list at its r-th entry (rotated), so that
-  # every program takes every place in a round (first after a pause, or right after another
-  # program freed its gigabytes: page cache, clocks, a neighbour's load).
+  # programs within each round; round r starts the list at its r-th entry (rotated) and even
+  # rounds run it backwards, so that every program takes every place in a round and follows
+  # each of the others (first after a pause, or right after another program freed its
+  # gigabytes: page cache, clocks, a neighbour's load).
   steps=("octet bf16" "octet fp8" "llama $q8")
   [[ " $llama_files " == *" source "* ]] && steps+=("llama $model")
   for r in $(seq "$rounds"); do
     t_round=$SECONDS
     echo "== round $r of $rounds, load average $(cut -d' ' -f1-3 /proc/loadavg)"
     order=()
-    for (( i=0; i<${#steps[@]}; i++ )); do order+=("${steps[(r - 1 + i) % ${#steps[@]}]}"); done
+    for (( i=0; i<${#steps[@]}; i++ )); do
+      j=$(( r % 2 ? i : ${#steps[@]} - 1 - i ))
+      order+=("${steps[(r - 1 + j) % ${#steps[@]}]}")
+    done
     for st in "${order[@]}"; do
       if [ "${st%% *}" = octet ]; then run_octet "${st#* }" "$r"; else run_llama "${st#* }" "$r"; fi
     done

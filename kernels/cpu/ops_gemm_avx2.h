@@ -47,16 +47,26 @@ OCTET_AVX2 inline __m256i tail_mask(int64_t r) {
 }
 
 /// VHADDPS(a, b) as two shuffles and an add: [a0 + a1, a2 + a3, b0 + b1, b2 + b3, a4 + a5, ...],
-/// the same sums (Zen 3: 6% more GEMM tile throughput at 64-input k groups than VHADDPS).
+/// the same sums (Zen 3: 6% more GEMM tile throughput at 64-input k groups than VHADDPS). The
+/// add is pinned in asm with the even element as its first operand, which VHADDPS's NaN results
+/// match (x86 keeps the first operand's NaN): a compiler swaps a commutative add's operands at
+/// will, and which NaN of two comes out would depend on the call site.
 OCTET_AVX2 inline __m256 pair_sums(__m256 a, __m256 b) {
-  return _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x88), _mm256_shuffle_ps(a, b, 0xDD));
+  const __m256 even = _mm256_shuffle_ps(a, b, 0x88), odd = _mm256_shuffle_ps(a, b, 0xDD);
+  __m256 sum;
+  asm("vaddps %2, %1, %0" : "=x"(sum) : "x"(even), "x"(odd));
+  return sum;
 }
 
 /// Sums of each of 4 vectors, as one __m128: [sum(v0), sum(v1), sum(v2), sum(v3)], each
-/// ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) over its lanes l.
+/// ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7)) over its lanes l, every add's operands in
+/// that order (a NaN result's bits never depend on the call site).
 OCTET_AVX2 inline __m128 hsum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
   const __m256 h = pair_sums(pair_sums(v0, v1), pair_sums(v2, v3));
-  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  const __m128 lo = _mm256_castps256_ps128(h), hi = _mm256_extractf128_ps(h, 1);
+  __m128 sum;
+  asm("vaddps %2, %1, %0" : "=x"(sum) : "x"(lo), "x"(hi));
+  return sum;
 }
 
 /// How a tile writes each sum s: Store (out = s), Scale (out = s * scale) or AddScaled

@@ -359,7 +359,7 @@ void run(const Context& x) {
       for (int64_t kvh = it.kvh_lo; kvh < it.kvh_hi; ++kvh)
         x.finish(it.row, kvh, s.Lh(kvh), s.Ah(kvh));
     }
-  }, threads > 1, num_items);
+  }, threads > 1);
   // Split rows: fold the kept partials of each (row, KV head) in partition order.
   const int64_t split_units = static_cast<int64_t>(split_rows.size()) * nkv;
   cpu::parallel_for(0, split_units, [&](int64_t lo, int64_t hi) {

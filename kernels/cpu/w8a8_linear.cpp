@@ -54,9 +54,14 @@ void check_args(const uint8_t* qa, const Fp8WeightView& w, int64_t m) {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 // epilogue's products and sums, 8 outputs at a time: the same IEEE operations in the same order
-// (sa * sw, acc times that, + bias or + 0), so the same bits. Compiled for AVX2 without FMA:
-// no compiler can contract the multiply and the add.
-__attribute__((noinline, target("avx2"))) int64_t epilogue_avx2(float* y_row, const float* acc,
+// (sa * sw, acc times that, + bias or + 0), so the same bits. Compiled for AVX2 without FMA and
+// without contraction (a build with -mfma must not fuse the multiply and the add either).
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((noinline, target("avx2"), optimize("fp-contract=off")))
+#else
+__attribute__((noinline, target("avx2")))
+#endif
+int64_t epilogue_avx2(float* y_row, const float* acc,
                                                                int64_t j0, int64_t j1, float sa,
                                                                const Fp8WeightView& w,
                                                                const float* bias) {

@@ -257,6 +257,33 @@ TEST_CASE("cpu::linear avx2 path is batch invariant", "[batch_invariance][f32]")
   check_f32_path("f32 avx2", &cpu::avx2::linear);
 }
 
+TEST_CASE("cpu::linear avx2 path: NaN outputs keep their bits in every batch",
+          "[batch_invariance][f32]") {
+  // x86 keeps the first operand's NaN when two meet in an add; the lane sums fix every add's
+  // operand order (VHADDPS's), so a row's NaN payload and sign never depend on which tile of
+  // which batch computed it (a compiler left free to swap them gives row-dependent NaNs).
+  if (!fp8_avx2_available()) skip("this CPU lacks AVX2+FMA+F16C");
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (const Shape& s : {Shape{37, 100}, Shape{6, 16}}) {
+    const int64_t n = s.n, k = s.k;
+    std::vector<float> pool(static_cast<size_t>(kPoolRows * k)), w(static_cast<size_t>(n * k));
+    for (auto& v : pool) v = normal(rng);
+    for (auto& v : w) v = normal(rng);
+    for (int64_t r = 0; r < kPoolRows; ++r)  // NaNs of 4 payloads and both signs, both halves
+      for (uint32_t i = 0; i < 4; ++i) {
+        const uint32_t bits = (i % 2 ? 0xFFC00000u : 0x7FC00000u) | (1u << i) | uint32_t(r) << 8;
+        std::memcpy(&pool[r * k + (r + 3 * i) % 8], &bits, 4);
+      }
+    const Kernel kernel = [&](const int64_t* rows, int64_t m, float* y) {
+      cpu::avx2::linear(gather(pool, k, rows, m).data(), w.data(), nullptr, y, m, n, k);
+    };
+    const std::vector<float> alone = rows_alone(kernel, n);
+    for (float v : alone) REQUIRE(std::isnan(v));
+    check_invariant("f32 avx2 NaN k=" + std::to_string(k), kernel, n, alone);
+  }
+}
+
 TEST_CASE("cpu::linear dispatch is batch invariant", "[batch_invariance][f32]") {
   check_f32_path("f32 dispatch", &cpu::linear);
 }
