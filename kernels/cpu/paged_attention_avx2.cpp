@@ -416,23 +416,20 @@ OCTET_AVX2 void rows_t(const PartialArgs& a, float* scratch, float* m, float* l,
   }
 }
 
+// One call: of several rows (rows_t) or of one (partial_t).
+template <DType D>
+OCTET_AVX2 void partial_d(const PartialArgs& a, float* scratch, float* m, float* l, float* acc) {
+  if (a.num_rows > 1) return rows_t<D>(a, scratch, m, l, acc);
+  partial_t<D>(a, scratch, m, l, acc);
+}
+
 void partial_avx2(const PartialArgs& a, float* scratch, float* m, float* l, float* acc) {
-  if (a.num_rows > 1) {
-    switch (a.dtype) {
-      case DType::F32: return rows_t<DType::F32>(a, scratch, m, l, acc);
-      case DType::BF16: return rows_t<DType::BF16>(a, scratch, m, l, acc);
-      case DType::F16: return rows_t<DType::F16>(a, scratch, m, l, acc);
-      case DType::FP8_E4M3: return rows_t<DType::FP8_E4M3>(a, scratch, m, l, acc);
-      case DType::FP8_E5M2: return rows_t<DType::FP8_E5M2>(a, scratch, m, l, acc);
-      default: OCTET_CHECK(false, "paged attention: cache dtype ", dtype_name(a.dtype));
-    }
-  }
   switch (a.dtype) {
-    case DType::F32: return partial_t<DType::F32>(a, scratch, m, l, acc);
-    case DType::BF16: return partial_t<DType::BF16>(a, scratch, m, l, acc);
-    case DType::F16: return partial_t<DType::F16>(a, scratch, m, l, acc);
-    case DType::FP8_E4M3: return partial_t<DType::FP8_E4M3>(a, scratch, m, l, acc);
-    case DType::FP8_E5M2: return partial_t<DType::FP8_E5M2>(a, scratch, m, l, acc);
+    case DType::F32: return partial_d<DType::F32>(a, scratch, m, l, acc);
+    case DType::BF16: return partial_d<DType::BF16>(a, scratch, m, l, acc);
+    case DType::F16: return partial_d<DType::F16>(a, scratch, m, l, acc);
+    case DType::FP8_E4M3: return partial_d<DType::FP8_E4M3>(a, scratch, m, l, acc);
+    case DType::FP8_E5M2: return partial_d<DType::FP8_E5M2>(a, scratch, m, l, acc);
     default: OCTET_CHECK(false, "paged attention: cache dtype ", dtype_name(a.dtype));
   }
 }
