@@ -157,8 +157,10 @@ OCTET_AVX2 inline void dot_tile(const A* a, int64_t lda, const B* b, int64_t ldb
 /// once into a register (the empty asm keeps GCC from folding the load into all three FMAs).
 /// Inlined into dot_block's loop (GCC would call it: a call's set-up cost 4% at 64 inputs).
 template <TileOut O, class A, class B>
-OCTET_AVX2 inline __attribute__((always_inline)) void dot_tile_3x4(const A* a, int64_t lda, const B* b, int64_t ldb, int64_t k,
-                                    float* out, int64_t ldo, float scale) {
+OCTET_AVX2 inline __attribute__((always_inline)) void dot_tile_3x4(const A* a, int64_t lda,
+                                                                   const B* b, int64_t ldb,
+                                                                   int64_t k, float* out,
+                                                                   int64_t ldo, float scale) {
   __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;
   __m256 c10 = c00, c11 = c00, c12 = c00, c13 = c00;
   __m256 c20 = c00, c21 = c00, c22 = c00, c23 = c00;

@@ -385,7 +385,8 @@ OCTET_AVX2 void partial_rows_t(const PartialArgs& a, float* scratch, float* m, f
     for (int64_t g = r * G; g < (r + 1) * G; ++g)
       softmax_numerators(scores + g * kPartitionTokens, nr, m + g, l + g);
   }
-  for (int64_t e = 0; e < hd;) e += v_chunks<D>(a.v, hd, offsets, 0, shortest, e, Q, scores, hdp, acc);
+  for (int64_t e = 0; e < hd;)
+    e += v_chunks<D>(a.v, hd, offsets, 0, shortest, e, Q, scores, hdp, acc);
   for (int64_t r = 0; r < a.num_rows; ++r) {
     const int64_t nr = a.row_ends[r] - a.begin;
     if (nr == shortest) continue;

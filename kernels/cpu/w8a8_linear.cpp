@@ -61,10 +61,8 @@ __attribute__((noinline, target("avx2"), optimize("fp-contract=off")))
 #else
 __attribute__((noinline, target("avx2")))
 #endif
-int64_t epilogue_avx2(float* y_row, const float* acc,
-                                                               int64_t j0, int64_t j1, float sa,
-                                                               const Fp8WeightView& w,
-                                                               const float* bias) {
+int64_t epilogue_avx2(float* y_row, const float* acc, int64_t j0, int64_t j1, float sa,
+                      const Fp8WeightView& w, const float* bias) {
   const bool per_row = w.granularity == ScaleGranularity::PerRow;
   const __m256 vsa = _mm256_set1_ps(sa), sw0 = _mm256_set1_ps(w.scale[0]);
   int64_t j = j0;
