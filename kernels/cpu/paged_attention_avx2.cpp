@@ -228,6 +228,17 @@ OCTET_AVX2 void k_dots_run(const uint8_t* k, const int64_t* offs, int64_t cnt, i
   for (; i < cnt; ++i) k_dots<D, 1, GB>(k, offs + i, hd, q, hdp, red + i * 8);
 }
 
+// offsets[t] = the byte offset of position begin + t's cache slot, t < n (n >= 1), then kAhead
+// copies of the last (prefetched past the end).
+inline void slot_offsets(const PartialArgs& a, int64_t n, int64_t* offsets) {
+  int64_t bi = a.begin / a.block_size, off = a.begin % a.block_size;
+  for (int64_t t = 0; t < n; ++t) {
+    offsets[t] = (a.block_table[bi] * a.block_size + off) * a.slot_stride;
+    if (++off == a.block_size) off = 0, ++bi;
+  }
+  for (int64_t t = n; t < n + kAhead; ++t) offsets[t] = offsets[n - 1];
+}
+
 // Scores s[0, n) of one query head -> exp(s[t] - m) in place, m = their max, l = the sum of
 // the exps (8-lane sums in token order, their lanes summed, then the tail in order).
 OCTET_AVX2 inline void softmax_numerators(float* sg, int64_t n, float* m, float* l) {
@@ -268,12 +279,7 @@ OCTET_AVX2 void partial_t(const PartialArgs& a, float* scratch, float* m, float*
   // moves with the call's head count, so earlier calls may have left scores or offsets there).
   float* row = scratch + GH * (kPartitionTokens + 256) + 2 * (kPartitionTokens + 32);
   std::fill(row + hd, row + hd8, 0.0f);
-  int64_t bi = a.begin / a.block_size, off = a.begin % a.block_size;
-  for (int64_t t = 0; t < n; ++t) {
-    offsets[t] = (a.block_table[bi] * a.block_size + off) * a.slot_stride;
-    if (++off == a.block_size) off = 0, ++bi;
-  }
-  for (int64_t t = n; t < n + kAhead; ++t) offsets[t] = offsets[n - 1];  // prefetched past the end
+  slot_offsets(a, n, offsets);
   const int64_t row_bytes = hd * dtype_bytes(D);
   // Heads side by side in a slot: a chunk of them is read as one run of bytes per position
   // (one head's rows alone are a slot apart), small enough that its V rows wait in L2.
@@ -356,12 +362,7 @@ OCTET_AVX2 void partial_rows_t(const PartialArgs& a, float* scratch, float* m, f
   float* scores = scratch;                      // [Q, kPartitionTokens]
   float* red = scratch + Q * kPartitionTokens;  // [Q, 8 tokens, 8 lanes]
   auto* offsets = reinterpret_cast<int64_t*>(scratch + Q * (kPartitionTokens + 256));
-  int64_t bi = a.begin / a.block_size, off = a.begin % a.block_size;
-  for (int64_t t = 0; t < n; ++t) {
-    offsets[t] = (a.block_table[bi] * a.block_size + off) * a.slot_stride;
-    if (++off == a.block_size) off = 0, ++bi;
-  }
-  for (int64_t t = n; t < n + kAhead; ++t) offsets[t] = offsets[n - 1];
+  slot_offsets(a, n, offsets);
   const int64_t row_bytes = hd * dtype_bytes(D);
   for (int64_t t0 = 0; t0 < n; t0 += 8) {
     const int64_t cnt = std::min<int64_t>(8, n - t0);
