@@ -30,6 +30,10 @@ struct EngineArgs {
   // Not a flag: the benchmarks set it. Touch the whole KV pool at start; on the CPU its pages
   // are otherwise faulted in as blocks are first used, inside timed steps.
   bool prefault_kv_cache = false;
+  // Not a flag: bench latency sets it. On the CPU at TP 1 the backend is wrapped in a
+  // LaunchCounter (kernels/launch_counter.h): decode steps report the kernels the CUDA backend
+  // would launch for them (Engine::decode_step_kernels).
+  bool count_kernel_launches = false;
 
   template <class Visitor>
   static void visit(EngineArgs& c, Visitor&& v) {

@@ -22,6 +22,7 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "kernels/launch_counter.h"
 #include "kernels/rank_group.h"
 
 namespace octet {
@@ -135,6 +136,9 @@ void Engine::Impl::start() {
   load_options.device = args.device;
   load_options.world_size = static_cast<int>(args.tensor_parallel_size);
   load_options.lm_head_dtype = args.lm_head_dtype;
+  if (args.count_kernel_launches && args.tensor_parallel_size == 1 &&
+      resolve_device(args.device) == "cpu")
+    load_options.backend = std::make_shared<LaunchCounter>(make_backend("cpu"));
   const std::string threads = configure_cpu_threads(static_cast<int>(args.threads));
   load_options.placement.nnodes = static_cast<int>(args.multinode.nnodes);
   load_options.placement.node_rank = static_cast<int>(args.multinode.node_rank);
@@ -416,6 +420,9 @@ const ModelTokenizer& Engine::tokenizer() const { return *impl_->loaded->model_t
 
 int64_t Engine::max_model_len() const { return impl_->setup.max_model_len; }
 int64_t Engine::vocab_size() const { return impl_->loaded->model->config().vocab_size; }
+int64_t Engine::num_hidden_layers() const {
+  return impl_->loaded->model->config().num_hidden_layers;
+}
 const std::string& Engine::model_path() const { return impl_->args.model; }
 std::string Engine::linear_format() const { return impl_->loaded->model->linear_format(); }
 int64_t Engine::decode_weight_bytes() const {
@@ -427,6 +434,8 @@ int64_t Engine::decode_weight_bytes() const {
 }
 
 int64_t Engine::kv_bytes_per_token() const { return impl_->setup.memory.kv_bytes_per_token; }
+
+int64_t Engine::decode_step_kernels() const { return impl_->runner->decode_step_kernels(); }
 
 double Engine::compile_structured_output(const StructuredOutputParams& p) {
   double ms = 0.0;

@@ -157,12 +157,17 @@ class Engine {
   const ModelTokenizer& tokenizer() const;
   int64_t max_model_len() const;
   int64_t vocab_size() const;
+  int64_t num_hidden_layers() const;
   const std::string& model_path() const;
   std::string linear_format() const;
   /// Weight bytes read per decode step (all linears and lm_head), for bandwidth floors.
   int64_t decode_weight_bytes() const;
   /// KV cache bytes per token of context, all layers, K and V (bench latency's floor).
   int64_t kv_bytes_per_token() const;
+  /// Kernels of the last decode step on rank 0 (ModelRunner::decode_step_kernels): a CUDA
+  /// graph's kernel nodes, or the CPU rehearsal's count (EngineArgs::count_kernel_launches);
+  /// -1 when neither was measured.
+  int64_t decode_step_kernels() const;
 
   /// Compiles `p` (active) against the model's tokenizer on the calling thread, bypassing the
   /// engine's grammar cache, and returns the compile time in ms (benchmarks; the tokenizer's

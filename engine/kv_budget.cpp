@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "engine/model_runner.h"
 #include "models/llama.h"
@@ -86,12 +88,28 @@ WorkspaceShape workspace_shape(const LlamaModel& model, int64_t max_num_batched_
   const auto add = [&](const LinearWeight& w) {
     if (w.format == DType::FP8_E4M3)
       s.fp8_linears.push_back({w.out_features, w.in_features, std::max<int64_t>(w.k_groups, 1)});
+    if (w.format == DType::BF16)
+      s.fp8_linears.push_back({w.out_features, w.in_features, 1, false, /*bf16=*/true});
+  };
+  // A merged group (upload_linears_merged): one GEMM of their summed rows.
+  const auto add_merged = [&](std::initializer_list<const LinearWeight*> group) {
+    std::vector<WeightRef> refs;
+    int64_t n = 0;
+    for (const LinearWeight* lw : group) {
+      refs.push_back(lw->ref());
+      n += lw->out_features;
+    }
+    if (fp8_adjacent(refs.data(), static_cast<int>(refs.size())))
+      s.fp8_linears.push_back({n, refs[0].k, 1, /*merged=*/true});
   };
   const LlamaWeights& w = model.weights();
-  for (const LlamaLayerWeights& l : w.layers)
+  for (const LlamaLayerWeights& l : w.layers) {
     for (const LinearWeight* lw : {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj,
                                    &l.up_proj, &l.down_proj})
       add(*lw);
+    add_merged({&l.q_proj, &l.k_proj, &l.v_proj});
+    add_merged({&l.gate_proj, &l.up_proj});
+  }
   add(w.lm_head);
   return s;
 }

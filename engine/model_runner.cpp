@@ -10,6 +10,7 @@
 #include "engine/model_loader.h"
 #include "engine/request.h"
 #include "kernels/common/check.h"
+#include "kernels/launch_counter.h"
 
 namespace octet {
 
@@ -22,14 +23,19 @@ std::vector<int64_t> decode_graph_sizes(int64_t max_num_seqs) {
   return sizes;
 }
 
-int64_t ModelRunner::graph_size(const ForwardBatch& batch) const {
-  if (graph_sizes_.empty()) return 0;
+bool ModelRunner::is_decode_step(const ForwardBatch& batch) {
   const int64_t n = batch.num_tokens();
-  if (n == 0 || n != batch.num_seqs() || batch.max_blocks_per_seq > graph_width_ ||
-      static_cast<int64_t>(batch.logits_indices.size()) != n)
-    return 0;
+  if (n == 0 || n != batch.num_seqs() || static_cast<int64_t>(batch.logits_indices.size()) != n)
+    return false;
   for (int64_t i = 0; i < n; ++i)
-    if (batch.query_start_loc[i] != i || batch.logits_indices[i] != i) return 0;
+    if (batch.query_start_loc[i] != i || batch.logits_indices[i] != i) return false;
+  return true;
+}
+
+int64_t ModelRunner::graph_size(const ForwardBatch& batch) const {
+  if (graph_sizes_.empty() || batch.max_blocks_per_seq > graph_width_ || !is_decode_step(batch))
+    return 0;
+  const int64_t n = batch.num_tokens();
   const auto it = std::lower_bound(graph_sizes_.begin(), graph_sizes_.end(), n);
   return it == graph_sizes_.end() ? 0 : *it;
 }
@@ -241,6 +247,9 @@ void ModelRunner::run_batch(const ForwardBatch& batch, StepLogits* rows) {
     run_graph_step(batch, p, rows);
     return;
   }
+  // The CPU rehearsal's kernel count of a decode step (kernels/launch_counter.h).
+  const auto* counter = dynamic_cast<const LaunchCounter*>(&ranks_[0].model->backend());
+  const int64_t counted = counter != nullptr ? counter->launches() : 0;
   // Every rank: the same host batch on its own backend, weights, cache and activations.
   const auto run_rank = [&](int r, Communicator& comm) {
     Rank& k = ranks_[r];
@@ -256,6 +265,8 @@ void ModelRunner::run_batch(const ForwardBatch& batch, StepLogits* rows) {
   } else {
     group_->run(run_rank);
   }
+  if (counter != nullptr && is_decode_step(batch))
+    decode_step_kernels_ = counter->launches() - counted;
 }
 
 void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogits* rows) {
@@ -302,6 +313,7 @@ void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogit
   const int64_t key = graph_key_base_ + p;
   if (std::find(graph_keys_.begin(), graph_keys_.end(), key) == graph_keys_.end())
     graph_keys_.push_back(key);
+  decode_step_kernels_ = ranks_[0].model->backend().graph_kernel_count(key);
   ++graph_steps_;
 }
 

@@ -5,6 +5,7 @@
 // every rank (LoadedModel::ranks) runs the same host batch, uploaded to its own backend, over its
 // own weight shard, KV cache (its KV heads; the same blocks and block tables for every rank) and
 // activations; the logits come back whole from rank 0.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -101,8 +102,15 @@ class ModelRunner {
   const PagedKVCache& cache(int r) const { return *ranks_.at(r).cache; }
   /// Steps run as a graph so far (captures included), for tests and logs.
   int64_t graph_steps() const { return graph_steps_; }
+  /// Kernels of the last decode step (every sequence one token, its logits only) on rank 0:
+  /// a graph step's kernel nodes (Backend::graph_kernel_count), or, eager on a LaunchCounter
+  /// backend (kernels/launch_counter.h, the CPU rehearsal), what it counted over the step; -1
+  /// until such a step. Read from another thread after the step.
+  int64_t decode_step_kernels() const { return decode_step_kernels_.load(); }
 
  private:
+  // Whether `batch` is a decode step: every sequence one token, and only its logits.
+  static bool is_decode_step(const ForwardBatch& batch);
   // Runs `batch` on every rank; rows (node 0) gets the logits, null: none are read.
   void run_batch(const ForwardBatch& batch, StepLogits* rows);
   // The graph size for `batch` (a decode step of n one-token sequences), or 0 (eager).
@@ -128,6 +136,7 @@ class ModelRunner {
   std::vector<int64_t> graph_sizes_;  // ascending; empty: no graphs
   int64_t graph_key_base_ = 0;        // this runner's graph keys: base + size (unique per runner)
   std::vector<int64_t> graph_keys_;   // captured on every rank's backend
+  std::atomic<int64_t> decode_step_kernels_{-1};
   int64_t graph_width_ = 0;           // blocks per sequence in graph batches
   int64_t graph_steps_ = 0;
   HostChannel* steps_ = nullptr;  // node 0 of a multi-node run

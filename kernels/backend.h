@@ -35,6 +35,14 @@ class Buffer {
   bool empty() const { return bytes_ == 0; }
   template <class T>
   T* as() const { return static_cast<T*>(mem_.get()); }
+  /// Bytes [offset, offset + bytes) of this buffer, sharing its ownership (OCTET_CHECK that
+  /// they lie inside it).
+  Buffer slice(int64_t offset, int64_t bytes) const {
+    OCTET_CHECK(offset >= 0 && bytes >= 0 && offset + bytes <= bytes_, "Buffer::slice: [",
+                offset, ", +", bytes, ") of ", bytes_, " bytes");
+    if (bytes == 0) return Buffer();
+    return Buffer(std::shared_ptr<void>(mem_, static_cast<uint8_t*>(mem_.get()) + offset), bytes);
+  }
 
  private:
   std::shared_ptr<void> mem_;
@@ -52,9 +60,13 @@ struct WorkspaceShape {
   int64_t head_dim = 0;
   int64_t max_graph_seqs = 0;          // sequences of the largest decode graph; 0: no graphs
   /// This rank's FP8 linears (linear_w8a8 / _partials): out features n, in features k, and the
-  /// k parts a row-parallel layer sums (WeightRef::k_groups).
+  /// k parts a row-parallel layer sums (WeightRef::k_groups); merged: a group of adjacent
+  /// weights linear_w8a8_multi takes at once (fp8_adjacent), n their sum; bf16: a linear of
+  /// BF16 weights (the lm_head), not FP8.
   struct Linear {
     int64_t n = 0, k = 0, k_groups = 1;
+    bool merged = false;
+    bool bf16 = false;
   };
   std::vector<Linear> fp8_linears;
 };
@@ -62,7 +74,7 @@ struct WorkspaceShape {
 /// Device bytes of a backend's reserved workspace (reserve_workspace), by part; all zero on a
 /// backend that keeps none (the CPU).
 struct WorkspaceBytes {
-  int64_t gemm_scratch = 0;        // FP8 GEMM k-group part sums (CUDA: one buffer, every call)
+  int64_t gemm_scratch = 0;        // CUDA GEMM sums of merged projections, W8A16's BF16 copies
   int64_t attention_partials = 0;  // flash-decoding partial softmax states (eager and graphs)
   int64_t attention_plan = 0;      // the eager attention work lists
   int64_t total() const { return gemm_scratch + attention_partials + attention_plan; }
@@ -158,6 +170,23 @@ class Backend {
   virtual void gelu_tanh_mul(const float* gate, const float* up, float* out, int64_t m,
                              int64_t n) = 0;
 
+  /// rms_norm, then out's rows quantized per token: quantize_fp8_dynamic(out, m, n, null, q,
+  /// scale), q [m, n], scale [m]. The values of the two calls; a backend may run them as one
+  /// kernel (CUDA), as vLLM's fused RMSNorm + dynamic per-token quantization.
+  virtual void rms_norm_quant_fp8(float* residual, const float* delta, const float* weight,
+                                  float* out, int64_t m, int64_t n, float eps, uint8_t* q,
+                                  float* scale) {
+    rms_norm(residual, delta, weight, out, m, n, eps);
+    quantize_fp8_dynamic(out, m, n, nullptr, q, scale);
+  }
+
+  /// silu_mul, then out's rows quantized per token (as rms_norm_quant_fp8): one kernel on CUDA.
+  virtual void silu_mul_quant_fp8(const float* gate, const float* up, float* out, int64_t m,
+                                  int64_t n, uint8_t* q, float* scale) {
+    silu_mul(gate, up, out, m, n);
+    quantize_fp8_dynamic(out, m, n, nullptr, q, scale);
+  }
+
   /// x[i] *= s for i < count (Gemma's embeddings times sqrt(hidden_size)).
   virtual void scale(float* x, int64_t count, float s) = 0;
 
@@ -182,10 +211,23 @@ class Backend {
 
   /// FP8 W8A8: y[m, n] = (sum_k fp32(qa[m,k]) * fp32(qw[n,k])) * (a_scale * s_w[n]) + bias,
   /// FP32 accumulation. qa: [m, k] E4M3; a_scale: [m] (a_granularity PerRow, dynamic) or [1]
-  /// (PerTensor, static); w.dtype == FP8_E4M3. Batch invariant as linear.
+  /// (PerTensor, static); w.dtype == FP8_E4M3. Batch invariant as linear. The k-sum is taken
+  /// in w.k_groups parts when exact_k_parts(), else over all of k at once (one GEMM).
   virtual void linear_w8a8(const uint8_t* qa, const float* a_scale,
                            ScaleGranularity a_granularity, int64_t m, const WeightRef& w,
                            float* y) = 0;
+
+  /// Whether linear_w8a8 sums a weight's k parts (WeightRef::k_groups) one by one, each from
+  /// zero, so that row-parallel ranks' gathered part sums give world size 1's bits (the CPU:
+  /// tensor parallelism changes no bit). false (CUDA): one GEMM over all of k whatever
+  /// k_groups; row-parallel layers then all-reduce their outputs (models/linear.h) and outputs
+  /// move by rounding with the TP size, as in vLLM.
+  virtual bool exact_k_parts() const { return true; }
+
+  /// Whether the loader should store the q/k/v and the gate/up FP8 weights of a layer side by
+  /// side in one allocation where fp8_mergeable allows (models/linear.h
+  /// upload_linears_merged), so that linear_w8a8_multi runs each group as one GEMM (CUDA).
+  virtual bool merges_projections() const { return false; }
 
   /// linear_w8a8 of one input for `count` weights (q/k/v, gate/up): ys[i] = linear_w8a8(qa,
   /// a_scale, a_granularity, m, ws[i]) bit for bit. A backend may run them as one kernel (the
@@ -258,6 +300,12 @@ class Backend {
   virtual bool has_graph(int64_t key) const {
     (void)key;
     return false;
+  }
+  /// The kernels one replay of graph `key` launches (its kernel nodes: cuBLASLt's included,
+  /// memory copies not), or -1: no such graph, or the backend cannot tell.
+  virtual int64_t graph_kernel_count(int64_t key) const {
+    (void)key;
+    return -1;
   }
   /// Queues graph `key`, its paged_attention plans made from batch's host_query_start_loc and
   /// host_seq_lens (required; num_seqs and max_blocks_per_seq as at capture).

@@ -30,6 +30,8 @@ class ForwardingBackend : public Backend {
   }
   Fp8Layout fp8_weight_layout() const override { return in_->fp8_weight_layout(); }
   Bf16Layout bf16_weight_layout() const override { return in_->bf16_weight_layout(); }
+  bool exact_k_parts() const override { return in_->exact_k_parts(); }
+  bool merges_projections() const override { return in_->merges_projections(); }
   void download(const Buffer& s, int64_t o, void* d, int64_t b) override {
     in_->download(s, o, d, b);
   }
@@ -50,6 +52,14 @@ class ForwardingBackend : public Backend {
   }
   void gelu_tanh_mul(const float* g, const float* u, float* out, int64_t m, int64_t n) override {
     in_->gelu_tanh_mul(g, u, out, m, n);
+  }
+  void rms_norm_quant_fp8(float* r, const float* d, const float* w, float* out, int64_t m,
+                          int64_t n, float eps, uint8_t* q, float* s) override {
+    in_->rms_norm_quant_fp8(r, d, w, out, m, n, eps, q, s);
+  }
+  void silu_mul_quant_fp8(const float* g, const float* u, float* out, int64_t m, int64_t n,
+                          uint8_t* q, float* s) override {
+    in_->silu_mul_quant_fp8(g, u, out, m, n, q, s);
   }
   void scale(float* x, int64_t count, float s) override { in_->scale(x, count, s); }
   void row_amax(const float* x, int64_t m, int64_t k, float* a) override {

@@ -34,6 +34,52 @@ WeightRef LinearWeight::ref() const {
   return r;
 }
 
+std::vector<LinearWeight> upload_linears_merged(Backend& backend,
+                                                const std::vector<HostLinearWeight>& ws) {
+  bool merge = backend.merges_projections() && ws.size() >= 2 &&
+               backend.fp8_weight_layout() == Fp8Layout::RowMajor;
+  for (const HostLinearWeight& h : ws)
+    merge = merge && h.format == DType::FP8_E4M3 && !h.static_input && h.k_groups == 1 &&
+            h.w_granularity == ScaleGranularity::PerRow && h.out_features > 0 &&
+            h.in_features == ws[0].in_features && h.bias.empty() == ws[0].bias.empty() &&
+            static_cast<int64_t>(h.w_fp8.size()) == h.out_features * h.in_features &&
+            static_cast<int64_t>(h.w_scale.size()) == h.out_features &&
+            (h.bias.empty() || static_cast<int64_t>(h.bias.size()) == h.out_features);
+  std::vector<LinearWeight> out;
+  if (!merge) {
+    for (const HostLinearWeight& h : ws) out.push_back(upload_linear(backend, h));
+    return out;
+  }
+  std::vector<uint8_t> codes;
+  std::vector<float> scales, biases;
+  for (const HostLinearWeight& h : ws) {
+    codes.insert(codes.end(), h.w_fp8.begin(), h.w_fp8.end());
+    scales.insert(scales.end(), h.w_scale.begin(), h.w_scale.end());
+    biases.insert(biases.end(), h.bias.begin(), h.bias.end());
+  }
+  const int64_t k = ws[0].in_features, n_all = static_cast<int64_t>(scales.size());
+  Fp8Layout layout = Fp8Layout::RowMajor;
+  const Buffer weight = backend.upload_fp8_weight(codes.data(), n_all, k, 1, &layout);
+  OCTET_CHECK(layout == Fp8Layout::RowMajor, "upload_linears_merged: layout changed");
+  const Buffer scale = upload_vector(backend, scales), bias = upload_vector(backend, biases);
+  int64_t row = 0;
+  for (const HostLinearWeight& h : ws) {
+    LinearWeight w;
+    w.name = h.name;
+    w.format = h.format;
+    w.out_features = h.out_features;
+    w.in_features = h.in_features;
+    w.w_granularity = h.w_granularity;
+    w.layout = layout;
+    w.weight = weight.slice(row * k, h.out_features * k);
+    w.scale = scale.slice(row * 4, h.out_features * 4);
+    if (!h.bias.empty()) w.bias = bias.slice(row * 4, h.out_features * 4);
+    row += h.out_features;
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
 Buffer upload_f32(Backend& backend, const std::vector<float>& v) {
   return upload_vector(backend, v);
 }
@@ -73,8 +119,18 @@ LinearWeight upload_linear(Backend& backend, const HostLinearWeight& h) {
   return w;
 }
 
+bool fp8_dynamic_inputs(std::initializer_list<const LinearWeight*> ws) {
+  for (const LinearWeight* w : ws)
+    if (w->format != DType::FP8_E4M3 || w->static_input ||
+        w->in_features != (*ws.begin())->in_features)
+      return false;
+  return ws.size() > 0;
+}
+
 void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int64_t m,
-                    float* y, uint8_t* qa, float* a_scale) {
+                    float* y, uint8_t* qa, float* a_scale, bool x_quantized) {
+  OCTET_CHECK(!x_quantized || fp8_dynamic_inputs({&w}), w.name,
+              ": x_quantized for a weight without dynamic FP8 inputs");
   if (w.format != DType::FP8_E4M3) {
     backend.linear(x, m, w.ref(), y);
     return;
@@ -85,23 +141,23 @@ void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int
     backend.linear_w8a8(qa, w.input_scale_buffer.as<const float>(), ScaleGranularity::PerTensor,
                         m, w.ref(), y);
   } else {
-    backend.quantize_fp8_dynamic(x, m, k, nullptr, qa, a_scale);
+    if (!x_quantized) backend.quantize_fp8_dynamic(x, m, k, nullptr, qa, a_scale);
     backend.linear_w8a8(qa, a_scale, ScaleGranularity::PerRow, m, w.ref(), y);
   }
 }
 
 void linear_forward_multi(Backend& backend, const LinearWeight* const* ws, int count,
                           const float* x, int64_t m, float* const* ys, uint8_t* qa,
-                          float* a_scale) {
+                          float* a_scale, bool x_quantized) {
   bool one_call = count > 1;
   for (int i = 0; i < count && one_call; ++i)
-    one_call = ws[i]->format == DType::FP8_E4M3 && !ws[i]->static_input &&
-               ws[i]->in_features == ws[0]->in_features;
+    one_call = fp8_dynamic_inputs({ws[i], ws[0]});
   if (!one_call) {
-    for (int i = 0; i < count; ++i) linear_forward(backend, *ws[i], x, m, ys[i], qa, a_scale);
+    for (int i = 0; i < count; ++i)
+      linear_forward(backend, *ws[i], x, m, ys[i], qa, a_scale, x_quantized);
     return;
   }
-  backend.quantize_fp8_dynamic(x, m, ws[0]->in_features, nullptr, qa, a_scale);
+  if (!x_quantized) backend.quantize_fp8_dynamic(x, m, ws[0]->in_features, nullptr, qa, a_scale);
   std::vector<WeightRef> refs;
   for (int i = 0; i < count; ++i) refs.push_back(ws[i]->ref());
   backend.linear_w8a8_multi(qa, a_scale, ScaleGranularity::PerRow, m, refs.data(), ys, count);
@@ -109,17 +165,36 @@ void linear_forward_multi(Backend& backend, const LinearWeight* const* ws, int c
 
 void linear_forward_row_parallel(Backend& backend, Communicator& comm, const LinearWeight& w,
                                  const float* x, int64_t m, float* y, uint8_t* qa,
-                                 float* a_scale, const RowParallelScratch& scratch) {
+                                 float* a_scale, const RowParallelScratch& scratch,
+                                 bool x_quantized) {
   if (comm.world_size() == 1) {
-    linear_forward(backend, w, x, m, y, qa, a_scale);
+    linear_forward(backend, w, x, m, y, qa, a_scale, x_quantized);
     return;
   }
+  OCTET_CHECK(!x_quantized || (!backend.exact_k_parts() && fp8_dynamic_inputs({&w})), w.name,
+              ": x_quantized where the row's scale spans the ranks");
   if (w.format != DType::FP8_E4M3) {
     linear_forward(backend, w, x, m, y, qa, a_scale);
     comm.all_reduce_sum(y, m * w.out_features);
     return;
   }
   const int64_t k = w.in_features, n = w.out_features;
+  if (!backend.exact_k_parts()) {
+    // vLLM's row-parallel layer: this rank's input columns quantized alone (its own dynamic
+    // per-token scale), one GEMM, the bias on rank 0 only, then the outputs summed.
+    WeightRef r = w.ref();
+    if (comm.rank() != 0) r.bias = nullptr;
+    if (w.static_input) {
+      backend.quantize_fp8_static(x, m, k, w.input_scale, qa);
+      backend.linear_w8a8(qa, w.input_scale_buffer.as<const float>(),
+                          ScaleGranularity::PerTensor, m, r, y);
+    } else {
+      if (!x_quantized) backend.quantize_fp8_dynamic(x, m, k, nullptr, qa, a_scale);
+      backend.linear_w8a8(qa, a_scale, ScaleGranularity::PerRow, m, r, y);
+    }
+    comm.all_reduce_sum(y, m * n);
+    return;
+  }
   const float* scale = a_scale;
   ScaleGranularity granularity = ScaleGranularity::PerRow;
   if (w.static_input) {

@@ -8,6 +8,7 @@
 // Loaders build a HostLinearWeight (host vectors), cut a rank's shard, then upload it to the
 // Backend as a LinearWeight (backend buffers only; no host copy is kept).
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -59,20 +60,35 @@ struct LinearWeight {
 /// Uploads a host weight to `backend` (its shard, already cut by the caller).
 LinearWeight upload_linear(Backend& backend, const HostLinearWeight& w);
 
+/// Uploads weights that one input feeds (q/k/v, gate/up): where backend.merges_projections()
+/// and the host weights qualify (fp8_mergeable's rule; FP8 with dynamic activations), their
+/// codes, scales and biases go into one allocation each, in order, and each LinearWeight is a
+/// slice of them (fp8_adjacent holds, so linear_w8a8_multi may run one GEMM); otherwise each
+/// as upload_linear. Either way the results compute the same as upload_linear's.
+std::vector<LinearWeight> upload_linears_merged(Backend& backend,
+                                                const std::vector<HostLinearWeight>& ws);
+
 /// Uploads n floats (norm weights, biases) to a new buffer of `backend`; empty for n == 0.
 Buffer upload_f32(Backend& backend, const std::vector<float>& v);
 
+/// Whether every weight of ws is FP8 with dynamic per-token activations and the same
+/// in_features: one quantization of x serves them all, and the op producing x may make it
+/// (Backend::rms_norm_quant_fp8, silu_mul_quant_fp8) and pass x_quantized below.
+bool fp8_dynamic_inputs(std::initializer_list<const LinearWeight*> ws);
+
 /// y: [m, out] = x: [m, in] . W^T (+ bias), in the weight's format. FP8 weights quantize x
-/// first into qa: [m, in] E4M3 and a_scale: [m] (caller-owned backend memory).
+/// first into qa: [m, in] E4M3 and a_scale: [m] (caller-owned backend memory), unless
+/// x_quantized: qa and a_scale already hold x's dynamic per-token codes (fp8_dynamic_inputs).
 void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int64_t m,
-                    float* y, uint8_t* qa, float* a_scale);
+                    float* y, uint8_t* qa, float* a_scale, bool x_quantized = false);
 
 /// linear_forward of one input x for `count` weights (q/k/v, gate/up): ys[i] = linear_forward(
 /// *ws[i], x) bit for bit. FP8 weights with dynamic activations and equal in_features quantize
-/// x once and run as one Backend::linear_w8a8_multi call; otherwise one linear_forward each.
+/// x once (none when x_quantized) and run as one Backend::linear_w8a8_multi call; otherwise one
+/// linear_forward each.
 void linear_forward_multi(Backend& backend, const LinearWeight* const* ws, int count,
                           const float* x, int64_t m, float* const* ys, uint8_t* qa,
-                          float* a_scale);
+                          float* a_scale, bool x_quantized = false);
 
 /// Scratch of a row-parallel FP8 layer at world size > 1 (backend memory, caller-owned):
 /// amax: [m]; partials: [w.k_groups, m, out]; gathered: [world * w.k_groups, m, out].
@@ -83,13 +99,17 @@ struct RowParallelScratch {
 };
 
 /// A row-parallel layer (o_proj, down_proj; models/tensor_parallel.h): y: [m, out] = the whole
-/// output on every rank, from this rank's input columns x: [m, in_shard]. FP8: the whole row's
-/// dynamic scale (row_amax, all_reduce_max, quantize with it: codes equal world size 1's), this
-/// rank's k-part sums, all_gather, combine: bit-identical to world size 1. F32/BF16: the
-/// partial product, then all_reduce_sum (rank order). World size 1: linear_forward.
+/// output on every rank, from this rank's input columns x: [m, in_shard]. FP8 on a backend with
+/// exact_k_parts() (the CPU): the whole row's dynamic scale (row_amax, all_reduce_max, quantize
+/// with it: codes equal world size 1's), this rank's k-part sums, all_gather, combine:
+/// bit-identical to world size 1. FP8 elsewhere (CUDA) and F32/BF16: the partial product (FP8:
+/// this rank's columns quantized alone; the bias on rank 0 only), then all_reduce_sum. World
+/// size 1: linear_forward. scratch is used only on the exact path. x_quantized (qa, a_scale
+/// hold this rank's x quantized per token) only at world size 1 or without exact k parts.
 void linear_forward_row_parallel(Backend& backend, Communicator& comm, const LinearWeight& w,
                                  const float* x, int64_t m, float* y, uint8_t* qa,
-                                 float* a_scale, const RowParallelScratch& scratch);
+                                 float* a_scale, const RowParallelScratch& scratch,
+                                 bool x_quantized = false);
 
 /// Quantizes an F32 host weight to FP8 E4M3 in place (scale = amax/448 per output channel or
 /// per tensor, compressed-tensors' rule in the arithmetic of the checkpoint's dtype, so the codes

@@ -253,13 +253,25 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LlamaLayerWeights& l = w.layers[i];
     l.attn_norm = norm(p + "input_layernorm.weight", h);
+    // This rank's shard of a layer's linear, on the host.
+    const auto host = [&](const std::string& module, int64_t out, int64_t in, bool bias,
+                          ShardKind kind) {
+      return shard_for_rank(load_linear(src, q, options, p + module, out, in, bias), kind,
+                            m.shard_, m.k_groups_);
+    };
     const auto lin = [&](const std::string& module, int64_t out, int64_t in, bool bias,
                          ShardKind kind) {
-      return upload(load_linear(src, q, options, p + module, out, in, bias), kind);
+      return upload_linear(be, host(module, out, in, bias, kind));
     };
-    l.q_proj = lin("self_attn.q_proj", q_dim, h, c.qkv_bias, ShardKind::QProj);
-    l.k_proj = lin("self_attn.k_proj", kv_dim, h, c.qkv_bias, ShardKind::KVProj);
-    l.v_proj = lin("self_attn.v_proj", kv_dim, h, c.qkv_bias, ShardKind::KVProj);
+    {  // q/k/v: one input, stored side by side where the backend runs them as one GEMM
+      std::vector<LinearWeight> qkv = upload_linears_merged(
+          be, {host("self_attn.q_proj", q_dim, h, c.qkv_bias, ShardKind::QProj),
+               host("self_attn.k_proj", kv_dim, h, c.qkv_bias, ShardKind::KVProj),
+               host("self_attn.v_proj", kv_dim, h, c.qkv_bias, ShardKind::KVProj)});
+      l.q_proj = std::move(qkv[0]);
+      l.k_proj = std::move(qkv[1]);
+      l.v_proj = std::move(qkv[2]);
+    }
     l.o_proj = lin("self_attn.o_proj", h, q_dim, c.o_proj_bias, ShardKind::OProj);
     if (c.qk_norm) {
       l.q_norm = norm(p + "self_attn.q_norm.weight", c.head_dim);
@@ -272,8 +284,13 @@ LlamaModel LlamaModel::build(const WeightSource& src, ModelConfig config, QuantC
     } else {
       l.ffn_norm = norm(p + "post_attention_layernorm.weight", h);
     }
-    l.gate_proj = lin("mlp.gate_proj", ffn, h, c.mlp_bias, ShardKind::GateUp);
-    l.up_proj = lin("mlp.up_proj", ffn, h, c.mlp_bias, ShardKind::GateUp);
+    {  // gate/up, as q/k/v
+      std::vector<LinearWeight> gate_up = upload_linears_merged(
+          be, {host("mlp.gate_proj", ffn, h, c.mlp_bias, ShardKind::GateUp),
+               host("mlp.up_proj", ffn, h, c.mlp_bias, ShardKind::GateUp)});
+      l.gate_proj = std::move(gate_up[0]);
+      l.up_proj = std::move(gate_up[1]);
+    }
     l.down_proj = lin("mlp.down_proj", h, ffn, c.mlp_bias, ShardKind::Down);
   }
   m.inv_freq_ = upload_f32(be, c.rope_inv_freq());
@@ -327,9 +344,11 @@ LlamaActivations LlamaModel::new_activations(int64_t max_tokens, int64_t max_log
   a.last = f32(max_logit_rows, h);
   a.logits = f32(max_logit_rows, s.vocab_shard_size);
   if (s.world_size > 1) {
-    a.amax = f32(std::max(max_tokens, max_logit_rows), 1);
-    a.partials = f32(max_tokens * (k_groups_ / s.world_size), h);
-    a.gathered_partials = f32(max_tokens * k_groups_, h);
+    if (be.exact_k_parts()) {  // FP8 row-parallel k parts, gathered (models/linear.h)
+      a.amax = f32(std::max(max_tokens, max_logit_rows), 1);
+      a.partials = f32(max_tokens * (k_groups_ / s.world_size), h);
+      a.gathered_partials = f32(max_tokens * k_groups_, h);
+    }
     a.gathered = f32(s.world_size * max_logit_rows, s.vocab_shard_size);
   }
   return a;
@@ -354,17 +373,30 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
   };
   // Several column-parallel linears of one input (q/k/v, gate/up): one quantization of it and,
   // where the backend can, one kernel (the same outputs as one linear call each).
+  // x_quantized: the op that made `in` also left its FP8 codes in act.qa / act.a_scale.
   const auto linears = [&](std::initializer_list<const LinearWeight*> ws, const float* in,
-                           int64_t m, std::initializer_list<float*> outs) {
+                           int64_t m, std::initializer_list<float*> outs, bool x_quantized) {
     linear_forward_multi(be, ws.begin(), static_cast<int>(ws.size()), in, m, outs.begin(),
-                         act.qa.as<uint8_t>(), act.a_scale.as<float>());
+                         act.qa.as<uint8_t>(), act.a_scale.as<float>(), x_quantized);
   };
   // Row-parallel (input this rank's columns): partial sums all-reduced over the ranks.
-  const auto linear_reduced = [&](const LinearWeight& w, const float* in, int64_t m, float* out) {
+  const auto linear_reduced = [&](const LinearWeight& w, const float* in, int64_t m, float* out,
+                                  bool x_quantized) {
     linear_forward_row_parallel(be, comm, w, in, m, out, act.qa.as<uint8_t>(),
                                 act.a_scale.as<float>(),
                                 {act.amax.as<float>(), act.partials.as<float>(),
-                                 act.gathered_partials.as<float>()});
+                                 act.gathered_partials.as<float>()},
+                                x_quantized);
+  };
+  // An RMSNorm whose output feeds only dynamic FP8 linears quantizes it in the same call.
+  const auto norm = [&](float* residual, const float* d, const Buffer& weight, float* out,
+                        bool quantize) {
+    if (quantize) {
+      be.rms_norm_quant_fp8(residual, d, weight.as<float>(), out, n, h, eps,
+                            act.qa.as<uint8_t>(), act.a_scale.as<float>());
+    } else {
+      be.rms_norm(residual, d, weight.as<float>(), out, n, h, eps);
+    }
   };
   const int64_t* positions = device.positions.as<const int64_t>();
 
@@ -375,9 +407,14 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
   const bool gelu = c.hidden_act == "gelu_pytorch_tanh";  // GeGLU, else SwiGLU
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const LlamaLayerWeights& w = weights_.layers[layer];
+    const bool qkv_fp8 = fp8_dynamic_inputs({&w.q_proj, &w.k_proj, &w.v_proj});
+    const bool gate_up_fp8 = fp8_dynamic_inputs({&w.gate_proj, &w.up_proj});
+    // down_proj's input codes: this rank's alone unless the row's scale spans the ranks.
+    const bool down_fp8 = !gelu && fp8_dynamic_inputs({&w.down_proj}) &&
+                          (comm.world_size() == 1 || !be.exact_k_parts());
     // x += the previous layer's MLP output (none before layer 0), then n = rms(x).
-    be.rms_norm(x, delta, w.attn_norm.as<float>(), xn, n, h, eps);
-    linears({&w.q_proj, &w.k_proj, &w.v_proj}, xn, n, {q, k, v});
+    norm(x, delta, w.attn_norm, xn, qkv_fp8);
+    linears({&w.q_proj, &w.k_proj, &w.v_proj}, xn, n, {q, k, v}, qkv_fp8);
     // qr, kr: the q and k that RoPE rotates (after the per-head q/k norms when the model has them).
     float *qr = q, *kr = k;
     if (c.qk_norm) {  // per head: rows [n * heads, head_dim]
@@ -405,20 +442,23 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
     be.write_kv_cache(kv, kr, v, device.slot_mapping.as<const int64_t>() + group * n, n);
     be.paged_attention(kv, qr, group_batch, nh, c.layer_sliding_window[layer], softmax_scale,
                        attn);
-    linear_reduced(w.o_proj, attn, n, proj);
+    linear_reduced(w.o_proj, attn, n, proj, false);
     // Gemma: out = post_norm(out) before each residual add.
     const auto post_norm = [&](const Buffer& weight) -> const float* {
       if (!c.sandwich_norms) return proj;
       be.rms_norm(proj, nullptr, weight.as<float>(), act.post.as<float>(), n, h, eps);
       return act.post.as<float>();
     };
-    be.rms_norm(x, post_norm(w.post_attn_norm), w.ffn_norm.as<float>(), xn, n, h, eps);
-    linears({&w.gate_proj, &w.up_proj}, xn, n, {gate, up});  // h = x + attn above; xn = rms(h)
+    norm(x, post_norm(w.post_attn_norm), w.ffn_norm, xn, gate_up_fp8);  // x += attn; rms(x)
+    linears({&w.gate_proj, &w.up_proj}, xn, n, {gate, up}, gate_up_fp8);
     if (gelu)
       be.gelu_tanh_mul(gate, up, gate, n, ffn);
+    else if (down_fp8)
+      be.silu_mul_quant_fp8(gate, up, gate, n, ffn, act.qa.as<uint8_t>(),
+                            act.a_scale.as<float>());
     else
       be.silu_mul(gate, up, gate, n, ffn);
-    linear_reduced(w.down_proj, gate, n, proj);
+    linear_reduced(w.down_proj, gate, n, proj, down_fp8);
     delta = post_norm(w.post_ffn_norm);
   }
   if (num_rows == 0) return;

@@ -92,9 +92,10 @@ struct LlamaActivations {
   Buffer post;                                  // [max_tokens, hidden] FP32 (sandwich_norms)
   Buffer qa;                                    // [max_tokens, max(in)] E4M3
   Buffer a_scale;                               // [max_tokens] FP32
-  Buffer amax;                                  // [max_tokens] FP32 (world > 1)
-  Buffer partials;  // [G / world, max_tokens, hidden] FP32: FP8 row-parallel parts (world > 1)
-  Buffer gathered_partials;                     // [G, max_tokens, hidden] FP32 (world > 1)
+  // FP8 row-parallel k parts (world > 1 on a backend with exact_k_parts(); else empty):
+  Buffer amax;               // [max_tokens] FP32
+  Buffer partials;           // [G / world, max_tokens, hidden] FP32
+  Buffer gathered_partials;  // [G, max_tokens, hidden] FP32
   Buffer last;                                  // [max_logit_rows, hidden] FP32
   Buffer logits;                                // [max_logit_rows, vocab_shard_size] FP32
   Buffer gathered;  // [world, max_logit_rows, vocab_shard_size] FP32 (world > 1)

@@ -44,10 +44,40 @@ struct WeightRef {
   /// FP8 only: the k-sum is split in k_groups equal consecutive parts (k % k_groups == 0), each
   /// summed from zero, the part sums then added in order. Row-parallel layers use the model's
   /// tensor-parallel group count at every TP size, so TP changes no bit (models/tensor_parallel.h).
+  /// A backend whose exact_k_parts() is false (CUDA) sums all of k at once instead.
   int64_t k_groups = 1;
   Fp8Layout layout = Fp8Layout::RowMajor;  // FP8 only
   Bf16Layout bf16_layout = Bf16Layout::RowMajor;  // BF16 only
 };
+
+/// Whether ws[0..count) can run as one GEMM of their stacked rows (vLLM's QKVParallelLinear /
+/// MergedColumnParallelLinear): at least two FP8 E4M3 weights, row-major, per-row scales, one k
+/// part, the same k, and all or none with a bias. Where they sit in memory is not asked.
+inline bool fp8_mergeable(const WeightRef* ws, int count) {
+  if (count < 2) return false;
+  for (int i = 0; i < count; ++i) {
+    const WeightRef& w = ws[i];
+    if (w.dtype != DType::FP8_E4M3 || w.layout != Fp8Layout::RowMajor ||
+        w.granularity != ScaleGranularity::PerRow || w.k_groups != 1 || w.k != ws[0].k ||
+        (w.bias == nullptr) != (ws[0].bias == nullptr) || w.n <= 0)
+      return false;
+  }
+  return true;
+}
+
+/// fp8_mergeable, and each weight's codes, scales and bias start where the previous one's end
+/// (one [sum n, k] weight, [sum n] scales and biases: models/linear.h upload_linears_merged).
+inline bool fp8_adjacent(const WeightRef* ws, int count) {
+  if (!fp8_mergeable(ws, count)) return false;
+  for (int i = 1; i < count; ++i) {
+    const WeightRef& a = ws[i - 1];
+    const WeightRef& b = ws[i];
+    if (static_cast<const uint8_t*>(b.data) != static_cast<const uint8_t*>(a.data) + a.n * a.k ||
+        b.scale != a.scale + a.n || (a.bias != nullptr && b.bias != a.bias + a.n))
+      return false;
+  }
+  return true;
+}
 
 /// An E4M3 weight matrix: data [n, k] ([out, in]) in `layout`, scale [n] (PerRow) or [1];
 /// k_groups as WeightRef's.

@@ -28,9 +28,6 @@ namespace {
 
 constexpr size_t kStagingBytes = size_t{16} << 20;  // pinned download staging, per chunk
 
-// Round n up to a multiple of 64 floats (256 bytes): the group stride of GEMM part sums.
-int64_t padded_group_stride(int64_t elems) { return (elems + 63) / 64 * 64; }
-
 // Makes `device` current for its life and restores the caller's device after (a rank thread
 // may call another rank's backend: kv_cache_setup reserves every rank's workspace).
 class DeviceScope {
@@ -203,13 +200,22 @@ class CudaBackend final : public Backend {
   void rope(float* q, float* k, int64_t n, int64_t num_heads, int64_t num_kv_heads,
             int64_t head_dim, int64_t rot_dim, const int64_t* positions, const float* inv_freq,
             RopeLayout layout) override {
-    ck::rope(q, n, num_heads, head_dim, rot_dim, positions, inv_freq, layout, stream_);
-    if (k != nullptr)
-      ck::rope(k, n, num_kv_heads, head_dim, rot_dim, positions, inv_freq, layout, stream_);
+    ck::rope(q, num_heads, k, num_kv_heads, n, head_dim, rot_dim, positions, inv_freq, layout,
+             stream_);
   }
 
   void hadamard_rotate(float* x, int64_t rows, int64_t head_dim) override {
     ck::hadamard_rotate(x, rows, head_dim, stream_);
+  }
+
+  void rms_norm_quant_fp8(float* residual, const float* delta, const float* weight, float* out,
+                          int64_t m, int64_t n, float eps, uint8_t* q, float* scale) override {
+    ck::rms_norm_quant_fp8(residual, delta, weight, out, m, n, eps, q, scale, stream_);
+  }
+
+  void silu_mul_quant_fp8(const float* gate, const float* up, float* out, int64_t m, int64_t n,
+                          uint8_t* q, float* scale) override {
+    ck::silu_mul_quant_fp8(gate, up, out, m, n, q, scale, stream_);
   }
 
   void silu_mul(const float* gate, const float* up, float* out, int64_t m, int64_t n) override {
@@ -248,6 +254,8 @@ class CudaBackend final : public Backend {
       ck::add_bias(y, w.bias, m, w.n, stream_);
       return;
     }
+    if (w.dtype == DType::BF16 && w.bf16_layout == Bf16Layout::RowMajor && lt_bf16(x, m, w, y))
+      return;
     ck::SimtGemmArgs a;
     a.act = x;
     a.w = w.data;
@@ -260,36 +268,75 @@ class CudaBackend final : public Backend {
     ck::simt_gemm(a, stream_);
   }
 
+  // One GEMM over all of k, whatever w.k_groups (exact_k_parts() is false): its FP32 sums go
+  // straight into y and the scaling epilogue runs over them in place, two kernels a linear.
+  // Rows run in pieces only where the W8A16 path's BF16 copies need more scratch than reserved
+  // (rows never mix: the same bits as one call, the GEMMs being batch invariant).
+  bool exact_k_parts() const override { return false; }
+
   void linear_w8a8(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
                    int64_t m, const WeightRef& w, float* y) override {
     check_w8a8(w, "linear_w8a8");
     OCTET_CHECK(a_scale != nullptr, "linear_w8a8: null activation scale");
     if (m == 0 || w.n == 0) return;
-    // Pieces of whole rows that fit the reserved scratch (rows never mix: the same bits as
-    // one call, the GEMMs being batch invariant); one piece before reserve_workspace.
+    WeightRef whole = w;
+    whole.k_groups = 1;
     const bool per_row = a_granularity == ScaleGranularity::PerRow;
-    const int64_t rows = chunk_rows(m, w, "linear_w8a8");
+    const bool w_per_row = w.granularity == ScaleGranularity::PerRow;
+    const int64_t rows = chunk_rows(m, whole, "linear_w8a8");
     for (int64_t r0 = 0; r0 < m; r0 += rows) {
       const int64_t mc = std::min(rows, m - r0);
       const uint8_t* qa_c = qa + r0 * w.k;
       const float* scale_c = per_row ? a_scale + r0 : a_scale;
       float* y_c = y + r0 * w.n;
-      const int64_t stride = padded_group_stride(mc * w.n);
-      float* acc = scratch(gemm_scratch_floats(mc, w));
-      if (lt_parts(qa_c, mc, w, acc, stride)) {
-        ck::w8a8_combine(acc, w.k_groups, stride, scale_c, per_row, w.scale,
-                         w.granularity == ScaleGranularity::PerRow, w.bias, mc, w.n, y_c,
-                         stream_);
+      if (lt_parts(qa_c, mc, whole, y_c, mc * w.n)) {
+        ck::w8a8_scale(y_c, scale_c, per_row, w.scale, w_per_row, w.bias, mc, w.n, stream_);
         continue;
       }
-      ck::SimtGemmArgs a = simt_w8a8(qa_c, mc, w, y_c);
+      ck::SimtGemmArgs a = simt_w8a8(qa_c, mc, whole, y_c);
       a.out_kind = ck::SimtOut::W8A8;
       a.bias = w.bias;
       a.a_scale = scale_c;
       a.a_per_row = per_row;
       a.w_scale = w.scale;
-      a.w_per_row = w.granularity == ScaleGranularity::PerRow;
+      a.w_per_row = w_per_row;
       ck::simt_gemm(a, stream_);
+    }
+  }
+
+  // q/k/v and gate/up side by side (FP8 tensor cores only): one GEMM of the stacked rows into
+  // the GEMM scratch, then one epilogue writing each weight's output.
+  bool merges_projections() const override { return lt_->has_fp8(); }
+
+  void linear_w8a8_multi(const uint8_t* qa, const float* a_scale, ScaleGranularity a_granularity,
+                         int64_t m, const WeightRef* ws, float* const* ys, int count) override {
+    if (m == 0 || count > ck::SplitOutputs::kMax || !lt_->has_fp8() || !fp8_adjacent(ws, count)) {
+      Backend::linear_w8a8_multi(qa, a_scale, a_granularity, m, ws, ys, count);
+      return;
+    }
+    OCTET_CHECK(a_scale != nullptr, "linear_w8a8_multi: null activation scale");
+    ck::SplitOutputs out;
+    out.count = count;
+    for (int i = 0; i < count; ++i) {
+      check_w8a8(ws[i], "linear_w8a8_multi");
+      out.begin[i + 1] = out.begin[i] + ws[i].n;
+    }
+    const int64_t n = out.begin[count], k = ws[0].k;
+    const bool per_row = a_granularity == ScaleGranularity::PerRow;
+    const int64_t rows = merged_chunk_rows(m, n);
+    for (int64_t r0 = 0; r0 < m; r0 += rows) {
+      const int64_t mc = std::min(rows, m - r0);
+      float* acc = scratch(static_cast<size_t>(cuda_merged_scratch_floats(mc, n)));
+      if (!lt_->matmul(ck::GemmInput::E4M3, qa + r0 * k, ws[0].data, mc, n, k, k, acc)) {
+        // cuBLASLt refuses the stacked shape (the same answer for every piece): one call each.
+        OCTET_CHECK(r0 == 0, "cuBLASLt refused a merged piece after the first");
+        Backend::linear_w8a8_multi(qa, a_scale, a_granularity, m, ws, ys, count);
+        return;
+      }
+      ck::SplitOutputs piece = out;
+      for (int i = 0; i < count; ++i) piece.y[i] = ys[i] + r0 * ws[i].n;
+      ck::w8a8_scale_split(acc, mc, n, per_row ? a_scale + r0 : a_scale, per_row, ws[0].scale,
+                           ws[0].bias, piece, stream_);
     }
   }
 
@@ -297,23 +344,15 @@ class CudaBackend final : public Backend {
                             float* acc) override {
     check_w8a8(w, "linear_w8a8_partials");
     if (m == 0 || w.n == 0) return;
-    // The same pieces, decisions and GEMMs as linear_w8a8, into the same aligned scratch, then
-    // each piece's rows copied into acc's packed [k_groups, m, n].
-    const int64_t mn = m * w.n;
+    // The k parts of the contract (the engine's row-parallel layers do not use them on CUDA:
+    // exact_k_parts() is false): one GEMM per part, each piece's rows straight into acc's
+    // packed [k_groups, m, n] (group stride m * n, row stride n).
     const int64_t rows = chunk_rows(m, w, "linear_w8a8_partials");
     for (int64_t r0 = 0; r0 < m; r0 += rows) {
       const int64_t mc = std::min(rows, m - r0);
-      const int64_t stride = padded_group_stride(mc * w.n);
-      float* parts = scratch(gemm_scratch_floats(mc, w));
-      if (lt_parts(qa + r0 * w.k, mc, w, parts, stride)) {
-        OCTET_CUDA_CHECK(cudaMemcpy2DAsync(
-            acc + r0 * w.n, static_cast<size_t>(mn) * sizeof(float), parts,
-            static_cast<size_t>(stride) * sizeof(float),
-            static_cast<size_t>(mc * w.n) * sizeof(float), static_cast<size_t>(w.k_groups),
-            cudaMemcpyDeviceToDevice, stream_));
-        continue;
-      }
-      // cuBLASLt refused this piece: the CUDA-core kernel writes all of [k_groups, m, n].
+      if (lt_parts(qa + r0 * w.k, mc, w, acc + r0 * w.n, m * w.n)) continue;
+      // cuBLASLt refused (the answer is the same for every piece): the CUDA-core kernel writes
+      // all of [k_groups, m, n].
       ck::SimtGemmArgs a = simt_w8a8(qa, m, w, acc);
       a.out_kind = ck::SimtOut::Partials;
       ck::simt_gemm(a, stream_);
@@ -407,6 +446,7 @@ class CudaBackend final : public Backend {
     cudaGraph_t graph = nullptr;
     OCTET_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
     Graph g;
+    g.kernels = kernel_nodes(graph);
     const cudaError_t err = cudaGraphInstantiate(&g.exec, graph, 0);
     cudaGraphDestroy(graph);
     OCTET_CUDA_CHECK(err);
@@ -417,6 +457,11 @@ class CudaBackend final : public Backend {
   }
 
   bool has_graph(int64_t key) const override { return graphs_.count(key) != 0; }
+
+  int64_t graph_kernel_count(int64_t key) const override {
+    const auto it = graphs_.find(key);
+    return it == graphs_.end() ? -1 : it->second.kernels;
+  }
 
   void drop_graph(int64_t key) override {
     const auto it = graphs_.find(key);
@@ -461,8 +506,8 @@ class CudaBackend final : public Backend {
     return a;
   }
 
-  // Scratch floats of linear_w8a8 / _partials for m rows (cuda_gemm_scratch_floats): the part
-  // sums [k_groups][stride], then (W8A16) the BF16 copies of one group's weight [n, kg] and
+  // Scratch floats of linear_w8a8 / _partials for m rows (cuda_gemm_scratch_floats): none
+  // with FP8 tensor cores; W8A16: the BF16 copies of one group's weight [n, kg] and
   // activations [m, kg], 16-byte aligned.
   size_t gemm_scratch_floats(int64_t m, const WeightRef& w) const {
     return static_cast<size_t>(cuda_gemm_scratch_floats(m, w.n, w.k, w.k_groups, lt_->has_fp8()));
@@ -481,18 +526,53 @@ class CudaBackend final : public Backend {
     return rows;
   }
 
-  // The k-group part sums on cuBLASLt into parts + g * stride (parts: scratch of
-  // gemm_scratch_floats): FP8 on sm_89+, W8A16 (both operands widened exactly to BF16) below.
-  // False, with nothing queued but conversions, when
-  // cuBLASLt cannot take the shape; the answer depends only on the shape and the operands'
-  // alignment, so linear_w8a8 and linear_w8a8_partials always agree.
-  bool lt_parts(const uint8_t* qa, int64_t m, const WeightRef& w, float* parts, int64_t stride) {
+  // BF16 weights (the lm_head) on cuBLASLt: the activations rounded to BF16 (RNE) in the GEMM
+  // scratch, as a BF16 model's are, then a BF16 x BF16 GEMM with FP32 sums and the bias; rows
+  // in pieces that fit the scratch. False, with only a conversion queued, when cuBLASLt refuses
+  // the shape (the same answer for every m): simt_gemm then runs it in FP32.
+  bool lt_bf16(const float* x, int64_t m, const WeightRef& w, float* y) {
+    const int64_t row_floats = cuda_bf16_scratch_floats(1, w.k);
+    const int64_t rows = !scratch_reserved_
+                             ? m
+                             : std::min<int64_t>(m, static_cast<int64_t>(scratch_floats_) /
+                                                        row_floats);
+    OCTET_CHECK(rows >= 1, "linear: one row of a BF16 ", w.n, " x ", w.k, " linear needs ",
+                row_floats, " floats of GEMM scratch; reserve_workspace reserved ",
+                scratch_floats_);
+    for (int64_t r0 = 0; r0 < m; r0 += rows) {
+      const int64_t mc = std::min(rows, m - r0);
+      auto* xb = reinterpret_cast<uint16_t*>(
+          scratch(static_cast<size_t>(cuda_bf16_scratch_floats(mc, w.k))));
+      ck::f32_to_bf16(x + r0 * w.k, xb, mc * w.k, stream_);
+      if (!lt_->matmul(ck::GemmInput::BF16, xb, w.data, mc, w.n, w.k, w.k, y + r0 * w.n)) {
+        OCTET_CHECK(r0 == 0, "cuBLASLt refused a BF16 piece after the first");
+        return false;
+      }
+      ck::add_bias(y + r0 * w.n, w.bias, mc, w.n, stream_);
+    }
+    return true;
+  }
+
+  // Rows of one piece of a merged GEMM of n stacked outputs (as chunk_rows).
+  int64_t merged_chunk_rows(int64_t m, int64_t n) const {
+    if (!scratch_reserved_) return m;
+    const int64_t rows = std::min<int64_t>(m, static_cast<int64_t>(scratch_floats_) / n);
+    OCTET_CHECK(rows >= 1, "linear_w8a8_multi: one row of ", n, " merged outputs needs ", n,
+                " floats of GEMM scratch; reserve_workspace reserved ", scratch_floats_);
+    return rows;
+  }
+
+  // The k-group part sums on cuBLASLt into d + g * stride (row stride w.n): FP8 on sm_89+,
+  // W8A16 (both operands widened exactly to BF16 in the GEMM scratch) below. False, with
+  // nothing queued but conversions, when cuBLASLt cannot take the shape; the answer depends
+  // only on the shape and the operands' alignment, so every piece and both ops agree.
+  bool lt_parts(const uint8_t* qa, int64_t m, const WeightRef& w, float* d, int64_t stride) {
     const int64_t kg = w.k / w.k_groups;
     const auto* wq = static_cast<const uint8_t*>(w.data);
     if (lt_->has_fp8()) {
       for (int64_t g = 0; g < w.k_groups; ++g) {
         const bool ok = lt_->matmul(ck::GemmInput::E4M3, qa + g * kg, wq + g * kg, m, w.n, kg,
-                                    w.k, parts + g * stride);
+                                    w.k, d + g * stride);
         if (!ok) {
           OCTET_CHECK(g == 0, "cuBLASLt refused group ", g, " after group 0");
           return false;
@@ -502,12 +582,12 @@ class CudaBackend final : public Backend {
     }
     if (kg % 8 != 0 || w.n % 4 != 0) return false;
     const int64_t wb_elems = (w.n * kg + 7) / 8 * 8;
-    auto* wb = reinterpret_cast<uint16_t*>(parts + w.k_groups * stride);
+    auto* wb = reinterpret_cast<uint16_t*>(scratch(gemm_scratch_floats(m, w)));
     uint16_t* ab = wb + wb_elems;
     for (int64_t g = 0; g < w.k_groups; ++g) {
       ck::e4m3_to_bf16(wq + g * kg, w.k, wb, kg, w.n, kg, stream_);
       ck::e4m3_to_bf16(qa + g * kg, w.k, ab, kg, m, kg, stream_);
-      if (!lt_->matmul(ck::GemmInput::BF16, ab, wb, m, w.n, kg, kg, parts + g * stride)) {
+      if (!lt_->matmul(ck::GemmInput::BF16, ab, wb, m, w.n, kg, kg, d + g * stride)) {
         OCTET_CHECK(g == 0, "cuBLASLt refused group ", g, " after group 0");
         return false;
       }
@@ -567,7 +647,24 @@ class CudaBackend final : public Backend {
   std::vector<int64_t> host_batch_;
   // Graphs: each with the attention plans and the scratch buffers its kernels use (the
   // backend's, shared with eager calls; kept alive here if they are replaced).
+  // The kernel nodes of a captured graph (memory copies and others not counted; a failed
+  // query counts -1).
+  static int64_t kernel_nodes(cudaGraph_t graph) {
+    size_t count = 0;
+    if (cudaGraphGetNodes(graph, nullptr, &count) != cudaSuccess) return -1;
+    std::vector<cudaGraphNode_t> nodes(count);
+    if (count > 0 && cudaGraphGetNodes(graph, nodes.data(), &count) != cudaSuccess) return -1;
+    int64_t kernels = 0;
+    for (size_t i = 0; i < count; ++i) {
+      cudaGraphNodeType type{};
+      if (cudaGraphNodeGetType(nodes[i], &type) != cudaSuccess) return -1;
+      kernels += type == cudaGraphNodeTypeKernel ? 1 : 0;
+    }
+    return kernels;
+  }
+
   struct Graph {
+    int64_t kernels = -1;  // kernel nodes (kernel_nodes)
     cudaGraphExec_t exec = nullptr;
     std::shared_ptr<ck::GraphAttention> attention;
     std::vector<std::shared_ptr<void>> scratch;
@@ -581,11 +678,14 @@ class CudaBackend final : public Backend {
 
 int64_t cuda_gemm_scratch_floats(int64_t m, int64_t n, int64_t k, int64_t k_groups,
                                  bool has_fp8) {
-  const int64_t groups = std::max<int64_t>(k_groups, 1), kg = k / groups;
-  int64_t floats = groups * padded_group_stride(m * n);
-  if (!has_fp8) floats += ((n * kg + 7) / 8 * 8 + (m * kg + 7) / 8 * 8) / 2;
-  return floats;
+  if (has_fp8) return 0;
+  const int64_t kg = k / std::max<int64_t>(k_groups, 1);
+  return ((n * kg + 7) / 8 * 8 + (m * kg + 7) / 8 * 8) / 2;
 }
+
+int64_t cuda_merged_scratch_floats(int64_t m, int64_t n) { return m * n; }
+
+int64_t cuda_bf16_scratch_floats(int64_t m, int64_t k) { return (m * k + 7) / 8 * 4; }
 
 int64_t cuda_gemm_chunk_rows(int64_t scratch_floats, int64_t m, int64_t n, int64_t k,
                              int64_t k_groups, bool has_fp8) {
@@ -609,7 +709,9 @@ WorkspaceBytes cuda_workspace_bytes(const WorkspaceShape& s, bool has_fp8) {
       std::max({int64_t{1}, s.max_num_batched_tokens, s.max_num_seqs, s.max_graph_seqs}));
   int64_t floats = 0;
   for (const WorkspaceShape::Linear& l : s.fp8_linears)
-    floats = std::max(floats, cuda_gemm_scratch_floats(rows, l.n, l.k, l.k_groups, has_fp8));
+    floats = std::max(floats, l.bf16    ? cuda_bf16_scratch_floats(rows, l.k)
+                              : l.merged ? (has_fp8 ? cuda_merged_scratch_floats(rows, l.n) : 0)
+                                         : cuda_gemm_scratch_floats(rows, l.n, l.k, 1, has_fp8));
   b.gemm_scratch = floats * int64_t{sizeof(float)};
   const ck::AttentionWorkspace a =
       ck::attention_workspace(s.max_num_batched_tokens, s.max_num_seqs, s.max_model_len,

@@ -35,17 +35,26 @@ int cuda_backend_device(const Backend& backend);
 
 // --- Workspace sizing (plain arithmetic: no GPU needed) ----------------------------------------
 
-/// Rows of an FP8 linear whose GEMM scratch reserve_workspace holds at once: every linear of
-/// the shape fits min(kCudaGemmChunkRows, max(1, max_num_batched_tokens, max_num_seqs,
-/// max_graph_seqs)) rows; a call with more rows runs in pieces (graphs, <= 512 rows, never do).
+/// Rows of an FP8 linear whose GEMM scratch reserve_workspace holds at once (W8A16 only: with
+/// FP8 tensor cores no scratch is needed): every linear of the shape fits
+/// min(kCudaGemmChunkRows, max(1, max_num_batched_tokens, max_num_seqs, max_graph_seqs)) rows
+/// in one GEMM over all of k; a call with more rows runs in pieces (graphs, <= 512 rows, never).
 inline constexpr int64_t kCudaGemmChunkRows = 512;
 
-/// Floats of GEMM scratch linear_w8a8 / linear_w8a8_partials need for m rows of a linear of
-/// n outputs, k inputs in k_groups parts: the part sums, k_groups x round_up(m n, 64), and
-/// without FP8 tensor cores (has_fp8 false: W8A16) the BF16 copies of one part's weight
-/// [n, k / k_groups] and activations [m, k / k_groups], 16-byte aligned.
+/// Floats of GEMM scratch linear_w8a8 (k_groups 1: one GEMM) or linear_w8a8_partials need for
+/// m rows of a linear of n outputs, k inputs in k_groups parts: 0 with FP8 tensor cores (the
+/// sums go straight to the output), and without them (has_fp8 false: W8A16) the BF16 copies of
+/// one part's weight [n, k / k_groups] and activations [m, k / k_groups], 16-byte aligned.
 int64_t cuda_gemm_scratch_floats(int64_t m, int64_t n, int64_t k, int64_t k_groups,
                                  bool has_fp8);
+
+/// Floats of GEMM scratch linear_w8a8_multi needs for m rows of merged projections (adjacent
+/// FP8 weights, fp8_adjacent) of n stacked outputs on an FP8 device: their sums, m x n.
+int64_t cuda_merged_scratch_floats(int64_t m, int64_t n);
+
+/// Floats of GEMM scratch a linear of BF16 weights with k inputs needs for m rows: their
+/// activations as BF16, m x k halves rounded up to 16 bytes.
+int64_t cuda_bf16_scratch_floats(int64_t m, int64_t k);
 
 /// The largest r <= m with cuda_gemm_scratch_floats(r, ...) <= scratch_floats: the rows of
 /// one piece of a call; 0 when not even one row fits.
@@ -53,7 +62,9 @@ int64_t cuda_gemm_chunk_rows(int64_t scratch_floats, int64_t m, int64_t n, int64
                              int64_t k_groups, bool has_fp8);
 
 /// What CudaBackend::reserve_workspace(shape) allocates, by part: GEMM scratch of
-/// cuda_gemm_scratch_floats at the chunk rows above, maximised over shape.fp8_linears; the
+/// cuda_gemm_scratch_floats (cuda_merged_scratch_floats for merged groups, FP8 devices only;
+/// cuda_bf16_scratch_floats for BF16 weights)
+/// at the chunk rows above, maximised over shape.fp8_linears; the
 /// attention partials and eager plan of kernels/cuda/attention.h's attention_workspace (one
 /// partials buffer for eager calls and every graph).
 WorkspaceBytes cuda_workspace_bytes(const WorkspaceShape& shape, bool has_fp8);

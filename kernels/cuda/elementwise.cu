@@ -80,19 +80,79 @@ __global__ void rms_norm_kernel(float* __restrict__ residual, const float* __res
     o[j] = cm::mul_rn(cm::mul_rn(r[j], inv), weight[j]);
 }
 
+// rms_norm_kernel, then the row's dynamic per-token E4M3 codes (quantize_dynamic_kernel's
+// arithmetic): one block per row, each thread quantizing the outputs it wrote.
+__global__ void rms_norm_quant_kernel(float* __restrict__ residual,
+                                      const float* __restrict__ delta,
+                                      const float* __restrict__ weight, float* __restrict__ out,
+                                      int64_t n, float eps, uint8_t* __restrict__ q,
+                                      float* __restrict__ scale) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  float* r = residual + row * n;
+  float ss = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    float x = r[j];
+    if (delta != nullptr) {
+      x = cm::add_rn(x, delta[row * n + j]);
+      r[j] = x;
+    }
+    ss = __fmaf_rn(x, x, ss);
+  }
+  ss = block_reduce<false>(ss, shared);
+  const float inv = cm::div_rn(1.0f, sqrtf(cm::add_rn(cm::div_rn(ss, static_cast<float>(n)), eps)));
+  float* o = out + row * n;
+  float a = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    o[j] = cm::mul_rn(cm::mul_rn(r[j], inv), weight[j]);
+    a = fmaxf(a, fabsf(o[j]));
+  }
+  a = block_reduce<true>(a, shared);
+  const float s = cm::dynamic_scale(a);
+  if (threadIdx.x == 0) scale[row] = s;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    q[row * n + j] = cm::quantize_dynamic(o[j], s);
+}
+
+// silu_mul_kernel's values for one row per block, then its per-token E4M3 codes. out may alias
+// gate (each element is read, then written, by one thread).
+__global__ void silu_mul_quant_kernel(const float* gate, const float* __restrict__ up,
+                                      float* out, int64_t n, uint8_t* __restrict__ q,
+                                      float* __restrict__ scale) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  float a = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float g = gate[row * n + j];
+    const float silu = cm::div_rn(g, cm::add_rn(1.0f, expf(-g)));
+    const float v = cm::mul_rn(silu, up[row * n + j]);
+    out[row * n + j] = v;
+    a = fmaxf(a, fabsf(v));
+  }
+  a = block_reduce<true>(a, shared);
+  const float s = cm::dynamic_scale(a);
+  if (threadIdx.x == 0) scale[row] = s;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
+    q[row * n + j] = cm::quantize_dynamic(out[row * n + j], s);
+}
+
 // One thread per (token, head, rotated pair). x: [n, heads * head_dim].
-__global__ void rope_kernel(float* __restrict__ x, int64_t n, int64_t heads, int64_t head_dim,
-                            int64_t half, const int64_t* __restrict__ positions,
+// q's rows [n, q_heads] then k's [n, k_heads] (k_heads 0: none) in one grid; each pair's
+// arithmetic does not depend on which tensor it is in.
+__global__ void rope_kernel(float* __restrict__ q, int64_t q_heads, float* __restrict__ k,
+                            int64_t k_heads, int64_t n, int64_t head_dim, int64_t half,
+                            const int64_t* __restrict__ positions,
                             const float* __restrict__ inv_freq, bool adjacent) {
-  const int64_t total = n * heads * half;
+  const int64_t heads = q_heads + k_heads, total = n * heads * half;
   for (int64_t idx = grid_start(); idx < total; idx += grid_stride()) {
     const int64_t i = idx % half;
-    const int64_t th = idx / half;  // token * heads + head
-    const int64_t t = th / heads;
+    const int64_t th = idx / half;  // token * (q_heads + k_heads) + head
+    const int64_t t = th / heads, h = th % heads;
     const float angle = cm::mul_rn(static_cast<float>(positions[t]), inv_freq[i]);
     float s, c;
     sincosf(angle, &s, &c);
-    float* xh = x + th * head_dim;
+    float* xh = h < q_heads ? q + (t * q_heads + h) * head_dim
+                            : k + (t * k_heads + h - q_heads) * head_dim;
     const int64_t a = adjacent ? 2 * i : i;
     const int64_t b = adjacent ? 2 * i + 1 : i + half;
     const float x0 = xh[a], x1 = xh[b];
@@ -190,11 +250,47 @@ __global__ void w8a8_combine_kernel(const float* __restrict__ acc, int64_t group
   }
 }
 
+__global__ void w8a8_scale_kernel(float* __restrict__ y, const float* __restrict__ a_scale,
+                                  bool a_per_row, const float* __restrict__ w_scale,
+                                  bool w_per_row, const float* __restrict__ bias, int64_t m,
+                                  int64_t n) {
+  const int64_t total = m * n;
+  for (int64_t idx = grid_start(); idx < total; idx += grid_stride()) {
+    const int64_t i = idx / n, j = idx % n;
+    y[idx] = cm::w8a8_epilogue(y[idx], a_scale[a_per_row ? i : 0], w_scale[w_per_row ? j : 0],
+                               bias != nullptr, bias != nullptr ? bias[j] : 0.0f);
+  }
+}
+
+// Each output of the stacked GEMM to its weight's own output: column j of segment g (columns
+// [begin[g], begin[g + 1])) goes to y[g][i, j - begin[g]].
+__global__ void w8a8_scale_split_kernel(const float* __restrict__ acc, int64_t m, int64_t n,
+                                        const float* __restrict__ a_scale, bool a_per_row,
+                                        const float* __restrict__ w_scale,
+                                        const float* __restrict__ bias, SplitOutputs out) {
+  const int64_t total = m * n;
+  for (int64_t idx = grid_start(); idx < total; idx += grid_stride()) {
+    const int64_t i = idx / n, j = idx % n;
+    int g = 0;
+    while (g + 1 < out.count && j >= out.begin[g + 1]) ++g;
+    const int64_t width = out.begin[g + 1] - out.begin[g];
+    out.y[g][i * width + j - out.begin[g]] =
+        cm::w8a8_epilogue(acc[idx], a_scale[a_per_row ? i : 0], w_scale[j], bias != nullptr,
+                          bias != nullptr ? bias[j] : 0.0f);
+  }
+}
+
 __global__ void add_bias_kernel(float* __restrict__ y, const float* __restrict__ bias, int64_t m,
                                 int64_t n) {
   const int64_t total = m * n;
   for (int64_t idx = grid_start(); idx < total; idx += grid_stride())
     y[idx] = cm::add_rn(y[idx], bias[idx % n]);
+}
+
+__global__ void f32_to_bf16_kernel(const float* __restrict__ src, uint16_t* __restrict__ dst,
+                                   int64_t total) {
+  for (int64_t idx = grid_start(); idx < total; idx += grid_stride())
+    dst[idx] = cm::bf16_from_float(src[idx]);
 }
 
 __global__ void e4m3_to_bf16_kernel(const uint8_t* __restrict__ src, int64_t src_ld,
@@ -231,15 +327,33 @@ void rms_norm(float* residual, const float* delta, const float* weight, float* o
   OCTET_CUDA_CHECK_LAUNCH();
 }
 
-void rope(float* x, int64_t n, int64_t heads, int64_t head_dim, int64_t rot_dim,
-          const int64_t* positions, const float* inv_freq, RopeLayout layout,
+void rope(float* q, int64_t q_heads, float* k, int64_t k_heads, int64_t n, int64_t head_dim,
+          int64_t rot_dim, const int64_t* positions, const float* inv_freq, RopeLayout layout,
           cudaStream_t stream) {
   OCTET_CHECK(rot_dim >= 0 && rot_dim <= head_dim && rot_dim % 2 == 0, "cuda rope: rot_dim ",
               rot_dim, " head_dim ", head_dim);
-  const int64_t half = rot_dim / 2, total = n * heads * half;
+  if (k == nullptr) k_heads = 0;
+  const int64_t half = rot_dim / 2, total = n * (q_heads + k_heads) * half;
   if (total == 0) return;
   rope_kernel<<<elem_blocks(total), kElemThreads, 0, stream>>>(
-      x, n, heads, head_dim, half, positions, inv_freq, layout == RopeLayout::AdjacentPairs);
+      q, q_heads, k, k_heads, n, head_dim, half, positions, inv_freq,
+      layout == RopeLayout::AdjacentPairs);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void rms_norm_quant_fp8(float* residual, const float* delta, const float* weight, float* out,
+                       int64_t m, int64_t n, float eps, uint8_t* q, float* scale,
+                       cudaStream_t stream) {
+  if (m == 0) return;
+  rms_norm_quant_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(residual, delta, weight, out,
+                                                                   n, eps, q, scale);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void silu_mul_quant_fp8(const float* gate, const float* up, float* out, int64_t m, int64_t n,
+                        uint8_t* q, float* scale, cudaStream_t stream) {
+  if (m == 0) return;
+  silu_mul_quant_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(gate, up, out, n, q, scale);
   OCTET_CUDA_CHECK_LAUNCH();
 }
 
@@ -306,10 +420,39 @@ void w8a8_combine(const float* acc, int64_t groups, int64_t group_stride, const 
   OCTET_CUDA_CHECK_LAUNCH();
 }
 
+void w8a8_scale(float* y, const float* a_scale, bool a_per_row, const float* w_scale,
+                bool w_per_row, const float* bias, int64_t m, int64_t n, cudaStream_t stream) {
+  const int64_t total = m * n;
+  if (total == 0) return;
+  w8a8_scale_kernel<<<elem_blocks(total), kElemThreads, 0, stream>>>(y, a_scale, a_per_row,
+                                                                     w_scale, w_per_row, bias,
+                                                                     m, n);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void w8a8_scale_split(const float* acc, int64_t m, int64_t n, const float* a_scale,
+                      bool a_per_row, const float* w_scale, const float* bias,
+                      const SplitOutputs& out, cudaStream_t stream) {
+  OCTET_CHECK(out.count >= 1 && out.count <= SplitOutputs::kMax && out.begin[0] == 0 &&
+                  out.begin[out.count] == n,
+              "cuda w8a8_scale_split: ", out.count, " outputs over ", n, " columns");
+  const int64_t total = m * n;
+  if (total == 0) return;
+  w8a8_scale_split_kernel<<<elem_blocks(total), kElemThreads, 0, stream>>>(
+      acc, m, n, a_scale, a_per_row, w_scale, bias, out);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
 void add_bias(float* y, const float* bias, int64_t m, int64_t n, cudaStream_t stream) {
   const int64_t total = m * n;
   if (total == 0 || bias == nullptr) return;
   add_bias_kernel<<<elem_blocks(total), kElemThreads, 0, stream>>>(y, bias, m, n);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void f32_to_bf16(const float* src, uint16_t* dst, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  f32_to_bf16_kernel<<<elem_blocks(count), kElemThreads, 0, stream>>>(src, dst, count);
   OCTET_CUDA_CHECK_LAUNCH();
 }
 

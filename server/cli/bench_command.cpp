@@ -75,6 +75,7 @@ int run_bench_latency(int argc, const char* const* argv) {
       args.threads = cfg.threads;
       args.lm_head_dtype = cfg.lm_head_dtype;
       args.prefault_kv_cache = true;  // no page faults inside the timed steps
+      args.count_kernel_launches = true;  // the CPU's rehearsal of the CUDA kernel count
       engine = Engine::create(args);
       std::cerr << engine->startup_report();
     } catch (const std::invalid_argument& e) {
@@ -131,6 +132,16 @@ int run_bench_latency(int argc, const char* const* argv) {
     j["itl_floor_ms"] = floor_ms;
     j["itl_over_floor"] = itl_ms / floor_ms;
     if (bandwidth.source == "cpu_read") j["cpu_w8a8_kernel"] = cpu_w8a8_kernel();
+    // Kernels per decode step: a CUDA graph's kernel nodes, or on the CPU (TP 1) the launches
+    // the CUDA backend would make for the same ops (kernels/launch_counter.h).
+    const int64_t kernels = engine->decode_step_kernels();
+    const int64_t layers = engine->num_hidden_layers();
+    const char* kernels_source = bandwidth.source == "cpu_read" ? "cpu_rehearsal" : "cuda_graph";
+    if (kernels >= 0) {
+      j["decode_step_kernels"] = kernels;
+      j["decode_step_kernels_per_layer"] = static_cast<double>(kernels) / layers;
+      j["decode_step_kernels_source"] = kernels_source;
+    }
     if (cfg.json) {
       std::cout << j.dump() << "\n";
     } else {
@@ -146,6 +157,13 @@ int run_bench_latency(int argc, const char* const* argv) {
                   100.0 * best.decode_tokens_per_second / floor_tps);
       std::printf("ITL %.3f ms, floor %.3f ms: %.2fx the floor\n", itl_ms, floor_ms,
                   itl_ms / floor_ms);
+      if (kernels >= 0)
+        std::printf("kernels per decode step: %lld (%.1f per layer, %lld layers; %s)\n",
+                    (long long)kernels, static_cast<double>(kernels) / layers,
+                    (long long)layers,
+                    bandwidth.source == "cpu_read"
+                        ? "the CUDA backend's launches for these ops, counted on the CPU"
+                        : "the batch-1 CUDA graph's kernel nodes");
     }
   });
 }

@@ -63,4 +63,40 @@ TEST_CASE("bench latency refuses lengths that are not positive or do not fit", "
   CHECK(bench_latency(*engine, 8, 4).output_len == 4);
 }
 
+// The CPU rehearsal of the CUDA kernel count (kernels/launch_counter.h, launch_model.h), by hand
+// for stories260K (5 layers, hidden 64, 8 heads x 8, 4 KV heads, FFN 172, vocab 512) at a
+// decode step (one sequence, position < 512):
+//   outside the layers: embedding, final rms_norm, gather_rows, then the lm_head: FP32 (with
+//     quantization none) one cuBLASLt GEMM = 4; BF16 (fp8) activations to BF16 + GEMM = 5
+//   FP32 (quantization none), a layer: rms_norm 1, q/k/v 3 (cuBLASLt F32, no bias), rope 1 (q
+//     and k), write_kv_cache 1, attention 2 (split + merge, as a graph runs it), o_proj 1,
+//     rms_norm 1, gate/up 2, silu_mul 1, down_proj 1 = 14
+//   FP8 (quantization fp8), a layer: rms_norm with the quantization of its output 1; q/k/v
+//     merged (one input): one GEMM of 128 stacked outputs + one epilogue = 2; rope 1;
+//     write_kv_cache 1; attention 2; o_proj: quantization + GEMM + epilogue = 3; rms_norm and
+//     quantization 1; gate/up merged: GEMM of 344 + epilogue = 2; silu_mul and quantization 1;
+//     down_proj: simt_gemm (k = 172 is no multiple of 16, cuBLASLt's FP8 rule) 1; 15 in all
+TEST_CASE("bench latency on the CPU counts the CUDA backend's kernels of a decode step",
+          "[engine][bench]") {
+  struct Case {
+    const char* quantization;
+    int64_t kernels;
+  };
+  for (const Case c : {Case{"none", 4 + 5 * 14}, Case{"fp8", 5 + 5 * 15}}) {
+    CAPTURE(c.quantization);
+    EngineArgs args = latency_engine_args(stories(), c.quantization, "channel", 8, 4);
+    args.device = "cpu";
+    args.count_kernel_launches = true;
+    auto engine = Engine::create(args);
+    CHECK(engine->decode_step_kernels() == -1);  // no decode step yet
+    CHECK(engine->num_hidden_layers() == 5);
+    (void)bench_latency(*engine, 8, 4);
+    CHECK(engine->decode_step_kernels() == c.kernels);
+  }
+  // Without the flag nothing is counted.
+  auto engine = Engine::create(latency_engine_args(stories(), "none", "channel", 8, 4));
+  (void)bench_latency(*engine, 8, 4);
+  CHECK(engine->decode_step_kernels() == -1);
+}
+
 }  // namespace octet

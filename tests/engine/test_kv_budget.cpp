@@ -168,7 +168,8 @@ TEST_CASE("kv budget: tiny-llama's graph estimate and workspace shape by hand", 
             .total() == 0);
 
   // Per layer q 64 x 64, k and v 32 x 64, o 64 x 64 in G = 4 k parts, gate and up 128 x 64,
-  // down 64 x 128 in 4 parts; the lm_head is BF16 (not an FP8 linear).
+  // down 64 x 128 in 4 parts; then the lm_head, BF16 512 x 64 (listed as bf16). The CPU
+  // stores no merged projections.
   const WorkspaceShape w = workspace_shape(*m->model, 256, 8, 1024, 16, 8);
   CHECK(w.max_num_batched_tokens == 256);
   CHECK(w.max_num_seqs == 8);
@@ -180,13 +181,18 @@ TEST_CASE("kv budget: tiny-llama's graph estimate and workspace shape by hand", 
   const std::vector<std::vector<int64_t>> layer = {{64, 64, 1},  {32, 64, 1},  {32, 64, 1},
                                                    {64, 64, 4},  {128, 64, 1}, {128, 64, 1},
                                                    {64, 128, 4}};
-  REQUIRE(w.fp8_linears.size() == 14);
-  for (size_t i = 0; i < w.fp8_linears.size(); ++i) {
+  REQUIRE(w.fp8_linears.size() == 15);
+  for (size_t i = 0; i < 14; ++i) {
     INFO("linear " << i);
     CHECK(w.fp8_linears[i].n == layer[i % 7][0]);
     CHECK(w.fp8_linears[i].k == layer[i % 7][1]);
     CHECK(w.fp8_linears[i].k_groups == layer[i % 7][2]);
+    CHECK_FALSE(w.fp8_linears[i].merged);
+    CHECK_FALSE(w.fp8_linears[i].bf16);
   }
+  CHECK(w.fp8_linears[14].n == 512);
+  CHECK(w.fp8_linears[14].k == 64);
+  CHECK(w.fp8_linears[14].bf16);
 }
 
 TEST_CASE("kv budget: the device rule: free - (total - cap) - activations - graph pools",
@@ -232,17 +238,18 @@ TEST_CASE("kv budget: Llama-3.1-8B FP8 at 0.95 and 16384 batched tokens on an 80
   const int64_t per_token = 51200 * 4 + 14336 + 4, per_row = (4096 + 128256) * 4;
   const int64_t activations = 16384 * per_token + 256 * per_row;
   CHECK(activations == 3725918208);  // 3.47 GiB
-  // Workspace (CUDA, sm_90): GEMM scratch for min(512, 16384) rows of the widest part sums,
-  // o_proj / down_proj: 32 x 512 x 4096 floats = 256 MiB. Attention, P = 131072 / 512 = 256
+  // Workspace (CUDA, sm_90): GEMM scratch for min(512, 16384) rows of the widest stacked GEMM,
+  // the merged gate/up (2 x 14336 outputs): 512 x 28672 floats = 56 MiB (each other FP8 linear
+  // writes its sums straight to its output; the BF16 lm_head's activations, 512 x 4096
+  // halves, are smaller). Attention, P = 131072 / 512 = 256
   // partitions a row: partials for the larger of the eager 8192 slots and the 256-sequence
   // graph's 256 x 256 slots, 32 heads x (128 + 2) floats each; the eager plan for
   // min(16384, 7 x 256) = 1792 decode rows x 256 items, 1792 merges and 16384 / 16 +
   // min(256, 16384 / 8) + 1 = 1281 prefill tiles.
   WorkspaceBytes ws;
-  ws.gemm_scratch = 4 * 32 * 512 * 4096;
+  ws.gemm_scratch = 4 * 512 * 28672;
   ws.attention_partials = int64_t{4} * 256 * 256 * 32 * 130;
   ws.attention_plan = 4 * (5 * 1792 * 256 + 3 * 1792 + 4 * 1281);
-  CHECK(ws.gemm_scratch == 256 * kMiB);
   CHECK(ws.attention_partials == 1090519040);  // 1.02 GiB, one buffer for every graph size
   CHECK(ws.attention_plan == 9217040);
 #if defined(OCTET_HAVE_CUDA)
@@ -261,24 +268,31 @@ TEST_CASE("kv budget: Llama-3.1-8B FP8 at 0.95 and 16384 batched tokens on an 80
            {WorkspaceShape::Linear{4096, 4096, 1}, WorkspaceShape::Linear{1024, 4096, 1},
             WorkspaceShape::Linear{1024, 4096, 1}, WorkspaceShape::Linear{4096, 4096, 32},
             WorkspaceShape::Linear{14336, 4096, 1}, WorkspaceShape::Linear{14336, 4096, 1},
-            WorkspaceShape::Linear{4096, 14336, 32}})
+            WorkspaceShape::Linear{4096, 14336, 32}, WorkspaceShape::Linear{6144, 4096, 1, true},
+            WorkspaceShape::Linear{28672, 4096, 1, true}})
         shape.fp8_linears.push_back(lin);
+    shape.fp8_linears.push_back({128256, 4096, 1, false, /*bf16=*/true});
     const WorkspaceBytes cuda = cuda_workspace_bytes(shape, /*has_fp8=*/true);
     CHECK(cuda.gemm_scratch == ws.gemm_scratch);
     CHECK(cuda.attention_partials == ws.attention_partials);
     CHECK(cuda.attention_plan == ws.attention_plan);
-    // What the old backend grew to at the first 16384-token step, never counted: o_proj's
-    // part sums for all rows, 32 x 16384 x 4096 floats (8 GiB, 12 GiB after its 1.5x growth).
-    CHECK(4 * cuda_gemm_scratch_floats(16384, 4096, 4096, 32, true) == 8 * kGiB);
-    // Now every linear at the largest step runs in pieces that fit the reservation: no
-    // allocation beyond it, ever.
+    // Every unmerged FP8 linear at the largest step runs in one piece: no scratch to outgrow;
+    // the stacked GEMMs and the lm_head run in pieces of at least 512 rows.
     for (const WorkspaceShape::Linear& lin : shape.fp8_linears) {
-      const int64_t rows = cuda_gemm_chunk_rows(cuda.gemm_scratch / 4, 16384, lin.n, lin.k,
-                                                lin.k_groups, true);
-      CHECK(rows >= 512);
-      CHECK(4 * cuda_gemm_scratch_floats(rows, lin.n, lin.k, lin.k_groups, true) <=
-            cuda.gemm_scratch);
+      if (lin.merged) {
+        CHECK(cuda.gemm_scratch / 4 / lin.n >= 512);
+      } else if (lin.bf16) {
+        CHECK(cuda.gemm_scratch / 4 / cuda_bf16_scratch_floats(1, lin.k) >= 512);
+      } else {
+        CHECK(cuda_gemm_chunk_rows(cuda.gemm_scratch / 4, 16384, lin.n, lin.k, 1, true) ==
+              16384);
+        CHECK(cuda_gemm_scratch_floats(16384, lin.n, lin.k, 1, true) == 0);
+      }
     }
+    // sm_80 (W8A16): the BF16 copies of the widest weight and 512 rows of activations,
+    // down_proj's 4096 x 14336 and 512 x 14336 halves.
+    CHECK(cuda_workspace_bytes(shape, /*has_fp8=*/false).gemm_scratch ==
+          2 * (4096 + 512) * int64_t{14336});
   }
 #endif
   // Graph pools: 35 sizes up to 256; graph activations for 256 tokens and rows, batch arrays
@@ -324,27 +338,43 @@ TEST_CASE("kv budget: Llama-3.1-8B FP8 at 0.95 and 16384 batched tokens on an 80
 #if defined(OCTET_HAVE_CUDA)
 TEST_CASE("kv budget: the CUDA GEMM scratch of a call and the rows of one piece, by hand",
           "[budget]") {
-  // 64 x 128 in 2 parts: 2 x round64(m x 64) part sums; W8A16 adds the BF16 copies of one
-  // part's weight (64 x 64) and activations (m x 64), halves of 8-element multiples.
-  CHECK(cuda_gemm_scratch_floats(8, 64, 128, 2, true) == 2 * 512);
-  CHECK(cuda_gemm_scratch_floats(9, 64, 128, 2, true) == 2 * 576);
-  CHECK(cuda_gemm_scratch_floats(1, 63, 128, 2, true) == 2 * 64);  // 63 rounds up to 64
-  CHECK(cuda_gemm_scratch_floats(8, 64, 128, 2, false) == 1024 + (4096 + 512) / 2);
-  CHECK(cuda_gemm_chunk_rows(1024, 100, 64, 128, 2, true) == 8);
-  CHECK(cuda_gemm_chunk_rows(1151, 100, 64, 128, 2, true) == 8);
-  CHECK(cuda_gemm_chunk_rows(1152, 100, 64, 128, 2, true) == 9);
-  CHECK(cuda_gemm_chunk_rows(1 << 20, 100, 64, 128, 2, true) == 100);  // all of it
-  CHECK(cuda_gemm_chunk_rows(3328, 100, 64, 128, 2, false) == 8);
-  CHECK(cuda_gemm_chunk_rows(100, 100, 64, 128, 2, false) == 0);  // not one row: refused
-  // The reservation: rows min(512, max(tokens, seqs, graph seqs)) of the widest linear.
+  // FP8 tensor cores: the sums go straight to the output, no scratch, any rows in one piece.
+  CHECK(cuda_gemm_scratch_floats(8, 64, 128, 2, true) == 0);
+  CHECK(cuda_gemm_scratch_floats(16384, 4096, 14336, 1, true) == 0);
+  CHECK(cuda_gemm_chunk_rows(0, 100, 64, 128, 2, true) == 100);
+  // W8A16: the BF16 copies of one part's weight (64 x 64) and activations (m x 64), halves
+  // of 8-element multiples; (63 x 64 + 3 x 64) / 2 for n = 63, m = 3 (4032 and 192 elements).
+  CHECK(cuda_gemm_scratch_floats(8, 64, 128, 2, false) == (4096 + 512) / 2);
+  CHECK(cuda_gemm_scratch_floats(3, 63, 128, 2, false) == (4032 + 192) / 2);
+  CHECK(cuda_gemm_scratch_floats(1, 3, 5, 1, false) == (16 + 8) / 2);  // 15 -> 16, 5 -> 8
+  CHECK(cuda_gemm_chunk_rows(2304, 100, 64, 128, 2, false) == 8);
+  CHECK(cuda_gemm_chunk_rows(2335, 100, 64, 128, 2, false) == 8);
+  CHECK(cuda_gemm_chunk_rows(2336, 100, 64, 128, 2, false) == 9);
+  CHECK(cuda_gemm_chunk_rows(1 << 20, 100, 64, 128, 2, false) == 100);  // all of it
+  CHECK(cuda_gemm_chunk_rows(2048, 100, 64, 128, 2, false) == 0);  // not one row: refused
+  // The reservation (W8A16): rows min(512, max(tokens, seqs, graph seqs)) of the widest
+  // linear, sized for one GEMM over all of k (linear_w8a8 ignores k parts on CUDA).
   WorkspaceShape s;
   s.max_num_batched_tokens = 8;
   s.max_num_seqs = 2;
-  s.fp8_linears = {{64, 128, 2}, {200, 64, 1}};  // 2 x 512 vs round64(1600) = 1600 floats
-  CHECK(cuda_workspace_bytes(s, true).gemm_scratch == 4 * 1600);
+  s.fp8_linears = {{64, 128, 2}, {200, 64, 1}};  // (8192 + 1024) / 2 vs (12800 + 512) / 2
+  CHECK(cuda_workspace_bytes(s, false).gemm_scratch == 4 * 6656);
+  CHECK(cuda_workspace_bytes(s, true).gemm_scratch == 0);
   CHECK(cuda_workspace_bytes(s, true).attention_partials == 0);  // no heads given
-  s.max_num_batched_tokens = 100000;  // capped at 512 rows
-  CHECK(cuda_workspace_bytes(s, true).gemm_scratch == 4 * 512 * 200);
+  // Merged projections (FP8 devices) hold their stacked sums, rows x n; a BF16 linear its
+  // activations as BF16, rows x k halves in 16-byte rounds.
+  CHECK(cuda_merged_scratch_floats(8, 344) == 2752);
+  CHECK(cuda_bf16_scratch_floats(3, 5) == 8);  // 15 halves -> 16 -> 8 floats
+  CHECK(cuda_bf16_scratch_floats(512, 4096) == 512 * 2048);
+  WorkspaceShape merged = s;
+  merged.fp8_linears.push_back({344, 64, 1, /*merged=*/true});
+  CHECK(cuda_workspace_bytes(merged, true).gemm_scratch == 4 * 8 * 344);
+  CHECK(cuda_workspace_bytes(merged, false).gemm_scratch == 4 * 6656);  // W8A16 merges none
+  merged.fp8_linears.push_back({512, 4000, 1, false, /*bf16=*/true});
+  CHECK(cuda_workspace_bytes(merged, true).gemm_scratch == 4 * 8 * 2000);
+  s.max_num_batched_tokens = 100000;  // capped at 512 rows: (12800 + 32768) / 2 vs
+                                      // (8192 + 65536) / 2
+  CHECK(cuda_workspace_bytes(s, false).gemm_scratch == 4 * 36864);
 }
 #endif
 
@@ -372,7 +402,7 @@ TEST_CASE("kv budget: a fake device: the workspace is reserved before the pool, 
   CHECK(fake->shape().max_num_seqs == 8);
   CHECK(fake->shape().max_model_len == 1024);
   CHECK(fake->shape().max_graph_seqs == 8);
-  CHECK(fake->shape().fp8_linears.size() == 14);
+  CHECK(fake->shape().fp8_linears.size() == 15);  // 14 FP8 and the BF16 lm_head
   const MemoryFigures& mem = s.memory;
   CHECK(mem.on_device);
   CHECK(mem.workspace.total() == 5 * kMiB + 64 * 1024);

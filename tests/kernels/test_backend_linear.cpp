@@ -169,8 +169,9 @@ BACKEND_TEST_CASE("linear_w8a8 per-row and per-tensor weight and activation scal
 // A row-parallel FP8 layer (WeightRef::k_groups = G): the fused op keeps linear_w8a8's bound (a
 // sum of k exact products in any order, parts included: (k + 4) eps as above, plus the tensor-core
 // term where it runs there), with per-row and per-tensor scales, with and without bias;
-// partials + combine equal the fused op bit for bit (the contract: the same parts added in the
-// same order); and a rank's column shard (k / N columns, G / N parts) gives exactly the whole
+// partials + combine equal the fused op bit for bit where exact_k_parts() (the contract: the same
+// parts added in the same order), and elsewhere the fused op ignores the parts (the bits of
+// k_groups 1); and a rank's column shard (k / N columns, G / N parts) gives exactly the whole
 // weight's parts [r G / N, (r + 1) G / N), so the gathered parts combine to TP 1's bits. Shapes:
 // k / G a multiple of 16 and n % 4 == 0 (cuBLASLt on the cuda backend), k a multiple of 16 but
 // k / G not, and neither (simt_gemm).
@@ -234,9 +235,16 @@ void linear_w8a8_parts_case(Backend& be) {
           w8a8_reference(qa, qw, a_scale, a_rows, w_scale, w_rows, with_bias ? &bias : nullptr,
                          s.m, s.n, s.k, ref, tol, fp8_tensor_core_rel(be, s.k));
           check_close(y, ref, tol, "linear_w8a8 k parts");
-          be.linear_w8a8_combine(d_parts.data(), s.groups, d_as.data(), a_gran, s.m, wg,
-                                 d_y2.data());
-          check_identical(to_host(be, d_y2), y, "combine(partials) vs linear_w8a8");
+          if (be.exact_k_parts()) {
+            be.linear_w8a8_combine(d_parts.data(), s.groups, d_as.data(), a_gran, s.m, wg,
+                                   d_y2.data());
+            check_identical(to_host(be, d_y2), y, "combine(partials) vs linear_w8a8");
+          } else {  // one GEMM over all of k: k_groups changes nothing
+            WeightRef whole = wg;
+            whole.k_groups = 1;
+            be.linear_w8a8(d_qa.data(), d_as.data(), a_gran, s.m, whole, d_y2.data());
+            check_identical(to_host(be, d_y2), y, "linear_w8a8 in k groups vs one group");
+          }
         }
       }
     }

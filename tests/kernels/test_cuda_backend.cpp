@@ -72,8 +72,8 @@ struct W8A8Case {
 
 // cuBLASLt-sized W8A8 (k, k / groups multiples of 16, n a multiple of 4) against float64 with
 // the bound of test_backend_ops.cpp (with fp8_tensor_core_rel, backend_op_reference.h), the part
-// sums against float64 per group (the same bound over k / groups), and combine of the
-// part sums bit-identical to linear_w8a8 (the backend.h contract).
+// sums against float64 per group (the same bound over k / groups), and linear_w8a8 one GEMM
+// over all of k whatever its k groups (exact_k_parts() false: the same bits as k_groups 1).
 void w8a8_lt_case(Backend& be) {
   std::mt19937 rng(41);
   for (const W8A8Case c : {W8A8Case{1, 256, 512, 1}, W8A8Case{17, 256, 512, 2},
@@ -97,10 +97,12 @@ void w8a8_lt_case(Backend& be) {
     auto d_acc = device_zeros<float>(be, c.groups * c.m * c.n);
     be.linear_w8a8(d_qa.data(), d_as.data(), ScaleGranularity::PerRow, c.m, w, d_y.data());
     be.linear_w8a8_partials(d_qa.data(), c.m, w, d_acc.data());
-    be.linear_w8a8_combine(d_acc.data(), c.groups, d_as.data(), ScaleGranularity::PerRow, c.m, w,
-                           d_y2.data());
+    WeightRef whole = w;
+    whole.k_groups = 1;
+    be.linear_w8a8(d_qa.data(), d_as.data(), ScaleGranularity::PerRow, c.m, whole, d_y2.data());
     const std::vector<float> y = to_host(be, d_y), acc = to_host(be, d_acc);
-    check_identical(to_host(be, d_y2), y, "combine(partials) vs linear_w8a8");
+    REQUIRE_FALSE(be.exact_k_parts());
+    check_identical(to_host(be, d_y2), y, "linear_w8a8 in k groups vs one group");
     const int64_t kg = c.k / c.groups;
     std::vector<double> ref(c.m * c.n), tol(c.m * c.n), pref(acc.size()), ptol(acc.size());
     for (int64_t i = 0; i < c.m; ++i)
@@ -157,9 +159,10 @@ void lt_takes_eligible_shapes_case(Backend& be) {
     int64_t n, k, groups;
   };
   const Case cases[] = {{DType::F32, 160, 352, 1},
+                        {DType::BF16, 160, 352, 1},          // a BF16 lm_head
                         {DType::FP8_E4M3, 6144, 4096, 1},    // Llama-3.1-8B qkv_proj
                         {DType::FP8_E4M3, 4096, 14336, 1},   // Llama-3.1-8B down_proj
-                        {DType::FP8_E4M3, 160, 704, 2}};     // k groups of 352 (ld 704)
+                        {DType::FP8_E4M3, 160, 704, 2}};     // k groups: one GEMM of 704
   for (const Case c : cases) {
     CAPTURE(dtype_name(c.dtype), c.n, c.k, c.groups);
     const std::vector<float> bias = uniform(rng, c.n, -1, 1);
@@ -184,6 +187,28 @@ void lt_takes_eligible_shapes_case(Backend& be) {
         ref[o] = acc + bias[o];
         tol[o] = double(c.k + 2) * kEps * (mag + std::fabs(bias[o]));
       }
+    } else if (c.dtype == DType::BF16) {
+      // cuBLASLt BF16 x BF16: the activations rounded to BF16 first (2^-9 relative each).
+      const std::vector<float> x = uniform(rng, c.k, -2, 2), wf = uniform(rng, c.n * c.k, -1, 1);
+      std::vector<uint16_t> wb(wf.size());
+      for (size_t i = 0; i < wf.size(); ++i) wb[i] = ref_bf16(wf[i]);
+      const auto d_x = to_device(be, x);
+      const auto d_w = to_device(be, wb);
+      be.linear(d_x.data(), 1,
+                WeightRef{d_w.data(), DType::BF16, c.n, c.k, nullptr, ScaleGranularity::PerRow,
+                          d_bias.data()},
+                d_y.data());
+      for (int64_t o = 0; o < c.n; ++o) {
+        double acc = 0, mag = 0;
+        for (int64_t t = 0; t < c.k; ++t) {
+          const double p =
+              double(x[t]) * octet_test::code_value(octet_test::kBf16, wb[o * c.k + t]);
+          acc += p;
+          mag += std::fabs(p);
+        }
+        ref[o] = acc + bias[o];
+        tol[o] = double(c.k + 2) * kEps * (mag + std::fabs(bias[o])) + std::ldexp(mag, -8);
+      }
     } else {
       const std::vector<uint8_t> qa = random_e4m3_codes(rng, c.k);
       const std::vector<uint8_t> qw = random_e4m3_codes(rng, c.n * c.k);
@@ -207,7 +232,7 @@ void lt_takes_eligible_shapes_case(Backend& be) {
         const double sc = double(as[0]) * ws[o];
         ref[o] = acc * sc + bias[o];
         tol[o] = double(c.k + 4) * kEps * (mag * sc + std::fabs(bias[o])) +
-                 fp8_tensor_core_rel(be, c.k / c.groups) * mag * sc;
+                 fp8_tensor_core_rel(be, c.k) * mag * sc;  // one GEMM over all of k
       }
     }
     check_close(to_host(be, d_y), ref, tol, "m = 1 on cuBLASLt");

@@ -6,10 +6,13 @@
 // for bit. Shapes with tails (k = 168: parts of 14 codes, shards of 84, 56, 42).
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <random>
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/common/fp8.h"
+#include "kernels/forwarding_backend.h"
 #include "kernels/rank_group.h"
 #include "models/linear.h"
 #include "models/tensor_parallel.h"
@@ -24,6 +27,13 @@ std::vector<float> random_vec(size_t n, uint64_t seed, float scale) {
   for (float& x : v) x = d(rng);
   return v;
 }
+
+// The CPU backend as a backend that sums all of k at once would present itself (CUDA's
+// exact_k_parts() is false): the model then takes vLLM's row-parallel path.
+struct NoExactParts final : ForwardingBackend {
+  NoExactParts() : ForwardingBackend(make_backend("cpu")) {}
+  bool exact_k_parts() const override { return false; }
+};
 
 }  // namespace
 
@@ -124,6 +134,94 @@ TEST_CASE("tp linear: row-parallel FP8 codes, scales and outputs equal the unsha
   // (The static codes here are large, |x / s| ~ 50, so their FP32 sums happen to be exact in any
   // order; the dynamic ones reach small codes whose sums round.)
   if (!static_input) CHECK(y_one != y_parts);
+}
+
+// A backend without exact k parts (CUDA): each rank quantizes its own input columns (its own
+// per-token scale), runs one linear_w8a8 with the bias on rank 0 only, and the outputs are
+// summed in rank order (all_reduce_sum): every rank's y equals ((y_0 + y_1) + ...) of those
+// products computed alone, bit for bit, and the float64 product of the dequantized weight
+// within the activations' FP8 rounding (a bias added on every rank would miss it by 50 x
+// (world - 1)).
+TEST_CASE("tp linear: without exact k parts, row-parallel FP8 is vLLM's local quantization "
+          "and an all-reduce, the bias once",
+          "[tp]") {
+  const int64_t m = 5, k = 168, n = 24;
+  const std::vector<float> x = random_vec(m * k, 11, 1.0f);
+  HostLinearWeight hw;
+  hw.name = "o_proj";
+  hw.out_features = n;
+  hw.in_features = k;
+  hw.w_f32 = random_vec(n * k, 12, 0.05f);
+  hw.bias = std::vector<float>(n, 50.0f);
+  quantize_linear_fp8(hw, ScaleGranularity::PerRow);
+  hw.k_groups = 12;
+  for (int world : {2, 3, 4}) {
+    INFO("world " << world);
+    const int64_t kr = k / world;
+    auto shard = [&](int r) {
+      HostLinearView<uint8_t> v{hw.w_fp8.data(), n, k, hw.w_scale.data(), n, hw.bias.data()};
+      const HostLinearShard<uint8_t> sh = shard_row_parallel(v, r * kr, (r + 1) * kr, r == 0);
+      HostLinearWeight w = hw;
+      w.w_fp8 = sh.weight;
+      w.in_features = kr;
+      w.w_scale = sh.scale;
+      w.bias = hw.bias;  // on every rank, as the loader keeps FP8 row-parallel biases
+      w.k_groups = hw.k_groups / world;
+      return w;
+    };
+    auto columns = [&](int r) {
+      std::vector<float> xr(m * kr);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < kr; ++j) xr[i * kr + j] = x[i * k + r * kr + j];
+      return xr;
+    };
+    // Expected: each rank's product alone on the plain CPU backend (bias on rank 0 only), summed
+    // in rank order.
+    std::vector<float> want(m * n, 0.0f);
+    for (int r = 0; r < world; ++r) {
+      std::unique_ptr<Backend> be = make_backend("cpu");
+      HostLinearWeight w = shard(r);
+      if (r != 0) w.bias.clear();
+      const LinearWeight lw = upload_linear(*be, w);
+      const std::vector<float> xr = columns(r);
+      Buffer bx = be->allocate(m * kr * 4), bq = be->allocate(m * kr), bs = be->allocate(m * 4),
+             by = be->allocate(m * n * 4);
+      be->upload(bx, 0, xr.data(), m * kr * 4);
+      linear_forward(*be, lw, bx.as<float>(), m, by.as<float>(), bq.as<uint8_t>(),
+                     bs.as<float>());
+      std::vector<float> yr(m * n);
+      be->download(by, 0, yr.data(), m * n * 4);
+      for (int64_t i = 0; i < m * n; ++i) want[i] = r == 0 ? yr[i] : want[i] + yr[i];
+    }
+    std::vector<std::vector<float>> y(world);
+    auto group = make_rank_group("cpu", world);
+    group->run([&](int r, Communicator& comm) {
+      NoExactParts be;
+      const LinearWeight lw = upload_linear(be, shard(r));
+      const std::vector<float> xr = columns(r);
+      Buffer bx = be.allocate(m * kr * 4), bq = be.allocate(m * kr), bs = be.allocate(m * 4),
+             by = be.allocate(m * n * 4);
+      be.upload(bx, 0, xr.data(), m * kr * 4);
+      linear_forward_row_parallel(be, comm, lw, bx.as<float>(), m, by.as<float>(),
+                                  bq.as<uint8_t>(), bs.as<float>(), {});  // no scratch needed
+      y[r].resize(m * n);
+      be.download(by, 0, y[r].data(), m * n * 4);
+    });
+    for (int r = 0; r < world; ++r) CHECK(y[r] == want);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t o = 0; o < n; ++o) {
+        double ref = hw.bias[o], mag = 0;
+        for (int64_t t = 0; t < k; ++t) {
+          const double p = double(x[i * k + t]) * fp8_e4m3_to_float(hw.w_fp8[o * k + t]) *
+                           hw.w_scale[o];
+          ref += p;
+          mag += std::fabs(p);
+        }
+        // E4M3 codes carry 3 mantissa bits: a relative rounding of at most 2^-4 each, and
+        // 2^-9 of the rank's row max below the normal range.
+        CHECK(std::fabs(y[0][i * n + o] - ref) <= 0.0625 * mag + 0.01);
+      }
+  }
 }
 
 }  // namespace octet
