@@ -217,6 +217,23 @@ class Backend {
                            ScaleGranularity a_granularity, int64_t m, const WeightRef& w,
                            float* y) = 0;
 
+  /// linear_w8a8 into y, then rms_norm(residual, y, norm_weight, out, m, w.n, eps) and, with q
+  /// non-null, out's per-token codes into q / scale (rms_norm_quant_fp8): the values of those
+  /// calls. q / scale may be qa / a_scale (read before they are written). CUDA runs the
+  /// epilogue, residual add, norm and quantization as one row kernel after the GEMM.
+  virtual void linear_w8a8_add_rms_norm(const uint8_t* qa, const float* a_scale,
+                                        ScaleGranularity a_granularity, int64_t m,
+                                        const WeightRef& w, float* y, float* residual,
+                                        const float* norm_weight, float* out, float eps,
+                                        uint8_t* q, float* scale) {
+    linear_w8a8(qa, a_scale, a_granularity, m, w, y);
+    if (q != nullptr) {
+      rms_norm_quant_fp8(residual, y, norm_weight, out, m, w.n, eps, q, scale);
+    } else {
+      rms_norm(residual, y, norm_weight, out, m, w.n, eps);
+    }
+  }
+
   /// Whether linear_w8a8 sums a weight's k parts (WeightRef::k_groups) one by one, each from
   /// zero, so that row-parallel ranks' gathered part sums give world size 1's bits (the CPU:
   /// tensor parallelism changes no bit). false (CUDA): one GEMM over all of k whatever

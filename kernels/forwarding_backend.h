@@ -79,6 +79,12 @@ class ForwardingBackend : public Backend {
                    const WeightRef& w, float* y) override {
     in_->linear_w8a8(qa, as, g, m, w, y);
   }
+  void linear_w8a8_add_rms_norm(const uint8_t* qa, const float* as, ScaleGranularity g,
+                                int64_t m, const WeightRef& w, float* y, float* r,
+                                const float* nw, float* out, float eps, uint8_t* q,
+                                float* s) override {
+    in_->linear_w8a8_add_rms_norm(qa, as, g, m, w, y, r, nw, out, eps, q, s);
+  }
   void linear_w8a8_multi(const uint8_t* qa, const float* as, ScaleGranularity g, int64_t m,
                          const WeightRef* ws, float* const* ys, int count) override {
     in_->linear_w8a8_multi(qa, as, g, m, ws, ys, count);

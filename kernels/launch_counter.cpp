@@ -84,6 +84,14 @@ void LaunchCounter::linear_w8a8(const uint8_t* qa, const float* as, ScaleGranula
   inner().linear_w8a8(qa, as, g, m, w, y);
 }
 
+void LaunchCounter::linear_w8a8_add_rms_norm(const uint8_t* qa, const float* as,
+                                             ScaleGranularity g, int64_t m, const WeightRef& w,
+                                             float* y, float* r, const float* nw, float* out,
+                                             float eps, uint8_t* q, float* s) {
+  if (m > 0 && w.n > 0) launches_ += ck::launches_linear_w8a8_add_rms_norm(w.n, w.k);
+  inner().linear_w8a8_add_rms_norm(qa, as, g, m, w, y, r, nw, out, eps, q, s);
+}
+
 void LaunchCounter::linear_w8a8_multi(const uint8_t* qa, const float* as, ScaleGranularity g,
                                       int64_t m, const WeightRef* ws, float* const* ys,
                                       int count) {

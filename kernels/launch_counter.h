@@ -37,6 +37,10 @@ class LaunchCounter final : public ForwardingBackend {
   void linear(const float* x, int64_t m, const WeightRef& w, float* y) override;
   void linear_w8a8(const uint8_t* qa, const float* as, ScaleGranularity g, int64_t m,
                    const WeightRef& w, float* y) override;
+  void linear_w8a8_add_rms_norm(const uint8_t* qa, const float* as, ScaleGranularity g,
+                                int64_t m, const WeightRef& w, float* y, float* r,
+                                const float* nw, float* out, float eps, uint8_t* q,
+                                float* s) override;
   void linear_w8a8_multi(const uint8_t* qa, const float* as, ScaleGranularity g, int64_t m,
                          const WeightRef* ws, float* const* ys, int count) override;
   void linear_w8a8_partials(const uint8_t* qa, int64_t m, const WeightRef& w,

@@ -146,6 +146,27 @@ void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int
   }
 }
 
+void linear_forward_add_norm(Backend& backend, const LinearWeight& w, const float* x, int64_t m,
+                             float* y, uint8_t* qa, float* a_scale, bool x_quantized,
+                             float* residual, const float* norm_weight, float* out, float eps,
+                             bool quantize_out) {
+  OCTET_CHECK(w.format == DType::FP8_E4M3, w.name, ": linear_forward_add_norm needs FP8");
+  OCTET_CHECK(!x_quantized || fp8_dynamic_inputs({&w}), w.name,
+              ": x_quantized for a weight without dynamic FP8 inputs");
+  const float* scale = a_scale;
+  ScaleGranularity granularity = ScaleGranularity::PerRow;
+  if (w.static_input) {
+    backend.quantize_fp8_static(x, m, w.in_features, w.input_scale, qa);
+    scale = w.input_scale_buffer.as<const float>();
+    granularity = ScaleGranularity::PerTensor;
+  } else if (!x_quantized) {
+    backend.quantize_fp8_dynamic(x, m, w.in_features, nullptr, qa, a_scale);
+  }
+  backend.linear_w8a8_add_rms_norm(qa, scale, granularity, m, w.ref(), y, residual, norm_weight,
+                                   out, eps, quantize_out ? qa : nullptr,
+                                   quantize_out ? a_scale : nullptr);
+}
+
 void linear_forward_multi(Backend& backend, const LinearWeight* const* ws, int count,
                           const float* x, int64_t m, float* const* ys, uint8_t* qa,
                           float* a_scale, bool x_quantized) {

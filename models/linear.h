@@ -90,6 +90,15 @@ void linear_forward_multi(Backend& backend, const LinearWeight* const* ws, int c
                           const float* x, int64_t m, float* const* ys, uint8_t* qa,
                           float* a_scale, bool x_quantized = false);
 
+/// linear_forward of an FP8 weight (world size 1) followed by the residual RMSNorm its output
+/// feeds: y = x W^T (+ bias), residual += y, out = rms(residual) * norm_weight and, with
+/// quantize_out, out's per-token codes into qa / a_scale for the next linears: one
+/// Backend::linear_w8a8_add_rms_norm call after x's quantization (none when x_quantized).
+void linear_forward_add_norm(Backend& backend, const LinearWeight& w, const float* x, int64_t m,
+                             float* y, uint8_t* qa, float* a_scale, bool x_quantized,
+                             float* residual, const float* norm_weight, float* out, float eps,
+                             bool quantize_out);
+
 /// Scratch of a row-parallel FP8 layer at world size > 1 (backend memory, caller-owned):
 /// amax: [m]; partials: [w.k_groups, m, out]; gathered: [world * w.k_groups, m, out].
 struct RowParallelScratch {

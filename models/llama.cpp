@@ -404,16 +404,27 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
                device.token_ids.as<const int32_t>(), n, x);
   if (c.embedding_multiplier != 1.0f) be.scale(x, n * h, c.embedding_multiplier);
   const float* delta = nullptr;  // the previous layer's MLP output, added to x next
+  bool normed = false;  // x already holds that sum and xn its norm (and act.qa its codes)
   const bool gelu = c.hidden_act == "gelu_pytorch_tanh";  // GeGLU, else SwiGLU
+  const auto qkv_fp8_of = [&](int64_t layer) {
+    const LlamaLayerWeights& l = weights_.layers[layer];
+    return fp8_dynamic_inputs({&l.q_proj, &l.k_proj, &l.v_proj});
+  };
+  // An FP8 o_proj / down_proj at world size 1 runs with the residual RMSNorm after it (Backend::
+  // linear_w8a8_add_rms_norm: one row kernel on CUDA); Gemma's sandwich norms come between.
+  const auto fused_norm = [&](const LinearWeight& w) {
+    return comm.world_size() == 1 && !c.sandwich_norms && w.format == DType::FP8_E4M3;
+  };
   for (int64_t layer = 0; layer < c.num_hidden_layers; ++layer) {
     const LlamaLayerWeights& w = weights_.layers[layer];
-    const bool qkv_fp8 = fp8_dynamic_inputs({&w.q_proj, &w.k_proj, &w.v_proj});
+    const bool last = layer + 1 == c.num_hidden_layers;
+    const bool qkv_fp8 = qkv_fp8_of(layer);
     const bool gate_up_fp8 = fp8_dynamic_inputs({&w.gate_proj, &w.up_proj});
     // down_proj's input codes: this rank's alone unless the row's scale spans the ranks.
     const bool down_fp8 = !gelu && fp8_dynamic_inputs({&w.down_proj}) &&
                           (comm.world_size() == 1 || !be.exact_k_parts());
     // x += the previous layer's MLP output (none before layer 0), then n = rms(x).
-    norm(x, delta, w.attn_norm, xn, qkv_fp8);
+    if (!normed) norm(x, delta, w.attn_norm, xn, qkv_fp8);
     linears({&w.q_proj, &w.k_proj, &w.v_proj}, xn, n, {q, k, v}, qkv_fp8);
     // qr, kr: the q and k that RoPE rotates (after the per-head q/k norms when the model has them).
     float *qr = q, *kr = k;
@@ -442,14 +453,20 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
     be.write_kv_cache(kv, kr, v, device.slot_mapping.as<const int64_t>() + group * n, n);
     be.paged_attention(kv, qr, group_batch, nh, c.layer_sliding_window[layer], softmax_scale,
                        attn);
-    linear_reduced(w.o_proj, attn, n, proj, false);
     // Gemma: out = post_norm(out) before each residual add.
     const auto post_norm = [&](const Buffer& weight) -> const float* {
       if (!c.sandwich_norms) return proj;
       be.rms_norm(proj, nullptr, weight.as<float>(), act.post.as<float>(), n, h, eps);
       return act.post.as<float>();
     };
-    norm(x, post_norm(w.post_attn_norm), w.ffn_norm, xn, gate_up_fp8);  // x += attn; rms(x)
+    if (fused_norm(w.o_proj)) {  // x += attn; rms(x)
+      linear_forward_add_norm(be, w.o_proj, attn, n, proj, act.qa.as<uint8_t>(),
+                              act.a_scale.as<float>(), false, x, w.ffn_norm.as<float>(), xn,
+                              eps, gate_up_fp8);
+    } else {
+      linear_reduced(w.o_proj, attn, n, proj, false);
+      norm(x, post_norm(w.post_attn_norm), w.ffn_norm, xn, gate_up_fp8);
+    }
     linears({&w.gate_proj, &w.up_proj}, xn, n, {gate, up}, gate_up_fp8);
     if (gelu)
       be.gelu_tanh_mul(gate, up, gate, n, ffn);
@@ -458,11 +475,20 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
                             act.a_scale.as<float>());
     else
       be.silu_mul(gate, up, gate, n, ffn);
-    linear_reduced(w.down_proj, gate, n, proj, down_fp8);
-    delta = post_norm(w.post_ffn_norm);
+    if (fused_norm(w.down_proj)) {  // x += mlp; the next layer's input norm, or the final one
+      const Buffer& next = last ? weights_.norm : weights_.layers[layer + 1].attn_norm;
+      linear_forward_add_norm(be, w.down_proj, gate, n, proj, act.qa.as<uint8_t>(),
+                              act.a_scale.as<float>(), down_fp8, x, next.as<float>(), xn, eps,
+                              !last && qkv_fp8_of(layer + 1));
+      normed = true;
+    } else {
+      linear_reduced(w.down_proj, gate, n, proj, down_fp8);
+      delta = post_norm(w.post_ffn_norm);
+      normed = false;
+    }
   }
   if (num_rows == 0) return;
-  be.rms_norm(x, delta, weights_.norm.as<float>(), xn, n, h, eps);
+  if (!normed) be.rms_norm(x, delta, weights_.norm.as<float>(), xn, n, h, eps);
   be.gather_rows(xn, h, device.logits_indices.as<const int64_t>(), num_rows, act.last.as<float>());
   linear(weights_.lm_head, act.last.as<float>(), num_rows, act.logits.as<float>());
   // Vocab-parallel lm_head: every rank's [num_rows, vocab_shard_size] logits, rank-major.

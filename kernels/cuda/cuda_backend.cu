@@ -340,6 +340,26 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // One GEMM into y, then the epilogue, residual add, RMSNorm and quantization in one row
+  // kernel; where cuBLASLt refuses the shape (or W8A16), linear_w8a8 then the fused norm.
+  void linear_w8a8_add_rms_norm(const uint8_t* qa, const float* a_scale,
+                                ScaleGranularity a_granularity, int64_t m, const WeightRef& w,
+                                float* y, float* residual, const float* norm_weight, float* out,
+                                float eps, uint8_t* q, float* scale) override {
+    check_w8a8(w, "linear_w8a8_add_rms_norm");
+    OCTET_CHECK(a_scale != nullptr, "linear_w8a8_add_rms_norm: null activation scale");
+    if (m == 0 || w.n == 0) return;
+    if (!lt_->has_fp8() ||
+        !lt_->matmul(ck::GemmInput::E4M3, qa, w.data, m, w.n, w.k, w.k, y)) {
+      Backend::linear_w8a8_add_rms_norm(qa, a_scale, a_granularity, m, w, y, residual,
+                                        norm_weight, out, eps, q, scale);
+      return;
+    }
+    ck::w8a8_add_rms_norm(y, a_scale, a_granularity == ScaleGranularity::PerRow, w.scale,
+                          w.granularity == ScaleGranularity::PerRow, w.bias, residual,
+                          norm_weight, out, m, w.n, eps, q, scale, stream_);
+  }
+
   void linear_w8a8_partials(const uint8_t* qa, int64_t m, const WeightRef& w,
                             float* acc) override {
     check_w8a8(w, "linear_w8a8_partials");

@@ -40,6 +40,22 @@ __device__ __forceinline__ int64_t grid_stride() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
+// 1 / sqrt(ss / n + eps), RMSNorm's factor from a row's sum of squares.
+__device__ __forceinline__ float inv_rms(float ss, int64_t n, float eps) {
+  return cm::div_rn(1.0f, sqrtf(cm::add_rn(cm::div_rn(ss, static_cast<float>(n)), eps)));
+}
+
+// The end of a fused row kernel: from a (this thread's max |o[j]|) the row's dynamic scale
+// (*scale, thread 0) and codes q[j] = fp8(o[j] / s), as quantize_dynamic_kernel. Every thread
+// of the block calls it; each quantizes the o[j] it wrote.
+__device__ __forceinline__ void quantize_row(const float* o, int64_t n, float a, float* shared,
+                                             uint8_t* q, float* scale) {
+  a = block_reduce<true>(a, shared);
+  const float s = cm::dynamic_scale(a);
+  if (threadIdx.x == 0) *scale = s;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) q[j] = cm::quantize_dynamic(o[j], s);
+}
+
 // out: [n, hidden]; table: [rows, hidden] F32 (kBf16 false) or BF16 bits. One block per token.
 template <bool kBf16>
 __global__ void embedding_kernel(const void* __restrict__ table, int64_t rows, int64_t hidden,
@@ -58,35 +74,12 @@ __global__ void embedding_kernel(const void* __restrict__ table, int64_t rows, i
   }
 }
 
-// One block per row: residual += delta (one add), then out = residual * inv_rms * weight.
+// One block per row: residual += delta (one add), then out = residual * inv_rms * weight and,
+// with q, the row's dynamic per-token E4M3 codes (quantize_dynamic_kernel's arithmetic).
 __global__ void rms_norm_kernel(float* __restrict__ residual, const float* __restrict__ delta,
                                 const float* __restrict__ weight, float* __restrict__ out,
-                                int64_t n, float eps) {
-  __shared__ float shared[32];
-  float* r = residual + static_cast<int64_t>(blockIdx.x) * n;
-  float ss = 0.0f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    float x = r[j];
-    if (delta != nullptr) {
-      x = cm::add_rn(x, delta[static_cast<int64_t>(blockIdx.x) * n + j]);
-      r[j] = x;  // each element is read and written by this thread only
-    }
-    ss = __fmaf_rn(x, x, ss);
-  }
-  ss = block_reduce<false>(ss, shared);
-  const float inv = cm::div_rn(1.0f, sqrtf(cm::add_rn(cm::div_rn(ss, static_cast<float>(n)), eps)));
-  float* o = out + static_cast<int64_t>(blockIdx.x) * n;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    o[j] = cm::mul_rn(cm::mul_rn(r[j], inv), weight[j]);
-}
-
-// rms_norm_kernel, then the row's dynamic per-token E4M3 codes (quantize_dynamic_kernel's
-// arithmetic): one block per row, each thread quantizing the outputs it wrote.
-__global__ void rms_norm_quant_kernel(float* __restrict__ residual,
-                                      const float* __restrict__ delta,
-                                      const float* __restrict__ weight, float* __restrict__ out,
-                                      int64_t n, float eps, uint8_t* __restrict__ q,
-                                      float* __restrict__ scale) {
+                                int64_t n, float eps, uint8_t* __restrict__ q,
+                                float* __restrict__ scale) {
   __shared__ float shared[32];
   const int64_t row = blockIdx.x;
   float* r = residual + row * n;
@@ -95,23 +88,54 @@ __global__ void rms_norm_quant_kernel(float* __restrict__ residual,
     float x = r[j];
     if (delta != nullptr) {
       x = cm::add_rn(x, delta[row * n + j]);
-      r[j] = x;
+      r[j] = x;  // each element is read and written by this thread only
     }
     ss = __fmaf_rn(x, x, ss);
   }
   ss = block_reduce<false>(ss, shared);
-  const float inv = cm::div_rn(1.0f, sqrtf(cm::add_rn(cm::div_rn(ss, static_cast<float>(n)), eps)));
+  const float inv = inv_rms(ss, n, eps);
   float* o = out + row * n;
   float a = 0.0f;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
     o[j] = cm::mul_rn(cm::mul_rn(r[j], inv), weight[j]);
     a = fmaxf(a, fabsf(o[j]));
   }
-  a = block_reduce<true>(a, shared);
-  const float s = cm::dynamic_scale(a);
-  if (threadIdx.x == 0) scale[row] = s;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    q[row * n + j] = cm::quantize_dynamic(o[j], s);
+  if (q != nullptr) quantize_row(o, n, a, shared, q + row * n, scale + row);  // block-uniform
+}
+
+// One block per row of a GEMM's sums y: the W8A8 epilogue in place (w8a8_scale_kernel's
+// arithmetic), residual += y, out = rms(residual) * weight (rms_norm_kernel's), then, with q,
+// the per-token codes (quantize_dynamic_kernel's). a_scale may be `scale` (q's): each row reads
+// its entry before the first block_reduce and writes it after.
+__global__ void w8a8_add_rms_norm_kernel(float* __restrict__ y, const float* a_scale,
+                                         bool a_per_row, const float* __restrict__ w_scale,
+                                         bool w_per_row, const float* __restrict__ bias,
+                                         float* __restrict__ residual,
+                                         const float* __restrict__ weight,
+                                         float* __restrict__ out, int64_t n, float eps,
+                                         uint8_t* q, float* scale) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const float sa = a_scale[a_per_row ? row : 0];
+  float* r = residual + row * n;
+  float ss = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    const float v = cm::w8a8_epilogue(y[row * n + j], sa, w_scale[w_per_row ? j : 0],
+                                      bias != nullptr, bias != nullptr ? bias[j] : 0.0f);
+    y[row * n + j] = v;
+    const float x = cm::add_rn(r[j], v);
+    r[j] = x;
+    ss = __fmaf_rn(x, x, ss);
+  }
+  ss = block_reduce<false>(ss, shared);
+  const float inv = inv_rms(ss, n, eps);
+  float* o = out + row * n;
+  float a = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    o[j] = cm::mul_rn(cm::mul_rn(r[j], inv), weight[j]);
+    a = fmaxf(a, fabsf(o[j]));
+  }
+  if (q != nullptr) quantize_row(o, n, a, shared, q + row * n, scale + row);  // block-uniform
 }
 
 // silu_mul_kernel's values for one row per block, then its per-token E4M3 codes. out may alias
@@ -129,11 +153,7 @@ __global__ void silu_mul_quant_kernel(const float* gate, const float* __restrict
     out[row * n + j] = v;
     a = fmaxf(a, fabsf(v));
   }
-  a = block_reduce<true>(a, shared);
-  const float s = cm::dynamic_scale(a);
-  if (threadIdx.x == 0) scale[row] = s;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x)
-    q[row * n + j] = cm::quantize_dynamic(out[row * n + j], s);
+  quantize_row(out + row * n, n, a, shared, q + row * n, scale + row);
 }
 
 // One thread per (token, head, rotated pair). x: [n, heads * head_dim].
@@ -323,7 +343,8 @@ void embedding(const TensorRef& table, const int32_t* token_ids, int64_t n, floa
 void rms_norm(float* residual, const float* delta, const float* weight, float* out, int64_t m,
               int64_t n, float eps, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
-  rms_norm_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(residual, delta, weight, out, n, eps);
+  rms_norm_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(residual, delta, weight, out, n, eps,
+                                                             nullptr, nullptr);
   OCTET_CUDA_CHECK_LAUNCH();
 }
 
@@ -345,8 +366,18 @@ void rms_norm_quant_fp8(float* residual, const float* delta, const float* weight
                        int64_t m, int64_t n, float eps, uint8_t* q, float* scale,
                        cudaStream_t stream) {
   if (m == 0) return;
-  rms_norm_quant_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(residual, delta, weight, out,
-                                                                   n, eps, q, scale);
+  rms_norm_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(residual, delta, weight, out, n, eps,
+                                                             q, scale);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void w8a8_add_rms_norm(float* y, const float* a_scale, bool a_per_row, const float* w_scale,
+                       bool w_per_row, const float* bias, float* residual, const float* weight,
+                       float* out, int64_t m, int64_t n, float eps, uint8_t* q, float* scale,
+                       cudaStream_t stream) {
+  if (m == 0) return;
+  w8a8_add_rms_norm_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(
+      y, a_scale, a_per_row, w_scale, w_per_row, bias, residual, weight, out, n, eps, q, scale);
   OCTET_CUDA_CHECK_LAUNCH();
 }
 

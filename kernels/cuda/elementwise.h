@@ -24,6 +24,13 @@ void rope(float* q, int64_t q_heads, float* k, int64_t k_heads, int64_t n, int64
 void rms_norm_quant_fp8(float* residual, const float* delta, const float* weight, float* out,
                         int64_t m, int64_t n, float eps, uint8_t* q, float* scale,
                         cudaStream_t stream);
+/// w8a8_scale of a GEMM's sums y [m, n] in place, then rms_norm(residual, y, weight, out) and,
+/// with q non-null, quantize_fp8_dynamic of out: one kernel, the same bits. a_scale may be
+/// `scale`.
+void w8a8_add_rms_norm(float* y, const float* a_scale, bool a_per_row, const float* w_scale,
+                       bool w_per_row, const float* bias, float* residual, const float* weight,
+                       float* out, int64_t m, int64_t n, float eps, uint8_t* q, float* scale,
+                       cudaStream_t stream);
 /// silu_mul then quantize_fp8_dynamic of out (null amax) in one kernel, the same bits.
 void silu_mul_quant_fp8(const float* gate, const float* up, float* out, int64_t m, int64_t n,
                         uint8_t* q, float* scale, cudaStream_t stream);

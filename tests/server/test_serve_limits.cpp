@@ -79,8 +79,9 @@ TEST_CASE("a response larger than a client reads within --read-timeout is sent w
   const size_t promised = std::stoull(m[1]);
   INFO("read " << got.size() - head_end - 4 << " of " << promised << " body bytes in " << secs
                << " s");
-  // The point of the test: reading took longer than --read-timeout.
-  REQUIRE(secs > 3.0);
+  // The point of the test: reading took well over --read-timeout (twice it; ~22 slices of
+  // 256 KiB 125 ms apart take ~2.9 s, so a bound of 3 s failed on a fast reader).
+  REQUIRE(secs > 2.0);
   CHECK(promised > (5u << 20));
   CHECK(got.size() - head_end - 4 == promised);
   const auto j = nlohmann::json::parse(got.substr(head_end + 4));
