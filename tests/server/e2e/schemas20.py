@@ -9,7 +9,7 @@ scripts/make_schemas20.py writes the JSON schemas the openai client sends for th
 form) to bench/schemas/schemas20.json.
 """
 import enum
-from typing import List, Literal, Optional
+from typing import Annotated, List, Literal, Optional
 
 from pydantic import BaseModel, Field
 
@@ -62,7 +62,8 @@ class Rectangle(BaseModel):
 
 class TodoList(BaseModel):
     title: str = name_field()
-    items: List[str] = Field(min_length=1, max_length=3)
+    items: List[Annotated[str, Field(min_length=1, max_length=40)]] = Field(min_length=1,
+                                                                           max_length=3)
 
 
 class Product(BaseModel):
