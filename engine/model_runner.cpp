@@ -9,6 +9,7 @@
 #include "engine/kv_cache_manager.h"
 #include "engine/model_loader.h"
 #include "engine/request.h"
+#include "engine/sampler.h"
 #include "kernels/common/check.h"
 #include "kernels/launch_counter.h"
 
@@ -211,6 +212,18 @@ StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager
   StepLogits rows;
   rows.vocab = ranks_[0].model->config().vocab_size;
   const ForwardBatch batch = build_batch(out, kv, rows);
+  // Device greedy: every row is some request's plain greedy sample (no prompt logprobs).
+  rows.device_greedy = ranks_[0].model->shard().world_size == 1 && !batch.logits_indices.empty();
+  size_t sampled = 0;
+  for (size_t i = 0; i < out.scheduled.size() && rows.device_greedy; ++i) {
+    const Request& r = *out.scheduled[i];
+    rows.device_greedy = rows.prompt_row_begin[i] < 0 && r.sampling_params.max_tokens > 0 &&
+                         (rows.sample_row[i] < 0 ||
+                          plain_greedy(r.sampling_params,
+                                       static_cast<int64_t>(r.output_token_ids.size())));
+    sampled += rows.sample_row[i] >= 0 ? 1 : 0;
+  }
+  rows.device_greedy = rows.device_greedy && sampled == batch.logits_indices.size();
   if (steps_) {  // the other nodes' ranks join this step's collectives
     std::vector<uint8_t> msg = encode_step_message(batch);
     steps_->broadcast_bytes(msg, 0);
@@ -242,14 +255,15 @@ bool ModelRunner::follow_step(HostChannel& steps) {
 void ModelRunner::run_batch(const ForwardBatch& batch, StepLogits* rows) {
   const int64_t n = batch.num_tokens();
   const int64_t num_rows = static_cast<int64_t>(batch.logits_indices.size());
-  if (rows) rows->logits.resize(static_cast<size_t>(num_rows * rows->vocab));
   if (const int64_t p = graph_size(batch); p > 0) {
     run_graph_step(batch, p, rows);
     return;
   }
-  // The CPU rehearsal's kernel count of a decode step (kernels/launch_counter.h).
+  // The CPU rehearsal's kernel count of a decode step's forward (kernels/launch_counter.h),
+  // as a graph holds it: the sampling after it (argmax_rows) not included.
   const auto* counter = dynamic_cast<const LaunchCounter*>(&ranks_[0].model->backend());
   const int64_t counted = counter != nullptr ? counter->launches() : 0;
+  int64_t forward_end = counted;
   // Every rank: the same host batch on its own backend, weights, cache and activations.
   const auto run_rank = [&](int r, Communicator& comm) {
     Rank& k = ranks_[r];
@@ -258,15 +272,30 @@ void ModelRunner::run_batch(const ForwardBatch& batch, StepLogits* rows) {
                                        std::max(num_rows, k.act.max_logit_rows));
     k.device_batch.upload(k.model->backend(), batch);
     k.model->forward(batch, k.device_batch, *k.cache, k.act, comm);
-    if (r == 0 && rows) k.model->read_logits(k.act, num_rows, rows->logits.data());
+    if (r == 0 && counter != nullptr) forward_end = counter->launches();
+    if (r == 0 && rows) read_rows(*k.model, k.act, num_rows, *rows);
   };
   if (!group_) {
     run_rank(0, single_rank_communicator());
   } else {
     group_->run(run_rank);
   }
-  if (counter != nullptr && is_decode_step(batch))
-    decode_step_kernels_ = counter->launches() - counted;
+  if (counter != nullptr && is_decode_step(batch)) decode_step_kernels_ = forward_end - counted;
+}
+
+void ModelRunner::read_rows(const LlamaModel& model, const LlamaActivations& act,
+                            int64_t num_rows, StepLogits& rows) {
+  if (rows.device_greedy) {
+    rows.greedy_ids.resize(static_cast<size_t>(num_rows));
+    model.read_greedy(act, num_rows, rows.greedy_ids.data());
+    if (std::find(rows.greedy_ids.begin(), rows.greedy_ids.end(), -1) == rows.greedy_ids.end()) {
+      rows.logits.clear();
+      return;
+    }
+    rows.greedy_ids.clear();  // a non-finite logit: the host samples (and reports) every row
+  }
+  rows.logits.resize(static_cast<size_t>(num_rows * rows.vocab));
+  model.read_logits(act, num_rows, rows.logits.data());
 }
 
 void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogits* rows) {
@@ -298,11 +327,11 @@ void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogit
     }
     if (r != 0 || !rows) return;
     if (!gathered) {
-      k.model->read_logits(k.graph_act, n, rows->logits.data());
+      read_rows(*k.model, k.graph_act, n, *rows);
     } else {
       padded.resize(static_cast<size_t>(p * vocab));
       k.model->read_logits(k.graph_act, p, padded.data());
-      std::copy_n(padded.begin(), n * vocab, rows->logits.begin());
+      rows->logits.assign(padded.begin(), padded.begin() + n * vocab);
     }
   };
   if (!group_) {

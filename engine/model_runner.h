@@ -24,7 +24,13 @@ struct LoadedModel;
 /// Logits rows of one step, per scheduled request (same order as SchedulerOutput::scheduled).
 struct StepLogits {
   int64_t vocab = 0;
-  std::vector<float> logits;            // [num_rows, vocab]
+  std::vector<float> logits;            // [num_rows, vocab]; empty when greedy_ids holds them
+  // Greedy tokens taken on the device, one per row (Backend::argmax_rows), when every row of
+  // the step is a plain greedy sample (sampler.h plain_greedy) at world size 1: rows x 4 bytes
+  // cross instead of rows x vocab x 4. Empty otherwise (and when a row held a non-finite
+  // logit: the host then samples every row and reports it).
+  std::vector<int32_t> greedy_ids;
+  bool device_greedy = false;           // execute()'s choice for this step
   std::vector<int64_t> sample_row;      // [num_scheduled]: row to sample from, or -1
   // Prompt logprobs: rows for prompt positions p (predicting token p + 1), per request.
   std::vector<int64_t> prompt_row_begin;  // [num_scheduled]: first row, or -1
@@ -102,13 +108,17 @@ class ModelRunner {
   const PagedKVCache& cache(int r) const { return *ranks_.at(r).cache; }
   /// Steps run as a graph so far (captures included), for tests and logs.
   int64_t graph_steps() const { return graph_steps_; }
-  /// Kernels of the last decode step (every sequence one token, its logits only) on rank 0:
-  /// a graph step's kernel nodes (Backend::graph_kernel_count), or, eager on a LaunchCounter
-  /// backend (kernels/launch_counter.h, the CPU rehearsal), what it counted over the step; -1
-  /// until such a step. Read from another thread after the step.
+  /// Kernels of the last decode step's forward (every sequence one token, its logits only) on
+  /// rank 0: a graph step's kernel nodes (Backend::graph_kernel_count), or, eager on a
+  /// LaunchCounter backend (kernels/launch_counter.h, the CPU rehearsal), what it counted over
+  /// the forward; the sampling after it (argmax_rows: one kernel) is not included. -1 until
+  /// such a step. Read from another thread after the step.
   int64_t decode_step_kernels() const { return decode_step_kernels_.load(); }
 
  private:
+  // Rank 0's rows of the last forward (act) into rows: greedy ids or logits (StepLogits).
+  static void read_rows(const LlamaModel& model, const LlamaActivations& act, int64_t num_rows,
+                        StepLogits& rows);
   // Whether `batch` is a decode step: every sequence one token, and only its logits.
   static bool is_decode_step(const ForwardBatch& batch);
   // Runs `batch` on every rank; rows (node 0) gets the logits, null: none are read.

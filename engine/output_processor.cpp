@@ -123,9 +123,14 @@ void OutputProcessor::sample(const SchedulerOutput& out, const StepLogits& logit
           throw std::runtime_error("structured output: " + st.grammar->fill_error());
         bitmask = st.grammar->bitmask();
       }
-      SampleResult res = octet::sample(logits.row(logits.sample_row[i]), logits.vocab, p,
-                                       r.prompt_token_ids, r.output_token_ids, eos_token_ids_,
-                                       st.rng, bitmask);
+      SampleResult res;
+      if (!logits.greedy_ids.empty()) {  // taken on the device: the argmax sample() would take
+        res.token_id = logits.greedy_ids[static_cast<size_t>(logits.sample_row[i])];
+      } else {
+        res = octet::sample(logits.row(logits.sample_row[i]), logits.vocab, p,
+                            r.prompt_token_ids, r.output_token_ids, eos_token_ids_, st.rng,
+                            bitmask);
+      }
       if (!res.ok() && bitmask && res.error.find("grammar allows no token") != std::string::npos) {
         // The request's own constraint admits nothing here (e.g. `root ::= root`, a schema
         // that only refers to itself, or min_tokens masking the grammar's only way out): a

@@ -293,6 +293,11 @@ int32_t inverse_cdf(const float* w, int64_t n, double u) {
 
 }  // namespace
 
+bool plain_greedy(const SamplingParams& params, int64_t num_output) {
+  return params.temperature < kGreedyTemperature && params.logprobs < 0 &&
+         !params.structured_outputs.active() && !has_processors(params, num_output);
+}
+
 int32_t argmax(const float* logits, int64_t vocab) {
   // The maximum first (vectorisable), then its first index.
   const float mx = max_value(logits, vocab);

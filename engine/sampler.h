@@ -54,6 +54,12 @@ struct SampleResult {
   bool ok() const { return error.empty(); }
 };
 
+/// Whether a request's next token is plain greedy: temperature < kGreedyTemperature, no
+/// logprobs, no structured output, no logits processor active with num_output tokens generated
+/// (logit_bias, min_tokens, penalties). Then sample() is argmax() of the raw row (or an error
+/// for a non-finite logit): the runner may take it from Backend::argmax_rows instead.
+bool plain_greedy(const SamplingParams& params, int64_t num_output);
+
 /// Index of the largest logit; the lowest index wins ties (as torch.argmax). logits: [vocab].
 int32_t argmax(const float* logits, int64_t vocab);
 

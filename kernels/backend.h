@@ -293,6 +293,11 @@ class Backend {
                                const PagedAttentionBatch& batch, int64_t num_heads,
                                int64_t sliding_window, float softmax_scale, float* out) = 0;
 
+  /// Greedy tokens on the device: ids[r] = the first index of row r's largest value (torch.argmax's
+  /// ties: the lowest index) when every value of the row is finite, else -1 (the host then
+  /// samples that row itself and reports the bad logit). x: [rows, width]; ids: [rows] int32.
+  virtual void argmax_rows(const float* x, int64_t rows, int64_t width, int32_t* ids) = 0;
+
   /// out[r, :] = x[rows[r], :] for r < num_rows (the rows whose logits are needed).
   /// x: [*, width]; rows: [num_rows]; out: [num_rows, width].
   virtual void gather_rows(const float* x, int64_t width, const int64_t* rows,

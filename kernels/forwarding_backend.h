@@ -112,6 +112,9 @@ class ForwardingBackend : public Backend {
                    float* out) override {
     in_->gather_rows(x, w, rows, n, out);
   }
+  void argmax_rows(const float* x, int64_t rows, int64_t w, int32_t* ids) override {
+    in_->argmax_rows(x, rows, w, ids);
+  }
 
  protected:
   Backend& inner() { return *in_; }

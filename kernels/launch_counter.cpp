@@ -147,4 +147,9 @@ void LaunchCounter::gather_rows(const float* x, int64_t w, const int64_t* rows, 
   inner().gather_rows(x, w, rows, n, out);
 }
 
+void LaunchCounter::argmax_rows(const float* x, int64_t rows, int64_t w, int32_t* ids) {
+  launches_ += rows > 0 ? 1 : 0;
+  inner().argmax_rows(x, rows, w, ids);
+}
+
 }  // namespace octet

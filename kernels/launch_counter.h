@@ -54,6 +54,7 @@ class LaunchCounter final : public ForwardingBackend {
                        int64_t nh, int64_t window, float sm, float* out) override;
   void gather_rows(const float* x, int64_t w, const int64_t* rows, int64_t n,
                    float* out) override;
+  void argmax_rows(const float* x, int64_t rows, int64_t w, int32_t* ids) override;
 
  private:
   int64_t launches_ = 0;

@@ -343,6 +343,7 @@ LlamaActivations LlamaModel::new_activations(int64_t max_tokens, int64_t max_log
   a.a_scale = f32(std::max(max_tokens, max_logit_rows), 1);
   a.last = f32(max_logit_rows, h);
   a.logits = f32(max_logit_rows, s.vocab_shard_size);
+  a.sampled = f32(max_logit_rows, 1);  // int32 ids
   if (s.world_size > 1) {
     if (be.exact_k_parts()) {  // FP8 row-parallel k parts, gathered (models/linear.h)
       a.amax = f32(std::max(max_tokens, max_logit_rows), 1);
@@ -508,6 +509,17 @@ void LlamaModel::read_logits(const LlamaActivations& act, int64_t rows, float* o
   backend_->download(act.gathered, 0, gathered.data(),
                      static_cast<int64_t>(gathered.size() * sizeof(float)));
   assemble_vocab_parallel_logits(gathered.data(), static_cast<int>(world), rows, vocab, vs, out);
+}
+
+void LlamaModel::read_greedy(const LlamaActivations& act, int64_t rows, int32_t* ids) const {
+  OCTET_CHECK(shard_.world_size == 1, "read_greedy: vocabulary split over ",
+              shard_.world_size, " ranks");
+  OCTET_CHECK(rows <= act.max_logit_rows, "read_greedy: ", rows, " rows of ",
+              act.max_logit_rows);
+  if (rows == 0) return;
+  backend_->argmax_rows(act.logits.as<float>(), rows, config_.vocab_size,
+                        act.sampled.as<int32_t>());
+  backend_->download(act.sampled, 0, ids, rows * 4);
 }
 
 SequenceKVCache LlamaModel::new_cache(int64_t max_tokens, bool hadamard_rotation) const {

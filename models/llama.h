@@ -98,6 +98,7 @@ struct LlamaActivations {
   Buffer gathered_partials;  // [G, max_tokens, hidden] FP32
   Buffer last;                                  // [max_logit_rows, hidden] FP32
   Buffer logits;                                // [max_logit_rows, vocab_shard_size] FP32
+  Buffer sampled;                               // [max_logit_rows] int32 (read_greedy)
   Buffer gathered;  // [world, max_logit_rows, vocab_shard_size] FP32 (world > 1)
 };
 
@@ -184,6 +185,10 @@ class LlamaModel {
   /// Copies the first `rows` logits rows [rows, vocab] of the last forward into host `out`
   /// (world > 1: assembled from the gathered vocabulary shards).
   void read_logits(const LlamaActivations& act, int64_t rows, float* out) const;
+  /// The greedy token of each of the first `rows` logits rows of the last forward, taken on the
+  /// backend (Backend::argmax_rows: -1 for a row with a non-finite logit) into host `ids`:
+  /// rows x 4 bytes cross instead of rows x vocab x 4. World size 1 only (OCTET_CHECK).
+  void read_greedy(const LlamaActivations& act, int64_t rows, int32_t* ids) const;
 
   /// forward() with activations and batch buffers made for this call; returns the logits rows
   /// downloaded (tests and one-off callers; the engine's runner keeps them preallocated).

@@ -202,6 +202,19 @@ class CpuBackend final : public Backend {
     for (int64_t r = 0; r < num_rows; ++r)
       std::copy_n(x + rows[r] * width, width, out + r * width);
   }
+
+  void argmax_rows(const float* x, int64_t rows, int64_t width, int32_t* ids) override {
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = x + r * width;
+      int32_t best = -1;
+      bool finite = width > 0;
+      for (int64_t j = 0; j < width && finite; ++j) {
+        finite = std::isfinite(row[j]);
+        if (finite && (best < 0 || row[j] > row[best])) best = static_cast<int32_t>(j);
+      }
+      ids[r] = finite ? best : -1;
+    }
+  }
 };
 
 }  // namespace

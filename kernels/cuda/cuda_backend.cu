@@ -434,6 +434,10 @@ class CudaBackend final : public Backend {
                     sliding_window, softmax_scale, out, stream_);
   }
 
+  void argmax_rows(const float* x, int64_t rows, int64_t width, int32_t* ids) override {
+    ck::argmax_rows(x, rows, width, ids, stream_);
+  }
+
   void gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t num_rows,
                    float* out) override {
     ck::gather_rows(x, width, rows, num_rows, out, stream_);

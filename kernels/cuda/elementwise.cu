@@ -236,6 +236,48 @@ __global__ void quantize_dynamic_kernel(const float* __restrict__ x, int64_t k,
   for (int64_t j = threadIdx.x; j < k; j += blockDim.x) q[row * k + j] = cm::quantize_dynamic(r[j], s);
 }
 
+// The better of two (value, index) candidates: the larger value, the lower index on ties
+// (-0 == +0 ties too, as the host's ==). Index -1: no candidate.
+__device__ __forceinline__ void argmax_pick(float& v, int32_t& i, float v2, int32_t i2) {
+  if (i2 >= 0 && (i < 0 || v2 > v || (v2 == v && i2 < i))) {
+    v = v2;
+    i = i2;
+  }
+}
+
+// One block per row: the first index of the row's max, or -1 when a value is not finite.
+__global__ void argmax_rows_kernel(const float* __restrict__ x, int64_t width,
+                                   int32_t* __restrict__ ids) {
+  __shared__ float shared_v[32];
+  __shared__ int32_t shared_i[32];
+  const float* row = x + static_cast<int64_t>(blockIdx.x) * width;
+  float v = 0.0f;
+  int32_t i = -1;
+  int bad = 0;
+  for (int64_t j = threadIdx.x; j < width; j += blockDim.x) {
+    const float e = row[j];
+    bad |= !isfinite(e);
+    if (i < 0 || e > v) {  // j grows: the first of equal values stays
+      v = e;
+      i = static_cast<int32_t>(j);
+    }
+  }
+  bad = __syncthreads_or(bad);
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    argmax_pick(v, i, __shfl_xor_sync(0xFFFFFFFFu, v, offset),
+                __shfl_xor_sync(0xFFFFFFFFu, i, offset));
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  if (lane == 0) {
+    shared_v[warp] = v;
+    shared_i[warp] = i;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  for (int w = 1; w < static_cast<int>(blockDim.x / kWarpSize); ++w)
+    argmax_pick(v, i, shared_v[w], shared_i[w]);
+  ids[blockIdx.x] = bad || width == 0 ? -1 : i;
+}
+
 __global__ void quantize_static_kernel(const float* __restrict__ x, int64_t total, float inv,
                                        uint8_t* __restrict__ q) {
   for (int64_t i = grid_start(); i < total; i += grid_stride()) q[i] = cm::quantize_static(x[i], inv);
@@ -420,6 +462,13 @@ void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* ama
                           float* scale, cudaStream_t stream) {
   if (m == 0) return;
   quantize_dynamic_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(x, k, amax, q, scale);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void argmax_rows(const float* x, int64_t rows, int64_t width, int32_t* ids,
+                 cudaStream_t stream) {
+  if (rows == 0) return;
+  argmax_rows_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(x, width, ids);
   OCTET_CUDA_CHECK_LAUNCH();
 }
 

@@ -47,6 +47,8 @@ void quantize_fp8_static(const float* x, int64_t m, int64_t k, float inv_scale, 
                          cudaStream_t stream);
 void gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t num_rows,
                  float* out, cudaStream_t stream);
+/// Backend::argmax_rows: per row the first index of its max, -1 when a value is not finite.
+void argmax_rows(const float* x, int64_t rows, int64_t width, int32_t* ids, cudaStream_t stream);
 
 /// The W8A8 epilogue (backend.h linear_w8a8_combine): y[i, j] = w8a8_epilogue(((acc[0,i,j] +
 /// acc[1,i,j]) + ...), a_scale[i or 0], w_scale[j or 0], bias[j] if any). acc: [groups, m, n]

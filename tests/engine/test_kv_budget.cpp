@@ -156,13 +156,13 @@ TEST_CASE("kv budget: tiny-llama's graph estimate and workspace shape by hand", 
   CHECK(s.sizes == std::vector<int64_t>{1, 2, 4, 8});
   CHECK(s.num_windows == 1);
   // Activations for 8 tokens and 8 rows: FP32 x, xn, q, attn, proj (64 each), k, v (32),
-  // gate, up (128) = 640 floats a token; qa 128 B a token; a_scale 4 B; last 64 floats and
-  // logits 512 floats a row.
-  CHECK(s.activation_bytes == 8 * (640 * 4 + 128 + 4) + 8 * (64 + 512) * 4);  // 39968
+  // gate, up (128) = 640 floats a token; qa 128 B a token; a_scale 4 B; last 64 floats,
+  // logits 512 floats and one int32 greedy id a row.
+  CHECK(s.activation_bytes == 8 * (640 * 4 + 128 + 4) + 8 * (64 + 512 + 1) * 4);  // 40000
   const GraphMemoryReserve r = estimate_graph_memory(s);
   CHECK(r.batch == 44 * 8 + 8 + 4 * 8 * 64);  // 64 blocks of 16
   CHECK(r.attention == 4 * (4 * 2 + 13 * 15));  // 2 partitions, one window
-  CHECK(r.total() == 39968 + 2408 + 812 + 4 * kGraphExecBytesEstimate);
+  CHECK(r.total() == 40000 + 2408 + 812 + 4 * kGraphExecBytesEstimate);
   CHECK(estimate_graph_memory(graph_memory_shape(*m->model, captured_graph_sizes(true, true, 8),
                                                  1024, 16))
             .total() == 0);
@@ -234,10 +234,11 @@ TEST_CASE("kv budget: Llama-3.1-8B FP8 at 0.95 and 16384 batched tokens on an 80
       32 * (linear_fp8 + scales + 2 * 4096 * 4) + 2 * (int64_t{128256} * 4096 * 2) + 4096 * 4;
   CHECK(weights == 9087238144);  // 8.46 GiB
   // Activations a token: x, xn, q, attn, proj (4096), k, v (1024), gate, up (14336) FP32 =
-  // 51200 floats; qa 14336 B; a_scale 4 B. A logits row: last 4096 + logits 128256 floats.
-  const int64_t per_token = 51200 * 4 + 14336 + 4, per_row = (4096 + 128256) * 4;
+  // 51200 floats; qa 14336 B; a_scale 4 B. A logits row: last 4096 + logits 128256 floats and
+  // a greedy id (int32).
+  const int64_t per_token = 51200 * 4 + 14336 + 4, per_row = (4096 + 128256 + 1) * 4;
   const int64_t activations = 16384 * per_token + 256 * per_row;
-  CHECK(activations == 3725918208);  // 3.47 GiB
+  CHECK(activations == 3725919232);  // 3.47 GiB
   // Workspace (CUDA, sm_90): GEMM scratch for min(512, 16384) rows of the widest stacked GEMM,
   // the merged gate/up (2 x 14336 outputs): 512 x 28672 floats = 56 MiB (each other FP8 linear
   // writes its sums straight to its output; the BF16 lm_head's activations, 512 x 4096
@@ -303,7 +304,7 @@ TEST_CASE("kv budget: Llama-3.1-8B FP8 at 0.95 and 16384 batched tokens on an 80
   gs.max_model_len = 131072;
   gs.block_size = 16;
   const int64_t graphs = estimate_graph_memory(gs).total();
-  CHECK(graphs == 191628288 + (44 * 256 + 8 + 4 * 256 * 8192) + 4 * (35 * 2 + 1283 * 4231) +
+  CHECK(graphs == 191629312 + (44 * 256 + 8 + 4 * 256 * 8192) + 4 * (35 * 2 + 1283 * 4231) +
                       35 * kGraphExecBytesEstimate);
 
   DeviceMemoryParts p;
@@ -409,11 +410,11 @@ TEST_CASE("kv budget: a fake device: the workspace is reserved before the pool, 
   CHECK(mem.context_other_bytes == 40 * kMiB + extra);
   // By hand: free = 256 MiB - 40 MiB - weights - workspace; cap = 0.9 x 256 MiB; KV =
   // free - (256 MiB - cap) - activations (256 tokens, 8 rows) - the graph estimate (sizes 1, 2,
-  // 4, 8, as the tiny-llama case above: 39968 + 2408 + 812 + 4 x 4 MiB).
+  // 4, 8, as the tiny-llama case above: 40000 + 2408 + 812 + 4 x 4 MiB).
   const int64_t total = 256 * kMiB;
   const int64_t cap = static_cast<int64_t>(std::floor(0.9 * static_cast<double>(total)));
-  const int64_t act = 256 * (640 * 4 + 128 + 4) + 8 * (64 + 512) * 4;
-  const int64_t graphs = 39968 + 2408 + 812 + 4 * kGraphExecBytesEstimate;
+  const int64_t act = 256 * (640 * 4 + 128 + 4) + 8 * (64 + 512 + 1) * 4;
+  const int64_t graphs = 40000 + 2408 + 812 + 4 * kGraphExecBytesEstimate;
   CHECK(mem.activation_bytes == act);
   CHECK(mem.graph_reserve_bytes == graphs);
   const int64_t free_now = total - 40 * kMiB - weights - extra - mem.workspace.total();

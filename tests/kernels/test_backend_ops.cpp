@@ -481,6 +481,50 @@ void gather_rows_case(Backend& be) {
 }
 BACKEND_TEST_CASE("gather_rows", gather_rows_case)
 
+// ---- argmax_rows --------------------------------------------------------------------------------
+
+// The first index of each row's max (ties: the lowest, -0 == +0 as ==), -1 for a row holding a
+// NaN or an infinity (either sign), against a loop written here; widths below, at and past the
+// CUDA block's 256 threads, the max in the last element, ties across threads.
+void argmax_rows_case(Backend& be) {
+  std::mt19937 rng(21);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t width : {int64_t{1}, int64_t{7}, int64_t{256}, int64_t{300}, int64_t{49152}}) {
+    CAPTURE(width);
+    const int64_t rows = 9;
+    std::vector<float> x = uniform(rng, rows * width, -30, 30);
+    auto at = [&](int64_t r, int64_t j) -> float& {
+      return x[r * width + std::min(j, width - 1)];
+    };
+    at(1, width - 1) = 99.0f;                 // the max at the end
+    at(2, 3) = at(2, 200) = at(2, 1) = 50.0f;  // ties: index 1 (or the last column) wins
+    at(3, 0) = 0.0f;                           // all zeros of both signs: index 0
+    for (int64_t j = 0; j < width; ++j) at(3, j) = j % 2 ? -0.0f : 0.0f;
+    at(4, 5) = std::numeric_limits<float>::quiet_NaN();
+    at(5, 2) = inf;
+    at(6, 0) = -inf;
+    for (int64_t j = 0; j < width; ++j) at(7, j) = -1e30f;  // all equal, finite
+    std::vector<int32_t> expect(rows);
+    for (int64_t r = 0; r < rows; ++r) {
+      int32_t best = 0;
+      bool finite = true;
+      for (int64_t j = 0; j < width; ++j) {
+        finite = finite && std::isfinite(x[r * width + j]);
+        if (x[r * width + j] > x[r * width + best]) best = static_cast<int32_t>(j);
+      }
+      expect[r] = finite ? best : -1;
+    }
+    CHECK(expect[4] == -1);
+    CHECK(expect[5] == -1);
+    CHECK(expect[6] == -1);
+    const auto d_x = to_device(be, x);
+    auto d_ids = device_zeros<int32_t>(be, rows);
+    be.argmax_rows(d_x.data(), rows, width, d_ids.data());
+    CHECK(to_host(be, d_ids) == expect);
+  }
+}
+BACKEND_TEST_CASE("argmax_rows", argmax_rows_case)
+
 // ---- hadamard_rotate ----------------------------------------------------------------------------
 
 // Reference: the dense product y_i = sum_j (-1)^popcount(i & j) x_j / sqrt(n) in double (the
