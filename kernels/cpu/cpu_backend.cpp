@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <vector>
 
@@ -204,15 +205,20 @@ class CpuBackend final : public Backend {
   }
 
   void argmax_rows(const float* x, int64_t rows, int64_t width, int32_t* ids) override {
+    // The max and a non-finite flag in one vectorisable pass (v > mx ? v : mx is MAXPS), then
+    // the first index holding it.
     for (int64_t r = 0; r < rows; ++r) {
       const float* row = x + r * width;
-      int32_t best = -1;
-      bool finite = width > 0;
-      for (int64_t j = 0; j < width && finite; ++j) {
-        finite = std::isfinite(row[j]);
-        if (finite && (best < 0 || row[j] > row[best])) best = static_cast<int32_t>(j);
+      float mx = -std::numeric_limits<float>::infinity();
+      bool bad = width == 0;
+      for (int64_t j = 0; j < width; ++j) {
+        const float v = row[j];
+        mx = v > mx ? v : mx;
+        bad |= !(std::fabs(v) <= std::numeric_limits<float>::max());
       }
-      ids[r] = finite ? best : -1;
+      int64_t best = 0;
+      while (!bad && row[best] != mx) ++best;
+      ids[r] = bad ? -1 : static_cast<int32_t>(best);
     }
   }
 };
