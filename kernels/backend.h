@@ -160,6 +160,16 @@ class Backend {
                     int64_t head_dim, int64_t rot_dim, const int64_t* positions,
                     const float* inv_freq, RopeLayout layout) = 0;
 
+  /// rope(q, k, ...) (k not null), then write_kv_cache(cache, k, v, slot_mapping, n) of the
+  /// rotated k: the values of the two calls; CUDA runs them as one kernel.
+  virtual void rope_write_kv(float* q, float* k, const float* v, int64_t n, int64_t num_heads,
+                             int64_t num_kv_heads, int64_t head_dim, int64_t rot_dim,
+                             const int64_t* positions, const float* inv_freq, RopeLayout layout,
+                             const KVCacheView& cache, const int64_t* slot_mapping) {
+    rope(q, k, n, num_heads, num_kv_heads, head_dim, rot_dim, positions, inv_freq, layout);
+    write_kv_cache(cache, k, v, slot_mapping, n);
+  }
+
   /// out[m, n] = silu(gate) * up, silu(x) = x / (1 + exp(-x)) (SwiGLU, Shazeer 2020).
   /// out may alias gate.
   virtual void silu_mul(const float* gate, const float* up, float* out, int64_t m,
@@ -247,8 +257,10 @@ class Backend {
   virtual bool merges_projections() const { return false; }
 
   /// linear_w8a8 of one input for `count` weights (q/k/v, gate/up): ys[i] = linear_w8a8(qa,
-  /// a_scale, a_granularity, m, ws[i]) bit for bit. A backend may run them as one kernel (the
-  /// CPU's AVX2 GEMV: one thread-team hand-off); the default calls linear_w8a8 per weight.
+  /// a_scale, a_granularity, m, ws[i]), bit for bit where exact_k_parts(). A backend may run
+  /// them as one kernel (the CPU's AVX2 GEMV: one thread-team hand-off; CUDA: one GEMM of
+  /// adjacent weights, whose sums may round in another order than one GEMM each, still batch
+  /// invariant); the default calls linear_w8a8 per weight.
   virtual void linear_w8a8_multi(const uint8_t* qa, const float* a_scale,
                                  ScaleGranularity a_granularity, int64_t m, const WeightRef* ws,
                                  float* const* ys, int count) {
@@ -265,7 +277,7 @@ class Backend {
   /// linear_w8a8's epilogue over gathered part sums acc: [groups, m, n]: y[i, j] =
   /// (((acc[0,i,j] + acc[1,i,j]) + ...) + acc[groups-1,i,j]) * (a_scale * s_w[j]) + bias[j].
   /// With acc from linear_w8a8_partials over all of k (groups == w.k_groups), y equals
-  /// linear_w8a8's bit for bit. w supplies the scales and bias only.
+  /// linear_w8a8's bit for bit where exact_k_parts(). w supplies the scales and bias only.
   virtual void linear_w8a8_combine(const float* acc, int64_t groups, const float* a_scale,
                                    ScaleGranularity a_granularity, int64_t m,
                                    const WeightRef& w, float* y) = 0;

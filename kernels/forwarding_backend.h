@@ -1,7 +1,10 @@
 #pragma once
 // A Backend that hands every op to another one: the base of wrappers that observe or replace
 // a few ops (kv-report's K/V hooks, calibrate's Q amax) and forward the rest unchanged. Graph
-// capture is not forwarded (a wrapper records nothing: supports_graphs() is false).
+// capture is not forwarded (a wrapper records nothing: supports_graphs() is false), nor are the
+// fused ops (rms_norm_quant_fp8, silu_mul_quant_fp8, linear_w8a8_add_rms_norm, rope_write_kv):
+// they run as their parts through the wrapper (Backend's defaults), so an override of a part
+// sees every call of it.
 #include <memory>
 #include <string>
 #include <utility>
@@ -53,14 +56,6 @@ class ForwardingBackend : public Backend {
   void gelu_tanh_mul(const float* g, const float* u, float* out, int64_t m, int64_t n) override {
     in_->gelu_tanh_mul(g, u, out, m, n);
   }
-  void rms_norm_quant_fp8(float* r, const float* d, const float* w, float* out, int64_t m,
-                          int64_t n, float eps, uint8_t* q, float* s) override {
-    in_->rms_norm_quant_fp8(r, d, w, out, m, n, eps, q, s);
-  }
-  void silu_mul_quant_fp8(const float* g, const float* u, float* out, int64_t m, int64_t n,
-                          uint8_t* q, float* s) override {
-    in_->silu_mul_quant_fp8(g, u, out, m, n, q, s);
-  }
   void scale(float* x, int64_t count, float s) override { in_->scale(x, count, s); }
   void row_amax(const float* x, int64_t m, int64_t k, float* a) override {
     in_->row_amax(x, m, k, a);
@@ -78,12 +73,6 @@ class ForwardingBackend : public Backend {
   void linear_w8a8(const uint8_t* qa, const float* as, ScaleGranularity g, int64_t m,
                    const WeightRef& w, float* y) override {
     in_->linear_w8a8(qa, as, g, m, w, y);
-  }
-  void linear_w8a8_add_rms_norm(const uint8_t* qa, const float* as, ScaleGranularity g,
-                                int64_t m, const WeightRef& w, float* y, float* r,
-                                const float* nw, float* out, float eps, uint8_t* q,
-                                float* s) override {
-    in_->linear_w8a8_add_rms_norm(qa, as, g, m, w, y, r, nw, out, eps, q, s);
   }
   void linear_w8a8_multi(const uint8_t* qa, const float* as, ScaleGranularity g, int64_t m,
                          const WeightRef* ws, float* const* ys, int count) override {

@@ -2,6 +2,8 @@
 // backend queues for it (nothing for calls that queue nothing: empty shapes), then runs it.
 #include "kernels/launch_counter.h"
 
+#include <vector>
+
 #include "kernels/cuda/launch_model.h"
 
 namespace octet {
@@ -23,6 +25,14 @@ void LaunchCounter::rope(float* q, float* k, int64_t n, int64_t nh, int64_t nkv,
                          int64_t rd, const int64_t* pos, const float* f, RopeLayout l) {
   launches_ += n > 0 ? ck::launches_rope() : 0;
   inner().rope(q, k, n, nh, nkv, hd, rd, pos, f, l);
+}
+
+void LaunchCounter::rope_write_kv(float* q, float* k, const float* v, int64_t n, int64_t nh,
+                                  int64_t nkv, int64_t hd, int64_t rd, const int64_t* pos,
+                                  const float* f, RopeLayout l, const KVCacheView& c,
+                                  const int64_t* slots) {
+  launches_ += n > 0 ? 1 : 0;  // one fused kernel
+  inner().rope_write_kv(q, k, v, n, nh, nkv, hd, rd, pos, f, l, c, slots);
 }
 
 void LaunchCounter::silu_mul(const float* g, const float* u, float* out, int64_t m, int64_t n) {
@@ -97,9 +107,15 @@ void LaunchCounter::linear_w8a8_multi(const uint8_t* qa, const float* as, ScaleG
                                       int count) {
   // The CUDA loader stores mergeable weights side by side (upload_linears_merged); here they
   // may sit anywhere: what counts is that CUDA's would be adjacent.
+  // The CUDA backend stores FP8 weights row-major whatever this backend's layout (the CPU's
+  // AVX2 tiles): mergeability is judged on that layout.
   int64_t n = 0;
-  for (int i = 0; i < count; ++i) n += ws[i].n;
-  const int64_t merged = m > 0 && count <= 4 && fp8_mergeable(ws, count)
+  std::vector<WeightRef> row_major(ws, ws + count);
+  for (WeightRef& w : row_major) {
+    n += w.n;
+    w.layout = Fp8Layout::RowMajor;
+  }
+  const int64_t merged = m > 0 && count <= 4 && fp8_mergeable(row_major.data(), count)
                              ? ck::launches_linear_w8a8_merged(n, ws[0].k) : 0;
   launches_ += merged;
   for (int i = 0; i < count && merged == 0; ++i)

@@ -1,7 +1,8 @@
 #pragma once
 // LaunchCounter: a Backend that runs every op on another backend and counts the device kernels
 // the CUDA backend would queue for the same calls (kernels/cuda/launch_model.h: an sm_89+ GPU,
-// decode attention as a CUDA graph runs it). The CPU rehearsal of `octet bench latency --device
+// decode attention as a CUDA graph runs it). Fused ops are forwarded whole and count as the
+// CUDA backend runs them. The CPU rehearsal of `octet bench latency --device
 // cuda`'s kernels per decode step, whose CUDA figure is a captured graph's kernel nodes
 // (Backend::graph_kernel_count). Not thread-safe: one stream of ops, as every backend.
 #include <cstdint>
@@ -23,6 +24,9 @@ class LaunchCounter final : public ForwardingBackend {
                 float eps) override;
   void rope(float* q, float* k, int64_t n, int64_t nh, int64_t nkv, int64_t hd, int64_t rd,
             const int64_t* pos, const float* f, RopeLayout l) override;
+  void rope_write_kv(float* q, float* k, const float* v, int64_t n, int64_t nh, int64_t nkv,
+                     int64_t hd, int64_t rd, const int64_t* pos, const float* f, RopeLayout l,
+                     const KVCacheView& c, const int64_t* slots) override;
   void silu_mul(const float* g, const float* u, float* out, int64_t m, int64_t n) override;
   void gelu_tanh_mul(const float* g, const float* u, float* out, int64_t m, int64_t n) override;
   void rms_norm_quant_fp8(float* r, const float* d, const float* w, float* out, int64_t m,

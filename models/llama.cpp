@@ -436,14 +436,7 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
       be.rms_norm(k, nullptr, w.k_norm.as<float>(), kr, n * nkv, hd, eps);
     }
     const bool sliding = c.layer_sliding_window[layer] > 0;
-    be.rope(qr, kr, n, nh, nkv, hd, c.rotary_dim, positions,
-            (sliding ? local_inv_freq_ : inv_freq_).as<float>(), rope_layout_);
-    // --kv-cache-rotation hadamard: the same orthogonal H for q and k (q.k unchanged), so the
-    // cache stores rotated K with its outlier channels spread before quantization.
-    if (cache.spec(layer).hadamard_rotation) {
-      be.hadamard_rotate(qr, n * nh, hd);
-      be.hadamard_rotate(kr, n * nkv, hd);
-    }
+    const float* freq = (sliding ? local_inv_freq_ : inv_freq_).as<float>();
     // The whole batch's K/V of a layer are written before its attention reads them back, so a
     // token's K/V are the cached (possibly FP8) values whether computed now or earlier.
     // Hybrid caches: the layer's KV cache group has its own slots and block tables.
@@ -451,7 +444,18 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
     const int64_t group = cache.layer_group(layer);
     PagedAttentionBatch group_batch = attn_batch;
     group_batch.block_tables += group * attn_batch.num_seqs * attn_batch.max_blocks_per_seq;
-    be.write_kv_cache(kv, kr, v, device.slot_mapping.as<const int64_t>() + group * n, n);
+    const int64_t* slots = device.slot_mapping.as<const int64_t>() + group * n;
+    if (cache.spec(layer).hadamard_rotation) {
+      be.rope(qr, kr, n, nh, nkv, hd, c.rotary_dim, positions, freq, rope_layout_);
+      // --kv-cache-rotation hadamard: the same orthogonal H for q and k (q.k unchanged), so the
+      // cache stores rotated K with its outlier channels spread before quantization.
+      be.hadamard_rotate(qr, n * nh, hd);
+      be.hadamard_rotate(kr, n * nkv, hd);
+      be.write_kv_cache(kv, kr, v, slots, n);
+    } else {  // RoPE and the K/V write: one kernel on CUDA
+      be.rope_write_kv(qr, kr, v, n, nh, nkv, hd, c.rotary_dim, positions, freq, rope_layout_,
+                       kv, slots);
+    }
     be.paged_attention(kv, qr, group_batch, nh, c.layer_sliding_window[layer], softmax_scale,
                        attn);
     // Gemma: out = post_norm(out) before each residual add.

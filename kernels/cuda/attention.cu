@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/flashinfer_plan.h"
+#include "kernels/cuda/rope.cuh"
 
 namespace octet::cuda_kernels {
 
@@ -24,6 +25,33 @@ static_assert(kFlashInferPrefillMinQueries == kPrefillMinQueries,
 using namespace attention_detail;
 
 namespace {
+
+// Token t's cache slot, or -1 (not stored); a slot past the cache traps.
+__device__ __forceinline__ int64_t checked_slot(const int64_t* __restrict__ slots, int64_t t,
+                                                int64_t num_slots) {
+  const int64_t slot = slots[t];
+  if (slot >= num_slots) {
+    printf("octet cuda write_kv_cache: slot %lld outside [0, %lld)\n",
+           static_cast<long long>(slot), static_cast<long long>(num_slots));
+    __trap();
+  }
+  return slot;
+}
+
+// KV head h's scale for an FP8 cache (1 otherwise); one not positive and finite traps.
+template <DType D>
+__device__ __forceinline__ float checked_scale(const float* __restrict__ scale, int64_t h) {
+  if constexpr (!is_fp8(D)) {
+    return 1.0f;
+  } else {
+    const float s = scale[h];
+    if (!(s > 0.0f) || isinf(s)) {
+      printf("octet cuda write_kv_cache: FP8 scale not positive and finite\n");
+      __trap();
+    }
+    return s;
+  }
+}
 
 // One thread per (token, KV head, dim) element, K and V both.
 template <DType D>
@@ -37,25 +65,78 @@ __global__ void write_kv_kernel(uint8_t* __restrict__ kc, uint8_t* __restrict__ 
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = idx / row, rem = idx % row;
-    const int64_t slot = slots[t];
+    const int64_t slot = checked_slot(slots, t, num_slots);
     if (slot < 0) continue;
-    if (slot >= num_slots) {
-      printf("octet cuda write_kv_cache: slot %lld outside [0, %lld)\n",
-             static_cast<long long>(slot), static_cast<long long>(num_slots));
-      __trap();
-    }
-    float ks = 1.0f, vs = 1.0f;
-    if constexpr (is_fp8(D)) {
-      ks = k_scale[rem / head_dim];
-      vs = v_scale[rem / head_dim];
-      if (!(ks > 0.0f) || !(vs > 0.0f) || isinf(ks) || isinf(vs)) {
-        printf("octet cuda write_kv_cache: FP8 scale not positive and finite\n");
-        __trap();
-      }
-    }
-    store_kv<D>(kc, slot * row + rem, k[idx], ks);
-    store_kv<D>(vc, slot * row + rem, v[idx], vs);
+    const int64_t h = rem / head_dim;
+    store_kv<D>(kc, slot * row + rem, k[idx], checked_scale<D>(k_scale, h));
+    store_kv<D>(vc, slot * row + rem, v[idx], checked_scale<D>(v_scale, h));
   }
+}
+
+// rope_kernel (elementwise.cu) and write_kv_kernel in one grid: units [0, R) rotate one pair
+// of q or k (R = n x (q_heads + kv_heads) x half), a k pair then stored to the cache; units
+// [R, R + U) store k's unrotated dims [2 half, head_dim) (U = n x kv_heads x that many); the
+// rest store v. The same arithmetic and conversions as the two kernels.
+template <DType D>
+__global__ void rope_write_kv_kernel(float* __restrict__ q, int64_t q_heads,
+                                     float* __restrict__ k, const float* __restrict__ v,
+                                     int64_t n, int64_t kv_heads, int64_t head_dim, int64_t half,
+                                     const int64_t* __restrict__ positions,
+                                     const float* __restrict__ inv_freq, bool adjacent,
+                                     uint8_t* __restrict__ kc, uint8_t* __restrict__ vc,
+                                     const float* __restrict__ k_scale,
+                                     const float* __restrict__ v_scale, int64_t num_slots,
+                                     const int64_t* __restrict__ slots) {
+  const int64_t heads = q_heads + kv_heads, row = kv_heads * head_dim;
+  const int64_t rotated = n * heads * half, rest = head_dim - 2 * half;
+  const int64_t unrotated = n * kv_heads * rest, total = rotated + unrotated + n * row;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (idx < rotated) {
+      const int64_t i = idx % half, th = idx / half, t = th / heads, h = th % heads;
+      const float pos = static_cast<float>(positions[t]);
+      int64_t a, b;
+      if (h < q_heads) {
+        rope_rotate_pair(q + (t * q_heads + h) * head_dim, i, half, adjacent, pos, inv_freq[i],
+                         a, b);
+        continue;
+      }
+      const int64_t kh = h - q_heads;
+      float* xh = k + (t * kv_heads + kh) * head_dim;
+      rope_rotate_pair(xh, i, half, adjacent, pos, inv_freq[i], a, b);
+      const int64_t slot = checked_slot(slots, t, num_slots);
+      if (slot < 0) continue;
+      const float ks = checked_scale<D>(k_scale, kh);
+      store_kv<D>(kc, slot * row + kh * head_dim + a, xh[a], ks);
+      store_kv<D>(kc, slot * row + kh * head_dim + b, xh[b], ks);
+    } else if (idx < rotated + unrotated) {
+      const int64_t u = idx - rotated, d = 2 * half + u % rest, tk = u / rest;
+      const int64_t t = tk / kv_heads, kh = tk % kv_heads;
+      const int64_t slot = checked_slot(slots, t, num_slots);
+      if (slot < 0) continue;
+      store_kv<D>(kc, slot * row + kh * head_dim + d, k[tk * head_dim + d],
+                  checked_scale<D>(k_scale, kh));
+    } else {
+      const int64_t u = idx - rotated - unrotated, t = u / row, rem = u % row;
+      const int64_t slot = checked_slot(slots, t, num_slots);
+      if (slot < 0) continue;
+      store_kv<D>(vc, slot * row + rem, v[u], checked_scale<D>(v_scale, rem / head_dim));
+    }
+  }
+}
+
+template <DType D>
+void launch_rope_write_kv(const RopeWriteKv& a, const KVCacheView& c, cudaStream_t stream) {
+  const int64_t half = a.rot_dim / 2;
+  const int64_t total = a.n * (a.q_heads + c.num_kv_heads) * half +
+                        a.n * c.num_kv_heads * (c.head_dim - 2 * half) +
+                        a.n * c.num_kv_heads * c.head_dim;
+  const int64_t blocks = std::min<int64_t>((total + 255) / 256, 8192);
+  rope_write_kv_kernel<D><<<static_cast<unsigned>(blocks), 256, 0, stream>>>(
+      a.q, a.q_heads, a.k, a.v, a.n, c.num_kv_heads, c.head_dim, half, a.positions, a.inv_freq,
+      a.layout == RopeLayout::AdjacentPairs, static_cast<uint8_t*>(c.k),
+      static_cast<uint8_t*>(c.v), c.k_scale, c.v_scale, c.num_blocks * c.block_size, a.slots);
+  OCTET_CUDA_CHECK_LAUNCH();
 }
 
 
@@ -73,13 +154,36 @@ void launch_write_kv(const KVCacheView& c, const float* k, const float* v, const
 
 }  // namespace
 
-void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
-                    const int64_t* slot_mapping, int64_t n, cudaStream_t stream) {
+namespace {
+
+void check_cache_write(const KVCacheView& cache, int64_t n) {
   OCTET_CHECK(n >= 0 && cache.k != nullptr && cache.v != nullptr && cache.num_kv_heads > 0 &&
                   cache.head_dim > 0 && cache.block_size > 0,
               "cuda write_kv_cache: bad cache view or n ", n);
   OCTET_CHECK(!dtype_is_fp8(cache.dtype) || (cache.k_scale != nullptr && cache.v_scale != nullptr),
               "cuda write_kv_cache: an FP8 cache needs k_scale and v_scale");
+}
+
+}  // namespace
+
+void rope_write_kv(const RopeWriteKv& a, const KVCacheView& cache, cudaStream_t stream) {
+  check_cache_write(cache, a.n);
+  OCTET_CHECK(a.k != nullptr && a.rot_dim >= 0 && a.rot_dim <= cache.head_dim &&
+                  a.rot_dim % 2 == 0,
+              "cuda rope_write_kv: rot_dim ", a.rot_dim, " head_dim ", cache.head_dim);
+  if (a.n == 0) return;
+  switch (cache.dtype) {
+    case DType::F32: return launch_rope_write_kv<DType::F32>(a, cache, stream);
+    case DType::BF16: return launch_rope_write_kv<DType::BF16>(a, cache, stream);
+    case DType::F16: return launch_rope_write_kv<DType::F16>(a, cache, stream);
+    case DType::FP8_E4M3: return launch_rope_write_kv<DType::FP8_E4M3>(a, cache, stream);
+    case DType::FP8_E5M2: return launch_rope_write_kv<DType::FP8_E5M2>(a, cache, stream);
+  }
+}
+
+void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
+                    const int64_t* slot_mapping, int64_t n, cudaStream_t stream) {
+  check_cache_write(cache, n);
   if (n == 0) return;
   switch (cache.dtype) {
     case DType::F32: return launch_write_kv<DType::F32>(cache, k, v, slot_mapping, n, stream);

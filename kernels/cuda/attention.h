@@ -57,6 +57,25 @@ AttentionWorkspace attention_workspace(int64_t max_tokens, int64_t max_seqs,
                                        int64_t num_heads, int64_t head_dim,
                                        int64_t max_graph_seqs);
 
+/// Backend::rope_write_kv's arguments: q [n, q_heads, head_dim], k and v [n, kv heads,
+/// head_dim] (the cache's heads and head_dim), positions [n], inv_freq [rot_dim / 2], slots [n].
+struct RopeWriteKv {
+  float* q = nullptr;
+  int64_t q_heads = 0;
+  float* k = nullptr;
+  const float* v = nullptr;
+  int64_t n = 0;
+  int64_t rot_dim = 0;
+  const int64_t* positions = nullptr;
+  const float* inv_freq = nullptr;
+  RopeLayout layout = RopeLayout::HalfSplit;
+  const int64_t* slots = nullptr;
+};
+
+/// Queues RoPE of q and k with the rotated k and v stored to `cache` as write_kv_cache stores
+/// them, in one kernel (the bits of rope then write_kv_cache).
+void rope_write_kv(const RopeWriteKv& args, const KVCacheView& cache, cudaStream_t stream);
+
 /// Queues write_kv_cache (backend.h). FP8 caches need k_scale / v_scale.
 void write_kv_cache(const KVCacheView& cache, const float* k, const float* v,
                     const int64_t* slot_mapping, int64_t n, cudaStream_t stream);

@@ -204,6 +204,30 @@ class CudaBackend final : public Backend {
              stream_);
   }
 
+  void rope_write_kv(float* q, float* k, const float* v, int64_t n, int64_t num_heads,
+                     int64_t num_kv_heads, int64_t head_dim, int64_t rot_dim,
+                     const int64_t* positions, const float* inv_freq, RopeLayout layout,
+                     const KVCacheView& cache, const int64_t* slot_mapping) override {
+    OCTET_CHECK(cache.k_token_scale == nullptr && cache.v_token_scale == nullptr,
+                "octet: CUDA paged KV: --kv-cache-dtype fp8_per_token_head is not implemented "
+                "on CUDA");
+    OCTET_CHECK(cache.num_kv_heads == num_kv_heads && cache.head_dim == head_dim,
+                "rope_write_kv: k has ", num_kv_heads, " x ", head_dim, ", the cache ",
+                cache.num_kv_heads, " x ", cache.head_dim);
+    ck::RopeWriteKv a;
+    a.q = q;
+    a.q_heads = num_heads;
+    a.k = k;
+    a.v = v;
+    a.n = n;
+    a.rot_dim = rot_dim;
+    a.positions = positions;
+    a.inv_freq = inv_freq;
+    a.layout = layout;
+    a.slots = slot_mapping;
+    ck::rope_write_kv(a, cache, stream_);
+  }
+
   void hadamard_rotate(float* x, int64_t rows, int64_t head_dim) override {
     ck::hadamard_rotate(x, rows, head_dim, stream_);
   }
@@ -552,9 +576,18 @@ class CudaBackend final : public Backend {
 
   // BF16 weights (the lm_head) on cuBLASLt: the activations rounded to BF16 (RNE) in the GEMM
   // scratch, as a BF16 model's are, then a BF16 x BF16 GEMM with FP32 sums and the bias; rows
-  // in pieces that fit the scratch. False, with only a conversion queued, when cuBLASLt refuses
-  // the shape (the same answer for every m): simt_gemm then runs it in FP32.
+  // in pieces that fit the scratch. False when cuBLASLt refuses the shape (checked before any
+  // conversion; with one queued only if no algorithm passes its probes), the same answer for
+  // every m: simt_gemm then runs it in FP32.
   bool lt_bf16(const float* x, int64_t m, const WeightRef& w, float* y) {
+    ck::GemmCall call;  // the scratch holding the BF16 activations is 256-byte aligned
+    call.type = ck::GemmInput::BF16;
+    call.m = m;
+    call.n = w.n;
+    call.k = call.ld = w.k;
+    call.w = reinterpret_cast<uintptr_t>(w.data);
+    call.d = reinterpret_cast<uintptr_t>(y);
+    if (ck::lt_refusal(call, lt_->has_fp8()) != ck::LtRefusal::None) return false;
     const int64_t row_floats = cuda_bf16_scratch_floats(1, w.k);
     const int64_t rows = !scratch_reserved_
                              ? m

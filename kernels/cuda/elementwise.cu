@@ -11,6 +11,7 @@
 #include "kernels/cuda/block_reduce.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.h"
+#include "kernels/cuda/rope.cuh"
 
 namespace octet::cuda_kernels {
 
@@ -168,16 +169,10 @@ __global__ void rope_kernel(float* __restrict__ q, int64_t q_heads, float* __res
     const int64_t i = idx % half;
     const int64_t th = idx / half;  // token * (q_heads + k_heads) + head
     const int64_t t = th / heads, h = th % heads;
-    const float angle = cm::mul_rn(static_cast<float>(positions[t]), inv_freq[i]);
-    float s, c;
-    sincosf(angle, &s, &c);
     float* xh = h < q_heads ? q + (t * q_heads + h) * head_dim
                             : k + (t * k_heads + h - q_heads) * head_dim;
-    const int64_t a = adjacent ? 2 * i : i;
-    const int64_t b = adjacent ? 2 * i + 1 : i + half;
-    const float x0 = xh[a], x1 = xh[b];
-    xh[a] = cm::add_rn(cm::mul_rn(x0, c), -cm::mul_rn(x1, s));
-    xh[b] = cm::add_rn(cm::mul_rn(x0, s), cm::mul_rn(x1, c));
+    int64_t a, b;
+    rope_rotate_pair(xh, i, half, adjacent, static_cast<float>(positions[t]), inv_freq[i], a, b);
   }
 }
 
@@ -407,7 +402,7 @@ void rope(float* q, int64_t q_heads, float* k, int64_t k_heads, int64_t n, int64
 void rms_norm_quant_fp8(float* residual, const float* delta, const float* weight, float* out,
                        int64_t m, int64_t n, float eps, uint8_t* q, float* scale,
                        cudaStream_t stream) {
-  if (m == 0) return;
+  if (m == 0 || n == 0) return;
   rms_norm_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(residual, delta, weight, out, n, eps,
                                                              q, scale);
   OCTET_CUDA_CHECK_LAUNCH();
@@ -425,7 +420,7 @@ void w8a8_add_rms_norm(float* y, const float* a_scale, bool a_per_row, const flo
 
 void silu_mul_quant_fp8(const float* gate, const float* up, float* out, int64_t m, int64_t n,
                         uint8_t* q, float* scale, cudaStream_t stream) {
-  if (m == 0) return;
+  if (m == 0 || n == 0) return;
   silu_mul_quant_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(gate, up, out, n, q, scale);
   OCTET_CUDA_CHECK_LAUNCH();
 }

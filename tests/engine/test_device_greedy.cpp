@@ -10,10 +10,12 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model_loader.h"
 #include "engine/model_runner.h"
+#include "engine/structured_output.h"
 #include "engine_test_support.h"
 #include "kernels/forwarding_backend.h"
 #include "test_model_paths.h"
@@ -78,6 +80,53 @@ TEST_CASE("device greedy: plain greedy steps read token ids, the host's argmax o
   const StepLogits g = greedy.step_all(next);
   CHECK(g.greedy_ids.empty());
   CHECK(g.logits.size() == static_cast<size_t>(3 * vocab));
+}
+
+// Every exclusion of plain_greedy sends the step back to the logits (the host sampler's own
+// processing), and a plain greedy step after it takes the ids again.
+TEST_CASE("device greedy: logits processors, structured outputs, prompt logprobs and "
+          "max_tokens 0 read the logits",
+          "[engine][sampler]") {
+  const LoadedModel& m = testing::stories_model();
+  testing::RunnerLane lane(m, f32_layers(m), 256, 2, false);
+  Request& r = lane.add("a", testing::random_prompt(7, 3));
+  r.sampling_params = testing::greedy_params(64, -1);
+  int32_t next = 9;
+  REQUIRE_FALSE(lane.step_all({next}).greedy_ids.empty());
+  const auto plain = [] { return testing::greedy_params(64, -1); };
+  std::vector<std::pair<const char*, SamplingParams>> cases;
+  cases.emplace_back("min_tokens", plain());
+  cases.back().second.min_tokens = 60;
+  cases.emplace_back("logit_bias", plain());
+  cases.back().second.logit_bias = {{5, 1.0f}};
+  cases.emplace_back("repetition_penalty", plain());
+  cases.back().second.repetition_penalty = 1.1f;
+  cases.emplace_back("frequency_penalty", plain());
+  cases.back().second.frequency_penalty = 0.5f;
+  cases.emplace_back("presence_penalty", plain());
+  cases.back().second.presence_penalty = 0.5f;
+  cases.emplace_back("structured_outputs", plain());
+  cases.back().second.structured_outputs.kind = StructuredOutputKind::Json;
+  cases.emplace_back("max_tokens 0", plain());
+  cases.back().second.max_tokens = 0;
+  cases.emplace_back("temperature", plain());
+  cases.back().second.temperature = 0.7f;
+  for (const auto& [name, params] : cases) {
+    CAPTURE(name);
+    r.sampling_params = params;
+    const StepLogits s = lane.step_all({++next});
+    CHECK(s.greedy_ids.empty());
+    CHECK(s.logits.size() == static_cast<size_t>(m.model->config().vocab_size));
+    r.sampling_params = plain();
+    CHECK(lane.step_all({++next}).greedy_ids.size() == 1);
+  }
+  // A prefill asking for prompt logprobs, beside a plain greedy decode.
+  Request& b = lane.add("b", testing::random_prompt(12, 4));
+  b.sampling_params = plain();
+  b.sampling_params.prompt_logprobs = 1;
+  const StepLogits s = lane.step_all({++next, 3});
+  CHECK(s.greedy_ids.empty());
+  CHECK_FALSE(s.logits.empty());
 }
 
 TEST_CASE("device greedy: a non-finite logit falls back to the logits rows", "[engine][sampler]") {

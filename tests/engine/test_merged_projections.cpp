@@ -3,7 +3,8 @@
 // one allocation (codes, scales), fp8_adjacent holds, the workspace shape lists the stacked
 // GEMMs, and the model computes the same logits bit for bit as with separate allocations. Run
 // on the CPU through a wrapper that asks for merging and row-major FP8 codes (the CUDA
-// backend's layout); the CUDA backend's one-GEMM path is checked on a GPU (test_cuda_backend).
+// backend's layout); the CUDA backend's one-GEMM path over such weights is checked on a GPU by
+// test_backend_fused ("linear_w8a8_multi over adjacent weights").
 #include <catch2/catch.hpp>
 
 #include <memory>

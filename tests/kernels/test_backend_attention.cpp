@@ -167,6 +167,67 @@ void write_kv_cache_case(Backend& be) {
 BACKEND_TEST_CASE("write_kv_cache every KV dtype with per-head scales and negative slots",
                   write_kv_cache_case)
 
+// rope_write_kv (one kernel on CUDA) against rope then write_kv_cache on the same backend, bit
+// for bit: q and k after, and every cache byte, for every KV dtype, both pair layouts, full and
+// partial rotary dims (the unrotated dims of k stored too), GQA, skipped slots.
+void rope_write_kv_case(Backend& be) {
+  std::mt19937 rng(12);
+  const int64_t num_blocks = 4, block_size = 16, kv_heads = 2, q_heads = 6, head_dim = 16;
+  const int64_t row = kv_heads * head_dim, n = 7;
+  const std::vector<int64_t> slots = {5, -1, 63, 0, 17, 40, 31};
+  const std::vector<int64_t> positions = {0, 1, 9, 300, 511, 512, 4000};
+  for (DType dtype : kKVDTypes)
+    for (const RopeLayout layout : {RopeLayout::HalfSplit, RopeLayout::AdjacentPairs})
+      for (const int64_t rot_dim : {head_dim, int64_t{10}}) {
+        CAPTURE(dtype_name(dtype), static_cast<int>(layout), rot_dim);
+        const int64_t cache_bytes = num_blocks * block_size * row * dtype_bytes(dtype);
+        const std::vector<float> k_scale = kv_scales(dtype, kv_heads, false);
+        const std::vector<float> v_scale = kv_scales(dtype, kv_heads, true);
+        const std::vector<float> q = uniform(rng, n * q_heads * head_dim, -3, 3);
+        const std::vector<float> k = uniform(rng, n * row, -3, 3);
+        const std::vector<float> v = uniform(rng, n * row, -3, 3);
+        std::vector<float> inv_freq;
+        for (int64_t i = 0; i < rot_dim / 2; ++i)
+          inv_freq.push_back(std::pow(10000.0f, -2.0f * static_cast<float>(i) /
+                                                    static_cast<float>(rot_dim)));
+        const auto d_ks = to_device(be, k_scale), d_vs = to_device(be, v_scale);
+        const auto d_v = to_device(be, v), d_freq = to_device(be, inv_freq);
+        const auto d_pos = to_device(be, positions);
+        const auto d_slots = to_device(be, slots);
+        std::vector<std::vector<uint8_t>> caches;
+        std::vector<std::vector<float>> qk;
+        for (int fused = 0; fused < 2; ++fused) {
+          auto d_q = to_device(be, q), d_k = to_device(be, k);
+          Buffer kc = be.allocate(cache_bytes), vc = be.allocate(cache_bytes);
+          const std::vector<uint8_t> zeros(static_cast<size_t>(cache_bytes), 0x5A);
+          be.upload(kc, 0, zeros.data(), cache_bytes);
+          be.upload(vc, 0, zeros.data(), cache_bytes);
+          const KVCacheView view{kc.data(), vc.data(), dtype, num_blocks, block_size, kv_heads,
+                                 head_dim, k_scale.empty() ? nullptr : d_ks.data(),
+                                 v_scale.empty() ? nullptr : d_vs.data()};
+          if (fused) {
+            be.rope_write_kv(d_q.data(), d_k.data(), d_v.data(), n, q_heads, kv_heads, head_dim,
+                             rot_dim, d_pos.data(), d_freq.data(), layout, view, d_slots.data());
+          } else {
+            be.rope(d_q.data(), d_k.data(), n, q_heads, kv_heads, head_dim, rot_dim, d_pos.data(),
+                    d_freq.data(), layout);
+            be.write_kv_cache(view, d_k.data(), d_v.data(), d_slots.data(), n);
+          }
+          std::vector<uint8_t> bytes(static_cast<size_t>(2 * cache_bytes));
+          be.download(kc, 0, bytes.data(), cache_bytes);
+          be.download(vc, 0, bytes.data() + cache_bytes, cache_bytes);
+          caches.push_back(bytes);
+          std::vector<float> out = to_host(be, d_q), kk = to_host(be, d_k);
+          out.insert(out.end(), kk.begin(), kk.end());
+          qk.push_back(out);
+        }
+        check_identical(qk[1], qk[0], "q and k after rope_write_kv vs rope");
+        check_identical(caches[1], caches[0], "cache bytes of rope_write_kv vs write_kv_cache");
+        CHECK(std::vector<float>(qk[0].begin(), qk[0].begin() + q.size()) != q);  // rotated
+      }
+}
+BACKEND_TEST_CASE("rope_write_kv equals rope then write_kv_cache bit for bit", rope_write_kv_case)
+
 // ---- paged_attention ----------------------------------------------------------------------------
 
 struct SeqSpec {
