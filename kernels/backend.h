@@ -244,6 +244,22 @@ class Backend {
     }
   }
 
+  /// The gate and up projections of one input, then SwiGLU and its quantization:
+  /// linear_w8a8_multi(qa, a_scale, a_granularity, m, {gate_w, up_w}, {gate, up}), then
+  /// silu_mul_quant_fp8(gate, up, gate, m, gate_w.n, q, scale): the values of those calls in
+  /// gate, q and scale (up's contents are left unspecified). q / scale may be qa / a_scale.
+  /// CUDA runs both epilogues, SiLU-mul and the quantization as one row kernel after one GEMM
+  /// of the adjacent weights.
+  virtual void linear_w8a8_silu_quant(const uint8_t* qa, const float* a_scale,
+                                      ScaleGranularity a_granularity, int64_t m,
+                                      const WeightRef& gate_w, const WeightRef& up_w,
+                                      float* gate, float* up, uint8_t* q, float* scale) {
+    const WeightRef ws[2] = {gate_w, up_w};
+    float* const ys[2] = {gate, up};
+    linear_w8a8_multi(qa, a_scale, a_granularity, m, ws, ys, 2);
+    silu_mul_quant_fp8(gate, up, gate, m, gate_w.n, q, scale);
+  }
+
   /// Whether linear_w8a8 sums a weight's k parts (WeightRef::k_groups) one by one, each from
   /// zero, so that row-parallel ranks' gathered part sums give world size 1's bits (the CPU:
   /// tensor parallelism changes no bit). false (CUDA): one GEMM over all of k whatever

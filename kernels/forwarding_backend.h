@@ -2,7 +2,8 @@
 // A Backend that hands every op to another one: the base of wrappers that observe or replace
 // a few ops (kv-report's K/V hooks, calibrate's Q amax) and forward the rest unchanged. Graph
 // capture is not forwarded (a wrapper records nothing: supports_graphs() is false), nor are the
-// fused ops (rms_norm_quant_fp8, silu_mul_quant_fp8, linear_w8a8_add_rms_norm, rope_write_kv):
+// fused ops (rms_norm_quant_fp8, silu_mul_quant_fp8, linear_w8a8_add_rms_norm,
+// linear_w8a8_silu_quant, rope_write_kv):
 // they run as their parts through the wrapper (Backend's defaults), so an override of a part
 // sees every call of it.
 #include <memory>

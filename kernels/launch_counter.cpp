@@ -102,6 +102,22 @@ void LaunchCounter::linear_w8a8_add_rms_norm(const uint8_t* qa, const float* as,
   inner().linear_w8a8_add_rms_norm(qa, as, g, m, w, y, r, nw, out, eps, q, s);
 }
 
+void LaunchCounter::linear_w8a8_silu_quant(const uint8_t* qa, const float* as,
+                                           ScaleGranularity g, int64_t m, const WeightRef& gw,
+                                           const WeightRef& uw, float* gate, float* up,
+                                           uint8_t* q, float* s) {
+  // CUDA: one GEMM + one row kernel when the two are merged (row-major on CUDA) and cuBLASLt
+  // takes the stacked shape; else the two linears and silu_mul_quant_fp8.
+  WeightRef ws[2] = {gw, uw};
+  for (WeightRef& w : ws) w.layout = Fp8Layout::RowMajor;
+  if (m > 0 && fp8_mergeable(ws, 2) && ck::launches_linear_w8a8_merged(gw.n + uw.n, gw.k) > 0) {
+    launches_ += 2;
+  } else if (m > 0) {
+    launches_ += ck::launches_linear_w8a8(gw.n, gw.k) + ck::launches_linear_w8a8(uw.n, uw.k) + 1;
+  }
+  inner().linear_w8a8_silu_quant(qa, as, g, m, gw, uw, gate, up, q, s);
+}
+
 void LaunchCounter::linear_w8a8_multi(const uint8_t* qa, const float* as, ScaleGranularity g,
                                       int64_t m, const WeightRef* ws, float* const* ys,
                                       int count) {

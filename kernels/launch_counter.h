@@ -45,6 +45,9 @@ class LaunchCounter final : public ForwardingBackend {
                                 int64_t m, const WeightRef& w, float* y, float* r,
                                 const float* nw, float* out, float eps, uint8_t* q,
                                 float* s) override;
+  void linear_w8a8_silu_quant(const uint8_t* qa, const float* as, ScaleGranularity g,
+                              int64_t m, const WeightRef& gw, const WeightRef& uw, float* gate,
+                              float* up, uint8_t* q, float* s) override;
   void linear_w8a8_multi(const uint8_t* qa, const float* as, ScaleGranularity g, int64_t m,
                          const WeightRef* ws, float* const* ys, int count) override;
   void linear_w8a8_partials(const uint8_t* qa, int64_t m, const WeightRef& w,

@@ -17,6 +17,20 @@ Buffer upload_vector(Backend& backend, const std::vector<T>& v) {
   return b;
 }
 
+// A LinearWeight with h's description and no buffers yet.
+LinearWeight linear_header(const HostLinearWeight& h) {
+  LinearWeight w;
+  w.name = h.name;
+  w.format = h.format;
+  w.out_features = h.out_features;
+  w.in_features = h.in_features;
+  w.w_granularity = h.w_granularity;
+  w.static_input = h.static_input;
+  w.input_scale = h.input_scale;
+  w.k_groups = h.k_groups;
+  return w;
+}
+
 }  // namespace
 
 WeightRef LinearWeight::ref() const {
@@ -64,12 +78,7 @@ std::vector<LinearWeight> upload_linears_merged(Backend& backend,
   const Buffer scale = upload_vector(backend, scales), bias = upload_vector(backend, biases);
   int64_t row = 0;
   for (const HostLinearWeight& h : ws) {
-    LinearWeight w;
-    w.name = h.name;
-    w.format = h.format;
-    w.out_features = h.out_features;
-    w.in_features = h.in_features;
-    w.w_granularity = h.w_granularity;
+    LinearWeight w = linear_header(h);
     w.layout = layout;
     w.weight = weight.slice(row * k, h.out_features * k);
     w.scale = scale.slice(row * 4, h.out_features * 4);
@@ -85,15 +94,7 @@ Buffer upload_f32(Backend& backend, const std::vector<float>& v) {
 }
 
 LinearWeight upload_linear(Backend& backend, const HostLinearWeight& h) {
-  LinearWeight w;
-  w.name = h.name;
-  w.format = h.format;
-  w.out_features = h.out_features;
-  w.in_features = h.in_features;
-  w.w_granularity = h.w_granularity;
-  w.static_input = h.static_input;
-  w.input_scale = h.input_scale;
-  w.k_groups = h.k_groups;
+  LinearWeight w = linear_header(h);
   w.bias = upload_vector(backend, h.bias);
   switch (h.format) {
     case DType::F32: w.weight = upload_vector(backend, h.w_f32); break;

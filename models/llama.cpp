@@ -472,14 +472,20 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
       linear_reduced(w.o_proj, attn, n, proj, false);
       norm(x, post_norm(w.post_attn_norm), w.ffn_norm, xn, gate_up_fp8);
     }
-    linears({&w.gate_proj, &w.up_proj}, xn, n, {gate, up}, gate_up_fp8);
-    if (gelu)
-      be.gelu_tanh_mul(gate, up, gate, n, ffn);
-    else if (down_fp8)
-      be.silu_mul_quant_fp8(gate, up, gate, n, ffn, act.qa.as<uint8_t>(),
-                            act.a_scale.as<float>());
-    else
-      be.silu_mul(gate, up, gate, n, ffn);
+    if (gate_up_fp8 && down_fp8) {  // xn's codes in, SwiGLU and its codes for down_proj out
+      be.linear_w8a8_silu_quant(act.qa.as<uint8_t>(), act.a_scale.as<float>(),
+                                ScaleGranularity::PerRow, n, w.gate_proj.ref(), w.up_proj.ref(),
+                                gate, up, act.qa.as<uint8_t>(), act.a_scale.as<float>());
+    } else {
+      linears({&w.gate_proj, &w.up_proj}, xn, n, {gate, up}, gate_up_fp8);
+      if (gelu)
+        be.gelu_tanh_mul(gate, up, gate, n, ffn);
+      else if (down_fp8)
+        be.silu_mul_quant_fp8(gate, up, gate, n, ffn, act.qa.as<uint8_t>(),
+                              act.a_scale.as<float>());
+      else
+        be.silu_mul(gate, up, gate, n, ffn);
+    }
     if (fused_norm(w.down_proj)) {  // x += mlp; the next layer's input norm, or the final one
       const Buffer& next = last ? weights_.norm : weights_.layers[layer + 1].attn_norm;
       linear_forward_add_norm(be, w.down_proj, gate, n, proj, act.qa.as<uint8_t>(),

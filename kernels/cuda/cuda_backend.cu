@@ -384,6 +384,33 @@ class CudaBackend final : public Backend {
                           norm_weight, out, m, w.n, eps, q, scale, stream_);
   }
 
+  // Merged gate/up (one piece of rows: q may overwrite qa, so every GEMM row must be read
+  // before any code is written): one GEMM into the scratch, then both epilogues, SiLU-mul and
+  // the quantization in one row kernel. Otherwise the composition.
+  void linear_w8a8_silu_quant(const uint8_t* qa, const float* a_scale,
+                              ScaleGranularity a_granularity, int64_t m, const WeightRef& gate_w,
+                              const WeightRef& up_w, float* gate, float* up, uint8_t* q,
+                              float* scale) override {
+    const WeightRef ws[2] = {gate_w, up_w};
+    const int64_t f = gate_w.n, k = gate_w.k;
+    if (m == 0 || !lt_->has_fp8() || !fp8_adjacent(ws, 2) || up_w.n != f ||
+        merged_chunk_rows(m, 2 * f) < m) {
+      Backend::linear_w8a8_silu_quant(qa, a_scale, a_granularity, m, gate_w, up_w, gate, up, q,
+                                      scale);
+      return;
+    }
+    OCTET_CHECK(a_scale != nullptr && q != nullptr && scale != nullptr,
+                "linear_w8a8_silu_quant: null scale or output codes");
+    float* acc = scratch(static_cast<size_t>(cuda_merged_scratch_floats(m, 2 * f)));
+    if (!lt_->matmul(ck::GemmInput::E4M3, qa, gate_w.data, m, 2 * f, k, k, acc)) {
+      Backend::linear_w8a8_silu_quant(qa, a_scale, a_granularity, m, gate_w, up_w, gate, up, q,
+                                      scale);
+      return;
+    }
+    ck::w8a8_silu_quant(acc, m, f, a_scale, a_granularity == ScaleGranularity::PerRow,
+                        gate_w.scale, gate_w.bias, gate, q, scale, stream_);
+  }
+
   void linear_w8a8_partials(const uint8_t* qa, int64_t m, const WeightRef& w,
                             float* acc) override {
     check_w8a8(w, "linear_w8a8_partials");

@@ -57,6 +57,22 @@ __device__ __forceinline__ void quantize_row(const float* o, int64_t n, float a,
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) q[j] = cm::quantize_dynamic(o[j], s);
 }
 
+// The end of an RMSNorm row kernel: from ss (this thread's sum of squares of the residual row
+// r) o = r * inv_rms * weight and, with q, the row's per-token codes (quantize_row). Every
+// thread of the block calls it.
+__device__ __forceinline__ void norm_row(const float* r, float ss, int64_t n, float eps,
+                                         const float* __restrict__ weight, float* o,
+                                         float* shared, uint8_t* q, float* scale, int64_t row) {
+  ss = block_reduce<false>(ss, shared);
+  const float inv = inv_rms(ss, n, eps);
+  float a = 0.0f;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    o[j] = cm::mul_rn(cm::mul_rn(r[j], inv), weight[j]);
+    a = fmaxf(a, fabsf(o[j]));
+  }
+  if (q != nullptr) quantize_row(o, n, a, shared, q + row * n, scale + row);  // block-uniform
+}
+
 // out: [n, hidden]; table: [rows, hidden] F32 (kBf16 false) or BF16 bits. One block per token.
 template <bool kBf16>
 __global__ void embedding_kernel(const void* __restrict__ table, int64_t rows, int64_t hidden,
@@ -93,15 +109,7 @@ __global__ void rms_norm_kernel(float* __restrict__ residual, const float* __res
     }
     ss = __fmaf_rn(x, x, ss);
   }
-  ss = block_reduce<false>(ss, shared);
-  const float inv = inv_rms(ss, n, eps);
-  float* o = out + row * n;
-  float a = 0.0f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    o[j] = cm::mul_rn(cm::mul_rn(r[j], inv), weight[j]);
-    a = fmaxf(a, fabsf(o[j]));
-  }
-  if (q != nullptr) quantize_row(o, n, a, shared, q + row * n, scale + row);  // block-uniform
+  norm_row(r, ss, n, eps, weight, out + row * n, shared, q, scale, row);
 }
 
 // One block per row of a GEMM's sums y: the W8A8 epilogue in place (w8a8_scale_kernel's
@@ -128,15 +136,32 @@ __global__ void w8a8_add_rms_norm_kernel(float* __restrict__ y, const float* a_s
     r[j] = x;
     ss = __fmaf_rn(x, x, ss);
   }
-  ss = block_reduce<false>(ss, shared);
-  const float inv = inv_rms(ss, n, eps);
-  float* o = out + row * n;
+  norm_row(r, ss, n, eps, weight, out + row * n, shared, q, scale, row);
+}
+
+// One block per row of a stacked gate/up GEMM's sums acc [m, 2f]: both epilogues
+// (w8a8_scale_split's arithmetic), silu(gate) * up (silu_mul_kernel's) into out [m, f], then
+// the row's per-token codes. a_scale may be `scale` (read before the reduction, written after).
+__global__ void w8a8_silu_quant_kernel(const float* __restrict__ acc, int64_t f,
+                                       const float* a_scale, bool a_per_row,
+                                       const float* __restrict__ w_scale,
+                                       const float* __restrict__ bias, float* __restrict__ out,
+                                       uint8_t* __restrict__ q, float* scale) {
+  __shared__ float shared[32];
+  const int64_t row = blockIdx.x;
+  const float sa = a_scale[a_per_row ? row : 0];
+  const float* r = acc + row * 2 * f;
+  float* o = out + row * f;
   float a = 0.0f;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    o[j] = cm::mul_rn(cm::mul_rn(r[j], inv), weight[j]);
+  for (int64_t j = threadIdx.x; j < f; j += blockDim.x) {
+    const bool b = bias != nullptr;
+    const float g = cm::w8a8_epilogue(r[j], sa, w_scale[j], b, b ? bias[j] : 0.0f);
+    const float u = cm::w8a8_epilogue(r[f + j], sa, w_scale[f + j], b, b ? bias[f + j] : 0.0f);
+    const float silu = cm::div_rn(g, cm::add_rn(1.0f, expf(-g)));
+    o[j] = cm::mul_rn(silu, u);
     a = fmaxf(a, fabsf(o[j]));
   }
-  if (q != nullptr) quantize_row(o, n, a, shared, q + row * n, scale + row);  // block-uniform
+  quantize_row(o, f, a, shared, q + row * f, scale + row);
 }
 
 // silu_mul_kernel's values for one row per block, then its per-token E4M3 codes. out may alias
@@ -415,6 +440,15 @@ void w8a8_add_rms_norm(float* y, const float* a_scale, bool a_per_row, const flo
   if (m == 0) return;
   w8a8_add_rms_norm_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(
       y, a_scale, a_per_row, w_scale, w_per_row, bias, residual, weight, out, n, eps, q, scale);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void w8a8_silu_quant(const float* acc, int64_t m, int64_t f, const float* a_scale,
+                     bool a_per_row, const float* w_scale, const float* bias, float* out,
+                     uint8_t* q, float* scale, cudaStream_t stream) {
+  if (m == 0 || f == 0) return;
+  w8a8_silu_quant_kernel<<<row_blocks(m), kRowThreads, 0, stream>>>(acc, f, a_scale, a_per_row,
+                                                                    w_scale, bias, out, q, scale);
   OCTET_CUDA_CHECK_LAUNCH();
 }
 

@@ -31,6 +31,12 @@ void w8a8_add_rms_norm(float* y, const float* a_scale, bool a_per_row, const flo
                        bool w_per_row, const float* bias, float* residual, const float* weight,
                        float* out, int64_t m, int64_t n, float eps, uint8_t* q, float* scale,
                        cudaStream_t stream);
+/// A stacked gate/up GEMM's sums acc [m, 2f] (per-row weight scales w_scale [2f], bias [2f] or
+/// null): w8a8_scale_split's gate and up, then silu_mul_quant_fp8 into out [m, f], q [m, f],
+/// scale [m], in one kernel: the same bits. a_scale may be `scale`.
+void w8a8_silu_quant(const float* acc, int64_t m, int64_t f, const float* a_scale,
+                     bool a_per_row, const float* w_scale, const float* bias, float* out,
+                     uint8_t* q, float* scale, cudaStream_t stream);
 /// silu_mul then quantize_fp8_dynamic of out (null amax) in one kernel, the same bits.
 void silu_mul_quant_fp8(const float* gate, const float* up, float* out, int64_t m, int64_t n,
                         uint8_t* q, float* scale, cudaStream_t stream);

@@ -198,6 +198,13 @@ TEST_CASE("bench latency --json: the ITL and its bytes / bandwidth floor", "[ben
                             "itl_floor_ms", "itl_over_floor"})
       require_figure(j, key);
     CHECK(j.at("bandwidth_source") == "cpu_read");
+    // The CPU's rehearsal of the CUDA kernel count (kernels/launch_counter.h): tiny-llama's 2
+    // layers.
+    CHECK(j.value("decode_step_kernels_source", "") == "cpu_rehearsal");
+    REQUIRE(j.contains("decode_step_kernels"));
+    CHECK(j["decode_step_kernels"].get<int64_t>() > 2 * 10);
+    CHECK(j["decode_step_kernels_per_layer"].get<double>() ==
+          Approx(j["decode_step_kernels"].get<double>() / 2));
     // The CPU's W8A8 kernel, named as the start-up log names it.
     CHECK(j.value("cpu_w8a8_kernel", "") == octet::w8a8_kernel_name());
     CHECK(j.at("input_len") == 16);

@@ -1,7 +1,7 @@
 // The fused ops of kernels/backend.h on every backend, each against the ops it replaces run
 // separately on the same backend: rms_norm_quant_fp8, silu_mul_quant_fp8 (out aliasing gate)
-// and linear_w8a8_add_rms_norm (its output codes and scales written over its own input codes
-// and scales, as the model runs it) bit for bit; linear_w8a8_multi over adjacent weights (one
+// linear_w8a8_add_rms_norm and linear_w8a8_silu_quant (their output codes and scales written
+// over their own input codes and scales, as the model runs them) bit for bit; linear_w8a8_multi over adjacent weights (one
 // GEMM on CUDA) bit for bit where exact_k_parts(), else within the FP8 GEMM bound of
 // test_backend_linear.cpp against float64. On the CPU the defaults compose the parts; on CUDA
 // these check the fused kernels.
@@ -228,5 +228,55 @@ void multi_adjacent_case(Backend& be) {
 }
 BACKEND_TEST_CASE("linear_w8a8_multi over adjacent weights equals one call each",
                   multi_adjacent_case)
+
+// Gate and up side by side (as the CUDA loader stores them), SwiGLU and its codes, the output
+// codes and scales written over the input's, against linear_w8a8_multi then silu_mul_quant_fp8.
+void linear_silu_quant_case(Backend& be) {
+  std::mt19937 rng(35);
+  const int64_t m = 5, k = 64, f = 172;
+  for (const bool with_bias : {false, true}) {
+    CAPTURE(with_bias);
+    const std::vector<uint8_t> qa = random_e4m3_codes(rng, m * k);
+    const std::vector<uint8_t> qw = random_e4m3_codes(rng, 2 * f * k);
+    const std::vector<float> ws = uniform(rng, 2 * f, 1e-3f, 1e-2f);
+    const std::vector<float> as = uniform(rng, m, 1e-3f, 3e-2f);
+    const std::vector<float> bias = uniform(rng, 2 * f, -1, 1);
+    const auto d_qw = to_device(be, qw);
+    const auto d_ws = to_device(be, ws), d_bias = to_device(be, bias);
+    const float* b = with_bias ? d_bias.data() : nullptr;
+    const WeightRef gw{d_qw.data(), DType::FP8_E4M3, f, k, d_ws.data(), ScaleGranularity::PerRow,
+                       b};
+    const WeightRef uw{d_qw.data() + f * k, DType::FP8_E4M3, f, k, d_ws.data() + f,
+                       ScaleGranularity::PerRow, with_bias ? d_bias.data() + f : nullptr};
+    const WeightRef pair[2] = {gw, uw};
+    REQUIRE(fp8_adjacent(pair, 2));
+    std::vector<std::vector<float>> gates, scales;
+    std::vector<std::vector<uint8_t>> codes;
+    for (int fused = 0; fused < 2; ++fused) {
+      std::vector<uint8_t> qa_buf(static_cast<size_t>(m * f), 0);  // act.qa: max(k, f) wide
+      std::copy(qa.begin(), qa.end(), qa_buf.begin());
+      auto d_qa = to_device(be, qa_buf);
+      auto d_as = to_device(be, as);
+      auto gate = device_zeros<float>(be, m * f), up = device_zeros<float>(be, m * f);
+      if (fused) {
+        be.linear_w8a8_silu_quant(d_qa.data(), d_as.data(), ScaleGranularity::PerRow, m, gw, uw,
+                                  gate.data(), up.data(), d_qa.data(), d_as.data());
+      } else {
+        float* const ys[2] = {gate.data(), up.data()};
+        be.linear_w8a8_multi(d_qa.data(), d_as.data(), ScaleGranularity::PerRow, m, pair, ys, 2);
+        be.silu_mul_quant_fp8(gate.data(), up.data(), gate.data(), m, f, d_qa.data(),
+                              d_as.data());
+      }
+      gates.push_back(to_host(be, gate));
+      codes.push_back(to_host(be, d_qa));
+      scales.push_back(to_host(be, d_as));
+    }
+    check_identical(gates[1], gates[0], "silu(gate) * up");
+    check_identical(codes[1], codes[0], "codes");
+    check_identical(scales[1], scales[0], "scales");
+  }
+}
+BACKEND_TEST_CASE("linear_w8a8_silu_quant equals the two linears then silu_mul_quant_fp8",
+                  linear_silu_quant_case)
 
 }  // namespace
