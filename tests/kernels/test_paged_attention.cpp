@@ -14,6 +14,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <omp.h>
@@ -420,6 +421,11 @@ TEST_CASE("paged_attention: a prefill chunk's rows equal each query run alone, b
     for (DType dtype : {DType::F32, DType::BF16, DType::FP8_E4M3, DType::FP8_E5M2})
       for (int64_t window : {0, 100})
         for (const paged_detail::Kernel& kernel : kernels_here()) {
+          // F32 caches never take the AVX-512 kernel (paged_attention.cpp routes them to AVX2
+          // or the portable one); it refuses them.
+          if (dtype == DType::F32 &&
+              std::string(kernel.name) == paged_detail::avx512_kernel().name)
+            continue;
           INFO(sh.nh << "/" << sh.nkv << " x " << sh.hd << " " << kv_cache_dtype_name(dtype)
                      << " " << kernel.name << " window " << window);
           const Scene s(dtype, 16, sh.nh, sh.nkv, sh.hd, {{270, 30}, {37, 37}, {600, 9}, {5, 1}},
