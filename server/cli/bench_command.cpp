@@ -137,10 +137,19 @@ int run_bench_latency(int argc, const char* const* argv) {
     const int64_t kernels = engine->decode_step_kernels();
     const int64_t layers = engine->num_hidden_layers();
     const char* kernels_source = bandwidth.source == "cpu_read" ? "cpu_rehearsal" : "cuda_graph";
+    // Not counted: the CPU rehearsal at TP > 1 (it counts rank 0's ops at TP 1 only), or a
+    // CUDA run without a decode graph.
+    const std::string kernels_na =
+        cfg.tensor_parallel_size > 1 && bandwidth.source == "cpu_read"
+            ? "n/a (the CPU counts the CUDA launches at --tensor-parallel-size 1 only)"
+            : "n/a (no decode step ran as a CUDA graph)";
+    j["decode_step_kernels_source"] = kernels_source;
     if (kernels >= 0) {
       j["decode_step_kernels"] = kernels;
       j["decode_step_kernels_per_layer"] = static_cast<double>(kernels) / layers;
-      j["decode_step_kernels_source"] = kernels_source;
+    } else {
+      j["decode_step_kernels"] = kernels_na;
+      j["decode_step_kernels_per_layer"] = kernels_na;
     }
     if (cfg.json) {
       std::cout << j.dump() << "\n";
@@ -164,6 +173,8 @@ int run_bench_latency(int argc, const char* const* argv) {
                     bandwidth.source == "cpu_read"
                         ? "the CUDA backend's launches for these ops, counted on the CPU"
                         : "the batch-1 CUDA graph's kernel nodes");
+      else
+        std::printf("kernels per decode step: %s\n", kernels_na.c_str());
     }
   });
 }
