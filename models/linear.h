@@ -83,9 +83,9 @@ void linear_forward(Backend& backend, const LinearWeight& w, const float* x, int
                     float* y, uint8_t* qa, float* a_scale, bool x_quantized = false);
 
 /// linear_forward of one input x for `count` weights (q/k/v, gate/up): ys[i] = linear_forward(
-/// *ws[i], x) (bit for bit on the CPU; Backend::linear_w8a8_multi). FP8 weights with dynamic activations and equal in_features quantize
-/// x once (none when x_quantized) and run as one Backend::linear_w8a8_multi call; otherwise one
-/// linear_forward each.
+/// *ws[i], x) (bit for bit on the CPU; Backend::linear_w8a8_multi). FP8 weights with dynamic
+/// activations and equal in_features quantize x once (none when x_quantized) and run as one
+/// Backend::linear_w8a8_multi call; otherwise one linear_forward each.
 void linear_forward_multi(Backend& backend, const LinearWeight* const* ws, int count,
                           const float* x, int64_t m, float* const* ys, uint8_t* qa,
                           float* a_scale, bool x_quantized = false);

@@ -1,9 +1,9 @@
 // The fused ops of kernels/backend.h on every backend, each against the ops it replaces run
-// separately on the same backend: rms_norm_quant_fp8, silu_mul_quant_fp8 (out aliasing gate)
+// separately on the same backend: rms_norm_quant_fp8, silu_mul_quant_fp8 (out aliasing gate),
 // linear_w8a8_add_rms_norm and linear_w8a8_silu_quant (their output codes and scales written
-// over their own input codes and scales, as the model runs them) bit for bit; linear_w8a8_multi over adjacent weights (one
-// GEMM on CUDA) bit for bit where exact_k_parts(), else within the FP8 GEMM bound of
-// test_backend_linear.cpp against float64. On the CPU the defaults compose the parts; on CUDA
+// over their own input codes and scales, as the model runs them) bit for bit;
+// linear_w8a8_multi over adjacent weights (one GEMM on CUDA) bit for bit where
+// exact_k_parts(), else within the FP8 GEMM bound of test_backend_linear.cpp against float64. On the CPU the defaults compose the parts; on CUDA
 // these check the fused kernels.
 #include <algorithm>
 #include <cmath>
