@@ -10,6 +10,25 @@ namespace octet {
 
 namespace ck = octet::cuda_kernels;
 
+namespace {
+
+// The kernels of ws[0..count) as CUDA's one stacked GEMM + epilogue, or 0 when the CUDA backend
+// would run them one by one. Its loader stores mergeable weights side by side and row-major
+// whatever this backend's layout (the CPU's AVX2 tiles): mergeability is judged on that.
+int64_t merged_launches(const WeightRef* ws, int count) {
+  if (count > 4) return 0;
+  int64_t n = 0;
+  std::vector<WeightRef> row_major(ws, ws + count);
+  for (WeightRef& w : row_major) {
+    n += w.n;
+    w.layout = Fp8Layout::RowMajor;
+  }
+  return fp8_mergeable(row_major.data(), count) ? ck::launches_linear_w8a8_merged(n, ws[0].k)
+                                                : 0;
+}
+
+}  // namespace
+
 void LaunchCounter::embedding(const TensorRef& t, const int32_t* ids, int64_t n, float* out) {
   launches_ += n > 0 ? 1 : 0;
   inner().embedding(t, ids, n, out);
@@ -98,7 +117,7 @@ void LaunchCounter::linear_w8a8_add_rms_norm(const uint8_t* qa, const float* as,
                                              ScaleGranularity g, int64_t m, const WeightRef& w,
                                              float* y, float* r, const float* nw, float* out,
                                              float eps, uint8_t* q, float* s) {
-  if (m > 0 && w.n > 0) launches_ += ck::launches_linear_w8a8_add_rms_norm(w.n, w.k);
+  if (m > 0 && w.n > 0) launches_ += ck::launches_linear_w8a8_add_rms_norm();
   inner().linear_w8a8_add_rms_norm(qa, as, g, m, w, y, r, nw, out, eps, q, s);
 }
 
@@ -106,11 +125,10 @@ void LaunchCounter::linear_w8a8_silu_quant(const uint8_t* qa, const float* as,
                                            ScaleGranularity g, int64_t m, const WeightRef& gw,
                                            const WeightRef& uw, float* gate, float* up,
                                            uint8_t* q, float* s) {
-  // CUDA: one GEMM + one row kernel when the two are merged (row-major on CUDA) and cuBLASLt
-  // takes the stacked shape; else the two linears and silu_mul_quant_fp8.
-  WeightRef ws[2] = {gw, uw};
-  for (WeightRef& w : ws) w.layout = Fp8Layout::RowMajor;
-  if (m > 0 && fp8_mergeable(ws, 2) && ck::launches_linear_w8a8_merged(gw.n + uw.n, gw.k) > 0) {
+  // CUDA: one GEMM + one row kernel when the two are merged; else the two linears and
+  // silu_mul_quant_fp8.
+  const WeightRef ws[2] = {gw, uw};
+  if (m > 0 && merged_launches(ws, 2) > 0) {
     launches_ += 2;
   } else if (m > 0) {
     launches_ += ck::launches_linear_w8a8(gw.n, gw.k) + ck::launches_linear_w8a8(uw.n, uw.k) + 1;
@@ -121,18 +139,7 @@ void LaunchCounter::linear_w8a8_silu_quant(const uint8_t* qa, const float* as,
 void LaunchCounter::linear_w8a8_multi(const uint8_t* qa, const float* as, ScaleGranularity g,
                                       int64_t m, const WeightRef* ws, float* const* ys,
                                       int count) {
-  // The CUDA loader stores mergeable weights side by side (upload_linears_merged); here they
-  // may sit anywhere: what counts is that CUDA's would be adjacent.
-  // The CUDA backend stores FP8 weights row-major whatever this backend's layout (the CPU's
-  // AVX2 tiles): mergeability is judged on that layout.
-  int64_t n = 0;
-  std::vector<WeightRef> row_major(ws, ws + count);
-  for (WeightRef& w : row_major) {
-    n += w.n;
-    w.layout = Fp8Layout::RowMajor;
-  }
-  const int64_t merged = m > 0 && count <= 4 && fp8_mergeable(row_major.data(), count)
-                             ? ck::launches_linear_w8a8_merged(n, ws[0].k) : 0;
+  const int64_t merged = m > 0 ? merged_launches(ws, count) : 0;
   launches_ += merged;
   for (int i = 0; i < count && merged == 0; ++i)
     if (m > 0 && ws[i].n > 0) launches_ += ck::launches_linear_w8a8(ws[i].n, ws[i].k);

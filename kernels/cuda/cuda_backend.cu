@@ -16,6 +16,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/device_scope.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/hadamard.h"
@@ -27,25 +28,6 @@ namespace ck = octet::cuda_kernels;
 namespace {
 
 constexpr size_t kStagingBytes = size_t{16} << 20;  // pinned download staging, per chunk
-
-// Makes `device` current for its life and restores the caller's device after (a rank thread
-// may call another rank's backend: kv_cache_setup reserves every rank's workspace).
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    known_ = cudaGetDevice(&previous_) == cudaSuccess;
-    OCTET_CUDA_CHECK(cudaSetDevice(device));
-  }
-  ~DeviceScope() {
-    if (known_) cudaSetDevice(previous_);
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-  bool known_ = false;
-};
 
 class CudaBackend final : public Backend {
  public:
@@ -93,7 +75,7 @@ class CudaBackend final : public Backend {
   }
 
   DeviceMemoryInfo memory_info() const override {
-    DeviceScope on(device_);
+    ck::DeviceScope on(device_);
     size_t free_bytes = 0, total_bytes = 0;
     OCTET_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     return {static_cast<int64_t>(free_bytes), static_cast<int64_t>(total_bytes)};
@@ -106,7 +88,7 @@ class CudaBackend final : public Backend {
   WorkspaceBytes reserve_workspace(const WorkspaceShape& shape) override {
     OCTET_CHECK(capture_key_ < 0, "reserve_workspace during graph capture ", capture_key_);
     const WorkspaceBytes b = workspace_bytes(shape);
-    DeviceScope on(device_);
+    ck::DeviceScope on(device_);
     OCTET_CUDA_CHECK(cudaStreamSynchronize(stream_));  // queued work may use the old buffers
     scratch_.reset();  // freed unless a graph holds it
     scratch_floats_ = 0;
@@ -759,51 +741,6 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
-
-int64_t cuda_gemm_scratch_floats(int64_t m, int64_t n, int64_t k, int64_t k_groups,
-                                 bool has_fp8) {
-  if (has_fp8) return 0;
-  const int64_t kg = k / std::max<int64_t>(k_groups, 1);
-  return ((n * kg + 7) / 8 * 8 + (m * kg + 7) / 8 * 8) / 2;
-}
-
-int64_t cuda_merged_scratch_floats(int64_t m, int64_t n) { return m * n; }
-
-int64_t cuda_bf16_scratch_floats(int64_t m, int64_t k) { return (m * k + 7) / 8 * 4; }
-
-int64_t cuda_gemm_chunk_rows(int64_t scratch_floats, int64_t m, int64_t n, int64_t k,
-                             int64_t k_groups, bool has_fp8) {
-  const auto fits = [&](int64_t r) {
-    return cuda_gemm_scratch_floats(r, n, k, k_groups, has_fp8) <= scratch_floats;
-  };
-  if (m <= 0) return 0;
-  if (fits(m)) return m;
-  int64_t lo = 0, hi = m;  // fits(lo) or lo == 0; !fits(hi); the need grows with r
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (fits(mid) ? lo : hi) = mid;
-  }
-  return lo;
-}
-
-WorkspaceBytes cuda_workspace_bytes(const WorkspaceShape& s, bool has_fp8) {
-  WorkspaceBytes b;
-  const int64_t rows = std::min(
-      kCudaGemmChunkRows,
-      std::max({int64_t{1}, s.max_num_batched_tokens, s.max_num_seqs, s.max_graph_seqs}));
-  int64_t floats = 0;
-  for (const WorkspaceShape::Linear& l : s.fp8_linears)
-    floats = std::max(floats, l.bf16    ? cuda_bf16_scratch_floats(rows, l.k)
-                              : l.merged ? (has_fp8 ? cuda_merged_scratch_floats(rows, l.n) : 0)
-                                         : cuda_gemm_scratch_floats(rows, l.n, l.k, 1, has_fp8));
-  b.gemm_scratch = floats * int64_t{sizeof(float)};
-  const ck::AttentionWorkspace a =
-      ck::attention_workspace(s.max_num_batched_tokens, s.max_num_seqs, s.max_model_len,
-                              s.block_size, s.num_heads, s.head_dim, s.max_graph_seqs);
-  b.attention_partials = a.partial_floats * int64_t{sizeof(float)};
-  b.attention_plan = a.plan_bytes;
-  return b;
-}
 
 void* cuda_backend_stream(Backend& backend) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);

@@ -41,11 +41,7 @@ inline int64_t launches_linear_w8a8(int64_t n, int64_t k) {
 
 /// linear_w8a8_add_rms_norm: the GEMM and one row kernel (epilogue, residual add, RMSNorm,
 /// quantization), or simt_gemm (its own epilogue) and the fused RMSNorm: 2 either way.
-inline int64_t launches_linear_w8a8_add_rms_norm(int64_t n, int64_t k) {
-  (void)n;
-  (void)k;
-  return 2;
-}
+inline int64_t launches_linear_w8a8_add_rms_norm() { return 2; }
 
 /// linear_w8a8_multi over merged projections (fp8_adjacent, at most 4, FP8 device) of n
 /// stacked outputs: one GEMM and one epilogue writing each output; 0 when cuBLASLt refuses the
