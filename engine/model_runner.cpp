@@ -323,6 +323,7 @@ void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogit
       host.max_blocks_per_seq = graph_width_;
       host.host_query_start_loc = g.query_start_loc.data();
       host.host_seq_lens = g.seq_lens.data();
+      host.host_block_tables = g.block_tables.data();
       be.replay(key, host);
     }
     if (r != 0 || !rows) return;

@@ -288,6 +288,7 @@ void time_attention(Backend& be, const Sizes& sizes, KernelFigures& f) {
         b.max_blocks_per_seq = blocks;
         b.host_query_start_loc = qsl.data();
         b.host_seq_lens = lens.data();
+        b.host_block_tables = table.data();  // FlashInfer's decode where the device runs it
         const float softmax_scale = 1.0f / std::sqrt(static_cast<float>(kHeadDim));
         const double ms = time_calls(be, sizes.attention_series, sizes.attention_calls, [&] {
           be.paged_attention(cache, q.as<float>(), b, kHeads, 0, softmax_scale, out.as<float>());

@@ -444,6 +444,9 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
     const int64_t group = cache.layer_group(layer);
     PagedAttentionBatch group_batch = attn_batch;
     group_batch.block_tables += group * attn_batch.num_seqs * attn_batch.max_blocks_per_seq;
+    if (group_batch.host_block_tables != nullptr)
+      group_batch.host_block_tables +=
+          group * attn_batch.num_seqs * attn_batch.max_blocks_per_seq;
     const int64_t* slots = device.slot_mapping.as<const int64_t>() + group * n;
     if (cache.spec(layer).hadamard_rotation) {
       be.rope(qr, kr, n, nh, nkv, hd, c.rotary_dim, positions, freq, rope_layout_);

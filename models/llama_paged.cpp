@@ -69,6 +69,7 @@ void LlamaModel::forward(const ForwardBatch& batch, const ForwardBatchBuffers& d
   attn_batch.max_blocks_per_seq = batch.max_blocks_per_seq;
   attn_batch.host_query_start_loc = batch.query_start_loc.data();  // the same values, host
   attn_batch.host_seq_lens = batch.seq_lens.data();
+  attn_batch.host_block_tables = batch.block_tables.data();
   run_decoder(device, n, rows, attn_batch, cache, act, comm);
 }
 

@@ -137,6 +137,9 @@ struct PagedAttentionBatch {
   /// waiting for the device (what a CUDA graph capture needs). Null: the device arrays only.
   const int64_t* host_query_start_loc = nullptr;
   const int64_t* host_seq_lens = nullptr;
+  /// Optional host copy of block_tables (CUDA's FlashInfer decode lists each row's pages on the
+  /// host; without it the backend runs its own kernels, which read the device table).
+  const int32_t* host_block_tables = nullptr;
 };
 
 }  // namespace octet

@@ -14,6 +14,7 @@
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
+#include "kernels/cuda/flashinfer_decode.h"
 #include "kernels/cuda/flashinfer_plan.h"
 #include "kernels/cuda/rope.cuh"
 
@@ -216,13 +217,17 @@ AttentionWorkspace attention_workspace(int64_t max_tokens, int64_t max_seqs,
       max_tokens / kTileRows + std::min(max_seqs, max_tokens / kPrefillMinQueries) + 1;
   w.plan_bytes = 4 * (kDecodeItemInts * rows * p_eager + kMergeItemInts * merges +
                       kPrefillItemInts * tiles);
-  int64_t slots =
-      p_eager >= 2 ? std::min(rows * p_eager, std::max(p_eager, kEagerPartialSlots)) : 0;
+  // FlashInfer's decode (attention_flashinfer.cu) keeps a partial state for every item, one
+  // row's at least, and its plan lists every row of the batch and one row's pages at least.
+  int64_t slots = std::min(rows * p_eager, std::max(p_eager, kEagerPartialSlots));
+  if (block_size > 0) {
+    const int64_t pages = (max_model_len + block_size - 1) / block_size;
+    w.plan_bytes = std::max(w.plan_bytes, 4 * (4 + 3 * max_tokens + pages + 3 * p_eager));
+  }
   // Graphs: every decode item of the largest one at the block table's full capacity.
   if (max_graph_seqs > 0 && block_size > 0 && max_model_len > 0) {
     const int64_t cap = (max_model_len + block_size - 1) / block_size * block_size;
-    const int64_t p_graph = max_partitions(cap);
-    if (p_graph >= 2) slots = std::max(slots, max_graph_seqs * p_graph);
+    slots = std::max(slots, max_graph_seqs * max_partitions(cap));
   }
   w.partial_floats = slots * num_heads * (head_dim + 2);
   return w;
@@ -233,6 +238,7 @@ PagedAttention::PagedAttention() {
   OCTET_CUDA_CHECK(cudaGetDevice(&device));
   OCTET_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   grid_cap_ = std::max<int64_t>(1, kGridItemsPerSm * sms);
+  flashinfer_ = flashinfer_decode_available();
 }
 
 PagedAttention::~PagedAttention() {
@@ -333,10 +339,11 @@ size_t graph_plan_ints(int64_t max_decode, int64_t max_merge) {
 // partial states and max_ints plan ints (the reserved workspace; no limit for graphs, which
 // take one chunk). The items are the same whatever the chunking: only their slot numbers
 // change, which no arithmetic reads. A broken batch, or one row that alone exceeds the
-// limits, is an OCTET_CHECK abort.
+// limits, is an OCTET_CHECK abort. decode_rows false: rows of sequences with fewer than
+// kPrefillMinQueries queries are left out (FlashInfer runs them).
 void build_plan(const PagedAttentionBatch& b, const int64_t* qsl, const int64_t* lens,
                 int64_t window, int64_t cap, int64_t max_slots, int64_t max_ints,
-                std::vector<HostPlan>& chunks) {
+                std::vector<HostPlan>& chunks, bool decode_rows = true) {
   OCTET_CHECK(qsl[0] == 0, "cuda paged_attention: query_start_loc[0] = ", qsl[0]);
   chunks.assign(1, HostPlan{});
   // The chunk that takes a unit of `ints` plan ints and `slots` partial states.
@@ -360,7 +367,7 @@ void build_plan(const PagedAttentionBatch& b, const int64_t* qsl, const int64_t*
     const int32_t seq = static_cast<int32_t>(s);
     if (nq == 0) continue;
     if (nq < kPrefillMinQueries) {
-      for (int64_t i = 0; i < nq; ++i) {
+      for (int64_t i = 0; i < nq && decode_rows; ++i) {
         const int64_t row = qsl[s] + i, pos = len - nq + i;
         const int64_t lo = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0;
         const int64_t j0 = lo / kPartitionTokens, j1 = pos / kPartitionTokens;
@@ -407,23 +414,18 @@ void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAt
     max_slots = static_cast<int64_t>(partial_floats_) / (num_heads * (cache.head_dim + 2));
     max_ints = static_cast<int64_t>(work_bytes_ / sizeof(int32_t));
   }
+  const bool flashinfer = uses_flashinfer(cache, b, num_heads);
+  if (flashinfer)
+    run_flashinfer(cache, q, b, qsl, lens, num_heads, window, softmax_scale, out, stream);
   std::vector<HostPlan> chunks;
   build_plan(b, qsl, lens, window, b.max_blocks_per_seq * cache.block_size, max_slots, max_ints,
-             chunks);
+             chunks, !flashinfer);
   for (const HostPlan& plan : chunks)
     if (plan.ints() > 0)
       run_chunk(plan, cache, q, b, num_heads, window, softmax_scale, out, stream);
 }
 
-void PagedAttention::run_chunk(const HostPlan& plan, const KVCacheView& cache, const float* q,
-                               const PagedAttentionBatch& b, int64_t num_heads, int64_t window,
-                               float softmax_scale, float* out, cudaStream_t stream) {
-  const int64_t hd = cache.head_dim;
-  const std::vector<int32_t>& decode = plan.decode;
-  const std::vector<int32_t>& merge = plan.merge;
-  const std::vector<int32_t>& prefill = plan.prefill;
-  const size_t bytes = static_cast<size_t>(plan.ints()) * sizeof(int32_t);
-  reserve_device(bytes, static_cast<size_t>(plan.slots * num_heads * (hd + 2)), stream);
+PagedAttention::PlanSlot& PagedAttention::next_plan_slot(size_t bytes) {
   PlanSlot& slot = slots_[next_slot_];
   next_slot_ = (next_slot_ + 1) % kPlanSlots;
   if (slot.copied == nullptr) {
@@ -439,6 +441,19 @@ void PagedAttention::run_chunk(const HostPlan& plan, const KVCacheView& cache, c
     OCTET_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&slot.pinned), want));
     slot.bytes = want;
   }
+  return slot;
+}
+
+void PagedAttention::run_chunk(const HostPlan& plan, const KVCacheView& cache, const float* q,
+                               const PagedAttentionBatch& b, int64_t num_heads, int64_t window,
+                               float softmax_scale, float* out, cudaStream_t stream) {
+  const int64_t hd = cache.head_dim;
+  const std::vector<int32_t>& decode = plan.decode;
+  const std::vector<int32_t>& merge = plan.merge;
+  const std::vector<int32_t>& prefill = plan.prefill;
+  const size_t bytes = static_cast<size_t>(plan.ints()) * sizeof(int32_t);
+  reserve_device(bytes, static_cast<size_t>(plan.slots * num_heads * (hd + 2)), stream);
+  PlanSlot& slot = next_plan_slot(bytes);
   int32_t* pinned = slot.pinned;
   std::memcpy(pinned, decode.data(), decode.size() * sizeof(int32_t));
   std::memcpy(pinned + decode.size(), merge.data(), merge.size() * sizeof(int32_t));
@@ -480,6 +495,13 @@ void PagedAttention::begin_capture() {
 
 std::shared_ptr<GraphAttention> PagedAttention::end_capture() {
   OCTET_CHECK(capturing_ != nullptr, "cuda paged_attention: end_capture without begin_capture");
+  // The lowest device block table captured is the batch's (KV group 0); the others are groups'
+  // tables after it, at these offsets into the replay batch's host_block_tables.
+  const int32_t* base = nullptr;
+  for (const GraphAttention::Plan& p : capturing_->plans)
+    if (p.flashinfer && (base == nullptr || p.device_tables < base)) base = p.device_tables;
+  for (GraphAttention::Plan& p : capturing_->plans)
+    if (p.flashinfer) p.table_offset = p.device_tables - base;
   return std::move(capturing_);
 }
 
@@ -499,10 +521,30 @@ void PagedAttention::capture(const KVCacheView& cache, const float* q,
                   " queries (a graph runs decode steps, one query per sequence)");
   GraphAttention& g = *capturing_;
   GraphAttention::Plan* plan = nullptr;
+  const bool flashinfer = uses_flashinfer(cache, b, num_heads);
   // One plan per (window, block size): KV cache groups (models/kv_cache_layout.h) may differ
-  // in both; the block tables themselves are arguments of each launch.
+  // in both; the block tables themselves are arguments of each launch. FlashInfer's plans
+  // list the pages: one per (window, block size, block table).
   for (GraphAttention::Plan& p : g.plans)
-    if (p.window == window && p.block_size == cache.block_size) plan = &p;
+    if (p.window == window && p.block_size == cache.block_size && p.flashinfer == flashinfer &&
+        (!flashinfer || p.device_tables == b.block_tables))
+      plan = &p;
+  if (flashinfer) {
+    if (plan == nullptr) {
+      GraphAttention::Plan p;
+      p.window = window;
+      p.num_seqs = b.num_seqs;
+      p.max_blocks_per_seq = b.max_blocks_per_seq;
+      p.block_size = cache.block_size;
+      p.flashinfer = true;
+      p.device_tables = b.block_tables;
+      p.num_blocks = cache.num_blocks;
+      g.plans.push_back(p);
+      plan = &g.plans.back();
+    }
+    capture_flashinfer(g, *plan, cache, q, b, num_heads, softmax_scale, out, stream);
+    return;
+  }
   if (plan == nullptr) {
     GraphAttention::Plan p;
     p.window = window;
@@ -566,11 +608,15 @@ void PagedAttention::prepare_replay(GraphAttention& g, const PagedAttentionBatch
     OCTET_CUDA_CHECK(cudaEventSynchronize(g.copied));  // the last replay's uploads are done
   }
   std::vector<HostPlan> chunks;
-  for (const GraphAttention::Plan& p : g.plans) {
+  for (GraphAttention::Plan& p : g.plans) {
     OCTET_CHECK(b.num_seqs == p.num_seqs && b.max_blocks_per_seq == p.max_blocks_per_seq,
                 "cuda graph replay: batch of ", b.num_seqs, " sequences x ",
                 b.max_blocks_per_seq, " blocks, captured for ", p.num_seqs, " x ",
                 p.max_blocks_per_seq);
+    if (p.flashinfer) {
+      prepare_replay_flashinfer(g, p, b, stream);
+      continue;
+    }
     const int64_t unlimited = std::numeric_limits<int64_t>::max();
     build_plan(b, b.host_query_start_loc, b.host_seq_lens, p.window,
                p.max_blocks_per_seq * p.block_size, unlimited, unlimited, chunks);

@@ -99,6 +99,14 @@ struct GraphAttention {
     int64_t max_merge = 0;
     int32_t* device = nullptr;  // cudaMalloc'd, layout above
     size_t pinned_offset = 0;   // ints into `pinned`
+    // FlashInfer decode (attention_flashinfer.cu) instead of octet's items: the plan's layout
+    // is FlashInferGraphLayout's, for fi_items work items and fi_pages page ids at most.
+    bool flashinfer = false;
+    int64_t fi_items = 0;
+    int64_t fi_pages = 0;
+    int64_t num_blocks = 0;  // the cache's pages (page ids are checked against it)
+    const int32_t* device_tables = nullptr;  // the captured calls' device block table
+    int64_t table_offset = 0;  // ints from the replay batch's host_block_tables (KV group)
   };
   std::vector<Plan> plans;
   std::vector<std::shared_ptr<void>> partials;  // partials buffers its kernels use (kept alive)
@@ -155,6 +163,21 @@ class PagedAttention {
 
  private:
   void reserve_device(size_t work_bytes, size_t partial_floats, cudaStream_t stream);
+  // Whether this call's decode rows run on FlashInfer (flashinfer_decode.h): the device runs
+  // it, the cache type / head_dim / group size have kernels, the host block table is given.
+  bool uses_flashinfer(const KVCacheView& cache, const PagedAttentionBatch& b,
+                       int64_t num_heads) const;
+  // Eager FlashInfer decode of the batch's decode rows, in chunks of whole rows that fit the
+  // plan and partials buffers (the same items whatever the chunking).
+  void run_flashinfer(const KVCacheView& cache, const float* q, const PagedAttentionBatch& b,
+                      const int64_t* qsl, const int64_t* lens, int64_t num_heads, int64_t window,
+                      float softmax_scale, float* out, cudaStream_t stream);
+  // Captures the FlashInfer decode kernels of a graph plan (capture()).
+  void capture_flashinfer(GraphAttention& g, GraphAttention::Plan& plan, const KVCacheView& cache,
+                          const float* q, const PagedAttentionBatch& b, int64_t num_heads,
+                          float softmax_scale, float* out, cudaStream_t stream);
+  static void prepare_replay_flashinfer(GraphAttention& g, GraphAttention::Plan& p,
+                                        const PagedAttentionBatch& b, cudaStream_t stream);
   // Queues one chunk of an eager call (plan: its items, slots counted from 0).
   void run_chunk(const HostPlan& plan, const KVCacheView& cache, const float* q,
                  const PagedAttentionBatch& b, int64_t num_heads, int64_t window,
@@ -167,6 +190,8 @@ class PagedAttention {
     size_t bytes = 0;
     cudaEvent_t copied = nullptr;
   };
+  // The next pinned plan slot, at least `bytes` large, free to fill (its last upload done).
+  PlanSlot& next_plan_slot(size_t bytes);
   PlanSlot slots_[kPlanSlots];
   int next_slot_ = 0;
   void* work_ = nullptr;          // device copy of the eager plan
@@ -177,6 +202,7 @@ class PagedAttention {
   size_t partial_floats_ = 0;
   bool reserved_ = false;
   int64_t grid_cap_ = 1;          // decode / merge grid.x: kGridItemsPerSm x SMs
+  bool flashinfer_ = false;       // flashinfer_decode_available() at construction
   std::shared_ptr<GraphAttention> capturing_;  // the capture in progress
 };
 

@@ -231,4 +231,73 @@ inline FlashInferPlan pad_flashinfer_plan(const FlashInferPlan& p, int64_t num_r
   return q;
 }
 
+/// The decode requests [first, last) of `p` as flashinfer_decode (flashinfer_decode.h) reads
+/// them: FlashInfer's decode kernel reads request i's query at row i, so requests are indexed
+/// by query row. Row r is an empty request (no pages, no items) unless a decode request of
+/// [first, last) owns it. Work items keep p's order (rows ascending, chunks in order).
+struct FlashInferDecodeRows {
+  std::vector<int32_t> kv_indptr;         // [rows + 1]
+  std::vector<int32_t> kv_indices;        // page ids
+  std::vector<int32_t> kv_last_page_len;  // [rows]
+  std::vector<int32_t> o_indptr;          // [rows + 1]: row r's items [o_indptr[r], o_indptr[r+1])
+  std::vector<int32_t> request_indices;   // [W]: the item's row
+  std::vector<int32_t> kv_tile_indices;   // [W]: its chunk
+  std::vector<uint8_t> item_valid;        // [W]: 0 for padding
+
+  int64_t rows() const { return static_cast<int64_t>(kv_last_page_len.size()); }
+  int64_t num_items() const { return static_cast<int64_t>(request_indices.size()); }
+  /// Ints of the arrays laid out one after the other (item_valid one int per item).
+  int64_t ints() const {
+    return static_cast<int64_t>(kv_indptr.size() + kv_indices.size() + kv_last_page_len.size() +
+                                o_indptr.size() + 3 * request_indices.size());
+  }
+};
+
+/// Throws std::invalid_argument when [first, last) is not a range of p's requests.
+inline FlashInferDecodeRows flashinfer_decode_rows(const FlashInferPlan& p, int64_t first,
+                                                   int64_t last) {
+  using flashinfer_plan_detail::fail;
+  if (first < 0 || last < first || last > p.num_requests())
+    fail("decode requests [" + std::to_string(first) + ", " + std::to_string(last) +
+         ") of " + std::to_string(p.num_requests()));
+  const int64_t rows = p.num_rows();
+  FlashInferDecodeRows d;
+  d.kv_indptr.assign(static_cast<size_t>(rows + 1), 0);
+  d.kv_last_page_len.assign(static_cast<size_t>(rows), 0);
+  d.o_indptr.assign(static_cast<size_t>(rows + 1), 0);
+  std::vector<int32_t> owner(static_cast<size_t>(rows), -1);
+  for (int64_t i = first; i < last; ++i)
+    if (!p.is_prefill[i] && p.request_valid[i]) owner[p.qo_indptr[i]] = static_cast<int32_t>(i);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int32_t i = owner[r];
+    if (i >= 0) {
+      d.kv_indices.insert(d.kv_indices.end(), p.kv_indices.begin() + p.kv_indptr[i],
+                          p.kv_indices.begin() + p.kv_indptr[i + 1]);
+      d.kv_last_page_len[r] = p.kv_last_page_len[i];
+      for (int32_t c = 0; c < p.num_chunks[i]; ++c) {
+        d.request_indices.push_back(static_cast<int32_t>(r));
+        d.kv_tile_indices.push_back(c);
+        d.item_valid.push_back(1);
+      }
+    }
+    d.kv_indptr[r + 1] = static_cast<int32_t>(d.kv_indices.size());
+    d.o_indptr[r + 1] = static_cast<int32_t>(d.request_indices.size());
+  }
+  return d;
+}
+
+/// `d` with padding items up to num_items (a graph's fixed grid): row 0, chunk 0, valid 0.
+/// Throws std::invalid_argument when d has more.
+inline FlashInferDecodeRows pad_flashinfer_decode_rows(FlashInferDecodeRows d,
+                                                       int64_t num_items) {
+  if (num_items < d.num_items())
+    flashinfer_plan_detail::fail("the batch needs " + std::to_string(d.num_items()) +
+                                 " decode items, more than the padded " +
+                                 std::to_string(num_items));
+  d.request_indices.resize(static_cast<size_t>(num_items), 0);
+  d.kv_tile_indices.resize(static_cast<size_t>(num_items), 0);
+  d.item_valid.resize(static_cast<size_t>(num_items), 0);
+  return d;
+}
+
 }  // namespace octet::cuda_kernels

@@ -346,6 +346,11 @@ std::vector<float> run_attention(Backend& be, const AttentionSetup& a, int64_t f
   auto d_out = device_zeros<float>(be, (q1 - q0) * width);
   PagedAttentionBatch batch{count, d_qsl.data(), d_lens.data(), d_table.data(),
                             a.max_blocks_per_seq};
+  // The host copies, as the model gives them: CUDA on sm_90 then runs decode rows on FlashInfer
+  // (flashinfer_decode.h) where it has the shape.
+  batch.host_query_start_loc = qsl.data();
+  batch.host_seq_lens = lens.data();
+  batch.host_block_tables = table.data();
   be.paged_attention(a.view(), d_q.data(), batch, a.num_heads, window, softmax_scale,
                      d_out.data());
   return to_host(be, d_out);
@@ -415,11 +420,15 @@ struct AttentionConfig {
 // ending mid-block, a long context (> 256: the CPU's flash-decoding partitions); GQA (3 query
 // heads per KV head), MQA, MHA; head dims 36, 64 and 144 (past the AVX-512 kernel's 128); block
 // sizes 16 and 5; windows 0 (full), 1, 7, one block, and one longer than every sequence.
+// The last two have FlashInfer's shapes (CUDA decode rows on sm_90: head_dim 64 / 128, groups
+// 4 and 8), contexts of several 512-token chunks, windows across chunks and decode rows
+// between prefills (rows of a request are not its index).
 const std::vector<AttentionConfig>& attention_configs() {
   static const std::vector<AttentionConfig> configs = {
       {6, 2, 36, 16, {{1, 1}, {37, 1}, {20, 20}, {50, 13}, {300, 2}}, {0, 1, 7, 16, 1000}},
       {4, 1, 64, 5, {{9, 3}, {1, 1}, {23, 23}, {18, 1}}, {0, 4}},
       {2, 2, 144, 16, {{33, 2}, {17, 17}}, {0, 9}},
+      {16, 2, 128, 16, {{1100, 1}, {30, 30}, {600, 3}, {1, 1}, {513, 1}}, {0, 16, 700}},
   };
   return configs;
 }
@@ -449,7 +458,7 @@ BACKEND_TEST_CASE("paged_attention varlen GQA sliding windows every KV dtype",
 // sequences, among them a decode row: m = 1 vs m = 37), for every KV dtype and a window.
 void paged_attention_batch_invariance_case(Backend& be) {
   std::mt19937 rng(13);
-  const AttentionConfig& c = attention_configs()[0];
+  for (const AttentionConfig& c : {attention_configs()[0], attention_configs()[3]})
   for (DType dtype : kKVDTypes) {
     const AttentionSetup a =
         make_attention(be, rng, c.num_heads, c.kv_heads, c.head_dim, c.block_size, dtype, c.seqs);

@@ -430,6 +430,89 @@ std::vector<int64_t> as_i64(const std::vector<T>& v) {
   return std::vector<int64_t>(v.begin(), v.end());
 }
 
+// FlashInfer's decode kernel and octet's merge (flashinfer_decode.h) reading a row-indexed
+// decode plan `d` of chunk size C: per valid item w (row r = request_indices[w], chunk c), the
+// query of row r against r's kept tokens [c C, min((c+1) C, kv_len)) within the window
+// (t + 1 + window_left >= kv_len), logits times k_scale of the KV head, then softmax_scale;
+// the normalised output and the log-sum-exp go to slot w. Row r's output merges slots
+// [o_indptr[r], o_indptr[r+1]) and takes v_scale; rows without items keep -7.
+Executed execute_decode_rows(const FlashInferDecodeRows& d, int64_t C, int64_t window_left,
+                             const KVCacheView& c, const float* q, int64_t num_heads,
+                             float softmax_scale) {
+  Executed x;
+  std::ostringstream err;
+  const int64_t hd = c.head_dim, nkv = c.num_kv_heads, group = num_heads / nkv;
+  const int64_t bs = c.block_size, rows = d.rows(), W = d.num_items();
+  const bool fp8 = dtype_is_fp8(c.dtype);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  std::vector<float> so(static_cast<size_t>(W * num_heads * hd), 0.0f);
+  std::vector<float> slse(static_cast<size_t>(W * num_heads), ninf);
+  for (int64_t w = 0; w < W; ++w) {
+    if (!d.item_valid[w]) continue;
+    const int64_t r = d.request_indices[w], ck = d.kv_tile_indices[w];
+    const int64_t pg0 = d.kv_indptr[r], pages = d.kv_indptr[r + 1] - pg0;
+    if (pages < 1) {
+      err << "item " << w << ": row " << r << " has no pages; ";
+      continue;
+    }
+    const int64_t kv_len = (pages - 1) * bs + d.kv_last_page_len[r];
+    const int64_t t0 = ck * C, t1 = std::min(kv_len, t0 + C);
+    if (t0 >= kv_len) err << "item " << w << ": chunk " << ck << " past kv_len " << kv_len << "; ";
+    const int64_t wl = window_left >= 0 ? window_left : kv_len;
+    for (int64_t h = 0; h < num_heads; ++h) {
+      const int64_t kvh = h / group;
+      const float* qh = q + (r * num_heads + h) * hd;
+      std::vector<float> scores;
+      std::vector<int64_t> kept;
+      for (int64_t t = t0; t < t1; ++t) {
+        if (t + 1 + wl < kv_len) continue;
+        const int64_t base = (int64_t{d.kv_indices[pg0 + t / bs]} * bs + t % bs) * nkv * hd +
+                             kvh * hd;
+        float dot = 0;
+        for (int64_t e = 0; e < hd; ++e) dot += qh[e] * Scene::raw_element(c, c.k, base + e);
+        scores.push_back(dot * (fp8 ? c.k_scale[kvh] : 1.0f) * softmax_scale);
+        kept.push_back(base);
+      }
+      if (scores.empty()) continue;
+      const float m = *std::max_element(scores.begin(), scores.end());
+      float l = 0;
+      std::vector<float> acc(static_cast<size_t>(hd), 0.0f);
+      for (size_t i = 0; i < scores.size(); ++i) {
+        const float e = std::exp(scores[i] - m);
+        l += e;
+        for (int64_t j = 0; j < hd; ++j) acc[j] += e * Scene::raw_element(c, c.v, kept[i] + j);
+      }
+      for (int64_t j = 0; j < hd; ++j) so[(w * num_heads + h) * hd + j] = acc[j] / l;
+      slse[w * num_heads + h] = m + std::log(l);
+    }
+  }
+  x.out.assign(static_cast<size_t>(rows * num_heads * hd), -7.0f);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (d.o_indptr[r] == d.o_indptr[r + 1]) continue;
+    for (int64_t h = 0; h < num_heads; ++h) {
+      float m = ninf;
+      for (int64_t w = d.o_indptr[r]; w < d.o_indptr[r + 1]; ++w) {
+        if (!d.item_valid[w] || d.request_indices[w] != r)
+          err << "row " << r << ": slot " << w << " is not its item; ";
+        m = std::max(m, slse[w * num_heads + h]);
+      }
+      float sum = 0;
+      std::vector<float> acc(static_cast<size_t>(hd), 0.0f);
+      for (int64_t w = d.o_indptr[r]; w < d.o_indptr[r + 1]; ++w) {
+        if (slse[w * num_heads + h] == ninf) continue;
+        const float wt = std::exp(slse[w * num_heads + h] - m);
+        sum += wt;
+        for (int64_t j = 0; j < hd; ++j) acc[j] += wt * so[(w * num_heads + h) * hd + j];
+      }
+      const float vs = fp8 ? c.v_scale[h / group] : 1.0f;
+      for (int64_t j = 0; j < hd; ++j)
+        x.out[(r * num_heads + h) * hd + j] = sum > 0 ? acc[j] / sum * vs : 0.0f;
+    }
+  }
+  x.problems = err.str();
+  return x;
+}
+
 }  // namespace
 
 // ---- Exact plans --------------------------------------------------------------------------------
@@ -727,4 +810,69 @@ TEST_CASE("flashinfer folded FP8 scales equal explicit dequantization", "[flashi
     CHECK(max_abs_diff(folded.out, cpu_attention(e4m3, b, window, softmax_scale)) <= tol);
     CHECK(max_abs_diff(explicit_dq.out, cpu_attention(f32, b, window, softmax_scale)) <= tol);
   }
+}
+
+TEST_CASE("flashinfer decode rows executed on the CPU equal octet attention",
+          "[flashinfer_plan]") {
+  // The decode requests indexed by query row (what flashinfer_decode reads): every decode row's
+  // output equals the CPU attention's, prefill rows get no items, a split into request ranges
+  // (eager chunks) and a graph's padding change no bit.
+  const Shape shape{16, 8, 2, 64};
+  const int64_t C = 512;
+  const std::vector<SeqSpec> specs{{1100, 1}, {9, 9}, {700, 3}, {1300, 1}, {16, 1},
+                                   {33, 7},   {40, 8}, {5, 2}};
+  for (DType dtype : {DType::BF16, DType::FP8_E4M3}) {
+    const Scene sc(dtype, shape, specs, 41);
+    const float softmax_scale = 0.125f, tol = 1e-5f * sc.vmax() + 1e-6f;
+    const Scene::Batch b = sc.batch(sc.all());
+    for (int64_t window : {int64_t{0}, int64_t{21}, int64_t{600}}) {
+      INFO(dtype_name(dtype) << ", window " << window);
+      const FlashInferPlan p = make_flashinfer_plan(sc.plan_input(b, window, C));
+      const FlashInferDecodeRows d = flashinfer_decode_rows(p, 0, p.num_requests());
+      REQUIRE(d.rows() == b.num_rows());
+      const Executed x = execute_decode_rows(d, C, p.window_left, sc.view(), b.q.data(),
+                                             shape.num_heads, softmax_scale);
+      CHECK(x.problems.empty());
+      const std::vector<float> ref = cpu_attention(sc, b, window, softmax_scale);
+      const int64_t width = shape.num_heads * shape.head_dim;
+      int64_t decode_rows = 0;
+      for (size_t s = 0; s < specs.size(); ++s) {
+        const int64_t r0 = b.qsl[s], r1 = b.qsl[s + 1];
+        const bool decode = r1 - r0 < kFlashInferPrefillMinQueries;
+        for (int64_t r = r0; r < r1; ++r) {
+          INFO("row " << r);
+          CHECK((d.o_indptr[r + 1] > d.o_indptr[r]) == decode);
+          if (!decode) continue;
+          ++decode_rows;
+          const std::vector<float> got(x.out.begin() + r * width, x.out.begin() + (r + 1) * width);
+          const std::vector<float> want(ref.begin() + r * width, ref.begin() + (r + 1) * width);
+          CHECK(max_abs_diff(got, want) <= tol);
+        }
+      }
+      CHECK(decode_rows == 1 + 3 + 1 + 1 + 7 + 2);
+      // Eager chunks: request ranges give the same arrays row by row.
+      std::vector<float> chunked(x.out.size(), -7.0f);
+      for (int64_t first = 0; first < p.num_requests(); first += 3) {
+        const int64_t last = std::min(first + 3, p.num_requests());
+        const Executed xc =
+            execute_decode_rows(flashinfer_decode_rows(p, first, last), C, p.window_left,
+                                sc.view(), b.q.data(), shape.num_heads, softmax_scale);
+        CHECK(xc.problems.empty());
+        for (size_t i = 0; i < chunked.size(); ++i)
+          if (xc.out[i] != -7.0f) chunked[i] = xc.out[i];
+      }
+      CHECK(std::memcmp(chunked.data(), x.out.data(), x.out.size() * sizeof(float)) == 0);
+      // A graph's padding: masked items change nothing.
+      const FlashInferDecodeRows g = pad_flashinfer_decode_rows(d, d.num_items() + 17);
+      const Executed xg = execute_decode_rows(g, C, p.window_left, sc.view(), b.q.data(),
+                                              shape.num_heads, softmax_scale);
+      CHECK(xg.problems.empty());
+      CHECK(std::memcmp(xg.out.data(), x.out.data(), x.out.size() * sizeof(float)) == 0);
+      CHECK_THROWS_AS(pad_flashinfer_decode_rows(d, d.num_items() - 1), std::invalid_argument);
+    }
+  }
+  const Scene sc(DType::BF16, shape, specs, 42);
+  const FlashInferPlan p = make_flashinfer_plan(sc.plan_input(sc.batch(sc.all()), 0, C));
+  CHECK_THROWS_AS(flashinfer_decode_rows(p, 2, 1), std::invalid_argument);
+  CHECK_THROWS_AS(flashinfer_decode_rows(p, 0, p.num_requests() + 1), std::invalid_argument);
 }

@@ -1,0 +1,60 @@
+// Paged decode attention on FlashInfer's batch decode kernel (issue 26): the device side of a
+// FlashInferPlan (flashinfer_plan.h) restricted to decode rows. FlashInfer
+// (https://github.com/flashinfer-ai/flashinfer, Apache-2.0, headers of PyPI's pinned
+// flashinfer-python wheel, cmake/flashinfer.cmake) runs one block per (work item, KV head)
+// serving all the head's query heads (GQA read once), K/V pages through cp.async 16-byte
+// loads; octet's own kernel merges the items' partial states in chunk order into FP32 rows.
+// Compiled for sm_90a only (build time); flashinfer_decode_available() says whether this
+// device runs it. No FlashInfer type appears here.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/common/dtype.h"
+
+namespace octet::cuda_kernels {
+
+/// One decode call on device arrays. Requests are indexed by query row (a row with no
+/// decode work is an empty request): R = rows.
+struct FlashInferDecode {
+  DType dtype = DType::BF16;        // cache: BF16, F16, FP8_E4M3 or FP8_E5M2
+  const void* k = nullptr;          // [num_blocks, block_size, num_kv_heads, head_dim]
+  const void* v = nullptr;
+  const float* k_scale = nullptr;   // [num_kv_heads], FP8 only (null: 1)
+  const float* v_scale = nullptr;
+  int64_t block_size = 0, num_kv_heads = 0, head_dim = 0, num_heads = 0;
+  const float* q = nullptr;         // [rows, num_heads, head_dim]
+  float* out = nullptr;             // [rows, num_heads, head_dim]
+  int64_t rows = 0;
+  // Plan, int32 [R + 1] / [R] / [W] (flashinfer_plan.h's arrays of the row-indexed plan).
+  const int32_t* kv_indptr = nullptr;
+  const int32_t* kv_indices = nullptr;
+  const int32_t* kv_last_page_len = nullptr;
+  const int32_t* o_indptr = nullptr;         // row r's items: [o_indptr[r], o_indptr[r + 1])
+  const int32_t* request_indices = nullptr;  // [W]
+  const int32_t* kv_tile_indices = nullptr;  // [W]
+  const uint8_t* item_valid = nullptr;       // [W], 0: padding (graphs)
+  const int32_t* kv_chunk_tokens = nullptr;  // one int, the fixed split size
+  int64_t num_items = 0;                     // W: the grid (a graph's padded room)
+  int64_t window_left = -1;                  // sliding_window - 1, or -1
+  float softmax_scale = 1.0f;
+  float* partial_out = nullptr;              // [W, num_heads, head_dim] scratch
+  float* partial_lse = nullptr;              // [W, num_heads]
+};
+
+/// Whether the kernels exist for this cache type, head_dim and query heads per KV head
+/// (head_dim 64 or 128; groups 1, 2, 3, 4, 8; 16-bit and FP8 caches).
+bool flashinfer_decode_supported(DType dtype, int64_t head_dim, int64_t group_size);
+
+/// Whether the current device runs the FlashInfer kernels (compute capability 9.0: they are
+/// built for sm_90a only) and OCTET_ATTENTION_BACKEND does not name octet's own kernels
+/// ("OCTET"; "FLASHINFER" or unset: FlashInfer where supported; anything else aborts).
+bool flashinfer_decode_available();
+
+/// Queues the decode kernel over a.num_items items and the merge into a.out (two kernels).
+/// Aborts (OCTET_CHECK) on an unsupported shape.
+void flashinfer_decode(const FlashInferDecode& a, cudaStream_t stream);
+
+}  // namespace octet::cuda_kernels
