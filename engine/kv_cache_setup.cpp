@@ -123,6 +123,8 @@ std::string device_parts_text(const MemoryFigures& m, double fraction, int64_t w
      << format_bytes(m.workspace.gemm_scratch) << ", attention partials "
      << format_bytes(m.workspace.attention_partials) << ", attention plan "
      << format_bytes(m.workspace.attention_plan) << ", ";
+  if (m.workspace.attention_prefill > 0)
+    os << "attention prefill " << format_bytes(m.workspace.attention_prefill) << ", ";
   if (graphs_rank > 0)
     os << "CUDA graphs " << format_bytes(graphs_rank) << " (" << num_graph_sizes
        << " decode sizes, estimate), ";
@@ -453,7 +455,11 @@ KVCacheSetup setup_kv_cache(const CacheConfig& cache, const SchedulerConfig& sch
           "rank " + std::to_string(r) + " (" + be.name() + "): the workspace of " +
           format_bytes(want.total()) + " (GEMM scratch " + format_bytes(want.gemm_scratch) +
           ", attention partials " + format_bytes(want.attention_partials) + ", attention plan " +
-          format_bytes(want.attention_plan) + ") does not fit the " +
+          format_bytes(want.attention_plan) +
+          (want.attention_prefill > 0
+               ? ", attention prefill " + format_bytes(want.attention_prefill)
+               : std::string()) +
+          ") does not fit the " +
           format_bytes(info.free_bytes) + " free of " + format_bytes(info.total_bytes) +
           " after the weights (" + format_bytes(model_weight_bytes(loaded.rank_model(r))) +
           "); lower --max-num-batched-tokens, --max-num-seqs or --max-model-len");

@@ -77,7 +77,10 @@ struct WorkspaceBytes {
   int64_t gemm_scratch = 0;        // CUDA GEMM sums of merged projections, W8A16's BF16 copies
   int64_t attention_partials = 0;  // flash-decoding partial softmax states (eager and graphs)
   int64_t attention_plan = 0;      // the eager attention work lists
-  int64_t total() const { return gemm_scratch + attention_partials + attention_plan; }
+  int64_t attention_prefill = 0;   // FlashInfer prefill's 16-bit q and output
+  int64_t total() const {
+    return gemm_scratch + attention_partials + attention_plan + attention_prefill;
+  }
 };
 
 /// A device's memory now (CUDA: cudaMemGetInfo on the backend's device). total_bytes 0: the

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Reads the SASS of the CUDA attention kernels octet launches (cuobjdump -sass on the built
-# static libraries) and fails (exit 1) unless:
+# Reads the SASS of the CUDA attention kernels octet launches on sm_90 (cuobjdump -sass on the
+# built static libraries) and fails (exit 1) unless:
 #  - every decode attention kernel (FlashInfer's BatchDecodeWithPagedKVCacheKernel) issues
-#    16-byte global loads (LDG.E.128 or cp.async's LDGSTS...128) for each sm_90a instantiation;
-#  - every prefill attention kernel issues tensor-core instructions (HMMA / HGMMA).
+#    16-byte global loads (LDG.E.128 or cp.async's LDGSTS...128);
+#  - every prefill attention kernel (FlashInfer's BatchPrefillWithPagedKVCacheKernel) issues
+#    tensor-core instructions (HMMA / HGMMA);
+#  - both exist. octet's own kernels (the fallback for other GPUs and shapes) are listed too.
 # Prints one line per kernel: its name, architecture and the instruction counts.
 # Usage: sass_check.sh BUILD_DIR   (CTest: cuda_sass_check)
 # cuobjdump and nvdisasm: from PATH, else NVIDIA's pinned PyPI wheels (nvidia-cuda-cuobjdump,
@@ -51,8 +53,9 @@ table=$(for l in "${libs[@]}"; do cuobjdump -sass "$l"; done | awk '
     flush()
     fn = $3; wide = 0; mma = 0; kind = ""
     if (fn ~ /BatchDecodeWithPagedKVCacheKernel/) kind = "decode"
-    else if (fn ~ /BatchPrefillWithPagedKVCache|paged_prefill/) kind = "prefill"
+    else if (fn ~ /BatchPrefillWithPagedKVCacheKernel/) kind = "prefill"
     else if (fn ~ /paged_decode_split/) kind = "decode-octet"
+    else if (fn ~ /paged_prefill/) kind = "prefill-octet"
     else fn = ""
     next
   }
@@ -70,9 +73,10 @@ while read -r kind arch wide mma fn; do
   case "$kind" in
     decode) ((wide > 0)) || { verdict="FAIL: no 16-byte global load"; fail=1; } ;;
     prefill) ((mma > 0)) || { verdict="FAIL: no HMMA/HGMMA"; fail=1; } ;;
-    decode-octet) verdict="octet's fallback (GPUs without the FlashInfer build)" ;;
+    decode-octet|prefill-octet) verdict="octet's fallback (other GPUs and shapes)" ;;
   esac
   printf '%-12s %-8s 16B-loads %5d  mma %5d  %s  %s\n' "$kind" "$arch" "$wide" "$mma" "$verdict" "$name"
 done <<<"$table"
 grep -q '^decode ' <<<"$table" || { echo "sass_check: no FlashInfer decode kernel" >&2; fail=1; }
+grep -q '^prefill ' <<<"$table" || { echo "sass_check: no FlashInfer prefill kernel" >&2; fail=1; }
 exit $fail

@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/flashinfer_decode.h"
+#include "kernels/cuda/flashinfer_prefill.h"
 #include "kernels/cuda/flashinfer_plan.h"
 #include "kernels/cuda/rope.cuh"
 
@@ -221,9 +222,15 @@ AttentionWorkspace attention_workspace(int64_t max_tokens, int64_t max_seqs,
   // row's at least, and its plan lists every row of the batch and one row's pages at least.
   int64_t slots = std::min(rows * p_eager, std::max(p_eager, kEagerPartialSlots));
   if (block_size > 0) {
-    const int64_t pages = (max_model_len + block_size - 1) / block_size;
-    w.plan_bytes = std::max(w.plan_bytes, 4 * (4 + 3 * max_tokens + pages + 3 * p_eager));
+    // Decode: 3 ints a row and 3 an item; prefill: 3 a request (<= rows), a row bit, 3 a query
+    // tile (<= tokens x heads / tile + seqs) and one sequence's pages at least.
+    const int64_t pages = (max_model_len + block_size - 1) / block_size + 1;
+    const int64_t tiles = max_tokens * num_heads / kFlashInferPrefillTileQ + max_seqs + 1;
+    w.plan_bytes = std::max(w.plan_bytes, 4 * (8 + 3 * max_tokens + 3 * p_eager));
+    w.plan_bytes = std::max(w.plan_bytes, 4 * (8 + 3 * max_tokens + max_tokens / 4 + 3 * tiles +
+                                               pages));
   }
+  w.prefill_bytes = 2 * 2 * max_tokens * num_heads * head_dim;
   // Graphs: every decode item of the largest one at the block table's full capacity.
   if (max_graph_seqs > 0 && block_size > 0 && max_model_len > 0) {
     const int64_t cap = (max_model_len + block_size - 1) / block_size * block_size;
@@ -285,6 +292,8 @@ void PagedAttention::reserve(const AttentionWorkspace& w, cudaStream_t stream) {
   work_bytes_ = 0;
   partials_.reset();
   partial_floats_ = 0;
+  half_.reset();
+  half_bytes_ = 0;
   reserved_ = false;
   if (w.plan_bytes > 0) {
     const cudaError_t err = cudaMalloc(&work_, static_cast<size_t>(w.plan_bytes));
@@ -299,6 +308,10 @@ void PagedAttention::reserve(const AttentionWorkspace& w, cudaStream_t stream) {
   if (w.partial_floats > 0) {
     partials_ = device_buffer(static_cast<size_t>(w.partial_floats) * sizeof(float));
     partial_floats_ = static_cast<size_t>(w.partial_floats);
+  }
+  if (w.prefill_bytes > 0) {
+    half_ = device_buffer(static_cast<size_t>(w.prefill_bytes));
+    half_bytes_ = static_cast<size_t>(w.prefill_bytes);
   }
   reserved_ = true;
 }
@@ -339,11 +352,12 @@ size_t graph_plan_ints(int64_t max_decode, int64_t max_merge) {
 // partial states and max_ints plan ints (the reserved workspace; no limit for graphs, which
 // take one chunk). The items are the same whatever the chunking: only their slot numbers
 // change, which no arithmetic reads. A broken batch, or one row that alone exceeds the
-// limits, is an OCTET_CHECK abort. decode_rows false: rows of sequences with fewer than
-// kPrefillMinQueries queries are left out (FlashInfer runs them).
+// limits, is an OCTET_CHECK abort. decode_rows / prefill_rows false: rows of sequences with
+// fewer / at least kPrefillMinQueries queries are left out (FlashInfer runs them).
 void build_plan(const PagedAttentionBatch& b, const int64_t* qsl, const int64_t* lens,
                 int64_t window, int64_t cap, int64_t max_slots, int64_t max_ints,
-                std::vector<HostPlan>& chunks, bool decode_rows = true) {
+                std::vector<HostPlan>& chunks, bool decode_rows = true,
+                bool prefill_rows = true) {
   OCTET_CHECK(qsl[0] == 0, "cuda paged_attention: query_start_loc[0] = ", qsl[0]);
   chunks.assign(1, HostPlan{});
   // The chunk that takes a unit of `ints` plan ints and `slots` partial states.
@@ -391,7 +405,7 @@ void build_plan(const PagedAttentionBatch& b, const int64_t* qsl, const int64_t*
         }
       }
     } else {
-      for (int64_t r0 = 0; r0 < nq; r0 += kTileRows) {
+      for (int64_t r0 = 0; r0 < nq && prefill_rows; r0 += kTileRows) {
         HostPlan& c = chunk_for(kPrefillItemInts, 0);
         c.prefill.insert(c.prefill.end(), {seq, static_cast<int32_t>(qsl[s] + r0),
                                            static_cast<int32_t>(std::min(kTileRows, nq - r0)),
@@ -414,12 +428,14 @@ void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAt
     max_slots = static_cast<int64_t>(partial_floats_) / (num_heads * (cache.head_dim + 2));
     max_ints = static_cast<int64_t>(work_bytes_ / sizeof(int32_t));
   }
-  const bool flashinfer = uses_flashinfer(cache, b, num_heads);
-  if (flashinfer)
-    run_flashinfer(cache, q, b, qsl, lens, num_heads, window, softmax_scale, out, stream);
+  const bool decode = uses_flashinfer(cache, num_heads);
+  const bool prefill = uses_flashinfer_prefill(cache, b);
+  if (decode) run_flashinfer(cache, q, b, qsl, lens, num_heads, window, softmax_scale, out, stream);
+  if (prefill)
+    run_flashinfer_prefill(cache, q, b, qsl, lens, num_heads, window, softmax_scale, out, stream);
   std::vector<HostPlan> chunks;
   build_plan(b, qsl, lens, window, b.max_blocks_per_seq * cache.block_size, max_slots, max_ints,
-             chunks, !flashinfer);
+             chunks, !decode, !prefill);
   for (const HostPlan& plan : chunks)
     if (plan.ints() > 0)
       run_chunk(plan, cache, q, b, num_heads, window, softmax_scale, out, stream);
@@ -495,13 +511,6 @@ void PagedAttention::begin_capture() {
 
 std::shared_ptr<GraphAttention> PagedAttention::end_capture() {
   OCTET_CHECK(capturing_ != nullptr, "cuda paged_attention: end_capture without begin_capture");
-  // The lowest device block table captured is the batch's (KV group 0); the others are groups'
-  // tables after it, at these offsets into the replay batch's host_block_tables.
-  const int32_t* base = nullptr;
-  for (const GraphAttention::Plan& p : capturing_->plans)
-    if (p.flashinfer && (base == nullptr || p.device_tables < base)) base = p.device_tables;
-  for (GraphAttention::Plan& p : capturing_->plans)
-    if (p.flashinfer) p.table_offset = p.device_tables - base;
   return std::move(capturing_);
 }
 
@@ -521,13 +530,11 @@ void PagedAttention::capture(const KVCacheView& cache, const float* q,
                   " queries (a graph runs decode steps, one query per sequence)");
   GraphAttention& g = *capturing_;
   GraphAttention::Plan* plan = nullptr;
-  const bool flashinfer = uses_flashinfer(cache, b, num_heads);
+  const bool flashinfer = uses_flashinfer(cache, num_heads);
   // One plan per (window, block size): KV cache groups (models/kv_cache_layout.h) may differ
-  // in both; the block tables themselves are arguments of each launch. FlashInfer's plans
-  // list the pages: one per (window, block size, block table).
+  // in both; the block tables themselves are arguments of each launch.
   for (GraphAttention::Plan& p : g.plans)
-    if (p.window == window && p.block_size == cache.block_size && p.flashinfer == flashinfer &&
-        (!flashinfer || p.device_tables == b.block_tables))
+    if (p.window == window && p.block_size == cache.block_size && p.flashinfer == flashinfer)
       plan = &p;
   if (flashinfer) {
     if (plan == nullptr) {
@@ -537,8 +544,6 @@ void PagedAttention::capture(const KVCacheView& cache, const float* q,
       p.max_blocks_per_seq = b.max_blocks_per_seq;
       p.block_size = cache.block_size;
       p.flashinfer = true;
-      p.device_tables = b.block_tables;
-      p.num_blocks = cache.num_blocks;
       g.plans.push_back(p);
       plan = &g.plans.back();
     }

@@ -44,13 +44,16 @@ inline constexpr int64_t kGridItemsPerSm = 4;  // decode / merge grid.x cap, per
 inline constexpr int64_t kEagerPartialSlots = 8192;
 
 /// The attention workspace PagedAttention::reserve takes for a rank's limits: the eager plan
-/// (bytes: decode, merge and prefill items of the worst batch) and the partial softmax states
-/// (floats) of the larger of an eager call (min(worst batch, kEagerPartialSlots) slots, at
-/// least one row's partitions) and the largest graph (every sequence at full capacity).
+/// (bytes: decode, merge and prefill items of the worst batch, or FlashInfer's plan of every
+/// row and one sequence's pages), the partial softmax states (floats) of the larger of an
+/// eager call (min(worst batch, kEagerPartialSlots) slots, at least one row's partitions) and
+/// the largest graph (every sequence at full capacity), and FlashInfer prefill's 16-bit q and
+/// output (bytes, 2 x 2 x max_tokens x heads x head_dim).
 /// max_tokens / max_seqs: one step's limits; max_graph_seqs 0: no graphs.
 struct AttentionWorkspace {
   int64_t plan_bytes = 0;
   int64_t partial_floats = 0;
+  int64_t prefill_bytes = 0;
 };
 AttentionWorkspace attention_workspace(int64_t max_tokens, int64_t max_seqs,
                                        int64_t max_model_len, int64_t block_size,
@@ -100,13 +103,9 @@ struct GraphAttention {
     int32_t* device = nullptr;  // cudaMalloc'd, layout above
     size_t pinned_offset = 0;   // ints into `pinned`
     // FlashInfer decode (attention_flashinfer.cu) instead of octet's items: the plan's layout
-    // is FlashInferGraphLayout's, for fi_items work items and fi_pages page ids at most.
+    // is attention_flashinfer.cu's, for fi_items work items at most.
     bool flashinfer = false;
     int64_t fi_items = 0;
-    int64_t fi_pages = 0;
-    int64_t num_blocks = 0;  // the cache's pages (page ids are checked against it)
-    const int32_t* device_tables = nullptr;  // the captured calls' device block table
-    int64_t table_offset = 0;  // ints from the replay batch's host_block_tables (KV group)
   };
   std::vector<Plan> plans;
   std::vector<std::shared_ptr<void>> partials;  // partials buffers its kernels use (kept alive)
@@ -143,6 +142,8 @@ class PagedAttention {
   void reserve(const AttentionWorkspace& w, cudaStream_t stream);
   /// Whether reserve() was called.
   bool reserved() const { return reserved_; }
+  /// Whether FlashInfer's kernels run here (flashinfer_decode_available() at construction).
+  bool flashinfer() const { return flashinfer_; }
 
   /// Starts recording a graph's calls (capture() until end_capture()).
   void begin_capture();
@@ -163,15 +164,21 @@ class PagedAttention {
 
  private:
   void reserve_device(size_t work_bytes, size_t partial_floats, cudaStream_t stream);
-  // Whether this call's decode rows run on FlashInfer (flashinfer_decode.h): the device runs
-  // it, the cache type / head_dim / group size have kernels, the host block table is given.
-  bool uses_flashinfer(const KVCacheView& cache, const PagedAttentionBatch& b,
-                       int64_t num_heads) const;
-  // Eager FlashInfer decode of the batch's decode rows, in chunks of whole rows that fit the
-  // plan and partials buffers (the same items whatever the chunking).
+  // Whether this call's decode rows run on FlashInfer (flashinfer_decode.h: the device runs
+  // it, the cache type / head_dim / group size have kernels), and its prefill rows
+  // (flashinfer_prefill.h; it also needs the host block table).
+  bool uses_flashinfer(const KVCacheView& cache, int64_t num_heads) const;
+  bool uses_flashinfer_prefill(const KVCacheView& cache, const PagedAttentionBatch& b) const;
+  // Eager FlashInfer decode of the batch's decode rows, in chunks of whole sequences that fit
+  // the plan and partials buffers (the same items whatever the chunking).
   void run_flashinfer(const KVCacheView& cache, const float* q, const PagedAttentionBatch& b,
                       const int64_t* qsl, const int64_t* lens, int64_t num_heads, int64_t window,
                       float softmax_scale, float* out, cudaStream_t stream);
+  // Eager FlashInfer prefill of the batch's prefill rows, in chunks of whole sequences.
+  void run_flashinfer_prefill(const KVCacheView& cache, const float* q,
+                              const PagedAttentionBatch& b, const int64_t* qsl,
+                              const int64_t* lens, int64_t num_heads, int64_t window,
+                              float softmax_scale, float* out, cudaStream_t stream);
   // Captures the FlashInfer decode kernels of a graph plan (capture()).
   void capture_flashinfer(GraphAttention& g, GraphAttention::Plan& plan, const KVCacheView& cache,
                           const float* q, const PagedAttentionBatch& b, int64_t num_heads,
@@ -200,6 +207,9 @@ class PagedAttention {
   // before reserve() a call needing more replaces it (graphs keep the one they captured).
   std::shared_ptr<void> partials_;
   size_t partial_floats_ = 0;
+  // FlashInfer prefill's 16-bit q, then its 16-bit output (half_bytes_ / 2 each).
+  std::shared_ptr<void> half_;
+  size_t half_bytes_ = 0;
   bool reserved_ = false;
   int64_t grid_cap_ = 1;          // decode / merge grid.x: kGridItemsPerSm x SMs
   bool flashinfer_ = false;       // flashinfer_decode_available() at construction

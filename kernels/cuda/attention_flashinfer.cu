@@ -1,10 +1,15 @@
-// PagedAttention's FlashInfer decode (attention.h, flashinfer_decode.h): the host plan of the
-// decode rows (flashinfer_plan.h, request = query row), its upload through the pinned plan
-// slots (eager) or into a graph's plan buffer before each replay, and the launches. Prefill
-// rows stay on octet's kernels (attention.cu).
+// PagedAttention's FlashInfer paths (attention.h): decode rows (flashinfer_decode.h; the plan
+// is FlashInferDecodeRows, pages read from the device block table) eagerly and in graphs, and
+// prefill rows (flashinfer_prefill.h; FlashInferPrefillRequests, pages listed from the host
+// block table) eagerly. Plans go up through the pinned plan slots (eager) or into a graph's
+// plan buffer before each replay. Rows FlashInfer does not take stay on octet's kernels
+// (attention.cu).
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "kernels/common/check.h"
 #include "kernels/cuda/attention.h"
@@ -12,47 +17,50 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/flashinfer_decode.h"
 #include "kernels/cuda/flashinfer_plan.h"
+#include "kernels/cuda/flashinfer_prefill.h"
 
 namespace octet::cuda_kernels {
 
 namespace {
 
-// A decode plan in one int32 buffer: the split size, kv_indptr, kv_last_page_len, o_indptr,
-// item_valid (bytes, rounded up to ints), request_indices, kv_tile_indices, kv_indices. A
-// graph uploads the prefix up to request_indices whole and the used part of the rest.
-struct Layout {
-  size_t indptr = 1, last = 0, o_indptr = 0, valid = 0, req = 0, tile = 0, indices = 0,
-         ints = 0;
+int64_t chunk_tokens(int64_t block_size) {
+  return (kFlashInferChunkTokens + block_size - 1) / block_size * block_size;
+}
+
+// A decode plan in one int32 buffer: the split size, page_start, kv_len, o_indptr, item_valid
+// (bytes, rounded up to ints), request_indices, kv_tile_indices. A graph uploads the prefix up
+// to request_indices whole and the used items of the rest.
+struct DecodeLayout {
+  size_t page_start = 1, kv_len = 0, o_indptr = 0, valid = 0, req = 0, tile = 0, ints = 0;
 };
 
-Layout layout(int64_t rows, int64_t items, int64_t pages) {
-  Layout l;
-  l.last = l.indptr + static_cast<size_t>(rows + 1);
-  l.o_indptr = l.last + static_cast<size_t>(rows);
+DecodeLayout decode_layout(int64_t rows, int64_t items) {
+  DecodeLayout l;
+  l.kv_len = l.page_start + static_cast<size_t>(rows + 1);
+  l.o_indptr = l.kv_len + static_cast<size_t>(rows);
   l.valid = l.o_indptr + static_cast<size_t>(rows + 1);
   l.req = l.valid + static_cast<size_t>((items + 3) / 4);
   l.tile = l.req + static_cast<size_t>(items);
-  l.indices = l.tile + static_cast<size_t>(items);
-  l.ints = l.indices + static_cast<size_t>(pages);
+  l.ints = l.tile + static_cast<size_t>(items);
   return l;
 }
 
-void fill(const Layout& l, const FlashInferDecodeRows& d, int64_t chunk_tokens, int32_t* dst) {
-  dst[0] = static_cast<int32_t>(chunk_tokens);
-  std::copy(d.kv_indptr.begin(), d.kv_indptr.end(), dst + l.indptr);
-  std::copy(d.kv_last_page_len.begin(), d.kv_last_page_len.end(), dst + l.last);
+void fill_decode(const DecodeLayout& l, const FlashInferDecodeRows& d, int64_t chunk,
+                 int32_t* dst) {
+  dst[0] = static_cast<int32_t>(chunk);
+  std::copy(d.page_start.begin(), d.page_start.end(), dst + l.page_start);
+  std::copy(d.kv_len.begin(), d.kv_len.end(), dst + l.kv_len);
   std::copy(d.o_indptr.begin(), d.o_indptr.end(), dst + l.o_indptr);
   std::memset(dst + l.valid, 0, (l.req - l.valid) * sizeof(int32_t));
   std::memcpy(dst + l.valid, d.item_valid.data(), d.item_valid.size());
   std::copy(d.request_indices.begin(), d.request_indices.end(), dst + l.req);
   std::copy(d.kv_tile_indices.begin(), d.kv_tile_indices.end(), dst + l.tile);
-  std::copy(d.kv_indices.begin(), d.kv_indices.end(), dst + l.indices);
 }
 
-FlashInferDecode decode_args(const KVCacheView& cache, const float* q, int64_t rows,
-                             int64_t num_heads, int64_t window, float softmax_scale, float* out,
-                             const int32_t* plan, const Layout& l, int64_t items, bool masked,
-                             float* partials) {
+FlashInferDecode decode_args(const KVCacheView& cache, const float* q,
+                             const PagedAttentionBatch& b, int64_t rows, int64_t num_heads,
+                             int64_t window, float softmax_scale, float* out, const int32_t* plan,
+                             const DecodeLayout& l, int64_t items, bool masked, float* partials) {
   FlashInferDecode a;
   a.dtype = cache.dtype;
   a.k = cache.k;
@@ -66,14 +74,14 @@ FlashInferDecode decode_args(const KVCacheView& cache, const float* q, int64_t r
   a.q = q;
   a.out = out;
   a.rows = rows;
+  a.block_tables = b.block_tables;
   a.kv_chunk_tokens = plan;
-  a.kv_indptr = plan + l.indptr;
-  a.kv_last_page_len = plan + l.last;
+  a.page_start = plan + l.page_start;
+  a.kv_len = plan + l.kv_len;
   a.o_indptr = plan + l.o_indptr;
   a.item_valid = masked ? reinterpret_cast<const uint8_t*>(plan + l.valid) : nullptr;
   a.request_indices = plan + l.req;
   a.kv_tile_indices = plan + l.tile;
-  a.kv_indices = plan + l.indices;
   a.num_items = items;
   a.window_left = window > 0 ? window - 1 : -1;
   a.softmax_scale = softmax_scale;
@@ -82,80 +90,218 @@ FlashInferDecode decode_args(const KVCacheView& cache, const float* q, int64_t r
   return a;
 }
 
-FlashInferPlanInput plan_input(const KVCacheView& cache, const PagedAttentionBatch& b,
-                               const int64_t* qsl, const int64_t* lens, int64_t window,
-                               const int32_t* host_tables) {
+FlashInferPlanInput plan_input(int64_t block_size, int64_t num_blocks,
+                               const PagedAttentionBatch& b, const int64_t* qsl,
+                               const int64_t* lens, int64_t window) {
   FlashInferPlanInput in;
   in.num_seqs = b.num_seqs;
   in.query_start_loc = qsl;
   in.seq_lens = lens;
-  in.block_tables = host_tables;
+  in.block_tables = b.host_block_tables;
   in.max_blocks_per_seq = b.max_blocks_per_seq;
-  in.block_size = cache.block_size;
-  in.num_blocks = cache.num_blocks;
+  in.block_size = block_size;
+  in.num_blocks = num_blocks;
   in.sliding_window = window;
-  in.kv_chunk_tokens = (kFlashInferChunkTokens + cache.block_size - 1) / cache.block_size *
-                       cache.block_size;
+  in.kv_chunk_tokens = chunk_tokens(block_size);
   return in;
+}
+
+// Sequence ranges [first, last) whose cost (per sequence: cost(s) = {ints, items}) fits the
+// limits; a sequence alone beyond them is an OCTET_CHECK abort naming `what`.
+template <typename Cost>
+std::vector<std::pair<int64_t, int64_t>> seq_chunks(int64_t num_seqs, int64_t fixed_ints,
+                                                    int64_t max_ints, int64_t max_items,
+                                                    const char* what, Cost cost) {
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  int64_t first = 0, ints = fixed_ints, items = 0;
+  for (int64_t s = 0; s < num_seqs; ++s) {
+    const std::pair<int64_t, int64_t> c = cost(s);
+    if (items > 0 && (ints + c.first > max_ints || items + c.second > max_items)) {
+      chunks.emplace_back(first, s);
+      first = s, ints = fixed_ints, items = 0;
+    }
+    OCTET_CHECK(fixed_ints + c.first <= max_ints && c.second <= max_items, "cuda ", what,
+                ": sequence ", s, " needs ", c.second, " items and ", fixed_ints + c.first,
+                " plan ints; the reserved workspace holds ", max_items, " and ", max_ints);
+    ints += c.first;
+    items += c.second;
+  }
+  if (items > 0) chunks.emplace_back(first, num_seqs);
+  return chunks;
 }
 
 }  // namespace
 
-bool PagedAttention::uses_flashinfer(const KVCacheView& cache, const PagedAttentionBatch& b,
-                                     int64_t num_heads) const {
-  return flashinfer_ && b.host_block_tables != nullptr && cache.k_token_scale == nullptr &&
-         cache.num_kv_heads > 0 && num_heads % cache.num_kv_heads == 0 &&
+bool PagedAttention::uses_flashinfer(const KVCacheView& cache, int64_t num_heads) const {
+  return flashinfer_ && cache.k_token_scale == nullptr && cache.num_kv_heads > 0 &&
+         num_heads % cache.num_kv_heads == 0 &&
          flashinfer_decode_supported(cache.dtype, cache.head_dim, num_heads / cache.num_kv_heads);
+}
+
+bool PagedAttention::uses_flashinfer_prefill(const KVCacheView& cache,
+                                             const PagedAttentionBatch& b) const {
+  return flashinfer_ && b.host_block_tables != nullptr && cache.k_token_scale == nullptr &&
+         flashinfer_prefill_supported(cache.dtype, cache.head_dim);
 }
 
 void PagedAttention::run_flashinfer(const KVCacheView& cache, const float* q,
                                     const PagedAttentionBatch& b, const int64_t* qsl,
                                     const int64_t* lens, int64_t num_heads, int64_t window,
                                     float softmax_scale, float* out, cudaStream_t stream) {
-  const FlashInferPlanInput in = plan_input(cache, b, qsl, lens, window, b.host_block_tables);
-  FlashInferPlan plan;
-  try {
-    plan = make_flashinfer_plan(in);
-  } catch (const std::invalid_argument& e) {
-    OCTET_CHECK(false, "cuda paged_attention: ", e.what());
-  }
-  const int64_t rows = plan.num_rows();
+  const FlashInferPlanInput in =
+      plan_input(cache.block_size, cache.num_blocks, b, qsl, lens, window);
+  const int64_t rows = b.num_seqs > 0 ? qsl[b.num_seqs] : 0;
   const int64_t per_item = num_heads * (cache.head_dim + 1);
-  // Reserved: chunks of whole decode requests within the plan and partials buffers.
   int64_t max_ints = std::numeric_limits<int64_t>::max(), max_items = max_ints;
   if (reserved_) {
     max_ints = static_cast<int64_t>(work_bytes_ / sizeof(int32_t));
     max_items = static_cast<int64_t>(partial_floats_) / per_item;
   }
-  const int64_t fixed = static_cast<int64_t>(layout(rows, 0, 0).ints) + 1;
-  for (int64_t first = 0; first < plan.num_requests();) {
-    int64_t last = first, items = 0, ints = fixed;
-    for (; last < plan.num_requests(); ++last) {
-      if (plan.is_prefill[last]) continue;
-      const int64_t add_items = plan.num_chunks[last];
-      const int64_t add_ints = plan.kv_indptr[last + 1] - plan.kv_indptr[last] + 3 * add_items;
-      if (items > 0 && (items + add_items > max_items || ints + add_ints > max_ints)) break;
-      OCTET_CHECK(add_items <= max_items && ints + add_ints <= max_ints, "cuda paged_attention: "
-                  "one query row needs ", add_items, " FlashInfer items and ", ints + add_ints,
-                  " plan ints; the reserved workspace holds ", max_items, " and ", max_ints);
-      items += add_items;
-      ints += add_ints;
+  const int64_t C = in.kv_chunk_tokens, bs = cache.block_size;
+  const auto cost = [&](int64_t s) -> std::pair<int64_t, int64_t> {
+    const int64_t nq = qsl[s + 1] - qsl[s];
+    if (nq >= kFlashInferPrefillMinQueries) return {0, 0};
+    int64_t items = 0;
+    for (int64_t j = 0; j < nq; ++j) {
+      const int64_t end = lens[s] - nq + j + 1;
+      const int64_t lo = window > 0 ? std::max<int64_t>(0, end - window) : 0;
+      items += (end - lo / bs * bs + C - 1) / C;
     }
-    const FlashInferDecodeRows d = flashinfer_decode_rows(plan, first, last);
-    first = last;
+    return {3 * items, items};
+  };
+  const int64_t fixed = static_cast<int64_t>(decode_layout(rows, 0).ints) + 1;
+  for (const auto& [first, last] :
+       seq_chunks(b.num_seqs, fixed, max_ints, max_items, "paged_attention decode", cost)) {
+    FlashInferDecodeRows d;
+    try {
+      d = flashinfer_decode_rows(in, first, last);
+    } catch (const std::invalid_argument& e) {
+      OCTET_CHECK(false, "cuda paged_attention: ", e.what());
+    }
     if (d.num_items() == 0) continue;
-    const Layout l = layout(rows, d.num_items(), static_cast<int64_t>(d.kv_indices.size()));
+    const DecodeLayout l = decode_layout(rows, d.num_items());
     const size_t bytes = l.ints * sizeof(int32_t);
     reserve_device(bytes, static_cast<size_t>(d.num_items() * per_item), stream);
     PlanSlot& slot = next_plan_slot(bytes);
-    fill(l, d, in.kv_chunk_tokens, slot.pinned);
+    fill_decode(l, d, C, slot.pinned);
     // Stream order: after the kernels of the previous chunk or call that read work_.
     OCTET_CUDA_CHECK(cudaMemcpyAsync(work_, slot.pinned, bytes, cudaMemcpyHostToDevice, stream));
     OCTET_CUDA_CHECK(cudaEventRecord(slot.copied, stream));
-    flashinfer_decode(decode_args(cache, q, rows, num_heads, window, softmax_scale, out,
+    flashinfer_decode(decode_args(cache, q, b, rows, num_heads, window, softmax_scale, out,
                                   static_cast<const int32_t*>(work_), l, d.num_items(), false,
                                   static_cast<float*>(partials_.get())),
                       stream);
+  }
+}
+
+void PagedAttention::run_flashinfer_prefill(const KVCacheView& cache, const float* q,
+                                            const PagedAttentionBatch& b, const int64_t* qsl,
+                                            const int64_t* lens, int64_t num_heads,
+                                            int64_t window, float softmax_scale, float* out,
+                                            cudaStream_t stream) {
+  FlashInferPlan plan;
+  try {
+    plan = make_flashinfer_plan(
+        plan_input(cache.block_size, cache.num_blocks, b, qsl, lens, window));
+  } catch (const std::invalid_argument& e) {
+    OCTET_CHECK(false, "cuda paged_attention: ", e.what());
+  }
+  const int64_t rows = plan.num_rows(), R = plan.num_requests();
+  const int64_t group = num_heads / cache.num_kv_heads;
+  // Layout: split size, qo_indptr, kv_indptr, kv_last_page_len, request_indices,
+  // qo_tile_indices, kv_tile_indices, row_is_prefill (bytes), kv_indices.
+  const int64_t fixed = 1 + 3 * R + 2 + (rows + 3) / 4;
+  int64_t max_ints = std::numeric_limits<int64_t>::max();
+  if (reserved_) max_ints = static_cast<int64_t>(work_bytes_ / sizeof(int32_t));
+  // Requests of one sequence are adjacent: chunk by requests, a prefill request at a time.
+  std::vector<std::pair<int64_t, int64_t>> chunks;
+  {
+    int64_t first = 0, ints = fixed, any = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      if (!plan.is_prefill[r]) continue;
+      const int64_t qo_len = plan.qo_indptr[r + 1] - plan.qo_indptr[r];
+      const int64_t need = 3 * flashinfer_prefill_tiles(qo_len, group) +
+                           (plan.kv_indptr[r + 1] - plan.kv_indptr[r]);
+      OCTET_CHECK(fixed + need <= max_ints, "cuda paged_attention prefill: sequence ",
+                  plan.seq[r], " needs ", fixed + need, " plan ints; the reserved workspace "
+                  "holds ", max_ints);
+      if (any > 0 && ints + need > max_ints) {
+        chunks.emplace_back(first, r);
+        first = r, ints = fixed, any = 0;
+      }
+      ints += need;
+      ++any;
+    }
+    if (any > 0) chunks.emplace_back(first, R);
+  }
+  if (chunks.empty()) return;
+  const size_t half_bytes =
+      static_cast<size_t>(2 * rows * num_heads * cache.head_dim) * 2;  // q16 and o16
+  if (half_bytes > half_bytes_) {
+    OCTET_CHECK(!reserved_, "cuda paged_attention prefill: ", rows, " rows need ", half_bytes,
+                " bytes of 16-bit q and output; the reserved workspace holds ", half_bytes_);
+    OCTET_CUDA_CHECK(cudaStreamSynchronize(stream));  // queued kernels may use the old one
+    half_.reset();
+    half_ = device_buffer(std::max(half_bytes, 2 * half_bytes_));
+    half_bytes_ = std::max(half_bytes, 2 * half_bytes_);
+  }
+  for (const auto& [first, last] : chunks) {
+    FlashInferPrefillRequests pr;
+    try {
+      pr = flashinfer_prefill_requests(plan, first, last, group, kFlashInferPrefillTileQ);
+    } catch (const std::invalid_argument& e) {
+      OCTET_CHECK(false, "cuda paged_attention: ", e.what());
+    }
+    const int64_t W = pr.num_items(), P = static_cast<int64_t>(pr.kv_indices.size());
+    const size_t o_qo = 1, o_kv = o_qo + R + 1, o_last = o_kv + R + 1, o_req = o_last + R,
+                 o_qt = o_req + W, o_kt = o_qt + W, o_rows = o_kt + W,
+                 o_idx = o_rows + (rows + 3) / 4, ints = o_idx + P;
+    const size_t bytes = ints * sizeof(int32_t);
+    reserve_device(bytes, 0, stream);
+    PlanSlot& slot = next_plan_slot(bytes);
+    int32_t* h = slot.pinned;
+    h[0] = static_cast<int32_t>(plan.kv_chunk_tokens);
+    std::copy(pr.qo_indptr.begin(), pr.qo_indptr.end(), h + o_qo);
+    std::copy(pr.kv_indptr.begin(), pr.kv_indptr.end(), h + o_kv);
+    std::copy(pr.kv_last_page_len.begin(), pr.kv_last_page_len.end(), h + o_last);
+    std::copy(pr.request_indices.begin(), pr.request_indices.end(), h + o_req);
+    std::copy(pr.qo_tile_indices.begin(), pr.qo_tile_indices.end(), h + o_qt);
+    std::fill(h + o_kt, h + o_kt + W, 0);
+    std::memset(h + o_rows, 0, (o_idx - o_rows) * sizeof(int32_t));
+    std::memcpy(h + o_rows, pr.row_is_prefill.data(), pr.row_is_prefill.size());
+    std::copy(pr.kv_indices.begin(), pr.kv_indices.end(), h + o_idx);
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(work_, h, bytes, cudaMemcpyHostToDevice, stream));
+    OCTET_CUDA_CHECK(cudaEventRecord(slot.copied, stream));
+    const int32_t* w = static_cast<const int32_t*>(work_);
+    FlashInferPrefill a;
+    a.dtype = cache.dtype;
+    a.k = cache.k;
+    a.v = cache.v;
+    a.k_scale = dtype_is_fp8(cache.dtype) ? cache.k_scale : nullptr;
+    a.v_scale = dtype_is_fp8(cache.dtype) ? cache.v_scale : nullptr;
+    a.block_size = cache.block_size;
+    a.num_kv_heads = cache.num_kv_heads;
+    a.head_dim = cache.head_dim;
+    a.num_heads = num_heads;
+    a.q = q;
+    a.out = out;
+    a.rows = rows;
+    a.q16 = half_.get();
+    a.o16 = static_cast<char*>(half_.get()) + half_bytes / 2;
+    a.num_requests = R;
+    a.num_items = W;
+    a.kv_chunk_tokens = w;
+    a.qo_indptr = w + o_qo;
+    a.kv_indptr = w + o_kv;
+    a.kv_last_page_len = w + o_last;
+    a.request_indices = w + o_req;
+    a.qo_tile_indices = w + o_qt;
+    a.kv_tile_indices = w + o_kt;
+    a.row_is_prefill = reinterpret_cast<const uint8_t*>(w + o_rows);
+    a.kv_indices = w + o_idx;
+    a.window_left = plan.window_left;
+    a.softmax_scale = softmax_scale;
+    flashinfer_prefill(a, stream);
   }
 }
 
@@ -163,21 +309,18 @@ void PagedAttention::capture_flashinfer(GraphAttention& g, GraphAttention::Plan&
                                         const KVCacheView& cache, const float* q,
                                         const PagedAttentionBatch& b, int64_t num_heads,
                                         float softmax_scale, float* out, cudaStream_t stream) {
-  const int64_t chunk = (kFlashInferChunkTokens + cache.block_size - 1) / cache.block_size *
-                        cache.block_size;
   if (p.device == nullptr) {
-    p.fi_items = b.num_seqs * flashinfer_max_chunks(b.max_blocks_per_seq, cache.block_size, chunk);
-    p.fi_pages = b.num_seqs * b.max_blocks_per_seq;
-    OCTET_CHECK(p.fi_items < (int64_t{1} << 31) && p.fi_pages < (int64_t{1} << 31),
-                "cuda paged_attention capture: ", p.fi_items, " items, ", p.fi_pages, " pages");
-    const size_t ints = layout(b.num_seqs, p.fi_items, p.fi_pages).ints;
+    p.fi_items = b.num_seqs * flashinfer_max_chunks(b.max_blocks_per_seq, cache.block_size,
+                                                    chunk_tokens(cache.block_size));
+    OCTET_CHECK(p.fi_items < (int64_t{1} << 31), "cuda paged_attention capture: ", p.fi_items,
+                " items");
+    const size_t ints = decode_layout(b.num_seqs, p.fi_items).ints;
     // Relaxed capture mode (CudaBackend::begin_capture) allows cudaMalloc here.
     OCTET_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p.device), ints * sizeof(int32_t)));
     p.pinned_offset = g.pinned_ints;
     g.pinned_ints += ints;
   }
-  const int64_t per_item = num_heads * (cache.head_dim + 1);
-  const size_t need = static_cast<size_t>(p.fi_items * per_item);
+  const size_t need = static_cast<size_t>(p.fi_items * num_heads * (cache.head_dim + 1));
   if (need > partial_floats_) {
     OCTET_CHECK(!reserved_, "cuda paged_attention capture: a graph of ", b.num_seqs,
                 " sequences needs ", need, " partial floats; the reserved workspace holds ",
@@ -187,54 +330,40 @@ void PagedAttention::capture_flashinfer(GraphAttention& g, GraphAttention::Plan&
     partial_floats_ = need;
   }
   g.partials.push_back(partials_);
-  const Layout l = layout(b.num_seqs, p.fi_items, p.fi_pages);
-  flashinfer_decode(decode_args(cache, q, b.num_seqs, num_heads, p.window, softmax_scale, out,
-                                p.device, l, p.fi_items, true,
-                                static_cast<float*>(partials_.get())),
+  flashinfer_decode(decode_args(cache, q, b, b.num_seqs, num_heads, p.window, softmax_scale,
+                                out, p.device, decode_layout(b.num_seqs, p.fi_items),
+                                p.fi_items, true, static_cast<float*>(partials_.get())),
                     stream);
 }
 
 void PagedAttention::prepare_replay_flashinfer(GraphAttention& g, GraphAttention::Plan& p,
                                                const PagedAttentionBatch& b,
                                                cudaStream_t stream) {
-  OCTET_CHECK(b.host_block_tables != nullptr,
-              "cuda graph replay: the batch needs its host block_tables (FlashInfer plans)");
-  KVCacheView shape;
-  shape.block_size = p.block_size;
-  shape.num_blocks = p.num_blocks;
   FlashInferDecodeRows d;
   try {
-    const FlashInferPlan plan = make_flashinfer_plan(
-        plan_input(shape, b, b.host_query_start_loc, b.host_seq_lens, p.window,
-                   b.host_block_tables + p.table_offset));
-    OCTET_CHECK(plan.num_rows() == p.num_seqs, "cuda graph replay: ", plan.num_rows(),
-                " rows, captured for ", p.num_seqs);
-    for (int64_t i = 0; i < plan.num_requests(); ++i)
-      OCTET_CHECK(!plan.is_prefill[i], "cuda graph replay: not a decode step");
-    d = pad_flashinfer_decode_rows(flashinfer_decode_rows(plan, 0, plan.num_requests()),
-                                   p.fi_items);
+    d = flashinfer_decode_rows(plan_input(p.block_size, 0, b, b.host_query_start_loc,
+                                          b.host_seq_lens, p.window),
+                               0, b.num_seqs);
   } catch (const std::invalid_argument& e) {
     OCTET_CHECK(false, "cuda graph replay: ", e.what());
   }
-  const int64_t used_items = d.o_indptr.back(), pages = static_cast<int64_t>(d.kv_indices.size());
-  OCTET_CHECK(pages <= p.fi_pages, "cuda graph replay: ", pages, " pages");
-  const Layout full = layout(p.num_seqs, p.fi_items, p.fi_pages);
+  const int64_t used = d.num_items();
+  OCTET_CHECK(d.rows() == p.num_seqs && d.o_indptr.back() == used && used <= p.fi_items,
+              "cuda graph replay: not a decode step of ", p.num_seqs, " sequences (", d.rows(),
+              " rows, ", used, " items of ", p.fi_items, ")");
+  for (int64_t r = 0; r < d.rows(); ++r)
+    OCTET_CHECK(d.kv_len[r] > 0, "cuda graph replay: row ", r, " is not a decode row");
+  d = pad_flashinfer_decode_rows(std::move(d), p.fi_items);
+  const DecodeLayout l = decode_layout(p.num_seqs, p.fi_items);
   int32_t* pin = g.pinned + p.pinned_offset;
-  const int64_t chunk = (kFlashInferChunkTokens + p.block_size - 1) / p.block_size *
-                        p.block_size;
-  // The padded items' request and tile entries stay as they are: item_valid masks them.
-  d.request_indices.resize(static_cast<size_t>(used_items));
-  d.kv_tile_indices.resize(static_cast<size_t>(used_items));
-  fill(full, d, chunk, pin);
-  const auto upload = [&](size_t at, size_t ints) {
-    if (ints > 0)
-      OCTET_CUDA_CHECK(cudaMemcpyAsync(p.device + at, pin + at, ints * sizeof(int32_t),
+  fill_decode(l, d, chunk_tokens(p.block_size), pin);
+  // The padded items' request and tile entries need not travel: item_valid masks them.
+  OCTET_CUDA_CHECK(cudaMemcpyAsync(p.device, pin, l.req * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, stream));
+  for (size_t at : {l.req, l.tile})
+    if (used > 0)
+      OCTET_CUDA_CHECK(cudaMemcpyAsync(p.device + at, pin + at, used * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, stream));
-  };
-  upload(0, full.req);
-  upload(full.req, static_cast<size_t>(used_items));
-  upload(full.tile, static_cast<size_t>(used_items));
-  upload(full.indices, static_cast<size_t>(pages));
 }
 
 }  // namespace octet::cuda_kernels

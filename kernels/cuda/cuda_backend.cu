@@ -82,7 +82,9 @@ class CudaBackend final : public Backend {
   }
 
   WorkspaceBytes workspace_bytes(const WorkspaceShape& shape) const override {
-    return cuda_workspace_bytes(shape, lt_->has_fp8());
+    WorkspaceBytes b = cuda_workspace_bytes(shape, lt_->has_fp8());
+    if (!attention_->flashinfer()) b.attention_prefill = 0;  // octet's prefill kernel needs none
+    return b;
   }
 
   WorkspaceBytes reserve_workspace(const WorkspaceShape& shape) override {
@@ -99,7 +101,8 @@ class CudaBackend final : public Backend {
     }
     scratch_reserved_ = true;
     attention_->reserve(ck::AttentionWorkspace{b.attention_plan,
-                                               b.attention_partials / int64_t{sizeof(float)}},
+                                               b.attention_partials / int64_t{sizeof(float)},
+                                               b.attention_prefill},
                         stream_);
     return b;
   }

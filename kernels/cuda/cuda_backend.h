@@ -65,8 +65,9 @@ int64_t cuda_gemm_chunk_rows(int64_t scratch_floats, int64_t m, int64_t n, int64
 /// cuda_gemm_scratch_floats (cuda_merged_scratch_floats for merged groups, FP8 devices only;
 /// cuda_bf16_scratch_floats for BF16 weights)
 /// at the chunk rows above, maximised over shape.fp8_linears; the
-/// attention partials and eager plan of kernels/cuda/attention.h's attention_workspace (one
-/// partials buffer for eager calls and every graph).
+/// attention partials, eager plan and FlashInfer prefill buffers of kernels/cuda/attention.h's
+/// attention_workspace (one partials buffer for eager calls and every graph; the backend drops
+/// the prefill buffers on devices without FlashInfer).
 WorkspaceBytes cuda_workspace_bytes(const WorkspaceShape& shape, bool has_fp8);
 
 }  // namespace octet

@@ -52,6 +52,7 @@ WorkspaceBytes cuda_workspace_bytes(const WorkspaceShape& s, bool has_fp8) {
                               s.block_size, s.num_heads, s.head_dim, s.max_graph_seqs);
   b.attention_partials = a.partial_floats * int64_t{sizeof(float)};
   b.attention_plan = a.plan_bytes;
+  b.attention_prefill = a.prefill_bytes;
   return b;
 }
 

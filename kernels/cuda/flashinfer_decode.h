@@ -17,7 +17,8 @@
 namespace octet::cuda_kernels {
 
 /// One decode call on device arrays. Requests are indexed by query row (a row with no
-/// decode work is an empty request): R = rows.
+/// decode work is an empty request): R = rows. Pages come straight from the block table
+/// (flashinfer_plan.h FlashInferDecodeRows): no page list is built or uploaded.
 struct FlashInferDecode {
   DType dtype = DType::BF16;        // cache: BF16, F16, FP8_E4M3 or FP8_E5M2
   const void* k = nullptr;          // [num_blocks, block_size, num_kv_heads, head_dim]
@@ -28,10 +29,10 @@ struct FlashInferDecode {
   const float* q = nullptr;         // [rows, num_heads, head_dim]
   float* out = nullptr;             // [rows, num_heads, head_dim]
   int64_t rows = 0;
-  // Plan, int32 [R + 1] / [R] / [W] (flashinfer_plan.h's arrays of the row-indexed plan).
-  const int32_t* kv_indptr = nullptr;
-  const int32_t* kv_indices = nullptr;
-  const int32_t* kv_last_page_len = nullptr;
+  const int32_t* block_tables = nullptr;     // [num_seqs x max_blocks_per_seq], flattened
+  // Plan, int32 [R + 1] / [R] / [W] (FlashInferDecodeRows' arrays).
+  const int32_t* page_start = nullptr;
+  const int32_t* kv_len = nullptr;
   const int32_t* o_indptr = nullptr;         // row r's items: [o_indptr[r], o_indptr[r + 1])
   const int32_t* request_indices = nullptr;  // [W]
   const int32_t* kv_tile_indices = nullptr;  // [W]

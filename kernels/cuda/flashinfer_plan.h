@@ -231,57 +231,76 @@ inline FlashInferPlan pad_flashinfer_plan(const FlashInferPlan& p, int64_t num_r
   return q;
 }
 
-/// The decode requests [first, last) of `p` as flashinfer_decode (flashinfer_decode.h) reads
-/// them: FlashInfer's decode kernel reads request i's query at row i, so requests are indexed
-/// by query row. Row r is an empty request (no pages, no items) unless a decode request of
-/// [first, last) owns it. Work items keep p's order (rows ascending, chunks in order).
+/// The decode rows of sequences [first_seq, last_seq) of a batch as flashinfer_decode
+/// (flashinfer_decode.h) reads them. FlashInfer's decode kernel reads request i's query at row
+/// i, so requests are indexed by query row; a request's pages are read straight from the
+/// device block table ([num_seqs, max_blocks_per_seq], flattened): its kept page j is
+/// block_tables[page_start[r] + j]. Rows of other sequences and of prefills (>=
+/// kFlashInferPrefillMinQueries queries) have kv_len 0 and no items. Keeping, window and
+/// chunks as make_flashinfer_plan's; items in row order, chunks in order.
 struct FlashInferDecodeRows {
-  std::vector<int32_t> kv_indptr;         // [rows + 1]
-  std::vector<int32_t> kv_indices;        // page ids
-  std::vector<int32_t> kv_last_page_len;  // [rows]
-  std::vector<int32_t> o_indptr;          // [rows + 1]: row r's items [o_indptr[r], o_indptr[r+1])
-  std::vector<int32_t> request_indices;   // [W]: the item's row
-  std::vector<int32_t> kv_tile_indices;   // [W]: its chunk
-  std::vector<uint8_t> item_valid;        // [W]: 0 for padding
+  std::vector<int32_t> page_start;       // [rows + 1]; page_start[rows] = the table's size
+  std::vector<int32_t> kv_len;           // [rows], kept tokens
+  std::vector<int32_t> o_indptr;         // [rows + 1]: row r's items [o_indptr[r], o_indptr[r+1])
+  std::vector<int32_t> request_indices;  // [W]: the item's row
+  std::vector<int32_t> kv_tile_indices;  // [W]: its chunk
+  std::vector<uint8_t> item_valid;       // [W]: 0 for padding
 
-  int64_t rows() const { return static_cast<int64_t>(kv_last_page_len.size()); }
+  int64_t rows() const { return static_cast<int64_t>(kv_len.size()); }
   int64_t num_items() const { return static_cast<int64_t>(request_indices.size()); }
-  /// Ints of the arrays laid out one after the other (item_valid one int per item).
-  int64_t ints() const {
-    return static_cast<int64_t>(kv_indptr.size() + kv_indices.size() + kv_last_page_len.size() +
-                                o_indptr.size() + 3 * request_indices.size());
-  }
 };
 
-/// Throws std::invalid_argument when [first, last) is not a range of p's requests.
-inline FlashInferDecodeRows flashinfer_decode_rows(const FlashInferPlan& p, int64_t first,
-                                                   int64_t last) {
-  using flashinfer_plan_detail::fail;
-  if (first < 0 || last < first || last > p.num_requests())
-    fail("decode requests [" + std::to_string(first) + ", " + std::to_string(last) +
-         ") of " + std::to_string(p.num_requests()));
-  const int64_t rows = p.num_rows();
+/// Throws std::invalid_argument on inconsistent input (as make_flashinfer_plan; page ids are
+/// not read) or a sequence range outside [0, num_seqs].
+inline FlashInferDecodeRows flashinfer_decode_rows(const FlashInferPlanInput& in,
+                                                   int64_t first_seq, int64_t last_seq) {
+  using namespace flashinfer_plan_detail;
+  if (in.block_size <= 0) fail("block_size must be positive");
+  if (in.sliding_window < 0) fail("sliding_window < 0");
+  if (in.kv_chunk_tokens <= 0 || in.kv_chunk_tokens % in.block_size != 0)
+    fail("kv_chunk_tokens " + std::to_string(in.kv_chunk_tokens) +
+         " is not a positive multiple of block_size " + std::to_string(in.block_size));
+  if (in.num_seqs < 0 || first_seq < 0 || last_seq < first_seq || last_seq > in.num_seqs)
+    fail("sequences [" + std::to_string(first_seq) + ", " + std::to_string(last_seq) + ") of " +
+         std::to_string(in.num_seqs));
+  if (in.num_seqs > 0 && (!in.query_start_loc || !in.seq_lens)) fail("null batch array");
+  if (in.num_seqs > 0 && in.query_start_loc[0] != 0) fail("query_start_loc[0] must be 0");
+  const int64_t rows = in.num_seqs > 0 ? in.query_start_loc[in.num_seqs] : 0;
+  const int64_t bs = in.block_size, C = in.kv_chunk_tokens;
   FlashInferDecodeRows d;
-  d.kv_indptr.assign(static_cast<size_t>(rows + 1), 0);
-  d.kv_last_page_len.assign(static_cast<size_t>(rows), 0);
+  d.page_start.assign(static_cast<size_t>(rows + 1), 0);
+  d.page_start[rows] = to_i32(in.num_seqs * in.max_blocks_per_seq, "block table size");
+  d.kv_len.assign(static_cast<size_t>(rows), 0);
   d.o_indptr.assign(static_cast<size_t>(rows + 1), 0);
-  std::vector<int32_t> owner(static_cast<size_t>(rows), -1);
-  for (int64_t i = first; i < last; ++i)
-    if (!p.is_prefill[i] && p.request_valid[i]) owner[p.qo_indptr[i]] = static_cast<int32_t>(i);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int32_t i = owner[r];
-    if (i >= 0) {
-      d.kv_indices.insert(d.kv_indices.end(), p.kv_indices.begin() + p.kv_indptr[i],
-                          p.kv_indices.begin() + p.kv_indptr[i + 1]);
-      d.kv_last_page_len[r] = p.kv_last_page_len[i];
-      for (int32_t c = 0; c < p.num_chunks[i]; ++c) {
-        d.request_indices.push_back(static_cast<int32_t>(r));
-        d.kv_tile_indices.push_back(c);
-        d.item_valid.push_back(1);
-      }
+  for (int64_t s = 0; s < in.num_seqs; ++s) {
+    const int64_t row0 = in.query_start_loc[s], nq = in.query_start_loc[s + 1] - row0;
+    const int64_t len = in.seq_lens[s];
+    const std::string name = "sequence " + std::to_string(s) + ": ";
+    if (nq < 0 || in.query_start_loc[s + 1] > rows) fail(name + "query_start_loc decreases");
+    if (len < nq)
+      fail(name + "seq_len " + std::to_string(len) + " < its " + std::to_string(nq) +
+           " queries");
+    if (len > in.max_blocks_per_seq * bs)
+      fail(name + "seq_len " + std::to_string(len) + " beyond its block table (" +
+           std::to_string(in.max_blocks_per_seq) + " pages of " + std::to_string(bs) + ")");
+    if (s < first_seq || s >= last_seq || nq >= kFlashInferPrefillMinQueries) continue;
+    for (int64_t j = 0; j < nq; ++j) {
+      const int64_t r = row0 + j, end = len - nq + j + 1;
+      const int64_t lo = in.sliding_window > 0
+                             ? std::max<int64_t>(0, end - in.sliding_window) : 0;
+      const int64_t first_page = lo / bs;
+      d.page_start[r] = to_i32(s * in.max_blocks_per_seq + first_page, "page index");
+      d.kv_len[r] = to_i32(end - first_page * bs, "kv_len");
     }
-    d.kv_indptr[r + 1] = static_cast<int32_t>(d.kv_indices.size());
-    d.o_indptr[r + 1] = static_cast<int32_t>(d.request_indices.size());
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t chunks = ceil_div(d.kv_len[r], C);
+    for (int64_t c = 0; c < chunks; ++c) {
+      d.request_indices.push_back(static_cast<int32_t>(r));
+      d.kv_tile_indices.push_back(static_cast<int32_t>(c));
+      d.item_valid.push_back(1);
+    }
+    d.o_indptr[r + 1] = to_i32(static_cast<int64_t>(d.request_indices.size()), "items");
   }
   return d;
 }
@@ -298,6 +317,56 @@ inline FlashInferDecodeRows pad_flashinfer_decode_rows(FlashInferDecodeRows d,
   d.kv_tile_indices.resize(static_cast<size_t>(num_items), 0);
   d.item_valid.resize(static_cast<size_t>(num_items), 0);
   return d;
+}
+
+/// The prefill requests [first, last) of `p` as flashinfer_prefill (flashinfer_prefill.h) reads
+/// them: p's requests all kept (FlashInfer's q / o indptr is p's CSR qo_indptr over the rows),
+/// pages only for the prefill requests of [first, last), one work item per query tile of
+/// tile_rows packed (query, head-of-group) rows, never split (kv tile 0).
+struct FlashInferPrefillRequests {
+  std::vector<int32_t> qo_indptr;         // [R + 1] = p.qo_indptr
+  std::vector<int32_t> kv_indptr;         // [R + 1]
+  std::vector<int32_t> kv_indices;
+  std::vector<int32_t> kv_last_page_len;  // [R]
+  std::vector<int32_t> request_indices;   // [W]
+  std::vector<int32_t> qo_tile_indices;   // [W]
+  std::vector<uint8_t> row_is_prefill;    // [rows]: rows this call writes
+
+  int64_t num_requests() const { return static_cast<int64_t>(kv_last_page_len.size()); }
+  int64_t num_items() const { return static_cast<int64_t>(request_indices.size()); }
+};
+
+/// Throws std::invalid_argument on a bad range, group or tile size.
+inline FlashInferPrefillRequests flashinfer_prefill_requests(const FlashInferPlan& p,
+                                                             int64_t first, int64_t last,
+                                                             int64_t group, int64_t tile_rows) {
+  using flashinfer_plan_detail::fail;
+  if (first < 0 || last < first || last > p.num_requests())
+    fail("prefill requests [" + std::to_string(first) + ", " + std::to_string(last) + ") of " +
+         std::to_string(p.num_requests()));
+  if (group <= 0 || tile_rows <= 0) fail("group and tile rows must be positive");
+  FlashInferPrefillRequests q;
+  q.qo_indptr = p.qo_indptr;
+  q.kv_indptr.push_back(0);
+  q.row_is_prefill.assign(static_cast<size_t>(p.num_rows()), 0);
+  for (int64_t r = 0; r < p.num_requests(); ++r) {
+    const bool mine = r >= first && r < last && p.is_prefill[r] && p.request_valid[r];
+    if (mine) {
+      q.kv_indices.insert(q.kv_indices.end(), p.kv_indices.begin() + p.kv_indptr[r],
+                          p.kv_indices.begin() + p.kv_indptr[r + 1]);
+      const int64_t qo_len = p.qo_indptr[r + 1] - p.qo_indptr[r];
+      const int64_t tiles = (qo_len * group + tile_rows - 1) / tile_rows;
+      for (int64_t t = 0; t < tiles; ++t) {
+        q.request_indices.push_back(static_cast<int32_t>(r));
+        q.qo_tile_indices.push_back(static_cast<int32_t>(t));
+      }
+      for (int64_t row = p.qo_indptr[r]; row < p.qo_indptr[r + 1]; ++row)
+        q.row_is_prefill[row] = 1;
+    }
+    q.kv_indptr.push_back(static_cast<int32_t>(q.kv_indices.size()));
+    q.kv_last_page_len.push_back(mine ? p.kv_last_page_len[r] : 0);
+  }
+  return q;
 }
 
 }  // namespace octet::cuda_kernels

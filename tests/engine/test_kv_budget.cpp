@@ -246,13 +246,16 @@ TEST_CASE("kv budget: Llama-3.1-8B FP8 at 0.95 and 16384 batched tokens on an 80
   // partitions a row: partials for the larger of the eager 8192 slots and the 256-sequence
   // graph's 256 x 256 slots, 32 heads x (128 + 2) floats each; the eager plan for
   // min(16384, 7 x 256) = 1792 decode rows x 256 items, 1792 merges and 16384 / 16 +
-  // min(256, 16384 / 8) + 1 = 1281 prefill tiles.
+  // min(256, 16384 / 8) + 1 = 1281 prefill tiles. FlashInfer prefill (sm_90): 16-bit q and
+  // output of 16384 rows x 32 heads x 128, 2 bytes each = 256 MiB.
   WorkspaceBytes ws;
   ws.gemm_scratch = 4 * 512 * 28672;
   ws.attention_partials = int64_t{4} * 256 * 256 * 32 * 130;
   ws.attention_plan = 4 * (5 * 1792 * 256 + 3 * 1792 + 4 * 1281);
   CHECK(ws.attention_partials == 1090519040);  // 1.02 GiB, one buffer for every graph size
   CHECK(ws.attention_plan == 9217040);
+  ws.attention_prefill = 2 * 2 * int64_t{16384} * 32 * 128;
+  CHECK(ws.attention_prefill == 268435456);
 #if defined(OCTET_HAVE_CUDA)
   {
     // The CUDA backend's own sizing agrees (plain arithmetic, no GPU needed).
@@ -277,6 +280,7 @@ TEST_CASE("kv budget: Llama-3.1-8B FP8 at 0.95 and 16384 batched tokens on an 80
     CHECK(cuda.gemm_scratch == ws.gemm_scratch);
     CHECK(cuda.attention_partials == ws.attention_partials);
     CHECK(cuda.attention_plan == ws.attention_plan);
+    CHECK(cuda.attention_prefill == ws.attention_prefill);
     // Every unmerged FP8 linear at the largest step runs in one piece: no scratch to outgrow;
     // the stacked GEMMs and the lm_head run in pieces of at least 512 rows.
     for (const WorkspaceShape::Linear& lin : shape.fp8_linears) {

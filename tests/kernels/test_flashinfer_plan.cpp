@@ -431,14 +431,15 @@ std::vector<int64_t> as_i64(const std::vector<T>& v) {
 }
 
 // FlashInfer's decode kernel and octet's merge (flashinfer_decode.h) reading a row-indexed
-// decode plan `d` of chunk size C: per valid item w (row r = request_indices[w], chunk c), the
-// query of row r against r's kept tokens [c C, min((c+1) C, kv_len)) within the window
-// (t + 1 + window_left >= kv_len), logits times k_scale of the KV head, then softmax_scale;
-// the normalised output and the log-sum-exp go to slot w. Row r's output merges slots
-// [o_indptr[r], o_indptr[r+1]) and takes v_scale; rows without items keep -7.
-Executed execute_decode_rows(const FlashInferDecodeRows& d, int64_t C, int64_t window_left,
-                             const KVCacheView& c, const float* q, int64_t num_heads,
-                             float softmax_scale) {
+// decode plan `d` of chunk size C over the flattened block table `tables`: per valid item w
+// (row r = request_indices[w], chunk c), the query of row r against r's kept tokens
+// [c C, min((c+1) C, kv_len[r])), token t in page tables[page_start[r] + t / bs], within the
+// window (t + 1 + window_left >= kv_len), logits times k_scale of the KV head, then
+// softmax_scale; the normalised output and the log-sum-exp go to slot w. Row r's output merges
+// slots [o_indptr[r], o_indptr[r+1]) and takes v_scale; rows without items keep -7.
+Executed execute_decode_rows(const FlashInferDecodeRows& d, const std::vector<int32_t>& tables,
+                             int64_t C, int64_t window_left, const KVCacheView& c,
+                             const float* q, int64_t num_heads, float softmax_scale) {
   Executed x;
   std::ostringstream err;
   const int64_t hd = c.head_dim, nkv = c.num_kv_heads, group = num_heads / nkv;
@@ -447,17 +448,16 @@ Executed execute_decode_rows(const FlashInferDecodeRows& d, int64_t C, int64_t w
   const float ninf = -std::numeric_limits<float>::infinity();
   std::vector<float> so(static_cast<size_t>(W * num_heads * hd), 0.0f);
   std::vector<float> slse(static_cast<size_t>(W * num_heads), ninf);
+  if (d.page_start[rows] != static_cast<int32_t>(tables.size()))
+    err << "page_start[rows] " << d.page_start[rows] << ", table " << tables.size() << "; ";
   for (int64_t w = 0; w < W; ++w) {
     if (!d.item_valid[w]) continue;
     const int64_t r = d.request_indices[w], ck = d.kv_tile_indices[w];
-    const int64_t pg0 = d.kv_indptr[r], pages = d.kv_indptr[r + 1] - pg0;
-    if (pages < 1) {
-      err << "item " << w << ": row " << r << " has no pages; ";
-      continue;
-    }
-    const int64_t kv_len = (pages - 1) * bs + d.kv_last_page_len[r];
+    const int64_t kv_len = d.kv_len[r], pg0 = d.page_start[r];
     const int64_t t0 = ck * C, t1 = std::min(kv_len, t0 + C);
     if (t0 >= kv_len) err << "item " << w << ": chunk " << ck << " past kv_len " << kv_len << "; ";
+    if (pg0 + (kv_len + bs - 1) / bs > d.page_start[rows])
+      err << "row " << r << ": pages past the table; ";
     const int64_t wl = window_left >= 0 ? window_left : kv_len;
     for (int64_t h = 0; h < num_heads; ++h) {
       const int64_t kvh = h / group;
@@ -466,8 +466,12 @@ Executed execute_decode_rows(const FlashInferDecodeRows& d, int64_t C, int64_t w
       std::vector<int64_t> kept;
       for (int64_t t = t0; t < t1; ++t) {
         if (t + 1 + wl < kv_len) continue;
-        const int64_t base = (int64_t{d.kv_indices[pg0 + t / bs]} * bs + t % bs) * nkv * hd +
-                             kvh * hd;
+        const int64_t page = tables[static_cast<size_t>(pg0 + t / bs)];
+        if (page < 0 || page >= c.num_blocks) {
+          err << "row " << r << ": page id " << page << "; ";
+          continue;
+        }
+        const int64_t base = (page * bs + t % bs) * nkv * hd + kvh * hd;
         float dot = 0;
         for (int64_t e = 0; e < hd; ++e) dot += qh[e] * Scene::raw_element(c, c.k, base + e);
         scores.push_back(dot * (fp8 ? c.k_scale[kvh] : 1.0f) * softmax_scale);
@@ -814,9 +818,10 @@ TEST_CASE("flashinfer folded FP8 scales equal explicit dequantization", "[flashi
 
 TEST_CASE("flashinfer decode rows executed on the CPU equal octet attention",
           "[flashinfer_plan]") {
-  // The decode requests indexed by query row (what flashinfer_decode reads): every decode row's
-  // output equals the CPU attention's, prefill rows get no items, a split into request ranges
-  // (eager chunks) and a graph's padding change no bit.
+  // The decode rows indexed by query row, pages read from the block table (what
+  // flashinfer_decode reads): every decode row's output equals the CPU attention's, prefill
+  // rows get no items, a split into sequence ranges (eager chunks) and a graph's padding change
+  // no bit; a row's items and lengths do not depend on its batch.
   const Shape shape{16, 8, 2, 64};
   const int64_t C = 512;
   const std::vector<SeqSpec> specs{{1100, 1}, {9, 9}, {700, 3}, {1300, 1}, {16, 1},
@@ -824,19 +829,24 @@ TEST_CASE("flashinfer decode rows executed on the CPU equal octet attention",
   for (DType dtype : {DType::BF16, DType::FP8_E4M3}) {
     const Scene sc(dtype, shape, specs, 41);
     const float softmax_scale = 0.125f, tol = 1e-5f * sc.vmax() + 1e-6f;
-    const Scene::Batch b = sc.batch(sc.all());
+    std::vector<int> reversed = sc.all();
+    std::reverse(reversed.begin(), reversed.end());
+    for (const std::vector<int>& order : {sc.all(), reversed})
     for (int64_t window : {int64_t{0}, int64_t{21}, int64_t{600}}) {
-      INFO(dtype_name(dtype) << ", window " << window);
-      const FlashInferPlan p = make_flashinfer_plan(sc.plan_input(b, window, C));
-      const FlashInferDecodeRows d = flashinfer_decode_rows(p, 0, p.num_requests());
+      INFO(dtype_name(dtype) << ", window " << window << ", order " << order.front() << "..");
+      const Scene::Batch b = sc.batch(order);
+      const FlashInferPlanInput in = sc.plan_input(b, window, C);
+      const int64_t num_seqs = static_cast<int64_t>(order.size());
+      const FlashInferDecodeRows d = flashinfer_decode_rows(in, 0, num_seqs);
       REQUIRE(d.rows() == b.num_rows());
-      const Executed x = execute_decode_rows(d, C, p.window_left, sc.view(), b.q.data(),
+      const int64_t window_left = window > 0 ? window - 1 : -1;
+      const Executed x = execute_decode_rows(d, b.tables, C, window_left, sc.view(), b.q.data(),
                                              shape.num_heads, softmax_scale);
       CHECK(x.problems.empty());
       const std::vector<float> ref = cpu_attention(sc, b, window, softmax_scale);
       const int64_t width = shape.num_heads * shape.head_dim;
       int64_t decode_rows = 0;
-      for (size_t s = 0; s < specs.size(); ++s) {
+      for (int64_t s = 0; s < num_seqs; ++s) {
         const int64_t r0 = b.qsl[s], r1 = b.qsl[s + 1];
         const bool decode = r1 - r0 < kFlashInferPrefillMinQueries;
         for (int64_t r = r0; r < r1; ++r) {
@@ -847,16 +857,20 @@ TEST_CASE("flashinfer decode rows executed on the CPU equal octet attention",
           const std::vector<float> got(x.out.begin() + r * width, x.out.begin() + (r + 1) * width);
           const std::vector<float> want(ref.begin() + r * width, ref.begin() + (r + 1) * width);
           CHECK(max_abs_diff(got, want) <= tol);
+          // Chunks: ceil(kept / C), the kept tokens from the window's first page.
+          const int64_t end = b.lens[s] - (r1 - r0) + (r - r0) + 1;
+          const int64_t lo = window > 0 ? std::max<int64_t>(0, end - window) : 0;
+          CHECK(d.kv_len[r] == end - lo / shape.block_size * shape.block_size);
+          CHECK(d.o_indptr[r + 1] - d.o_indptr[r] == (d.kv_len[r] + C - 1) / C);
         }
       }
       CHECK(decode_rows == 1 + 3 + 1 + 1 + 7 + 2);
-      // Eager chunks: request ranges give the same arrays row by row.
+      // Eager chunks: sequence ranges give the same rows bit for bit.
       std::vector<float> chunked(x.out.size(), -7.0f);
-      for (int64_t first = 0; first < p.num_requests(); first += 3) {
-        const int64_t last = std::min(first + 3, p.num_requests());
-        const Executed xc =
-            execute_decode_rows(flashinfer_decode_rows(p, first, last), C, p.window_left,
-                                sc.view(), b.q.data(), shape.num_heads, softmax_scale);
+      for (int64_t first = 0; first < num_seqs; first += 3) {
+        const Executed xc = execute_decode_rows(
+            flashinfer_decode_rows(in, first, std::min(first + 3, num_seqs)), b.tables, C,
+            window_left, sc.view(), b.q.data(), shape.num_heads, softmax_scale);
         CHECK(xc.problems.empty());
         for (size_t i = 0; i < chunked.size(); ++i)
           if (xc.out[i] != -7.0f) chunked[i] = xc.out[i];
@@ -864,7 +878,7 @@ TEST_CASE("flashinfer decode rows executed on the CPU equal octet attention",
       CHECK(std::memcmp(chunked.data(), x.out.data(), x.out.size() * sizeof(float)) == 0);
       // A graph's padding: masked items change nothing.
       const FlashInferDecodeRows g = pad_flashinfer_decode_rows(d, d.num_items() + 17);
-      const Executed xg = execute_decode_rows(g, C, p.window_left, sc.view(), b.q.data(),
+      const Executed xg = execute_decode_rows(g, b.tables, C, window_left, sc.view(), b.q.data(),
                                               shape.num_heads, softmax_scale);
       CHECK(xg.problems.empty());
       CHECK(std::memcmp(xg.out.data(), x.out.data(), x.out.size() * sizeof(float)) == 0);
@@ -872,7 +886,15 @@ TEST_CASE("flashinfer decode rows executed on the CPU equal octet attention",
     }
   }
   const Scene sc(DType::BF16, shape, specs, 42);
-  const FlashInferPlan p = make_flashinfer_plan(sc.plan_input(sc.batch(sc.all()), 0, C));
-  CHECK_THROWS_AS(flashinfer_decode_rows(p, 2, 1), std::invalid_argument);
-  CHECK_THROWS_AS(flashinfer_decode_rows(p, 0, p.num_requests() + 1), std::invalid_argument);
+  const Scene::Batch b = sc.batch(sc.all());
+  FlashInferPlanInput in = sc.plan_input(b, 0, C);
+  CHECK_THROWS_AS(flashinfer_decode_rows(in, 2, 1), std::invalid_argument);
+  CHECK_THROWS_AS(flashinfer_decode_rows(in, 0, in.num_seqs + 1), std::invalid_argument);
+  in.kv_chunk_tokens = 500;  // not a multiple of block_size 16
+  CHECK_THROWS_AS(flashinfer_decode_rows(in, 0, in.num_seqs), std::invalid_argument);
+  in = sc.plan_input(b, 0, C);
+  std::vector<int64_t> lens = b.lens;
+  lens[0] = b.max_blocks * shape.block_size + 1;  // past its block table
+  in.seq_lens = lens.data();
+  CHECK_THROWS_AS(flashinfer_decode_rows(in, 0, in.num_seqs), std::invalid_argument);
 }

@@ -20,6 +20,19 @@
 
 namespace octet::cuda_kernels::flashinfer_detail {
 
+/// paged_kv_t reading octet's block table in place: request r's page j is
+/// indices[indptr[r] + j] (indices = the flattened [num_seqs, max_blocks_per_seq] table,
+/// indptr[r] = the row's first kept page in it, indptr[batch_size] = the table's size), its
+/// length kv_len[r]. The decode kernel copies params.paged_kv with `auto` and calls
+/// get_length, so this one (not the base's CSR difference) is the one it runs.
+template <typename KV>
+struct TablePagedKv : flashinfer::paged_kv_t<KV, int32_t> {
+  const int32_t* kv_len = nullptr;
+  __host__ __device__ __forceinline__ uint32_t get_length(uint32_t batch_idx) const {
+    return static_cast<uint32_t>(kv_len[batch_idx]);
+  }
+};
+
 /// BatchDecodeParams' members the kernel and OctetDecodeVariant read (FP32 q and partials).
 template <typename KV>
 struct DecodeParams {
@@ -28,7 +41,7 @@ struct DecodeParams {
   using DTypeO = float;
   using IdType = int32_t;
   float* q = nullptr;
-  flashinfer::paged_kv_t<KV, int32_t> paged_kv;
+  TablePagedKv<KV> paged_kv;
   float* o = nullptr;
   float* lse = nullptr;
   uint32_t padded_batch_size = 0;
@@ -107,12 +120,14 @@ void launch_decode_items(const FlashInferDecode& a, cudaStream_t stream) {
 
   DecodeParams<KV> p;
   p.q = const_cast<float*>(a.q);
-  p.paged_kv = flashinfer::paged_kv_t<KV, int32_t>(
-      static_cast<uint32_t>(a.num_kv_heads), static_cast<uint32_t>(a.block_size), kHeadDim,
-      static_cast<uint32_t>(a.rows), flashinfer::QKVLayout::kNHD,
-      static_cast<KV*>(const_cast<void*>(a.k)), static_cast<KV*>(const_cast<void*>(a.v)),
-      const_cast<int32_t*>(a.kv_indices), const_cast<int32_t*>(a.kv_indptr),
-      const_cast<int32_t*>(a.kv_last_page_len));
+  static_cast<flashinfer::paged_kv_t<KV, int32_t>&>(p.paged_kv) =
+      flashinfer::paged_kv_t<KV, int32_t>(
+          static_cast<uint32_t>(a.num_kv_heads), static_cast<uint32_t>(a.block_size), kHeadDim,
+          static_cast<uint32_t>(a.rows), flashinfer::QKVLayout::kNHD,
+          static_cast<KV*>(const_cast<void*>(a.k)), static_cast<KV*>(const_cast<void*>(a.v)),
+          const_cast<int32_t*>(a.block_tables), const_cast<int32_t*>(a.page_start),
+          /*last_page_len=*/nullptr);
+  p.paged_kv.kv_len = a.kv_len;
   p.o = a.partial_out;
   p.lse = a.partial_lse;
   p.padded_batch_size = static_cast<uint32_t>(a.num_items);
