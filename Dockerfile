@@ -38,6 +38,10 @@ RUN apt-get update \
       cuda-nvcc-13-0 cuda-cudart-dev-13-0 \
  && rm -rf /var/lib/apt/lists/*
 ENV PATH=/usr/local/cuda-13.0/bin:${PATH} CUDACXX=/usr/local/cuda-13.0/bin/nvcc
+# FlashInfer's pinned wheel (cmake/flashinfer.cmake verifies its SHA-256 and takes its headers),
+# where the configure looks for it.
+ADD https://files.pythonhosted.org/packages/7e/22/c96155b9959c0fb37ce179c7b1053552c170ab875bbbfc75406c9024c36f/flashinfer_python-0.7.4-py3-none-any.whl \
+    /opt/octet-cache/flashinfer_python-0.7.4-py3-none-any.whl
 
 FROM toolchain AS build-cpu
 # Only what the binary is built from (a change elsewhere, e.g. docs or scripts, reuses the
