@@ -428,7 +428,7 @@ void PagedAttention::run(const KVCacheView& cache, const float* q, const PagedAt
     max_slots = static_cast<int64_t>(partial_floats_) / (num_heads * (cache.head_dim + 2));
     max_ints = static_cast<int64_t>(work_bytes_ / sizeof(int32_t));
   }
-  const bool decode = uses_flashinfer(cache, num_heads);
+  const bool decode = uses_flashinfer(cache, b, num_heads);
   const bool prefill = uses_flashinfer_prefill(cache, b);
   if (decode) run_flashinfer(cache, q, b, qsl, lens, num_heads, window, softmax_scale, out, stream);
   if (prefill)
@@ -530,7 +530,7 @@ void PagedAttention::capture(const KVCacheView& cache, const float* q,
                   " queries (a graph runs decode steps, one query per sequence)");
   GraphAttention& g = *capturing_;
   GraphAttention::Plan* plan = nullptr;
-  const bool flashinfer = uses_flashinfer(cache, num_heads);
+  const bool flashinfer = uses_flashinfer(cache, b, num_heads);
   // One plan per (window, block size): KV cache groups (models/kv_cache_layout.h) may differ
   // in both; the block tables themselves are arguments of each launch.
   for (GraphAttention::Plan& p : g.plans)

@@ -167,10 +167,11 @@ class PagedAttention {
   // Whether this call's decode rows run on FlashInfer (flashinfer_decode.h: the device runs
   // it, the cache type / head_dim / group size have kernels), and its prefill rows
   // (flashinfer_prefill.h; it also needs the host block table).
-  bool uses_flashinfer(const KVCacheView& cache, int64_t num_heads) const;
+  bool uses_flashinfer(const KVCacheView& cache, const PagedAttentionBatch& b,
+                       int64_t num_heads) const;
   bool uses_flashinfer_prefill(const KVCacheView& cache, const PagedAttentionBatch& b) const;
-  // Eager FlashInfer decode of the batch's decode rows, in chunks of whole sequences that fit
-  // the plan and partials buffers (the same items whatever the chunking).
+  // Eager FlashInfer decode of the batch's decode rows, in chunks of rows that fit the plan
+  // and partials buffers (the same items whatever the chunking).
   void run_flashinfer(const KVCacheView& cache, const float* q, const PagedAttentionBatch& b,
                       const int64_t* qsl, const int64_t* lens, int64_t num_heads, int64_t window,
                       float softmax_scale, float* out, cudaStream_t stream);

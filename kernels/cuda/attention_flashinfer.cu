@@ -60,7 +60,8 @@ void fill_decode(const DecodeLayout& l, const FlashInferDecodeRows& d, int64_t c
 FlashInferDecode decode_args(const KVCacheView& cache, const float* q,
                              const PagedAttentionBatch& b, int64_t rows, int64_t num_heads,
                              int64_t window, float softmax_scale, float* out, const int32_t* plan,
-                             const DecodeLayout& l, int64_t items, bool masked, float* partials) {
+                             const DecodeLayout& l, int64_t items, bool masked, float* partials,
+                             int64_t first_row, int64_t last_row) {
   FlashInferDecode a;
   a.dtype = cache.dtype;
   a.k = cache.k;
@@ -74,6 +75,8 @@ FlashInferDecode decode_args(const KVCacheView& cache, const float* q,
   a.q = q;
   a.out = out;
   a.rows = rows;
+  a.merge_first_row = first_row;
+  a.merge_rows = last_row - first_row;
   a.block_tables = b.block_tables;
   a.kv_chunk_tokens = plan;
   a.page_start = plan + l.page_start;
@@ -106,36 +109,44 @@ FlashInferPlanInput plan_input(int64_t block_size, int64_t num_blocks,
   return in;
 }
 
-// Sequence ranges [first, last) whose cost (per sequence: cost(s) = {ints, items}) fits the
-// limits; a sequence alone beyond them is an OCTET_CHECK abort naming `what`.
+// Ranges [first, last) of 0..n whose costs (cost(i) = {ints, items}) fit the limits with
+// `fixed_ints` more each; a unit alone beyond them is an OCTET_CHECK abort naming `what`.
 template <typename Cost>
-std::vector<std::pair<int64_t, int64_t>> seq_chunks(int64_t num_seqs, int64_t fixed_ints,
-                                                    int64_t max_ints, int64_t max_items,
-                                                    const char* what, Cost cost) {
-  std::vector<std::pair<int64_t, int64_t>> chunks;
+std::vector<std::pair<int64_t, int64_t>> fitting_ranges(int64_t n, int64_t fixed_ints,
+                                                        int64_t max_ints, int64_t max_items,
+                                                        const char* what, Cost cost) {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
   int64_t first = 0, ints = fixed_ints, items = 0;
-  for (int64_t s = 0; s < num_seqs; ++s) {
-    const std::pair<int64_t, int64_t> c = cost(s);
-    if (items > 0 && (ints + c.first > max_ints || items + c.second > max_items)) {
-      chunks.emplace_back(first, s);
-      first = s, ints = fixed_ints, items = 0;
+  bool any = false;
+  for (int64_t i = 0; i < n; ++i) {
+    const std::pair<int64_t, int64_t> c = cost(i);
+    if (c.first == 0 && c.second == 0) continue;
+    if (any && (ints + c.first > max_ints || items + c.second > max_items)) {
+      ranges.emplace_back(first, i);
+      first = i, ints = fixed_ints, items = 0;
     }
-    OCTET_CHECK(fixed_ints + c.first <= max_ints && c.second <= max_items, "cuda ", what,
-                ": sequence ", s, " needs ", c.second, " items and ", fixed_ints + c.first,
+    OCTET_CHECK(fixed_ints + c.first <= max_ints && c.second <= max_items, "cuda ", what, ": ",
+                i, " needs ", c.second, " items and ", fixed_ints + c.first,
                 " plan ints; the reserved workspace holds ", max_items, " and ", max_ints);
+    if (!any) first = i;
+    any = true;
     ints += c.first;
     items += c.second;
   }
-  if (items > 0) chunks.emplace_back(first, num_seqs);
-  return chunks;
+  if (any) ranges.emplace_back(first, n);
+  return ranges;
 }
 
 }  // namespace
 
-bool PagedAttention::uses_flashinfer(const KVCacheView& cache, int64_t num_heads) const {
+bool PagedAttention::uses_flashinfer(const KVCacheView& cache, const PagedAttentionBatch& b,
+                                     int64_t num_heads) const {
   return flashinfer_ && cache.k_token_scale == nullptr && cache.num_kv_heads > 0 &&
-         num_heads % cache.num_kv_heads == 0 &&
-         flashinfer_decode_supported(cache.dtype, cache.head_dim, num_heads / cache.num_kv_heads);
+         cache.block_size > 0 && num_heads % cache.num_kv_heads == 0 &&
+         flashinfer_decode_supported(cache.dtype, cache.head_dim,
+                                     num_heads / cache.num_kv_heads) &&
+         flashinfer_decode_addressable(b.num_seqs, b.max_blocks_per_seq, cache.block_size,
+                                       chunk_tokens(cache.block_size));
 }
 
 bool PagedAttention::uses_flashinfer_prefill(const KVCacheView& cache,
@@ -158,20 +169,23 @@ void PagedAttention::run_flashinfer(const KVCacheView& cache, const float* q,
     max_items = static_cast<int64_t>(partial_floats_) / per_item;
   }
   const int64_t C = in.kv_chunk_tokens, bs = cache.block_size;
-  const auto cost = [&](int64_t s) -> std::pair<int64_t, int64_t> {
+  // Row r's items (0 for prefill rows): ceil(kept / C), kept from the window's first page.
+  std::vector<int64_t> row_items(static_cast<size_t>(rows), 0);
+  for (int64_t s = 0; s < b.num_seqs; ++s) {
     const int64_t nq = qsl[s + 1] - qsl[s];
-    if (nq >= kFlashInferPrefillMinQueries) return {0, 0};
-    int64_t items = 0;
+    if (nq >= kFlashInferPrefillMinQueries) continue;
     for (int64_t j = 0; j < nq; ++j) {
       const int64_t end = lens[s] - nq + j + 1;
       const int64_t lo = window > 0 ? std::max<int64_t>(0, end - window) : 0;
-      items += (end - lo / bs * bs + C - 1) / C;
+      row_items[static_cast<size_t>(qsl[s] + j)] = (end - lo / bs * bs + C - 1) / C;
     }
-    return {3 * items, items};
+  }
+  const auto cost = [&](int64_t r) -> std::pair<int64_t, int64_t> {
+    return {3 * row_items[static_cast<size_t>(r)], row_items[static_cast<size_t>(r)]};
   };
   const int64_t fixed = static_cast<int64_t>(decode_layout(rows, 0).ints) + 1;
   for (const auto& [first, last] :
-       seq_chunks(b.num_seqs, fixed, max_ints, max_items, "paged_attention decode", cost)) {
+       fitting_ranges(rows, fixed, max_ints, max_items, "paged_attention decode row", cost)) {
     FlashInferDecodeRows d;
     try {
       d = flashinfer_decode_rows(in, first, last);
@@ -189,7 +203,7 @@ void PagedAttention::run_flashinfer(const KVCacheView& cache, const float* q,
     OCTET_CUDA_CHECK(cudaEventRecord(slot.copied, stream));
     flashinfer_decode(decode_args(cache, q, b, rows, num_heads, window, softmax_scale, out,
                                   static_cast<const int32_t*>(work_), l, d.num_items(), false,
-                                  static_cast<float*>(partials_.get())),
+                                  static_cast<float*>(partials_.get()), first, last),
                       stream);
   }
 }
@@ -199,42 +213,28 @@ void PagedAttention::run_flashinfer_prefill(const KVCacheView& cache, const floa
                                             const int64_t* lens, int64_t num_heads,
                                             int64_t window, float softmax_scale, float* out,
                                             cudaStream_t stream) {
-  FlashInferPlan plan;
-  try {
-    plan = make_flashinfer_plan(
-        plan_input(cache.block_size, cache.num_blocks, b, qsl, lens, window));
-  } catch (const std::invalid_argument& e) {
-    OCTET_CHECK(false, "cuda paged_attention: ", e.what());
-  }
-  const int64_t rows = plan.num_rows(), R = plan.num_requests();
-  const int64_t group = num_heads / cache.num_kv_heads;
+  const FlashInferPlanInput in =
+      plan_input(cache.block_size, cache.num_blocks, b, qsl, lens, window);
+  const int64_t rows = b.num_seqs > 0 ? qsl[b.num_seqs] : 0, R = b.num_seqs;
+  const int64_t group = num_heads / cache.num_kv_heads, bs = cache.block_size;
+  // A sequence's cost: 3 ints a query tile and its kept pages (make_flashinfer_plan's).
+  const auto cost = [&](int64_t s) -> std::pair<int64_t, int64_t> {
+    const int64_t nq = qsl[s + 1] - qsl[s];
+    if (nq < kFlashInferPrefillMinQueries) return {0, 0};
+    const int64_t first_pos = lens[s] - nq;
+    const int64_t lo = window > 0 ? std::max<int64_t>(0, first_pos - window + 1) : 0;
+    const int64_t pages = (lens[s] + bs - 1) / bs - lo / bs;
+    return {3 * flashinfer_prefill_tiles(nq, group) + pages, 1};
+  };
   // Layout: split size, qo_indptr, kv_indptr, kv_last_page_len, request_indices,
   // qo_tile_indices, kv_tile_indices, row_is_prefill (bytes), kv_indices.
   const int64_t fixed = 1 + 3 * R + 2 + (rows + 3) / 4;
   int64_t max_ints = std::numeric_limits<int64_t>::max();
   if (reserved_) max_ints = static_cast<int64_t>(work_bytes_ / sizeof(int32_t));
-  // Requests of one sequence are adjacent: chunk by requests, a prefill request at a time.
-  std::vector<std::pair<int64_t, int64_t>> chunks;
-  {
-    int64_t first = 0, ints = fixed, any = 0;
-    for (int64_t r = 0; r < R; ++r) {
-      if (!plan.is_prefill[r]) continue;
-      const int64_t qo_len = plan.qo_indptr[r + 1] - plan.qo_indptr[r];
-      const int64_t need = 3 * flashinfer_prefill_tiles(qo_len, group) +
-                           (plan.kv_indptr[r + 1] - plan.kv_indptr[r]);
-      OCTET_CHECK(fixed + need <= max_ints, "cuda paged_attention prefill: sequence ",
-                  plan.seq[r], " needs ", fixed + need, " plan ints; the reserved workspace "
-                  "holds ", max_ints);
-      if (any > 0 && ints + need > max_ints) {
-        chunks.emplace_back(first, r);
-        first = r, ints = fixed, any = 0;
-      }
-      ints += need;
-      ++any;
-    }
-    if (any > 0) chunks.emplace_back(first, R);
-  }
-  if (chunks.empty()) return;
+  const std::vector<std::pair<int64_t, int64_t>> chunks =
+      fitting_ranges(R, fixed, max_ints, std::numeric_limits<int64_t>::max(),
+                     "paged_attention prefill sequence", cost);
+  if (chunks.empty()) return;  // no prefill rows
   const size_t half_bytes =
       static_cast<size_t>(2 * rows * num_heads * cache.head_dim) * 2;  // q16 and o16
   if (half_bytes > half_bytes_) {
@@ -248,7 +248,7 @@ void PagedAttention::run_flashinfer_prefill(const KVCacheView& cache, const floa
   for (const auto& [first, last] : chunks) {
     FlashInferPrefillRequests pr;
     try {
-      pr = flashinfer_prefill_requests(plan, first, last, group, kFlashInferPrefillTileQ);
+      pr = flashinfer_prefill_requests(in, first, last, group, kFlashInferPrefillTileQ);
     } catch (const std::invalid_argument& e) {
       OCTET_CHECK(false, "cuda paged_attention: ", e.what());
     }
@@ -260,7 +260,7 @@ void PagedAttention::run_flashinfer_prefill(const KVCacheView& cache, const floa
     reserve_device(bytes, 0, stream);
     PlanSlot& slot = next_plan_slot(bytes);
     int32_t* h = slot.pinned;
-    h[0] = static_cast<int32_t>(plan.kv_chunk_tokens);
+    h[0] = static_cast<int32_t>(in.kv_chunk_tokens);
     std::copy(pr.qo_indptr.begin(), pr.qo_indptr.end(), h + o_qo);
     std::copy(pr.kv_indptr.begin(), pr.kv_indptr.end(), h + o_kv);
     std::copy(pr.kv_last_page_len.begin(), pr.kv_last_page_len.end(), h + o_last);
@@ -299,7 +299,7 @@ void PagedAttention::run_flashinfer_prefill(const KVCacheView& cache, const floa
     a.kv_tile_indices = w + o_kt;
     a.row_is_prefill = reinterpret_cast<const uint8_t*>(w + o_rows);
     a.kv_indices = w + o_idx;
-    a.window_left = plan.window_left;
+    a.window_left = window > 0 ? window - 1 : -1;
     a.softmax_scale = softmax_scale;
     flashinfer_prefill(a, stream);
   }
@@ -332,7 +332,8 @@ void PagedAttention::capture_flashinfer(GraphAttention& g, GraphAttention::Plan&
   g.partials.push_back(partials_);
   flashinfer_decode(decode_args(cache, q, b, b.num_seqs, num_heads, p.window, softmax_scale,
                                 out, p.device, decode_layout(b.num_seqs, p.fi_items),
-                                p.fi_items, true, static_cast<float*>(partials_.get())),
+                                p.fi_items, true, static_cast<float*>(partials_.get()), 0,
+                                b.num_seqs),
                     stream);
 }
 

@@ -18,6 +18,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_scope.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/flashinfer_prefill.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/hadamard.h"
 
@@ -83,7 +84,9 @@ class CudaBackend final : public Backend {
 
   WorkspaceBytes workspace_bytes(const WorkspaceShape& shape) const override {
     WorkspaceBytes b = cuda_workspace_bytes(shape, lt_->has_fp8());
-    if (!attention_->flashinfer()) b.attention_prefill = 0;  // octet's prefill kernel needs none
+    // octet's own prefill kernel (other GPUs, other head dims) needs none.
+    if (!attention_->flashinfer() || !ck::flashinfer_prefill_supported(DType::BF16, shape.head_dim))
+      b.attention_prefill = 0;
     return b;
   }
 

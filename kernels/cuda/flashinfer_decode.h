@@ -29,6 +29,7 @@ struct FlashInferDecode {
   const float* q = nullptr;         // [rows, num_heads, head_dim]
   float* out = nullptr;             // [rows, num_heads, head_dim]
   int64_t rows = 0;
+  int64_t merge_first_row = 0, merge_rows = 0;  // the rows this call's items belong to
   const int32_t* block_tables = nullptr;     // [num_seqs x max_blocks_per_seq], flattened
   // Plan, int32 [R + 1] / [R] / [W] (FlashInferDecodeRows' arrays).
   const int32_t* page_start = nullptr;
@@ -54,7 +55,8 @@ bool flashinfer_decode_supported(DType dtype, int64_t head_dim, int64_t group_si
 /// ("OCTET"; "FLASHINFER" or unset: FlashInfer where supported; anything else aborts).
 bool flashinfer_decode_available();
 
-/// Queues the decode kernel over a.num_items items and the merge into a.out (two kernels).
+/// Queues the decode kernel over a.num_items items and the merge of rows [merge_first_row,
+/// merge_first_row + merge_rows) into a.out (two kernels).
 /// Aborts (OCTET_CHECK) on an unsupported shape.
 void flashinfer_decode(const FlashInferDecode& a, cudaStream_t stream);
 

@@ -231,11 +231,11 @@ inline FlashInferPlan pad_flashinfer_plan(const FlashInferPlan& p, int64_t num_r
   return q;
 }
 
-/// The decode rows of sequences [first_seq, last_seq) of a batch as flashinfer_decode
+/// The decode rows [first_row, last_row) of a batch as flashinfer_decode
 /// (flashinfer_decode.h) reads them. FlashInfer's decode kernel reads request i's query at row
 /// i, so requests are indexed by query row; a request's pages are read straight from the
 /// device block table ([num_seqs, max_blocks_per_seq], flattened): its kept page j is
-/// block_tables[page_start[r] + j]. Rows of other sequences and of prefills (>=
+/// block_tables[page_start[r] + j]. Rows outside the range and rows of prefills (>=
 /// kFlashInferPrefillMinQueries queries) have kv_len 0 and no items. Keeping, window and
 /// chunks as make_flashinfer_plan's; items in row order, chunks in order.
 struct FlashInferDecodeRows {
@@ -250,22 +250,37 @@ struct FlashInferDecodeRows {
   int64_t num_items() const { return static_cast<int64_t>(request_indices.size()); }
 };
 
+/// Whether FlashInfer's decode kernel can address this block table: it computes a row's first
+/// token as page_start x block_size + chunk start in 32 bits (decode.cuh), and page_start
+/// indexes the whole flattened table.
+inline bool flashinfer_decode_addressable(int64_t num_seqs, int64_t max_blocks_per_seq,
+                                          int64_t block_size, int64_t kv_chunk_tokens) {
+  return num_seqs * max_blocks_per_seq * block_size + kv_chunk_tokens <
+         (int64_t{1} << 32);
+}
+
 /// Throws std::invalid_argument on inconsistent input (as make_flashinfer_plan; page ids are
-/// not read) or a sequence range outside [0, num_seqs].
+/// not read), a row range outside the batch or a table flashinfer_decode_addressable refuses.
 inline FlashInferDecodeRows flashinfer_decode_rows(const FlashInferPlanInput& in,
-                                                   int64_t first_seq, int64_t last_seq) {
+                                                   int64_t first_row, int64_t last_row) {
   using namespace flashinfer_plan_detail;
   if (in.block_size <= 0) fail("block_size must be positive");
   if (in.sliding_window < 0) fail("sliding_window < 0");
   if (in.kv_chunk_tokens <= 0 || in.kv_chunk_tokens % in.block_size != 0)
     fail("kv_chunk_tokens " + std::to_string(in.kv_chunk_tokens) +
          " is not a positive multiple of block_size " + std::to_string(in.block_size));
-  if (in.num_seqs < 0 || first_seq < 0 || last_seq < first_seq || last_seq > in.num_seqs)
-    fail("sequences [" + std::to_string(first_seq) + ", " + std::to_string(last_seq) + ") of " +
-         std::to_string(in.num_seqs));
+  if (in.num_seqs < 0) fail("num_seqs < 0");
   if (in.num_seqs > 0 && (!in.query_start_loc || !in.seq_lens)) fail("null batch array");
   if (in.num_seqs > 0 && in.query_start_loc[0] != 0) fail("query_start_loc[0] must be 0");
   const int64_t rows = in.num_seqs > 0 ? in.query_start_loc[in.num_seqs] : 0;
+  if (first_row < 0 || last_row < first_row || last_row > rows)
+    fail("rows [" + std::to_string(first_row) + ", " + std::to_string(last_row) + ") of " +
+         std::to_string(rows));
+  if (!flashinfer_decode_addressable(in.num_seqs, in.max_blocks_per_seq, in.block_size,
+                                     in.kv_chunk_tokens))
+    fail("a block table of " + std::to_string(in.num_seqs) + " x " +
+         std::to_string(in.max_blocks_per_seq) + " pages of " + std::to_string(in.block_size) +
+         " tokens is beyond 32-bit token offsets");
   const int64_t bs = in.block_size, C = in.kv_chunk_tokens;
   FlashInferDecodeRows d;
   d.page_start.assign(static_cast<size_t>(rows + 1), 0);
@@ -283,9 +298,10 @@ inline FlashInferDecodeRows flashinfer_decode_rows(const FlashInferPlanInput& in
     if (len > in.max_blocks_per_seq * bs)
       fail(name + "seq_len " + std::to_string(len) + " beyond its block table (" +
            std::to_string(in.max_blocks_per_seq) + " pages of " + std::to_string(bs) + ")");
-    if (s < first_seq || s >= last_seq || nq >= kFlashInferPrefillMinQueries) continue;
+    if (nq >= kFlashInferPrefillMinQueries) continue;
     for (int64_t j = 0; j < nq; ++j) {
       const int64_t r = row0 + j, end = len - nq + j + 1;
+      if (r < first_row || r >= last_row) continue;
       const int64_t lo = in.sliding_window > 0
                              ? std::max<int64_t>(0, end - in.sliding_window) : 0;
       const int64_t first_page = lo / bs;
@@ -319,12 +335,13 @@ inline FlashInferDecodeRows pad_flashinfer_decode_rows(FlashInferDecodeRows d,
   return d;
 }
 
-/// The prefill requests [first, last) of `p` as flashinfer_prefill (flashinfer_prefill.h) reads
-/// them: p's requests all kept (FlashInfer's q / o indptr is p's CSR qo_indptr over the rows),
-/// pages only for the prefill requests of [first, last), one work item per query tile of
-/// tile_rows packed (query, head-of-group) rows, never split (kv tile 0).
+/// The prefill sequences of [first_seq, last_seq) as flashinfer_prefill (flashinfer_prefill.h)
+/// reads them. FlashInfer's q / o indptr must be a CSR over all rows, so every sequence is one
+/// request covering its rows; only prefill sequences (>= kFlashInferPrefillMinQueries
+/// queries) of the range list pages (make_flashinfer_plan's kept pages) and work items, one
+/// per query tile of tile_rows packed (query, head-of-group) rows, never split (kv tile 0).
 struct FlashInferPrefillRequests {
-  std::vector<int32_t> qo_indptr;         // [R + 1] = p.qo_indptr
+  std::vector<int32_t> qo_indptr;         // [R + 1]: query_start_loc
   std::vector<int32_t> kv_indptr;         // [R + 1]
   std::vector<int32_t> kv_indices;
   std::vector<int32_t> kv_last_page_len;  // [R]
@@ -336,35 +353,51 @@ struct FlashInferPrefillRequests {
   int64_t num_items() const { return static_cast<int64_t>(request_indices.size()); }
 };
 
-/// Throws std::invalid_argument on a bad range, group or tile size.
-inline FlashInferPrefillRequests flashinfer_prefill_requests(const FlashInferPlan& p,
-                                                             int64_t first, int64_t last,
-                                                             int64_t group, int64_t tile_rows) {
-  using flashinfer_plan_detail::fail;
-  if (first < 0 || last < first || last > p.num_requests())
-    fail("prefill requests [" + std::to_string(first) + ", " + std::to_string(last) + ") of " +
-         std::to_string(p.num_requests()));
+/// Throws std::invalid_argument on inconsistent input (as make_flashinfer_plan), a bad range,
+/// group or tile size.
+inline FlashInferPrefillRequests flashinfer_prefill_requests(const FlashInferPlanInput& in,
+                                                             int64_t first_seq,
+                                                             int64_t last_seq, int64_t group,
+                                                             int64_t tile_rows) {
+  using namespace flashinfer_plan_detail;
+  if (in.num_seqs < 0 || first_seq < 0 || last_seq < first_seq || last_seq > in.num_seqs)
+    fail("sequences [" + std::to_string(first_seq) + ", " + std::to_string(last_seq) + ") of " +
+         std::to_string(in.num_seqs));
   if (group <= 0 || tile_rows <= 0) fail("group and tile rows must be positive");
+  if (in.num_seqs > 0 && (!in.query_start_loc || !in.seq_lens || !in.block_tables))
+    fail("null batch array");
+  if (in.num_seqs > 0 && in.query_start_loc[0] != 0) fail("query_start_loc[0] must be 0");
+  for (int64_t s = 0; s < in.num_seqs; ++s)
+    if (in.query_start_loc[s + 1] < in.query_start_loc[s])
+      fail("sequence " + std::to_string(s) + ": query_start_loc decreases");
   FlashInferPrefillRequests q;
-  q.qo_indptr = p.qo_indptr;
+  q.qo_indptr.push_back(0);
   q.kv_indptr.push_back(0);
-  q.row_is_prefill.assign(static_cast<size_t>(p.num_rows()), 0);
-  for (int64_t r = 0; r < p.num_requests(); ++r) {
-    const bool mine = r >= first && r < last && p.is_prefill[r] && p.request_valid[r];
+  for (int64_t s = 0; s < in.num_seqs; ++s) {
+    const int64_t nq = in.query_start_loc[s + 1] - in.query_start_loc[s];
+    const bool mine = s >= first_seq && s < last_seq && nq >= kFlashInferPrefillMinQueries;
+    int32_t last_page = 0;
     if (mine) {
-      q.kv_indices.insert(q.kv_indices.end(), p.kv_indices.begin() + p.kv_indptr[r],
-                          p.kv_indices.begin() + p.kv_indptr[r + 1]);
-      const int64_t qo_len = p.qo_indptr[r + 1] - p.qo_indptr[r];
-      const int64_t tiles = (qo_len * group + tile_rows - 1) / tile_rows;
+      // This sequence's request as make_flashinfer_plan makes it (checks included).
+      FlashInferPlanInput one = in;
+      const int64_t qsl[2] = {0, nq};
+      one.num_seqs = 1;
+      one.query_start_loc = qsl;
+      one.seq_lens = in.seq_lens + s;
+      one.block_tables = in.block_tables + s * in.max_blocks_per_seq;
+      const FlashInferPlan p = make_flashinfer_plan(one);
+      q.kv_indices.insert(q.kv_indices.end(), p.kv_indices.begin(), p.kv_indices.end());
+      last_page = p.kv_last_page_len[0];
+      const int64_t tiles = (nq * group + tile_rows - 1) / tile_rows;
       for (int64_t t = 0; t < tiles; ++t) {
-        q.request_indices.push_back(static_cast<int32_t>(r));
+        q.request_indices.push_back(static_cast<int32_t>(s));
         q.qo_tile_indices.push_back(static_cast<int32_t>(t));
       }
-      for (int64_t row = p.qo_indptr[r]; row < p.qo_indptr[r + 1]; ++row)
-        q.row_is_prefill[row] = 1;
     }
-    q.kv_indptr.push_back(static_cast<int32_t>(q.kv_indices.size()));
-    q.kv_last_page_len.push_back(mine ? p.kv_last_page_len[r] : 0);
+    q.qo_indptr.push_back(to_i32(in.query_start_loc[s + 1], "query rows"));
+    q.kv_indptr.push_back(to_i32(static_cast<int64_t>(q.kv_indices.size()), "pages"));
+    q.kv_last_page_len.push_back(last_page);
+    q.row_is_prefill.resize(static_cast<size_t>(q.qo_indptr.back()), mine ? 1 : 0);
   }
   return q;
 }

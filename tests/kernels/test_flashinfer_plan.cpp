@@ -837,7 +837,7 @@ TEST_CASE("flashinfer decode rows executed on the CPU equal octet attention",
       const Scene::Batch b = sc.batch(order);
       const FlashInferPlanInput in = sc.plan_input(b, window, C);
       const int64_t num_seqs = static_cast<int64_t>(order.size());
-      const FlashInferDecodeRows d = flashinfer_decode_rows(in, 0, num_seqs);
+      const FlashInferDecodeRows d = flashinfer_decode_rows(in, 0, b.num_rows());
       REQUIRE(d.rows() == b.num_rows());
       const int64_t window_left = window > 0 ? window - 1 : -1;
       const Executed x = execute_decode_rows(d, b.tables, C, window_left, sc.view(), b.q.data(),
@@ -865,11 +865,11 @@ TEST_CASE("flashinfer decode rows executed on the CPU equal octet attention",
         }
       }
       CHECK(decode_rows == 1 + 3 + 1 + 1 + 7 + 2);
-      // Eager chunks: sequence ranges give the same rows bit for bit.
+      // Eager chunks: row ranges give the same rows bit for bit.
       std::vector<float> chunked(x.out.size(), -7.0f);
-      for (int64_t first = 0; first < num_seqs; first += 3) {
+      for (int64_t first = 0; first < b.num_rows(); first += 5) {
         const Executed xc = execute_decode_rows(
-            flashinfer_decode_rows(in, first, std::min(first + 3, num_seqs)), b.tables, C,
+            flashinfer_decode_rows(in, first, std::min(first + 5, b.num_rows())), b.tables, C,
             window_left, sc.view(), b.q.data(), shape.num_heads, softmax_scale);
         CHECK(xc.problems.empty());
         for (size_t i = 0; i < chunked.size(); ++i)
@@ -888,13 +888,79 @@ TEST_CASE("flashinfer decode rows executed on the CPU equal octet attention",
   const Scene sc(DType::BF16, shape, specs, 42);
   const Scene::Batch b = sc.batch(sc.all());
   FlashInferPlanInput in = sc.plan_input(b, 0, C);
+  const int64_t rows = b.num_rows();
   CHECK_THROWS_AS(flashinfer_decode_rows(in, 2, 1), std::invalid_argument);
-  CHECK_THROWS_AS(flashinfer_decode_rows(in, 0, in.num_seqs + 1), std::invalid_argument);
+  CHECK_THROWS_AS(flashinfer_decode_rows(in, 0, rows + 1), std::invalid_argument);
   in.kv_chunk_tokens = 500;  // not a multiple of block_size 16
-  CHECK_THROWS_AS(flashinfer_decode_rows(in, 0, in.num_seqs), std::invalid_argument);
+  CHECK_THROWS_AS(flashinfer_decode_rows(in, 0, rows), std::invalid_argument);
   in = sc.plan_input(b, 0, C);
   std::vector<int64_t> lens = b.lens;
   lens[0] = b.max_blocks * shape.block_size + 1;  // past its block table
   in.seq_lens = lens.data();
-  CHECK_THROWS_AS(flashinfer_decode_rows(in, 0, in.num_seqs), std::invalid_argument);
+  CHECK_THROWS_AS(flashinfer_decode_rows(in, 0, rows), std::invalid_argument);
+  // The kernel's 32-bit token offsets (page_start x block_size + chunk start) over the whole
+  // flattened table, plus a chunk of thread offsets: below 2^32 fits, at 2^32 does not.
+  CHECK(flashinfer_decode_addressable(1, (int64_t{1} << 28) - 64, 16, 512));
+  CHECK_FALSE(flashinfer_decode_addressable(1, (int64_t{1} << 28) - 32, 16, 512));
+  CHECK_FALSE(flashinfer_decode_addressable(1, int64_t{1} << 28, 16, 512));
+  CHECK_FALSE(flashinfer_decode_addressable(512, int64_t{1} << 19, 16, 512));  // 8M tokens each
+  in = sc.plan_input(b, 0, C);
+  in.max_blocks_per_seq = (int64_t{1} << 32) / 16 / in.num_seqs;  // the table alone reaches 2^32
+  CHECK_THROWS_AS(flashinfer_decode_rows(in, 0, rows), std::invalid_argument);
+}
+
+TEST_CASE("flashinfer prefill requests list only their own pages and tiles",
+          "[flashinfer_plan]") {
+  // What flashinfer_prefill reads: one request a sequence over its rows (CSR: query_start_loc);
+  // pages (make_flashinfer_plan's kept pages) and query tiles only for the prefill sequences
+  // of the range, tiles covering each one's queries x group packed rows exactly;
+  // row_is_prefill marking exactly their rows. Ranges split the work without losing or
+  // repeating a tile.
+  const Shape shape{16, 8, 2, 64};
+  const Scene sc(DType::BF16, shape,
+                 {{1100, 1}, {9, 9}, {700, 40}, {1300, 3}, {33, 7}, {600, 17}, {5, 2}}, 5);
+  const Scene::Batch b = sc.batch(sc.all());
+  const FlashInferPlanInput in = sc.plan_input(b, 300, 512);
+  const FlashInferPlan p = make_flashinfer_plan(in);
+  const int64_t group = 4, tile = 128, n = in.num_seqs;
+  std::vector<int> tiles_seen(static_cast<size_t>(n), 0);
+  std::vector<int> row_marks(static_cast<size_t>(b.num_rows()), 0);
+  for (int64_t first = 0; first < n; first += 3) {
+    const int64_t last = std::min(first + 3, n);
+    const FlashInferPrefillRequests q = flashinfer_prefill_requests(in, first, last, group, tile);
+    REQUIRE(q.num_requests() == n);
+    CHECK(as_i64(q.qo_indptr) == b.qsl);
+    for (int64_t s = 0; s < n; ++s) {
+      INFO("sequence " << s);
+      const int64_t nq = b.qsl[s + 1] - b.qsl[s];
+      const bool mine = s >= first && s < last && nq >= kFlashInferPrefillMinQueries;
+      const std::vector<int32_t> pages(q.kv_indices.begin() + q.kv_indptr[s],
+                                       q.kv_indices.begin() + q.kv_indptr[s + 1]);
+      std::vector<int32_t> want;
+      int32_t want_last = 0;
+      for (int64_t r = 0; r < p.num_requests() && mine; ++r)
+        if (p.seq[r] == s) {
+          want.assign(p.kv_indices.begin() + p.kv_indptr[r], p.kv_indices.begin() + p.kv_indptr[r + 1]);
+          want_last = p.kv_last_page_len[r];
+        }
+      CHECK(pages == want);
+      CHECK(q.kv_last_page_len[s] == want_last);
+    }
+    for (int64_t w = 0; w < q.num_items(); ++w) {
+      const int64_t s = q.request_indices[w];
+      REQUIRE((s >= first && s < last && b.qsl[s + 1] - b.qsl[s] >= kFlashInferPrefillMinQueries));
+      CHECK(q.qo_tile_indices[w] == tiles_seen[s]++);  // tiles in order, each once
+    }
+    for (int64_t row = 0; row < b.num_rows(); ++row) row_marks[row] += q.row_is_prefill[row];
+  }
+  for (int64_t s = 0; s < n; ++s) {
+    const int64_t nq = b.qsl[s + 1] - b.qsl[s];
+    const bool prefill = nq >= kFlashInferPrefillMinQueries;
+    CHECK(tiles_seen[s] == (prefill ? (nq * group + tile - 1) / tile : 0));
+    for (int64_t row = b.qsl[s]; row < b.qsl[s + 1]; ++row)
+      CHECK(row_marks[row] == (prefill ? 1 : 0));
+  }
+  CHECK(tiles_seen[2] == 2);  // 40 queries x 4 heads = 160 packed rows: two tiles of 128
+  CHECK_THROWS_AS(flashinfer_prefill_requests(in, 0, n + 1, group, tile), std::invalid_argument);
+  CHECK_THROWS_AS(flashinfer_prefill_requests(in, 0, 1, 0, tile), std::invalid_argument);
 }

@@ -21,8 +21,8 @@ __global__ void merge_kernel(const float* __restrict__ partial_out,
                              const float* __restrict__ partial_lse,
                              const int32_t* __restrict__ o_indptr,
                              const float* __restrict__ v_scale, int64_t num_heads, int64_t group,
-                             int64_t head_dim, float* __restrict__ out) {
-  const int64_t r = blockIdx.x, h = blockIdx.y;
+                             int64_t head_dim, int64_t first_row, float* __restrict__ out) {
+  const int64_t r = first_row + blockIdx.x, h = blockIdx.y;
   const int32_t first = o_indptr[r], last = o_indptr[r + 1];
   if (first >= last) return;
   float m = -INFINITY;
@@ -83,11 +83,15 @@ void flashinfer_decode(const FlashInferDecode& a, cudaStream_t stream) {
     default: break;
   }
   OCTET_CHECK(launched, "flashinfer decode: no instantiation for head_dim ", a.head_dim);
-  const dim3 grid(static_cast<unsigned>(a.rows), static_cast<unsigned>(a.num_heads));
+  OCTET_CHECK(a.merge_first_row >= 0 && a.merge_rows > 0 &&
+                  a.merge_first_row + a.merge_rows <= a.rows,
+              "flashinfer decode: merge rows ", a.merge_first_row, " + ", a.merge_rows, " of ",
+              a.rows);
+  const dim3 grid(static_cast<unsigned>(a.merge_rows), static_cast<unsigned>(a.num_heads));
   merge_kernel<<<grid, 128, 0, stream>>>(a.partial_out, a.partial_lse, a.o_indptr,
                                          dtype_is_fp8(a.dtype) ? a.v_scale : nullptr,
                                          a.num_heads, a.num_heads / a.num_kv_heads, a.head_dim,
-                                         a.out);
+                                         a.merge_first_row, a.out);
   OCTET_CUDA_CHECK_LAUNCH();
 }
 
