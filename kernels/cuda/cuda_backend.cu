@@ -18,6 +18,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_scope.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/flashinfer_plan.h"
 #include "kernels/cuda/flashinfer_prefill.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/hadamard.h"
@@ -111,11 +112,18 @@ class CudaBackend final : public Backend {
   }
 
   std::string describe() const override {
+    const std::string octet_kernels =
+        "paged_decode_split + paged_decode_merge (" + std::to_string(ck::kPartitionTokens) +
+        "-position partitions), paged_prefill_tiled (" + std::to_string(ck::kTileRows) +
+        " queries x " + std::to_string(ck::kKvTile) + " positions), FP32 scores, softmax and P.V";
+    if (!attention_->flashinfer()) return name() + "; GEMM: " + lt_->describe() +
+                                          "; attention: " + octet_kernels;
     return name() + "; GEMM: " + lt_->describe() +
-           "; attention: paged_decode_split + paged_decode_merge (" +
-           std::to_string(ck::kPartitionTokens) + "-position partitions), paged_prefill_tiled (" +
-           std::to_string(ck::kTileRows) + " queries x " + std::to_string(ck::kKvTile) +
-           " positions), FP32 scores, softmax and P.V";
+           "; attention: FlashInfer 0.7.4 batch decode (" +
+           std::to_string(ck::kFlashInferChunkTokens) + "-token chunks, FP32 q, octet's merge) "
+           "and FA2 batch prefill (tensor cores, 16-bit q, " +
+           std::to_string(ck::kFlashInferPrefillTileQ) + "-row query tiles) for head_dim 64 / "
+           "128 over bf16, fp16 and FP8 caches; otherwise " + octet_kernels;
   }
 
   // --- Buffers -----------------------------------------------------------------------------
