@@ -173,6 +173,8 @@ void PagedAttention::run_flashinfer(const KVCacheView& cache, const float* q,
   std::vector<int64_t> row_items(static_cast<size_t>(rows), 0);
   for (int64_t s = 0; s < b.num_seqs; ++s) {
     const int64_t nq = qsl[s + 1] - qsl[s];
+    OCTET_CHECK(nq >= 0 && qsl[s + 1] <= rows && lens[s] >= nq, "cuda paged_attention: "
+                "sequence ", s, ": ", nq, " queries, seq_len ", lens[s]);
     if (nq >= kFlashInferPrefillMinQueries) continue;
     for (int64_t j = 0; j < nq; ++j) {
       const int64_t end = lens[s] - nq + j + 1;
