@@ -48,7 +48,7 @@ table=$(for l in "${libs[@]}"; do cuobjdump -sass "$l"; done | awk '
   function flush() {
     if (fn != "") printf "%s %s %d %d %s\n", kind, arch, wide, mma, fn
   }
-  /^[[:space:]]*arch = / { arch = $3 }
+  /^[[:space:]]*arch = / { flush(); fn = ""; arch = $3 }
   /Function : / {
     flush()
     fn = $3; wide = 0; mma = 0; kind = ""
@@ -68,7 +68,7 @@ if [[ -z "$table" ]]; then
 fi
 fail=0
 while read -r kind arch wide mma fn; do
-  name=$(echo "$fn" | $demangle | cut -c1-110)
+  name=$(echo "$fn" | $demangle | cut -c1-220)
   verdict=ok
   case "$kind" in
     decode) ((wide > 0)) || { verdict="FAIL: no 16-byte global load"; fail=1; } ;;
