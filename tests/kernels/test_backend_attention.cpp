@@ -4,6 +4,7 @@
 // form and with the eps of test_backend_ops.cpp.
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -486,6 +487,54 @@ void paged_attention_batch_invariance_case(Backend& be) {
   }
 }
 BACKEND_TEST_CASE("paged_attention is batch invariant", paged_attention_batch_invariance_case)
+
+// The default CUDA backend (FlashInfer's kernels where the device runs them: sm_90) against one
+// made with OCTET_ATTENTION_BACKEND=OCTET (octet's own kernels), on FlashInfer's shapes with
+// every KV dtype: each output within the sum of the two backends' tolerances against the
+// float64 reference (16-bit prefill rows for the first, FP32 for the second); on other GPUs
+// both run octet's kernels and agree bit for bit. The variable's other values are refused.
+void flashinfer_against_octet_case(Backend& be) {
+  std::unique_ptr<Backend> octet_kernels;
+  {
+    setenv("OCTET_ATTENTION_BACKEND", "OCTET", 1);
+    octet_kernels = make_backend("cuda");
+    setenv("OCTET_ATTENTION_BACKEND", "SOMETHING", 1);
+    CHECK_THROWS_AS(make_backend("cuda"), std::invalid_argument);
+    unsetenv("OCTET_ATTENTION_BACKEND");
+  }
+  CHECK(octet_kernels->describe().find("FlashInfer") == std::string::npos);
+  const bool flashinfer = be.describe().find("FlashInfer") != std::string::npos;
+  INFO("default backend: " << be.describe());
+  for (const AttentionConfig& c : {attention_configs()[1], attention_configs()[3]}) {
+    for (DType dtype : kKVDTypes) {
+      std::mt19937 rng_a(31), rng_b(31);
+      const AttentionSetup a =
+          make_attention(be, rng_a, c.num_heads, c.kv_heads, c.head_dim, c.block_size, dtype,
+                         c.seqs);
+      const AttentionSetup b = make_attention(*octet_kernels, rng_b, c.num_heads, c.kv_heads,
+                                              c.head_dim, c.block_size, dtype, c.seqs);
+      const float scale = 1.0f / std::sqrt(float(c.head_dim));
+      const int64_t n = static_cast<int64_t>(a.seqs.size());
+      for (int64_t window : c.windows) {
+        CAPTURE(c.head_dim, c.num_heads, c.kv_heads, dtype_name(dtype), window);
+        const std::vector<float> got = run_attention(be, a, 0, n, window, scale);
+        const std::vector<float> want = run_attention(*octet_kernels, b, 0, n, window, scale);
+        if (!flashinfer) {
+          check_identical(got, want, "octet's kernels on both backends");
+          continue;
+        }
+        std::vector<double> ref, tol16, tol32;
+        attention_reference(a, window, scale, ref, tol16, prefill_u16(be));
+        attention_reference(a, window, scale, ref, tol32, 0.0);
+        std::vector<double> want_d(want.begin(), want.end()), tol(tol16.size());
+        for (size_t i = 0; i < tol.size(); ++i) tol[i] = tol16[i] + tol32[i];
+        check_close(got, want_d, tol, "FlashInfer against octet's kernels");
+      }
+    }
+  }
+}
+OCTET_BACKEND_CASE_("cuda", "FlashInfer attention agrees with octet's kernels",
+                    flashinfer_against_octet_case)
 
 // A backend whose workspace is reserved for one token and one sequence (Backend::
 // reserve_workspace: on CUDA, partial states for one row's 4 partitions and a 27-int plan) runs
