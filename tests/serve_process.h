@@ -176,7 +176,7 @@ Received read_all(int fd) {
 }
 
 /// Sends one raw request on a fresh connection and reads until close or timeout.
-Received roundtrip(int port, const std::string& request, double timeout_s = 10) {
+inline Received roundtrip(int port, const std::string& request, double timeout_s = 10) {
   const int fd = connect_to(port, timeout_s);
   send_all(fd, request);
   Received r = read_all(fd);
@@ -184,8 +184,8 @@ Received roundtrip(int port, const std::string& request, double timeout_s = 10) 
   return r;
 }
 
-std::string post(const std::string& path, const std::string& body,
-                 const std::string& extra_headers = "") {
+inline std::string post(const std::string& path, const std::string& body,
+                        const std::string& extra_headers = "") {
   return "POST " + path + " HTTP/1.1\r\nHost: t\r\nConnection: close\r\n" + extra_headers +
          "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
          "\r\n\r\n" + body;
