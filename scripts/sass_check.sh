@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Reads the SASS of the CUDA attention kernels octet launches on sm_90 (cuobjdump -sass on the
 # built static libraries) and fails (exit 1) unless:
-#  - every decode attention kernel (FlashInfer's BatchDecodeWithPagedKVCacheKernel) issues
-#    16-byte global loads (LDG.E.128 or cp.async's LDGSTS...128);
+#  - every decode attention kernel (flashinfer_decode_items_kernel: octet's loop around
+#    FlashInfer's BatchDecodeWithPagedKVCacheDevice) issues 16-byte global loads (LDG.E.128 or
+#    cp.async's LDGSTS...128);
 #  - every prefill attention kernel (FlashInfer's BatchPrefillWithPagedKVCacheKernel) issues
 #    tensor-core instructions (HMMA / HGMMA);
 #  - both exist. octet's own kernels (the fallback for other GPUs and shapes) are listed too.
@@ -52,7 +53,7 @@ table=$(for l in "${libs[@]}"; do cuobjdump -sass "$l"; done | awk '
   /Function : / {
     flush()
     fn = $3; wide = 0; mma = 0; kind = ""
-    if (fn ~ /BatchDecodeWithPagedKVCacheKernel/) kind = "decode"
+    if (fn ~ /flashinfer_decode_items_kernel|BatchDecodeWithPagedKVCacheKernel/) kind = "decode"
     else if (fn ~ /BatchPrefillWithPagedKVCacheKernel/) kind = "prefill"
     else if (fn ~ /paged_decode_split/) kind = "decode-octet"
     else if (fn ~ /paged_prefill/) kind = "prefill-octet"

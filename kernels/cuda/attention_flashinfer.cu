@@ -27,19 +27,18 @@ int64_t chunk_tokens(int64_t block_size) {
   return (kFlashInferChunkTokens + block_size - 1) / block_size * block_size;
 }
 
-// A decode plan in one int32 buffer: the split size, page_start, kv_len, o_indptr, item_valid
-// (bytes, rounded up to ints), request_indices, kv_tile_indices. A graph uploads the prefix up
-// to request_indices whole and the used items of the rest.
+// A decode plan in one int32 buffer: the split size, the item count, page_start, kv_len,
+// o_indptr, request_indices, kv_tile_indices. A graph uploads the prefix up to
+// request_indices whole and the used items of the rest (the kernel visits only the count).
 struct DecodeLayout {
-  size_t page_start = 1, kv_len = 0, o_indptr = 0, valid = 0, req = 0, tile = 0, ints = 0;
+  size_t page_start = 2, kv_len = 0, o_indptr = 0, req = 0, tile = 0, ints = 0;
 };
 
 DecodeLayout decode_layout(int64_t rows, int64_t items) {
   DecodeLayout l;
   l.kv_len = l.page_start + static_cast<size_t>(rows + 1);
   l.o_indptr = l.kv_len + static_cast<size_t>(rows);
-  l.valid = l.o_indptr + static_cast<size_t>(rows + 1);
-  l.req = l.valid + static_cast<size_t>((items + 3) / 4);
+  l.req = l.o_indptr + static_cast<size_t>(rows + 1);
   l.tile = l.req + static_cast<size_t>(items);
   l.ints = l.tile + static_cast<size_t>(items);
   return l;
@@ -48,11 +47,10 @@ DecodeLayout decode_layout(int64_t rows, int64_t items) {
 void fill_decode(const DecodeLayout& l, const FlashInferDecodeRows& d, int64_t chunk,
                  int32_t* dst) {
   dst[0] = static_cast<int32_t>(chunk);
+  dst[1] = d.o_indptr.back();  // the items to do (a graph's padding is past them)
   std::copy(d.page_start.begin(), d.page_start.end(), dst + l.page_start);
   std::copy(d.kv_len.begin(), d.kv_len.end(), dst + l.kv_len);
   std::copy(d.o_indptr.begin(), d.o_indptr.end(), dst + l.o_indptr);
-  std::memset(dst + l.valid, 0, (l.req - l.valid) * sizeof(int32_t));
-  std::memcpy(dst + l.valid, d.item_valid.data(), d.item_valid.size());
   std::copy(d.request_indices.begin(), d.request_indices.end(), dst + l.req);
   std::copy(d.kv_tile_indices.begin(), d.kv_tile_indices.end(), dst + l.tile);
 }
@@ -60,8 +58,8 @@ void fill_decode(const DecodeLayout& l, const FlashInferDecodeRows& d, int64_t c
 FlashInferDecode decode_args(const KVCacheView& cache, const float* q,
                              const PagedAttentionBatch& b, int64_t rows, int64_t num_heads,
                              int64_t window, float softmax_scale, float* out, const int32_t* plan,
-                             const DecodeLayout& l, int64_t items, bool masked, float* partials,
-                             int64_t first_row, int64_t last_row) {
+                             const DecodeLayout& l, int64_t items, int64_t max_blocks_x,
+                             float* partials, int64_t first_row, int64_t last_row) {
   FlashInferDecode a;
   a.dtype = cache.dtype;
   a.k = cache.k;
@@ -82,7 +80,8 @@ FlashInferDecode decode_args(const KVCacheView& cache, const float* q,
   a.page_start = plan + l.page_start;
   a.kv_len = plan + l.kv_len;
   a.o_indptr = plan + l.o_indptr;
-  a.item_valid = masked ? reinterpret_cast<const uint8_t*>(plan + l.valid) : nullptr;
+  a.item_count = plan + 1;
+  a.max_blocks_x = max_blocks_x;
   a.request_indices = plan + l.req;
   a.kv_tile_indices = plan + l.tile;
   a.num_items = items;
@@ -204,7 +203,8 @@ void PagedAttention::run_flashinfer(const KVCacheView& cache, const float* q,
     OCTET_CUDA_CHECK(cudaMemcpyAsync(work_, slot.pinned, bytes, cudaMemcpyHostToDevice, stream));
     OCTET_CUDA_CHECK(cudaEventRecord(slot.copied, stream));
     flashinfer_decode(decode_args(cache, q, b, rows, num_heads, window, softmax_scale, out,
-                                  static_cast<const int32_t*>(work_), l, d.num_items(), false,
+                                  static_cast<const int32_t*>(work_), l, d.num_items(),
+                                  decode_blocks_x(cache.num_kv_heads),
                                   static_cast<float*>(partials_.get()), first, last),
                       stream);
   }
@@ -334,7 +334,8 @@ void PagedAttention::capture_flashinfer(GraphAttention& g, GraphAttention::Plan&
   g.partials.push_back(partials_);
   flashinfer_decode(decode_args(cache, q, b, b.num_seqs, num_heads, p.window, softmax_scale,
                                 out, p.device, decode_layout(b.num_seqs, p.fi_items),
-                                p.fi_items, true, static_cast<float*>(partials_.get()), 0,
+                                p.fi_items, decode_blocks_x(cache.num_kv_heads),
+                                static_cast<float*>(partials_.get()), 0,
                                 b.num_seqs),
                     stream);
 }

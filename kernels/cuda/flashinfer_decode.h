@@ -1,9 +1,12 @@
 // Paged decode attention on FlashInfer's batch decode kernel (issue 26): the device side of a
 // FlashInferPlan (flashinfer_plan.h) restricted to decode rows. FlashInfer
 // (https://github.com/flashinfer-ai/flashinfer, Apache-2.0, headers of PyPI's pinned
-// flashinfer-python wheel, cmake/flashinfer.cmake) runs one block per (work item, KV head)
-// serving all the head's query heads (GQA read once), K/V pages through cp.async 16-byte
-// loads; octet's own kernel merges the items' partial states in chunk order into FP32 rows.
+// flashinfer-python wheel, cmake/flashinfer.cmake) computes one work item per (item, KV
+// head) serving all the head's query heads (GQA read once), K/V pages through cp.async
+// 16-byte loads. octet's kernel around FlashInfer's device function runs a capped grid whose
+// blocks loop over this call's items (a graph sized for full contexts would otherwise launch
+// a block per possible item); octet's own kernel merges the items' partial states in chunk
+// order into FP32 rows.
 // Compiled for sm_90a only (build time); flashinfer_decode_available() says whether this
 // device runs it. No FlashInfer type appears here.
 #pragma once
@@ -37,9 +40,10 @@ struct FlashInferDecode {
   const int32_t* o_indptr = nullptr;         // row r's items: [o_indptr[r], o_indptr[r + 1])
   const int32_t* request_indices = nullptr;  // [W]
   const int32_t* kv_tile_indices = nullptr;  // [W]
-  const uint8_t* item_valid = nullptr;       // [W], 0: padding (graphs)
   const int32_t* kv_chunk_tokens = nullptr;  // one int, the fixed split size
-  int64_t num_items = 0;                     // W: the grid (a graph's padded room)
+  const int32_t* item_count = nullptr;       // one int: the items to do, <= num_items
+  int64_t num_items = 0;                     // W: the items' room (a graph's padded size)
+  int64_t max_blocks_x = 1;                  // grid.x at most (blocks loop over the items)
   int64_t window_left = -1;                  // sliding_window - 1, or -1
   float softmax_scale = 1.0f;
   float* partial_out = nullptr;              // [W, num_heads, head_dim] scratch
@@ -55,8 +59,8 @@ bool flashinfer_decode_supported(DType dtype, int64_t head_dim, int64_t group_si
 /// ("OCTET"; "FLASHINFER" or unset: FlashInfer where supported; anything else aborts).
 bool flashinfer_decode_available();
 
-/// Queues the decode kernel over a.num_items items and the merge of rows [merge_first_row,
-/// merge_first_row + merge_rows) into a.out (two kernels).
+/// Queues the decode kernel over the first *a.item_count items and the merge of rows
+/// [merge_first_row, merge_first_row + merge_rows) into a.out (two kernels).
 /// Aborts (OCTET_CHECK) on an unsupported shape.
 void flashinfer_decode(const FlashInferDecode& a, cudaStream_t stream);
 

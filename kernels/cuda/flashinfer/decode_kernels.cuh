@@ -56,8 +56,9 @@ struct DecodeParams {
   int32_t* request_indices = nullptr;
   int32_t* kv_tile_indices = nullptr;
   int32_t* kv_chunk_size_ptr = nullptr;
-  bool* block_valid_mask = nullptr;
+  bool* block_valid_mask = nullptr;  // unused: items past *item_count are never visited
   bool partition_kv = true;
+  const int32_t* item_count = nullptr;
 
   __host__ __device__ __forceinline__ uint32_t get_qo_len(uint32_t) const { return 1; }
   __host__ __device__ __forceinline__ uint32_t get_kv_len(uint32_t batch_idx) const {
@@ -94,6 +95,23 @@ struct OctetDecodeVariant : flashinfer::AttentionVariantBase {
   })
 };
 
+/// FlashInfer's batch decode device function over items blockIdx.x, + gridDim.x, ... below
+/// *item_count, for KV head blockIdx.y: each item's arithmetic is FlashInfer's kernel's, so
+/// the bits do not depend on the grid.
+template <uint32_t stages, uint32_t tile, uint32_t vec_size, uint32_t bdx, uint32_t bdy,
+          uint32_t bdz, typename Params>
+__global__ void flashinfer_decode_items_kernel(const __grid_constant__ Params params) {
+  extern __shared__ uint8_t smem[];
+  const uint32_t n = static_cast<uint32_t>(*params.item_count);
+  for (uint32_t item = blockIdx.x; item < n; item += gridDim.x) {
+    flashinfer::BatchDecodeWithPagedKVCacheDevice<flashinfer::PosEncodingMode::kNone, stages,
+                                                  tile, vec_size, bdx, bdy, bdz,
+                                                  OctetDecodeVariant>(params, smem, item,
+                                                                      blockIdx.y);
+    __syncthreads();  // the next item reuses the shared memory
+  }
+}
+
 /// Queues the decode kernel of one instantiation (the block shape FlashInfer's own dispatch
 /// picks: BatchDecodeWithPagedKVCacheDispatched, sm_80+ two shared-memory stages).
 template <uint32_t kHeadDim, uint32_t kGroup, typename KV>
@@ -111,9 +129,8 @@ void launch_decode_items(const FlashInferDecode& a, cudaStream_t stream) {
                                              bdz * bdy * kHeadDim * sizeof(float)) +
                             std::max<size_t>(tile * num_threads * sizeof(KV*),
                                              2 * bdy * bdz * sizeof(float)));
-  auto kernel = flashinfer::BatchDecodeWithPagedKVCacheKernel<
-      flashinfer::PosEncodingMode::kNone, stages, tile, vec_size, bdx, bdy, bdz,
-      OctetDecodeVariant, DecodeParams<KV>>;
+  auto kernel =
+      flashinfer_decode_items_kernel<stages, tile, vec_size, bdx, bdy, bdz, DecodeParams<KV>>;
   // Per call, as FlashInfer's dispatch does (a host-side setting of the current device).
   OCTET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(smem)));
@@ -140,10 +157,12 @@ void launch_decode_items(const FlashInferDecode& a, cudaStream_t stream) {
   p.request_indices = const_cast<int32_t*>(a.request_indices);
   p.kv_tile_indices = const_cast<int32_t*>(a.kv_tile_indices);
   p.kv_chunk_size_ptr = const_cast<int32_t*>(a.kv_chunk_tokens);
-  static_assert(sizeof(bool) == sizeof(uint8_t));
-  p.block_valid_mask = reinterpret_cast<bool*>(const_cast<uint8_t*>(a.item_valid));
+  p.block_valid_mask = nullptr;
   p.partition_kv = true;
-  const dim3 grid(static_cast<unsigned>(a.num_items), static_cast<unsigned>(a.num_kv_heads));
+  p.item_count = a.item_count;
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(a.num_items,
+                                                                      a.max_blocks_x))),
+                  static_cast<unsigned>(a.num_kv_heads));
   const dim3 block(bdx, bdy, bdz);
   kernel<<<grid, block, smem, stream>>>(p);
   OCTET_CUDA_CHECK_LAUNCH();
