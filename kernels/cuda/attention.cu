@@ -222,7 +222,7 @@ AttentionWorkspace attention_workspace(int64_t max_tokens, int64_t max_seqs,
   // row's at least, and its plan lists every row of the batch and one row's pages at least.
   int64_t slots = std::min(rows * p_eager, std::max(p_eager, kEagerPartialSlots));
   if (block_size > 0) {
-    // Decode: 3 ints a row and 3 an item; prefill: 3 a request (<= rows), a row bit, 3 a query
+    // Decode: 3 ints a row and 2 an item; prefill: 3 a request (<= rows), a row bit, 3 a query
     // tile (<= tokens x heads / tile + seqs) and one sequence's pages at least.
     const int64_t pages = (max_model_len + block_size - 1) / block_size + 1;
     const int64_t tiles = max_tokens * num_heads / kFlashInferPrefillTileQ + max_seqs + 1;

@@ -187,11 +187,8 @@ class PagedAttention {
                           float softmax_scale, float* out, cudaStream_t stream);
   static void prepare_replay_flashinfer(GraphAttention& g, GraphAttention::Plan& p,
                                         const PagedAttentionBatch& b, cudaStream_t stream);
-  // FlashInfer decode's grid.x: 4 x grid_cap_ blocks over the KV heads (16 a SM in all; each
-  // loops over the items).
-  int64_t decode_blocks_x(int64_t kv_heads) const {
-    return std::max<int64_t>(1, 4 * grid_cap_ / kv_heads);
-  }
+  // The device's SMs (FlashInfer decode sizes its grid from them).
+  int64_t sm_count() const { return std::max<int64_t>(1, grid_cap_ / kGridItemsPerSm); }
   // Queues one chunk of an eager call (plan: its items, slots counted from 0).
   void run_chunk(const HostPlan& plan, const KVCacheView& cache, const float* q,
                  const PagedAttentionBatch& b, int64_t num_heads, int64_t window,

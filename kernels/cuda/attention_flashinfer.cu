@@ -58,7 +58,7 @@ void fill_decode(const DecodeLayout& l, const FlashInferDecodeRows& d, int64_t c
 FlashInferDecode decode_args(const KVCacheView& cache, const float* q,
                              const PagedAttentionBatch& b, int64_t rows, int64_t num_heads,
                              int64_t window, float softmax_scale, float* out, const int32_t* plan,
-                             const DecodeLayout& l, int64_t items, int64_t max_blocks_x,
+                             const DecodeLayout& l, int64_t items, int64_t sm_count,
                              float* partials, int64_t first_row, int64_t last_row) {
   FlashInferDecode a;
   a.dtype = cache.dtype;
@@ -81,7 +81,7 @@ FlashInferDecode decode_args(const KVCacheView& cache, const float* q,
   a.kv_len = plan + l.kv_len;
   a.o_indptr = plan + l.o_indptr;
   a.item_count = plan + 1;
-  a.max_blocks_x = max_blocks_x;
+  a.sm_count = sm_count;
   a.request_indices = plan + l.req;
   a.kv_tile_indices = plan + l.tile;
   a.num_items = items;
@@ -182,9 +182,9 @@ void PagedAttention::run_flashinfer(const KVCacheView& cache, const float* q,
     }
   }
   const auto cost = [&](int64_t r) -> std::pair<int64_t, int64_t> {
-    return {3 * row_items[static_cast<size_t>(r)], row_items[static_cast<size_t>(r)]};
+    return {2 * row_items[static_cast<size_t>(r)], row_items[static_cast<size_t>(r)]};
   };
-  const int64_t fixed = static_cast<int64_t>(decode_layout(rows, 0).ints) + 1;
+  const int64_t fixed = static_cast<int64_t>(decode_layout(rows, 0).ints);
   for (const auto& [first, last] :
        fitting_ranges(rows, fixed, max_ints, max_items, "paged_attention decode row", cost)) {
     FlashInferDecodeRows d;
@@ -204,7 +204,7 @@ void PagedAttention::run_flashinfer(const KVCacheView& cache, const float* q,
     OCTET_CUDA_CHECK(cudaEventRecord(slot.copied, stream));
     flashinfer_decode(decode_args(cache, q, b, rows, num_heads, window, softmax_scale, out,
                                   static_cast<const int32_t*>(work_), l, d.num_items(),
-                                  decode_blocks_x(cache.num_kv_heads),
+                                  sm_count(),
                                   static_cast<float*>(partials_.get()), first, last),
                       stream);
   }
@@ -334,7 +334,7 @@ void PagedAttention::capture_flashinfer(GraphAttention& g, GraphAttention::Plan&
   g.partials.push_back(partials_);
   flashinfer_decode(decode_args(cache, q, b, b.num_seqs, num_heads, p.window, softmax_scale,
                                 out, p.device, decode_layout(b.num_seqs, p.fi_items),
-                                p.fi_items, decode_blocks_x(cache.num_kv_heads),
+                                p.fi_items, sm_count(),
                                 static_cast<float*>(partials_.get()), 0,
                                 b.num_seqs),
                     stream);
@@ -361,7 +361,7 @@ void PagedAttention::prepare_replay_flashinfer(GraphAttention& g, GraphAttention
   const DecodeLayout l = decode_layout(p.num_seqs, p.fi_items);
   int32_t* pin = g.pinned + p.pinned_offset;
   fill_decode(l, d, chunk_tokens(p.block_size), pin);
-  // The padded items' request and tile entries need not travel: item_valid masks them.
+  // The padded items' request and tile entries need not travel: the kernel stops at the count.
   OCTET_CUDA_CHECK(cudaMemcpyAsync(p.device, pin, l.req * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, stream));
   for (size_t at : {l.req, l.tile})

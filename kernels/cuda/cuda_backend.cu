@@ -35,10 +35,11 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(int device, const cudaDeviceProp& prop) : device_(device), prop_(prop) {
     OCTET_CUDA_CHECK(cudaSetDevice(device_));
+    // First: it throws on a bad OCTET_ATTENTION_BACKEND, before anything here needs freeing.
+    attention_ = std::make_unique<ck::PagedAttention>();  // on device_ (its SM count)
     OCTET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     OCTET_CUDA_CHECK(cudaMallocHost(&staging_, kStagingBytes));
     lt_ = std::make_unique<ck::LtGemm>(stream_, prop_.major, prop_.minor);
-    attention_ = std::make_unique<ck::PagedAttention>();  // on device_ (its SM count)
     if (!lt_->has_fp8()) {
       std::fprintf(stderr,
                    "octet: warning: %s has no FP8 tensor cores (sm_%d%d < sm_89): FP8 linear "

@@ -43,7 +43,8 @@ struct FlashInferDecode {
   const int32_t* kv_chunk_tokens = nullptr;  // one int, the fixed split size
   const int32_t* item_count = nullptr;       // one int: the items to do, <= num_items
   int64_t num_items = 0;                     // W: the items' room (a graph's padded size)
-  int64_t max_blocks_x = 1;                  // grid.x at most (blocks loop over the items)
+  int64_t sm_count = 1;                      // grid: the SMs x resident blocks a SM, over the
+                                             // KV heads (blocks loop over the items)
   int64_t window_left = -1;                  // sliding_window - 1, or -1
   float softmax_scale = 1.0f;
   float* partial_out = nullptr;              // [W, num_heads, head_dim] scratch

@@ -244,7 +244,7 @@ struct FlashInferDecodeRows {
   std::vector<int32_t> o_indptr;         // [rows + 1]: row r's items [o_indptr[r], o_indptr[r+1])
   std::vector<int32_t> request_indices;  // [W]: the item's row
   std::vector<int32_t> kv_tile_indices;  // [W]: its chunk
-  std::vector<uint8_t> item_valid;       // [W]: 0 for padding
+  std::vector<uint8_t> item_valid;       // [W]: 0 for padding (past o_indptr[rows]: never run)
 
   int64_t rows() const { return static_cast<int64_t>(kv_len.size()); }
   int64_t num_items() const { return static_cast<int64_t>(request_indices.size()); }

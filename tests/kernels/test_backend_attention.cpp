@@ -496,11 +496,20 @@ BACKEND_TEST_CASE("paged_attention is batch invariant", paged_attention_batch_in
 void flashinfer_against_octet_case(Backend& be) {
   std::unique_ptr<Backend> octet_kernels;
   {
+    // The variable as it was, restored on every way out (later cases build backends too).
+    const char* before = std::getenv("OCTET_ATTENTION_BACKEND");
+    struct Restore {
+      std::string value;
+      bool was_set;
+      ~Restore() {
+        if (was_set) setenv("OCTET_ATTENTION_BACKEND", value.c_str(), 1);
+        else unsetenv("OCTET_ATTENTION_BACKEND");
+      }
+    } restore{before != nullptr ? before : "", before != nullptr};
     setenv("OCTET_ATTENTION_BACKEND", "OCTET", 1);
     octet_kernels = make_backend("cuda");
     setenv("OCTET_ATTENTION_BACKEND", "SOMETHING", 1);
     CHECK_THROWS_AS(make_backend("cuda"), std::invalid_argument);
-    unsetenv("OCTET_ATTENTION_BACKEND");
   }
   CHECK(octet_kernels->describe().find("FlashInfer") == std::string::npos);
   const bool flashinfer = be.describe().find("FlashInfer") != std::string::npos;

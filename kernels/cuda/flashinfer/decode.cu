@@ -72,7 +72,7 @@ void flashinfer_decode(const FlashInferDecode& a, cudaStream_t stream) {
               "flashinfer decode: no kernel for ", dtype_name(a.dtype), " head_dim ", a.head_dim,
               ", ", a.num_heads, " heads over ", a.num_kv_heads);
   OCTET_CHECK(a.rows > 0 && a.num_items > 0 && a.rows < 65536 * 1024 && a.num_heads < 65536 &&
-                  a.item_count != nullptr && a.max_blocks_x > 0,
+                  a.item_count != nullptr && a.sm_count > 0,
               "flashinfer decode: ", a.rows, " rows, ", a.num_items, " items");
   using namespace flashinfer_detail;
   bool launched = false;

@@ -1,6 +1,7 @@
 // Internal to kernels/cuda/flashinfer/*.cu: octet's parameters and attention variant for
-// FlashInfer's BatchDecodeWithPagedKVCacheKernel (attention/decode.cuh of FlashInfer 0.7.4) and
-// the launcher of one (head_dim, group size, cache type) instantiation. The kernel reads
+// FlashInfer's batch decode device function (BatchDecodeWithPagedKVCacheDevice,
+// attention/decode.cuh of FlashInfer 0.7.4), octet's kernel looping it over the items, and the
+// launcher of one (head_dim, group size, cache type) instantiation. The function reads
 // request `batch_idx`'s query at row batch_idx and writes item bx's partial state (output
 // normalised by its own softmax sum, log2-domain log-sum-exp) at slot bx; octet's merge
 // (decode.cu) folds them. FP8 caches hold codes of x / scale: k_scale multiplies the logits
@@ -160,8 +161,13 @@ void launch_decode_items(const FlashInferDecode& a, cudaStream_t stream) {
   p.block_valid_mask = nullptr;
   p.partition_kv = true;
   p.item_count = a.item_count;
-  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(a.num_items,
-                                                                      a.max_blocks_x))),
+  // One wave: the blocks that are resident at once (registers, shared memory), over the KV
+  // heads; a grid of whole waves keeps every block's share of the items equal.
+  int per_sm = 0;
+  OCTET_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      &per_sm, kernel, static_cast<int>(bdx * bdy * bdz), smem));
+  const int64_t wave = std::max<int64_t>(1, per_sm * a.sm_count / a.num_kv_heads);
+  const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(a.num_items, wave))),
                   static_cast<unsigned>(a.num_kv_heads));
   const dim3 block(bdx, bdy, bdz);
   kernel<<<grid, block, smem, stream>>>(p);
