@@ -16,6 +16,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/flashinfer_decode.h"
+#include "kernels/cuda/flashinfer_layout.h"
 #include "kernels/cuda/flashinfer_plan.h"
 #include "kernels/cuda/flashinfer_prefill.h"
 
@@ -27,38 +28,10 @@ int64_t chunk_tokens(int64_t block_size) {
   return (kFlashInferChunkTokens + block_size - 1) / block_size * block_size;
 }
 
-// A decode plan in one int32 buffer: the split size, the item count, page_start, kv_len,
-// o_indptr, request_indices, kv_tile_indices. A graph uploads the prefix up to
-// request_indices whole and the used items of the rest (the kernel visits only the count).
-struct DecodeLayout {
-  size_t page_start = 2, kv_len = 0, o_indptr = 0, req = 0, tile = 0, ints = 0;
-};
-
-DecodeLayout decode_layout(int64_t rows, int64_t items) {
-  DecodeLayout l;
-  l.kv_len = l.page_start + static_cast<size_t>(rows + 1);
-  l.o_indptr = l.kv_len + static_cast<size_t>(rows);
-  l.req = l.o_indptr + static_cast<size_t>(rows + 1);
-  l.tile = l.req + static_cast<size_t>(items);
-  l.ints = l.tile + static_cast<size_t>(items);
-  return l;
-}
-
-void fill_decode(const DecodeLayout& l, const FlashInferDecodeRows& d, int64_t chunk,
-                 int32_t* dst) {
-  dst[0] = static_cast<int32_t>(chunk);
-  dst[1] = d.o_indptr.back();  // the items to do (a graph's padding is past them)
-  std::copy(d.page_start.begin(), d.page_start.end(), dst + l.page_start);
-  std::copy(d.kv_len.begin(), d.kv_len.end(), dst + l.kv_len);
-  std::copy(d.o_indptr.begin(), d.o_indptr.end(), dst + l.o_indptr);
-  std::copy(d.request_indices.begin(), d.request_indices.end(), dst + l.req);
-  std::copy(d.kv_tile_indices.begin(), d.kv_tile_indices.end(), dst + l.tile);
-}
-
 FlashInferDecode decode_args(const KVCacheView& cache, const float* q,
                              const PagedAttentionBatch& b, int64_t rows, int64_t num_heads,
                              int64_t window, float softmax_scale, float* out, const int32_t* plan,
-                             const DecodeLayout& l, int64_t items, int64_t sm_count,
+                             const FlashInferDecodeLayout& l, int64_t items, int64_t sm_count,
                              float* partials, int64_t first_row, int64_t last_row) {
   FlashInferDecode a;
   a.dtype = cache.dtype;
@@ -76,14 +49,15 @@ FlashInferDecode decode_args(const KVCacheView& cache, const float* q,
   a.merge_first_row = first_row;
   a.merge_rows = last_row - first_row;
   a.block_tables = b.block_tables;
-  a.kv_chunk_tokens = plan;
-  a.page_start = plan + l.page_start;
-  a.kv_len = plan + l.kv_len;
-  a.o_indptr = plan + l.o_indptr;
-  a.item_count = plan + 1;
+  const FlashInferDecodeArrays arrays = flashinfer_decode_arrays(plan, l);
+  a.kv_chunk_tokens = arrays.chunk_tokens;
+  a.page_start = arrays.page_start;
+  a.kv_len = arrays.kv_len;
+  a.o_indptr = arrays.o_indptr;
+  a.item_count = arrays.item_count;
   a.sm_count = sm_count;
-  a.request_indices = plan + l.req;
-  a.kv_tile_indices = plan + l.tile;
+  a.request_indices = arrays.request_indices;
+  a.kv_tile_indices = arrays.kv_tile_indices;
   a.num_items = items;
   a.window_left = window > 0 ? window - 1 : -1;
   a.softmax_scale = softmax_scale;
@@ -184,7 +158,7 @@ void PagedAttention::run_flashinfer(const KVCacheView& cache, const float* q,
   const auto cost = [&](int64_t r) -> std::pair<int64_t, int64_t> {
     return {2 * row_items[static_cast<size_t>(r)], row_items[static_cast<size_t>(r)]};
   };
-  const int64_t fixed = static_cast<int64_t>(decode_layout(rows, 0).ints);
+  const int64_t fixed = static_cast<int64_t>(flashinfer_decode_layout(rows, 0).ints);
   for (const auto& [first, last] :
        fitting_ranges(rows, fixed, max_ints, max_items, "paged_attention decode row", cost)) {
     FlashInferDecodeRows d;
@@ -194,11 +168,11 @@ void PagedAttention::run_flashinfer(const KVCacheView& cache, const float* q,
       OCTET_CHECK(false, "cuda paged_attention: ", e.what());
     }
     if (d.num_items() == 0) continue;
-    const DecodeLayout l = decode_layout(rows, d.num_items());
+    const FlashInferDecodeLayout l = flashinfer_decode_layout(rows, d.num_items());
     const size_t bytes = l.ints * sizeof(int32_t);
     reserve_device(bytes, static_cast<size_t>(d.num_items() * per_item), stream);
     PlanSlot& slot = next_plan_slot(bytes);
-    fill_decode(l, d, C, slot.pinned);
+    fill_flashinfer_decode(l, d, C, slot.pinned);
     // Stream order: after the kernels of the previous chunk or call that read work_.
     OCTET_CUDA_CHECK(cudaMemcpyAsync(work_, slot.pinned, bytes, cudaMemcpyHostToDevice, stream));
     OCTET_CUDA_CHECK(cudaEventRecord(slot.copied, stream));
@@ -228,9 +202,8 @@ void PagedAttention::run_flashinfer_prefill(const KVCacheView& cache, const floa
     const int64_t pages = (lens[s] + bs - 1) / bs - lo / bs;
     return {3 * flashinfer_prefill_tiles(nq, group) + pages, 1};
   };
-  // Layout: split size, qo_indptr, kv_indptr, kv_last_page_len, request_indices,
-  // qo_tile_indices, kv_tile_indices, row_is_prefill (bytes), kv_indices.
-  const int64_t fixed = 1 + 3 * R + 2 + (rows + 3) / 4;
+  // The buffer without items or pages (flashinfer_layout.h); 3 ints an item, 1 a page.
+  const int64_t fixed = static_cast<int64_t>(flashinfer_prefill_layout(R, 0, rows, 0).ints);
   int64_t max_ints = std::numeric_limits<int64_t>::max();
   if (reserved_) max_ints = static_cast<int64_t>(work_bytes_ / sizeof(int32_t));
   const std::vector<std::pair<int64_t, int64_t>> chunks =
@@ -254,27 +227,15 @@ void PagedAttention::run_flashinfer_prefill(const KVCacheView& cache, const floa
     } catch (const std::invalid_argument& e) {
       OCTET_CHECK(false, "cuda paged_attention: ", e.what());
     }
-    const int64_t W = pr.num_items(), P = static_cast<int64_t>(pr.kv_indices.size());
-    const size_t o_qo = 1, o_kv = o_qo + R + 1, o_last = o_kv + R + 1, o_req = o_last + R,
-                 o_qt = o_req + W, o_kt = o_qt + W, o_rows = o_kt + W,
-                 o_idx = o_rows + (rows + 3) / 4, ints = o_idx + P;
-    const size_t bytes = ints * sizeof(int32_t);
+    const FlashInferPrefillLayout l = flashinfer_prefill_layout(pr);
+    const size_t bytes = l.ints * sizeof(int32_t);
     reserve_device(bytes, 0, stream);
     PlanSlot& slot = next_plan_slot(bytes);
-    int32_t* h = slot.pinned;
-    h[0] = static_cast<int32_t>(in.kv_chunk_tokens);
-    std::copy(pr.qo_indptr.begin(), pr.qo_indptr.end(), h + o_qo);
-    std::copy(pr.kv_indptr.begin(), pr.kv_indptr.end(), h + o_kv);
-    std::copy(pr.kv_last_page_len.begin(), pr.kv_last_page_len.end(), h + o_last);
-    std::copy(pr.request_indices.begin(), pr.request_indices.end(), h + o_req);
-    std::copy(pr.qo_tile_indices.begin(), pr.qo_tile_indices.end(), h + o_qt);
-    std::fill(h + o_kt, h + o_kt + W, 0);
-    std::memset(h + o_rows, 0, (o_idx - o_rows) * sizeof(int32_t));
-    std::memcpy(h + o_rows, pr.row_is_prefill.data(), pr.row_is_prefill.size());
-    std::copy(pr.kv_indices.begin(), pr.kv_indices.end(), h + o_idx);
-    OCTET_CUDA_CHECK(cudaMemcpyAsync(work_, h, bytes, cudaMemcpyHostToDevice, stream));
+    fill_flashinfer_prefill(l, pr, in.kv_chunk_tokens, slot.pinned);
+    OCTET_CUDA_CHECK(cudaMemcpyAsync(work_, slot.pinned, bytes, cudaMemcpyHostToDevice, stream));
     OCTET_CUDA_CHECK(cudaEventRecord(slot.copied, stream));
-    const int32_t* w = static_cast<const int32_t*>(work_);
+    const FlashInferPrefillArrays w =
+        flashinfer_prefill_arrays(static_cast<const int32_t*>(work_), l);
     FlashInferPrefill a;
     a.dtype = cache.dtype;
     a.k = cache.k;
@@ -290,17 +251,17 @@ void PagedAttention::run_flashinfer_prefill(const KVCacheView& cache, const floa
     a.rows = rows;
     a.q16 = half_.get();
     a.o16 = static_cast<char*>(half_.get()) + half_bytes / 2;
-    a.num_requests = R;
-    a.num_items = W;
-    a.kv_chunk_tokens = w;
-    a.qo_indptr = w + o_qo;
-    a.kv_indptr = w + o_kv;
-    a.kv_last_page_len = w + o_last;
-    a.request_indices = w + o_req;
-    a.qo_tile_indices = w + o_qt;
-    a.kv_tile_indices = w + o_kt;
-    a.row_is_prefill = reinterpret_cast<const uint8_t*>(w + o_rows);
-    a.kv_indices = w + o_idx;
+    a.num_requests = pr.num_requests();
+    a.num_items = pr.num_items();
+    a.kv_chunk_tokens = w.chunk_tokens;
+    a.qo_indptr = w.qo_indptr;
+    a.kv_indptr = w.kv_indptr;
+    a.kv_last_page_len = w.kv_last_page_len;
+    a.request_indices = w.request_indices;
+    a.qo_tile_indices = w.qo_tile_indices;
+    a.kv_tile_indices = w.kv_tile_indices;
+    a.row_is_prefill = w.row_is_prefill;
+    a.kv_indices = w.kv_indices;
     a.window_left = window > 0 ? window - 1 : -1;
     a.softmax_scale = softmax_scale;
     flashinfer_prefill(a, stream);
@@ -316,7 +277,7 @@ void PagedAttention::capture_flashinfer(GraphAttention& g, GraphAttention::Plan&
                                                     chunk_tokens(cache.block_size));
     OCTET_CHECK(p.fi_items < (int64_t{1} << 31), "cuda paged_attention capture: ", p.fi_items,
                 " items");
-    const size_t ints = decode_layout(b.num_seqs, p.fi_items).ints;
+    const size_t ints = flashinfer_decode_layout(b.num_seqs, p.fi_items).ints;
     // Relaxed capture mode (CudaBackend::begin_capture) allows cudaMalloc here.
     OCTET_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p.device), ints * sizeof(int32_t)));
     p.pinned_offset = g.pinned_ints;
@@ -333,7 +294,7 @@ void PagedAttention::capture_flashinfer(GraphAttention& g, GraphAttention::Plan&
   }
   g.partials.push_back(partials_);
   flashinfer_decode(decode_args(cache, q, b, b.num_seqs, num_heads, p.window, softmax_scale,
-                                out, p.device, decode_layout(b.num_seqs, p.fi_items),
+                                out, p.device, flashinfer_decode_layout(b.num_seqs, p.fi_items),
                                 p.fi_items, sm_count(),
                                 static_cast<float*>(partials_.get()), 0,
                                 b.num_seqs),
@@ -358,9 +319,9 @@ void PagedAttention::prepare_replay_flashinfer(GraphAttention& g, GraphAttention
   for (int64_t r = 0; r < d.rows(); ++r)
     OCTET_CHECK(d.kv_len[r] > 0, "cuda graph replay: row ", r, " is not a decode row");
   d = pad_flashinfer_decode_rows(std::move(d), p.fi_items);
-  const DecodeLayout l = decode_layout(p.num_seqs, p.fi_items);
+  const FlashInferDecodeLayout l = flashinfer_decode_layout(p.num_seqs, p.fi_items);
   int32_t* pin = g.pinned + p.pinned_offset;
-  fill_decode(l, d, chunk_tokens(p.block_size), pin);
+  fill_flashinfer_decode(l, d, chunk_tokens(p.block_size), pin);
   // The padded items' request and tile entries need not travel: the kernel stops at the count.
   OCTET_CUDA_CHECK(cudaMemcpyAsync(p.device, pin, l.req * sizeof(int32_t),
                                    cudaMemcpyHostToDevice, stream));

@@ -32,6 +32,7 @@
 #include "kernels/backend.h"
 #include "kernels/common/fp8.h"
 #include "kernels/common/half.h"
+#include "kernels/cuda/flashinfer_layout.h"
 #include "kernels/cuda/flashinfer_plan.h"
 
 using namespace octet;
@@ -963,4 +964,57 @@ TEST_CASE("flashinfer prefill requests list only their own pages and tiles",
   CHECK(tiles_seen[2] == 2);  // 40 queries x 4 heads = 160 packed rows: two tiles of 128
   CHECK_THROWS_AS(flashinfer_prefill_requests(in, 0, n + 1, group, tile), std::invalid_argument);
   CHECK_THROWS_AS(flashinfer_prefill_requests(in, 0, 1, 0, tile), std::invalid_argument);
+}
+
+TEST_CASE("flashinfer plan buffers read back as the plans", "[flashinfer_plan]") {
+  // The one int32 buffer a call uploads (flashinfer_layout.h): every array the kernels are
+  // given (flashinfer_*_arrays) holds the plan's values, nothing overlaps (a fill pattern
+  // around each array survives), and a graph's padded decode plan carries the real item count.
+  const Shape shape{16, 8, 2, 64};
+  const Scene sc(DType::BF16, shape,
+                 {{1100, 1}, {9, 9}, {700, 40}, {1300, 3}, {33, 7}, {600, 17}, {5, 2}}, 9);
+  const Scene::Batch b = sc.batch(sc.all());
+  const FlashInferPlanInput in = sc.plan_input(b, 300, 512);
+  const int64_t rows = b.num_rows();
+  const auto same = [](const int32_t* got, const auto& want) {
+    for (size_t i = 0; i < want.size(); ++i)
+      if (got[i] != static_cast<int32_t>(want[i])) return false;
+    return true;
+  };
+
+  const FlashInferDecodeRows d = pad_flashinfer_decode_rows(
+      flashinfer_decode_rows(in, 0, rows), flashinfer_decode_rows(in, 0, rows).num_items() + 9);
+  const FlashInferDecodeLayout dl = flashinfer_decode_layout(rows, d.num_items());
+  std::vector<int32_t> dbuf(dl.ints + 8, -12345);
+  fill_flashinfer_decode(dl, d, 512, dbuf.data());
+  CHECK(dbuf[dl.ints] == -12345);  // nothing written past the layout
+  const FlashInferDecodeArrays da = flashinfer_decode_arrays(dbuf.data(), dl);
+  CHECK(*da.chunk_tokens == 512);
+  CHECK(*da.item_count == d.num_items() - 9);  // padding past the count
+  CHECK(same(da.page_start, d.page_start));
+  CHECK(same(da.kv_len, d.kv_len));
+  CHECK(same(da.o_indptr, d.o_indptr));
+  CHECK(same(da.request_indices, d.request_indices));
+  CHECK(same(da.kv_tile_indices, d.kv_tile_indices));
+  CHECK(dl.ints == 2 + (rows + 1) + rows + (rows + 1) + 2 * static_cast<size_t>(d.num_items()));
+
+  for (int64_t first : {int64_t{0}, int64_t{4}}) {
+    const FlashInferPrefillRequests p = flashinfer_prefill_requests(in, first, 7, 4, 128);
+    const FlashInferPrefillLayout pl = flashinfer_prefill_layout(p);
+    std::vector<int32_t> pbuf(pl.ints + 8, -12345);
+    fill_flashinfer_prefill(pl, p, 512, pbuf.data());
+    CHECK(pbuf[pl.ints] == -12345);
+    const FlashInferPrefillArrays pa = flashinfer_prefill_arrays(pbuf.data(), pl);
+    CHECK(*pa.chunk_tokens == 512);
+    CHECK(same(pa.qo_indptr, p.qo_indptr));
+    CHECK(same(pa.kv_indptr, p.kv_indptr));
+    CHECK(same(pa.kv_last_page_len, p.kv_last_page_len));
+    CHECK(same(pa.request_indices, p.request_indices));
+    CHECK(same(pa.qo_tile_indices, p.qo_tile_indices));
+    CHECK(same(pa.kv_indices, p.kv_indices));
+    CHECK(std::all_of(pa.kv_tile_indices, pa.kv_tile_indices + p.num_items(),
+                      [](int32_t t) { return t == 0; }));
+    CHECK(std::equal(p.row_is_prefill.begin(), p.row_is_prefill.end(), pa.row_is_prefill));
+    CHECK(pa.kv_tile_indices + p.num_items() <= reinterpret_cast<const int32_t*>(pa.row_is_prefill));
+  }
 }
