@@ -24,13 +24,17 @@ __device__ __forceinline__ half to16<half>(float x) {
   return __float2half_rn(x);
 }
 
-// Every element of q: q x k_scale of its head's KV head (1 without), rounded to T.
+// Elements of prefill rows of q: q x k_scale of its head's KV head (1 without), rounded to T
+// (the kernel reads no other row).
 template <typename T>
 __global__ void q_to16_kernel(const float* __restrict__ q, const float* __restrict__ k_scale,
-                              int64_t total, int64_t num_heads, int64_t group, int64_t head_dim,
+                              const uint8_t* __restrict__ row_is_prefill, int64_t total,
+                              int64_t num_heads, int64_t group, int64_t head_dim,
                               T* __restrict__ q16) {
+  const int64_t row_elems = num_heads * head_dim;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (!row_is_prefill[i / row_elems]) continue;
     const int64_t h = (i / head_dim) % num_heads;
     const float s = k_scale != nullptr ? k_scale[h / group] : 1.0f;
     q16[i] = to16<T>(q[i] * s);
@@ -60,8 +64,8 @@ void convert_and_run(const FlashInferPrefill& a, bool (*launch)(const FlashInfer
   const int64_t total = a.rows * a.num_heads * a.head_dim, group = a.num_heads / a.num_kv_heads;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + 255) / 256, 8192));
   const bool fp8 = dtype_is_fp8(a.dtype);
-  q_to16_kernel<T><<<blocks, 256, 0, stream>>>(a.q, fp8 ? a.k_scale : nullptr, total,
-                                               a.num_heads, group, a.head_dim,
+  q_to16_kernel<T><<<blocks, 256, 0, stream>>>(a.q, fp8 ? a.k_scale : nullptr, a.row_is_prefill,
+                                               total, a.num_heads, group, a.head_dim,
                                                static_cast<T*>(a.q16));
   OCTET_CUDA_CHECK_LAUNCH();
   OCTET_CHECK(launch(a, stream), "flashinfer prefill: no instantiation for head_dim ",
