@@ -441,9 +441,11 @@ const std::vector<AttentionConfig>& attention_configs() {
   return configs;
 }
 
-void paged_attention_case(Backend& be) {
+// The configs [first, last) of attention_configs() against the float64 reference.
+void check_attention_configs(Backend& be, size_t first, size_t last) {
   std::mt19937 rng(12);
-  for (const AttentionConfig& c : attention_configs()) {
+  for (size_t i = first; i < last; ++i) {
+    const AttentionConfig& c = attention_configs()[i];
     for (DType dtype : kKVDTypes) {
       const AttentionSetup a =
           make_attention(be, rng, c.num_heads, c.kv_heads, c.head_dim, c.block_size, dtype, c.seqs);
@@ -459,8 +461,14 @@ void paged_attention_case(Backend& be) {
     }
   }
 }
+// The small configs (gpu_check runs this case under compute-sanitizer racecheck; the second
+// takes FlashInfer's kernels on sm_90), then the long contexts on FlashInfer's shapes.
+void paged_attention_case(Backend& be) { check_attention_configs(be, 0, 3); }
 BACKEND_TEST_CASE("paged_attention varlen GQA sliding windows every KV dtype",
                   paged_attention_case)
+void paged_attention_long_case(Backend& be) { check_attention_configs(be, 3, 4); }
+BACKEND_TEST_CASE("paged_attention contexts of several 512-token chunks, GQA 8, head_dim 128",
+                  paged_attention_long_case)
 
 // Each sequence run alone is bit-identical to its rows in the whole batch (37 query rows of 5
 // sequences, among them a decode row: m = 1 vs m = 37), for every KV dtype and a window.
