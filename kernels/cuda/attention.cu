@@ -536,26 +536,19 @@ void PagedAttention::capture(const KVCacheView& cache, const float* q,
   for (GraphAttention::Plan& p : g.plans)
     if (p.window == window && p.block_size == cache.block_size && p.flashinfer == flashinfer)
       plan = &p;
+  GraphAttention::Plan fresh;  // this call's plan, when the graph has none yet
+  fresh.window = window;
+  fresh.num_seqs = b.num_seqs;
+  fresh.max_blocks_per_seq = b.max_blocks_per_seq;
+  fresh.block_size = cache.block_size;
+  fresh.flashinfer = flashinfer;
   if (flashinfer) {
-    if (plan == nullptr) {
-      GraphAttention::Plan p;
-      p.window = window;
-      p.num_seqs = b.num_seqs;
-      p.max_blocks_per_seq = b.max_blocks_per_seq;
-      p.block_size = cache.block_size;
-      p.flashinfer = true;
-      g.plans.push_back(p);
-      plan = &g.plans.back();
-    }
+    if (plan == nullptr) plan = &g.plans.emplace_back(fresh);
     capture_flashinfer(g, *plan, cache, q, b, num_heads, softmax_scale, out, stream);
     return;
   }
   if (plan == nullptr) {
-    GraphAttention::Plan p;
-    p.window = window;
-    p.num_seqs = b.num_seqs;
-    p.max_blocks_per_seq = b.max_blocks_per_seq;
-    p.block_size = cache.block_size;
+    GraphAttention::Plan p = fresh;
     // A query at position pos < cap spans at most (cap - 1) / kPartitionTokens + 1 partitions.
     p.max_decode = b.num_seqs * ((cap - 1) / kPartitionTokens + 1);
     p.max_merge = b.num_seqs;

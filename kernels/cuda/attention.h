@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/common/views.h"
@@ -145,6 +146,8 @@ class PagedAttention {
   bool reserved() const { return reserved_; }
   /// Whether FlashInfer's kernels run here (flashinfer_decode_available() at construction).
   bool flashinfer() const { return flashinfer_; }
+  /// The kernels that run, for the start-up log.
+  std::string describe() const;
 
   /// Starts recording a graph's calls (capture() until end_capture()).
   void begin_capture();

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -28,12 +29,9 @@ int64_t chunk_tokens(int64_t block_size) {
   return (kFlashInferChunkTokens + block_size - 1) / block_size * block_size;
 }
 
-FlashInferDecode decode_args(const KVCacheView& cache, const float* q,
-                             const PagedAttentionBatch& b, int64_t rows, int64_t num_heads,
-                             int64_t window, float softmax_scale, float* out, const int32_t* plan,
-                             const FlashInferDecodeLayout& l, int64_t items, int64_t sm_count,
-                             float* partials, int64_t first_row, int64_t last_row) {
-  FlashInferDecode a;
+// The cache fields FlashInferDecode and FlashInferPrefill share (scales for FP8 caches only).
+template <typename Args>
+void set_cache(Args& a, const KVCacheView& cache) {
   a.dtype = cache.dtype;
   a.k = cache.k;
   a.v = cache.v;
@@ -42,6 +40,15 @@ FlashInferDecode decode_args(const KVCacheView& cache, const float* q,
   a.block_size = cache.block_size;
   a.num_kv_heads = cache.num_kv_heads;
   a.head_dim = cache.head_dim;
+}
+
+FlashInferDecode decode_args(const KVCacheView& cache, const float* q,
+                             const PagedAttentionBatch& b, int64_t rows, int64_t num_heads,
+                             int64_t window, float softmax_scale, float* out, const int32_t* plan,
+                             const FlashInferDecodeLayout& l, int64_t items, int64_t sm_count,
+                             float* partials, int64_t first_row, int64_t last_row) {
+  FlashInferDecode a;
+  set_cache(a, cache);
   a.num_heads = num_heads;
   a.q = q;
   a.out = out;
@@ -111,6 +118,18 @@ std::vector<std::pair<int64_t, int64_t>> fitting_ranges(int64_t n, int64_t fixed
 }
 
 }  // namespace
+
+std::string PagedAttention::describe() const {
+  const std::string octet_kernels =
+      "paged_decode_split + paged_decode_merge (" + std::to_string(kPartitionTokens) +
+      "-position partitions), paged_prefill_tiled (" + std::to_string(kTileRows) +
+      " queries x " + std::to_string(kKvTile) + " positions), FP32 scores, softmax and P.V";
+  if (!flashinfer_) return octet_kernels;
+  return "FlashInfer 0.7.4 batch decode (" + std::to_string(kFlashInferChunkTokens) +
+         "-token chunks, FP32 q, octet's merge) and FA2 batch prefill (tensor cores, 16-bit q, " +
+         std::to_string(kFlashInferPrefillTileQ) + "-row query tiles) for head_dim 64 / 128 "
+         "over bf16, fp16 and FP8 caches; otherwise " + octet_kernels;
+}
 
 bool PagedAttention::uses_flashinfer(const KVCacheView& cache, const PagedAttentionBatch& b,
                                      int64_t num_heads) const {
@@ -237,14 +256,7 @@ void PagedAttention::run_flashinfer_prefill(const KVCacheView& cache, const floa
     const FlashInferPrefillArrays w =
         flashinfer_prefill_arrays(static_cast<const int32_t*>(work_), l);
     FlashInferPrefill a;
-    a.dtype = cache.dtype;
-    a.k = cache.k;
-    a.v = cache.v;
-    a.k_scale = dtype_is_fp8(cache.dtype) ? cache.k_scale : nullptr;
-    a.v_scale = dtype_is_fp8(cache.dtype) ? cache.v_scale : nullptr;
-    a.block_size = cache.block_size;
-    a.num_kv_heads = cache.num_kv_heads;
-    a.head_dim = cache.head_dim;
+    set_cache(a, cache);
     a.num_heads = num_heads;
     a.q = q;
     a.out = out;

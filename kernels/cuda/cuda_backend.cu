@@ -18,8 +18,6 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_scope.h"
 #include "kernels/cuda/elementwise.h"
-#include "kernels/cuda/flashinfer_plan.h"
-#include "kernels/cuda/flashinfer_prefill.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/hadamard.h"
 
@@ -85,11 +83,7 @@ class CudaBackend final : public Backend {
   }
 
   WorkspaceBytes workspace_bytes(const WorkspaceShape& shape) const override {
-    WorkspaceBytes b = cuda_workspace_bytes(shape, lt_->has_fp8());
-    // octet's own prefill kernel (other GPUs, other head dims) needs none.
-    if (!attention_->flashinfer() || !ck::flashinfer_prefill_supported(DType::BF16, shape.head_dim))
-      b.attention_prefill = 0;
-    return b;
+    return cuda_workspace_bytes(shape, lt_->has_fp8(), attention_->flashinfer());
   }
 
   WorkspaceBytes reserve_workspace(const WorkspaceShape& shape) override {
@@ -113,18 +107,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string describe() const override {
-    const std::string octet_kernels =
-        "paged_decode_split + paged_decode_merge (" + std::to_string(ck::kPartitionTokens) +
-        "-position partitions), paged_prefill_tiled (" + std::to_string(ck::kTileRows) +
-        " queries x " + std::to_string(ck::kKvTile) + " positions), FP32 scores, softmax and P.V";
-    if (!attention_->flashinfer()) return name() + "; GEMM: " + lt_->describe() +
-                                          "; attention: " + octet_kernels;
-    return name() + "; GEMM: " + lt_->describe() +
-           "; attention: FlashInfer 0.7.4 batch decode (" +
-           std::to_string(ck::kFlashInferChunkTokens) + "-token chunks, FP32 q, octet's merge) "
-           "and FA2 batch prefill (tensor cores, 16-bit q, " +
-           std::to_string(ck::kFlashInferPrefillTileQ) + "-row query tiles) for head_dim 64 / "
-           "128 over bf16, fp16 and FP8 caches; otherwise " + octet_kernels;
+    return name() + "; GEMM: " + lt_->describe() + "; attention: " + attention_->describe();
   }
 
   // --- Buffers -----------------------------------------------------------------------------

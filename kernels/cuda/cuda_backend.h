@@ -66,8 +66,9 @@ int64_t cuda_gemm_chunk_rows(int64_t scratch_floats, int64_t m, int64_t n, int64
 /// cuda_bf16_scratch_floats for BF16 weights)
 /// at the chunk rows above, maximised over shape.fp8_linears; the
 /// attention partials, eager plan and FlashInfer prefill buffers of kernels/cuda/attention.h's
-/// attention_workspace (one partials buffer for eager calls and every graph; the backend drops
-/// the prefill buffers on devices without FlashInfer).
-WorkspaceBytes cuda_workspace_bytes(const WorkspaceShape& shape, bool has_fp8);
+/// attention_workspace (one partials buffer for eager calls and every graph; no prefill buffers
+/// unless `flashinfer` (the device runs FlashInfer) and FlashInfer prefill has the head_dim).
+WorkspaceBytes cuda_workspace_bytes(const WorkspaceShape& shape, bool has_fp8,
+                                    bool flashinfer = true);
 
 }  // namespace octet

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/flashinfer_prefill.h"
 
 namespace octet {
 
@@ -36,7 +37,7 @@ int64_t cuda_gemm_chunk_rows(int64_t scratch_floats, int64_t m, int64_t n, int64
   return lo;
 }
 
-WorkspaceBytes cuda_workspace_bytes(const WorkspaceShape& s, bool has_fp8) {
+WorkspaceBytes cuda_workspace_bytes(const WorkspaceShape& s, bool has_fp8, bool flashinfer) {
   WorkspaceBytes b;
   const int64_t rows = std::min(
       kCudaGemmChunkRows,
@@ -52,7 +53,9 @@ WorkspaceBytes cuda_workspace_bytes(const WorkspaceShape& s, bool has_fp8) {
                               s.block_size, s.num_heads, s.head_dim, s.max_graph_seqs);
   b.attention_partials = a.partial_floats * int64_t{sizeof(float)};
   b.attention_plan = a.plan_bytes;
-  b.attention_prefill = a.prefill_bytes;
+  // octet's own prefill kernel (other GPUs, other head dims) needs none.
+  if (flashinfer && ck::flashinfer_prefill_supported(DType::BF16, s.head_dim))
+    b.attention_prefill = a.prefill_bytes;
   return b;
 }
 

@@ -104,6 +104,22 @@ inline int32_t to_i32(int64_t v, const char* what) {
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/// Sequence s of the batch: its queries ([query_start_loc[s], query_start_loc[s + 1]) within
+/// the batch's rows) fit its seq_len, which fits its block table; else fail().
+template <typename Input>
+void check_sequence(const Input& in, int64_t s) {
+  const int64_t rows = in.query_start_loc[in.num_seqs];
+  const int64_t nq = in.query_start_loc[s + 1] - in.query_start_loc[s], len = in.seq_lens[s];
+  const std::string name = "sequence " + std::to_string(s) + ": ";
+  if (nq < 0 || in.query_start_loc[s + 1] > rows) fail(name + "query_start_loc decreases");
+  if (len < nq)
+    fail(name + "seq_len " + std::to_string(len) + " < its " + std::to_string(nq) + " queries");
+  if (len > in.max_blocks_per_seq * in.block_size)
+    fail(name + "seq_len " + std::to_string(len) + " beyond its block table (" +
+         std::to_string(in.max_blocks_per_seq) + " pages of " + std::to_string(in.block_size) +
+         ")");
+}
+
 }  // namespace flashinfer_plan_detail
 
 /// Chunks a request can have at most with this block table: a kept range spans at most
@@ -178,16 +194,9 @@ inline FlashInferPlan make_flashinfer_plan(const FlashInferPlanInput& in) {
   };
 
   for (int64_t s = 0; s < in.num_seqs; ++s) {
+    check_sequence(in, s);
     const int64_t row0 = in.query_start_loc[s], nq = in.query_start_loc[s + 1] - row0;
     const int64_t len = in.seq_lens[s];
-    const std::string name = "sequence " + std::to_string(s) + ": ";
-    if (nq < 0) fail(name + "query_start_loc decreases");
-    if (len < nq)
-      fail(name + "seq_len " + std::to_string(len) + " < its " + std::to_string(nq) +
-           " queries");
-    if (len > in.max_blocks_per_seq * bs)
-      fail(name + "seq_len " + std::to_string(len) + " beyond its block table (" +
-           std::to_string(in.max_blocks_per_seq) + " pages of " + std::to_string(bs) + ")");
     if (nq >= kFlashInferPrefillMinQueries) {
       add_request(s, row0, nq, len, true);
     } else {
@@ -288,16 +297,9 @@ inline FlashInferDecodeRows flashinfer_decode_rows(const FlashInferPlanInput& in
   d.kv_len.assign(static_cast<size_t>(rows), 0);
   d.o_indptr.assign(static_cast<size_t>(rows + 1), 0);
   for (int64_t s = 0; s < in.num_seqs; ++s) {
+    check_sequence(in, s);
     const int64_t row0 = in.query_start_loc[s], nq = in.query_start_loc[s + 1] - row0;
     const int64_t len = in.seq_lens[s];
-    const std::string name = "sequence " + std::to_string(s) + ": ";
-    if (nq < 0 || in.query_start_loc[s + 1] > rows) fail(name + "query_start_loc decreases");
-    if (len < nq)
-      fail(name + "seq_len " + std::to_string(len) + " < its " + std::to_string(nq) +
-           " queries");
-    if (len > in.max_blocks_per_seq * bs)
-      fail(name + "seq_len " + std::to_string(len) + " beyond its block table (" +
-           std::to_string(in.max_blocks_per_seq) + " pages of " + std::to_string(bs) + ")");
     if (nq >= kFlashInferPrefillMinQueries) continue;
     for (int64_t j = 0; j < nq; ++j) {
       const int64_t r = row0 + j, end = len - nq + j + 1;

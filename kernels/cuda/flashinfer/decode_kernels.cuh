@@ -163,9 +163,13 @@ void launch_decode_items(const FlashInferDecode& a, cudaStream_t stream) {
   p.item_count = a.item_count;
   // One wave: the blocks that are resident at once (registers, shared memory), over the KV
   // heads; a grid of whole waves keeps every block's share of the items equal.
-  int per_sm = 0;
-  OCTET_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-      &per_sm, kernel, static_cast<int>(bdx * bdy * bdz), smem));
+  // Once per instantiation (the kernels run on sm_90 only, so every device answers the same).
+  static const int per_sm = [&] {
+    int n = 0;
+    OCTET_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &n, kernel, static_cast<int>(bdx * bdy * bdz), smem));
+    return n;
+  }();
   const int64_t wave = std::max<int64_t>(1, per_sm * a.sm_count / a.num_kv_heads);
   const dim3 grid(static_cast<unsigned>(std::max<int64_t>(1, std::min(a.num_items, wave))),
                   static_cast<unsigned>(a.num_kv_heads));
