@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -135,11 +136,26 @@ ForwardBatch ModelRunner::build_batch(const SchedulerOutput& out, const KVCacheM
   return b;
 }
 
+namespace {
+
+// Whether kSample rows are sampled on `be`: its samples_on_device(), unless
+// OCTET_DEVICE_SAMPLING is "1" (on, e.g. the CPU reference in tests) or "0" (off).
+bool device_sampling_on(const Backend& be) {
+  const char* v = std::getenv("OCTET_DEVICE_SAMPLING");
+  if (v == nullptr || *v == '\0') return be.samples_on_device();
+  const std::string s = v;
+  if (s == "1" || s == "0") return s == "1";
+  throw std::invalid_argument("OCTET_DEVICE_SAMPLING must be 0 or 1, not '" + s + "'");
+}
+
+}  // namespace
+
 ModelRunner::ModelRunner(const LlamaModel& model, PagedKVCache& cache,
                          int64_t max_num_batched_tokens, int64_t max_num_seqs) {
   ranks_.resize(1);
   ranks_[0].model = &model;
   ranks_[0].cache = &cache;
+  device_sampling_ = device_sampling_on(model.backend());
   if (max_num_batched_tokens > 0)
     ranks_[0].act =
         model.new_activations(max_num_batched_tokens, std::max<int64_t>(max_num_seqs, 1));
@@ -162,6 +178,7 @@ ModelRunner::ModelRunner(const LoadedModel& loaded, int64_t num_blocks,
   const int world = loaded.world_size();
   const bool sharded = loaded.model->shard().world_size > 1;
   ranks_.resize(static_cast<size_t>(world));
+  device_sampling_ = device_sampling_on(loaded.model->backend());
   if (sharded) group_ = loaded.ranks;
   if (graphs.enabled && graphs.max_model_len > 0 && max_num_seqs > 0 && block_size > 0 &&
       loaded.model->backend().supports_graphs()) {
@@ -208,22 +225,47 @@ ModelRunner::~ModelRunner() {
     for (int64_t key : graph_keys_) k.model->backend().drop_graph(key);
 }
 
-StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager& kv) {
+void ModelRunner::plan_device_rows(const SchedulerOutput& out,
+                                   const std::vector<SampleRowParams>& sampling,
+                                   int64_t num_rows, StepLogits& rows) const {
+  rows.device_params.clear();
+  if (ranks_[0].model->shard().world_size != 1 || num_rows == 0) return;
+  OCTET_CHECK(sampling.empty() || sampling.size() == out.scheduled.size(), "execute: ",
+              sampling.size(), " sampling entries for ", out.scheduled.size(), " requests");
+  std::vector<SampleRowParams> params(static_cast<size_t>(num_rows));  // kSkip
+  bool any_sample = false, all_greedy = true;
+  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+    if (rows.sample_row[i] < 0) continue;
+    const Request& r = *out.scheduled[i];
+    SampleRowParams p;
+    if (!sampling.empty()) {
+      p = sampling[i];
+    } else if (r.sampling_params.max_tokens > 0 &&
+               plain_greedy(r.sampling_params,
+                            static_cast<int64_t>(r.output_token_ids.size()))) {
+      p.mode = SampleRowParams::kGreedy;
+    }
+    if (p.mode == SampleRowParams::kSample && !device_sampling_) p.mode = SampleRowParams::kSkip;
+    any_sample = any_sample || p.mode == SampleRowParams::kSample;
+    params[static_cast<size_t>(rows.sample_row[i])] = p;
+  }
+  for (const SampleRowParams& p : params)
+    all_greedy = all_greedy && p.mode == SampleRowParams::kGreedy;
+  // Greedy-only steps: argmax_rows. Rows the host must see besides: the device samples the
+  // others only where it samples at all (otherwise every row comes back, as before).
+  if (all_greedy || (device_sampling_ && (any_sample || !sampling.empty()))) {
+    bool any_device = false;
+    for (const SampleRowParams& p : params) any_device = any_device || p.mode != 0;
+    if (any_device) rows.device_params = std::move(params);
+  }
+}
+
+StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager& kv,
+                                const std::vector<SampleRowParams>& sampling) {
   StepLogits rows;
   rows.vocab = ranks_[0].model->config().vocab_size;
   const ForwardBatch batch = build_batch(out, kv, rows);
-  // Device greedy: every row is some request's plain greedy sample (no prompt logprobs).
-  rows.device_greedy = ranks_[0].model->shard().world_size == 1 && !batch.logits_indices.empty();
-  size_t sampled = 0;
-  for (size_t i = 0; i < out.scheduled.size() && rows.device_greedy; ++i) {
-    const Request& r = *out.scheduled[i];
-    rows.device_greedy = rows.prompt_row_begin[i] < 0 && r.sampling_params.max_tokens > 0 &&
-                         (rows.sample_row[i] < 0 ||
-                          plain_greedy(r.sampling_params,
-                                       static_cast<int64_t>(r.output_token_ids.size())));
-    sampled += rows.sample_row[i] >= 0 ? 1 : 0;
-  }
-  rows.device_greedy = rows.device_greedy && sampled == batch.logits_indices.size();
+  plan_device_rows(out, sampling, static_cast<int64_t>(batch.logits_indices.size()), rows);
   if (steps_) {  // the other nodes' ranks join this step's collectives
     std::vector<uint8_t> msg = encode_step_message(batch);
     steps_->broadcast_bytes(msg, 0);
@@ -285,17 +327,41 @@ void ModelRunner::run_batch(const ForwardBatch& batch, StepLogits* rows) {
 
 void ModelRunner::read_rows(const LlamaModel& model, const LlamaActivations& act,
                             int64_t num_rows, StepLogits& rows) {
-  if (rows.device_greedy) {
-    rows.greedy_ids.resize(static_cast<size_t>(num_rows));
-    model.read_greedy(act, num_rows, rows.greedy_ids.data());
-    if (std::find(rows.greedy_ids.begin(), rows.greedy_ids.end(), -1) == rows.greedy_ids.end()) {
-      rows.logits.clear();
-      return;
-    }
-    rows.greedy_ids.clear();  // a non-finite logit: the host samples (and reports) every row
+  if (rows.device_params.empty()) {
+    rows.logits.resize(static_cast<size_t>(num_rows * rows.vocab));
+    model.read_logits(act, num_rows, rows.logits.data());
+    return;
   }
-  rows.logits.resize(static_cast<size_t>(num_rows * rows.vocab));
-  model.read_logits(act, num_rows, rows.logits.data());
+  OCTET_CHECK(static_cast<int64_t>(rows.device_params.size()) == num_rows, "read_rows: ",
+              rows.device_params.size(), " plans for ", num_rows, " rows");
+  rows.device_ids.resize(static_cast<size_t>(num_rows));
+  const bool greedy = std::all_of(rows.device_params.begin(), rows.device_params.end(),
+                                  [](const SampleRowParams& p) {
+                                    return p.mode == SampleRowParams::kGreedy;
+                                  });
+  if (greedy) {
+    model.read_greedy(act, num_rows, rows.device_ids.data());
+  } else {
+    model.read_sampled(act, num_rows, rows.device_params.data(), rows.device_ids.data());
+  }
+  // The rows the device did not sample (skipped, or a non-finite logit for the host to
+  // report): their logits, one download per run of consecutive rows.
+  rows.host_slot.assign(static_cast<size_t>(num_rows), -1);
+  int64_t host_rows = 0;
+  for (int64_t r = 0; r < num_rows; ++r)
+    if (rows.device_ids[static_cast<size_t>(r)] < 0) rows.host_slot[static_cast<size_t>(r)] = host_rows++;
+  rows.logits.resize(static_cast<size_t>(host_rows * rows.vocab));
+  for (int64_t r = 0; r < num_rows;) {
+    if (rows.host_slot[static_cast<size_t>(r)] < 0) {
+      ++r;
+      continue;
+    }
+    int64_t end = r + 1;
+    while (end < num_rows && rows.host_slot[static_cast<size_t>(end)] >= 0) ++end;
+    model.read_logit_rows(act, r, end - r,
+                          rows.logits.data() + rows.host_slot[static_cast<size_t>(r)] * rows.vocab);
+    r = end;
+  }
 }
 
 void ModelRunner::run_graph_step(const ForwardBatch& batch, int64_t p, StepLogits* rows) {

@@ -24,19 +24,29 @@ struct LoadedModel;
 /// Logits rows of one step, per scheduled request (same order as SchedulerOutput::scheduled).
 struct StepLogits {
   int64_t vocab = 0;
-  std::vector<float> logits;            // [num_rows, vocab]; empty when greedy_ids holds them
-  // Greedy tokens taken on the device, one per row (Backend::argmax_rows), when every row of
-  // the step is a plain greedy sample (sampler.h plain_greedy) at world size 1: rows x 4 bytes
-  // cross instead of rows x vocab x 4. Empty otherwise (and when a row held a non-finite
-  // logit: the host then samples every row and reports it).
-  std::vector<int32_t> greedy_ids;
-  bool device_greedy = false;           // execute()'s choice for this step
+  // Tokens taken on the device (world size 1): execute()'s per-row plan, [num_rows] (empty:
+  // every row's logits come back), and what came back, [num_rows]: a token (the one the host
+  // sampler would take), or < 0 (kSampleSkipped, kSampleNonFinite) for a row whose logits were
+  // read instead. Greedy-only steps take Backend::argmax_rows, others Backend::sample_rows:
+  // rows x 4 bytes cross instead of rows x vocab x 4 for every row the device sampled.
+  std::vector<SampleRowParams> device_params;
+  std::vector<int32_t> device_ids;
+  // The logits rows read: [host rows, vocab]; row r at host_slot[r] (-1: not read), or at r
+  // when host_slot is empty (every row read).
+  std::vector<float> logits;
+  std::vector<int64_t> host_slot;       // [num_rows] or empty
   std::vector<int64_t> sample_row;      // [num_scheduled]: row to sample from, or -1
   // Prompt logprobs: rows for prompt positions p (predicting token p + 1), per request.
   std::vector<int64_t> prompt_row_begin;  // [num_scheduled]: first row, or -1
   std::vector<int64_t> prompt_pos_begin;  // [num_scheduled]: position p of that first row
   std::vector<int64_t> prompt_row_count;  // [num_scheduled]
-  const float* row(int64_t r) const { return logits.data() + r * vocab; }
+  const float* row(int64_t r) const {
+    return logits.data() + (host_slot.empty() ? r : host_slot[static_cast<size_t>(r)]) * vocab;
+  }
+  /// The device's token for row r, or < 0 (the row's logits are in `logits`).
+  int32_t device_id(int64_t r) const {
+    return device_ids.empty() ? kSampleSkipped : device_ids[static_cast<size_t>(r)];
+  }
 };
 
 /// CUDA graphs for decode steps (vLLM's CUDA graph capture; --enforce-eager turns them off):
@@ -84,8 +94,12 @@ class ModelRunner {
 
   /// Builds the batch for `out` (block ids from `kv`) and runs the forward pass. A request is
   /// sampled when its scheduled tokens reach its last token; prompt-logprob rows are added for
-  /// requests that asked for them.
-  StepLogits execute(const SchedulerOutput& out, const KVCacheManager& kv);
+  /// requests that asked for them. `sampling`: per scheduled request, how the backend may
+  /// sample it (OutputProcessor::device_sampling); empty: plain greedy requests on the device
+  /// when every row is one (sampler.h plain_greedy), nothing else. kSample rows are sampled on
+  /// the backend only where it samples_on_device() (or OCTET_DEVICE_SAMPLING=1), at world size 1.
+  StepLogits execute(const SchedulerOutput& out, const KVCacheManager& kv,
+                     const std::vector<SampleRowParams>& sampling = {});
 
   /// Multi-node, node 0: execute() sends each step's batch over `steps` (its root) to the
   /// other nodes before running its own ranks; end_steps() tells them to stop. Null: none.
@@ -116,7 +130,10 @@ class ModelRunner {
   int64_t decode_step_kernels() const { return decode_step_kernels_.load(); }
 
  private:
-  // Rank 0's rows of the last forward (act) into rows: greedy ids or logits (StepLogits).
+  // rows.device_params for this step (StepLogits), from `sampling` as execute() says.
+  void plan_device_rows(const SchedulerOutput& out, const std::vector<SampleRowParams>& sampling,
+                        int64_t num_rows, StepLogits& rows) const;
+  // Rank 0's rows of the last forward (act) into rows: device tokens and logits (StepLogits).
   static void read_rows(const LlamaModel& model, const LlamaActivations& act, int64_t num_rows,
                         StepLogits& rows);
   // Whether `batch` is a decode step: every sequence one token, and only its logits.
@@ -150,6 +167,7 @@ class ModelRunner {
   int64_t graph_width_ = 0;           // blocks per sequence in graph batches
   int64_t graph_steps_ = 0;
   HostChannel* steps_ = nullptr;  // node 0 of a multi-node run
+  bool device_sampling_ = false;  // kSample rows on the backend (samples_on_device)
 };
 
 /// A ForwardBatch as bytes for the per-step broadcast (host byte order: every node runs the

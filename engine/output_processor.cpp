@@ -73,6 +73,25 @@ void OutputProcessor::on_scheduled(const SchedulerOutput& out, EngineClock::time
   }
 }
 
+std::vector<SampleRowParams> OutputProcessor::device_sampling(const SchedulerOutput& out) {
+  std::vector<SampleRowParams> plan(out.scheduled.size());
+  drawn_u_.assign(out.scheduled.size(), -1.0);
+  for (size_t i = 0; i < out.scheduled.size(); ++i) {
+    const Request& r = *out.scheduled[i];
+    const SamplingParams& p = r.sampling_params;
+    const int64_t num_output = static_cast<int64_t>(r.output_token_ids.size());
+    if (r.num_computed_tokens + out.num_scheduled_tokens[i] != r.num_tokens() ||
+        p.max_tokens == 0 || !device_sampleable(p, num_output))
+      continue;
+    RequestState& st = states_.at(r.request_id);
+    if (st.grammar) continue;
+    double u = 0.0;
+    if (p.temperature >= kGreedyTemperature) u = drawn_u_[i] = uniform_from(st.rng);
+    plan[i] = device_sample_params(p, u);
+  }
+  return plan;
+}
+
 // A request's failure (a non-finite logit, a sampler error, any exception from its own
 // logprobs) is recorded and fails that request alone in updates().
 void OutputProcessor::sample(const SchedulerOutput& out, const StepLogits& logits) {
@@ -124,12 +143,16 @@ void OutputProcessor::sample(const SchedulerOutput& out, const StepLogits& logit
         bitmask = st.grammar->bitmask();
       }
       SampleResult res;
-      if (!logits.greedy_ids.empty()) {  // taken on the device: the argmax sample() would take
-        res.token_id = logits.greedy_ids[static_cast<size_t>(logits.sample_row[i])];
+      const int64_t row = logits.sample_row[i];
+      const int32_t device_id = logits.device_id(row);
+      if (device_id >= 0) {  // taken on the device: the token sample() would take
+        res.token_id = device_id;
+      } else if (i < drawn_u_.size() && drawn_u_[i] >= 0.0) {  // drawn before the step
+        res = octet::sample(logits.row(row), logits.vocab, p, r.prompt_token_ids,
+                            r.output_token_ids, eos_token_ids_, drawn_u_[i], bitmask);
       } else {
-        res = octet::sample(logits.row(logits.sample_row[i]), logits.vocab, p,
-                            r.prompt_token_ids, r.output_token_ids, eos_token_ids_, st.rng,
-                            bitmask);
+        res = octet::sample(logits.row(row), logits.vocab, p, r.prompt_token_ids,
+                            r.output_token_ids, eos_token_ids_, st.rng, bitmask);
       }
       if (!res.ok() && bitmask && res.error.find("grammar allows no token") != std::string::npos) {
         // The request's own constraint admits nothing here (e.g. `root ::= root`, a schema
@@ -149,6 +172,7 @@ void OutputProcessor::sample(const SchedulerOutput& out, const StepLogits& logit
       sampled_.push_back({&r, SampleResult{}, false, e.what(), ""});
     }
   }
+  drawn_u_.clear();  // this step's only
 }
 
 std::vector<RequestUpdate> OutputProcessor::updates(EngineClock::time_point now,

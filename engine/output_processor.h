@@ -74,6 +74,13 @@ class OutputProcessor {
   /// Records the first scheduling of each request of `out` (queue time ends at `now`).
   void on_scheduled(const SchedulerOutput& out, EngineClock::time_point now);
 
+  /// Before the step runs: per scheduled request of `out`, how the backend may sample its next
+  /// token (ModelRunner::execute): mode kSkip unless it samples this step and is
+  /// device_sampleable (sampler.h). The uniform of each kSample row is drawn from the request's
+  /// RNG now; sample() uses that uniform if the row comes back to the host, so a seeded
+  /// request draws the same tokens wherever it is sampled.
+  std::vector<SampleRowParams> device_sampling(const SchedulerOutput& out);
+
   /// Prompt logprobs and sampling for every scheduled request of `out` that has logits rows;
   /// appends each sampled token to its Request. A request whose logprobs or sampling fail gets
   /// no token and fails in the next updates(). Call before Scheduler::update(out).
@@ -111,6 +118,8 @@ class OutputProcessor {
   int64_t max_model_len_;
   std::unordered_map<std::string, RequestState> states_;
   std::vector<Sampled> sampled_;  // of the last sample()
+  // device_sampling()'s uniforms, per scheduled request of that step (-1: none drawn).
+  std::vector<double> drawn_u_;
   std::vector<GrammarState*> fills_;  // this step's constrained rows (sample())
   int64_t num_bitmask_fills_ = 0;
   double bitmask_fill_s_ = 0.0;

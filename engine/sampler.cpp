@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/request_error.h"
+#include "kernels/common/sampling.h"
 
 namespace octet {
 namespace {
@@ -52,16 +53,17 @@ inline f32x4 select(i32x4 mask, f32x4 a, f32x4 b) {
 /// Cephes' expf polynomial (within a few ulp of std::exp), times 2^n. Exactly 0 below -87
 /// (where exp nears the end of the normal range) and for -inf.
 inline f32x4 exp_nonpositive(f32x4 x) {
+  using namespace sampling_math;
   const i32x4 under = x < -87.0f;
   const f32x4 xc = select(under, f32x4{} - 87.0f, x);
-  const i32x4 ni = __builtin_convertvector(xc * 1.44269504088896341f - 0.5f, i32x4);  // ceil
+  const i32x4 ni = __builtin_convertvector(xc * kLog2e - 0.5f, i32x4);  // ceil
   const f32x4 n = __builtin_convertvector(ni, f32x4);
-  const f32x4 r = (xc - n * 0.693359375f) + n * 2.12194440e-4f;
-  f32x4 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  const f32x4 r = (xc - n * kLn2Hi) + n * kLn2Lo;
+  f32x4 p = r * kExpP0 + kExpP1;
+  p = p * r + kExpP2;
+  p = p * r + kExpP3;
+  p = p * r + kExpP4;
+  p = p * r + kExpP5;
   p = p * r * r + r + 1.0f;
   const f32x4 scale = reinterpret_cast<f32x4>((ni + 127) << 23);
   return select(under, f32x4{}, p * scale);
@@ -293,9 +295,30 @@ int32_t inverse_cdf(const float* w, int64_t n, double u) {
 
 }  // namespace
 
+bool device_sampleable(const SamplingParams& params, int64_t num_output) {
+  return params.logprobs < 0 && !params.structured_outputs.active() &&
+         !has_processors(params, num_output);
+}
+
 bool plain_greedy(const SamplingParams& params, int64_t num_output) {
-  return params.temperature < kGreedyTemperature && params.logprobs < 0 &&
-         !params.structured_outputs.active() && !has_processors(params, num_output);
+  return params.temperature < kGreedyTemperature && device_sampleable(params, num_output);
+}
+
+SampleRowParams device_sample_params(const SamplingParams& params, double u) {
+  SampleRowParams p;
+  if (params.temperature < kGreedyTemperature) {
+    p.mode = SampleRowParams::kGreedy;
+    return p;
+  }
+  p.mode = SampleRowParams::kSample;
+  p.u = u;
+  p.inv_temperature = 1.0f / params.temperature;  // survivor_weights' inv_t
+  p.min_p = params.min_p;
+  p.top_p = params.top_p;
+  p.top_k = params.top_k > 0 && params.top_k < std::numeric_limits<int32_t>::max()
+                ? static_cast<int32_t>(params.top_k)
+                : 0;
+  return p;
 }
 
 int32_t argmax(const float* logits, int64_t vocab) {
@@ -424,11 +447,14 @@ void apply_token_bitmask(float* logits, int64_t vocab, const int32_t* bitmask) {
   }
 }
 
-SampleResult sample(const float* raw_logits, int64_t vocab, const SamplingParams& params,
-                    const std::vector<int32_t>& prompt_ids,
-                    const std::vector<int32_t>& output_ids,
-                    const std::vector<int32_t>& eos_token_ids, std::mt19937_64& rng,
-                    const int32_t* token_bitmask) {
+namespace {
+
+/// sample() with the draw's uniform from *rng when given, else u.
+SampleResult sample_with(const float* raw_logits, int64_t vocab, const SamplingParams& params,
+                         const std::vector<int32_t>& prompt_ids,
+                         const std::vector<int32_t>& output_ids,
+                         const std::vector<int32_t>& eos_token_ids, std::mt19937_64* rng,
+                         double u, const int32_t* token_bitmask) {
   SampleResult r;
   if (const int64_t bad = first_bad_logit<false>(raw_logits, vocab); bad >= 0) {
     r.error = "the model produced a non-finite logit (" + describe_logit(raw_logits, bad) + ")";
@@ -473,7 +499,7 @@ SampleResult sample(const float* raw_logits, int64_t vocab, const SamplingParams
       r.error = kAllMasked;
       return r;
     }
-    token = inverse_cdf(t_weights.data(), vocab, uniform_from(rng));
+    token = inverse_cdf(t_weights.data(), vocab, rng ? uniform_from(*rng) : u);
     if (token < 0) {
       r.error = "no token survived min_p, top_k and top_p";
       return r;
@@ -484,6 +510,26 @@ SampleResult sample(const float* raw_logits, int64_t vocab, const SamplingParams
     return r;
   }
   return logprobs_of(logits, vocab, token, params.logprobs);
+}
+
+}  // namespace
+
+SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& params,
+                    const std::vector<int32_t>& prompt_ids,
+                    const std::vector<int32_t>& output_ids,
+                    const std::vector<int32_t>& eos_token_ids, std::mt19937_64& rng,
+                    const int32_t* token_bitmask) {
+  return sample_with(logits, vocab, params, prompt_ids, output_ids, eos_token_ids, &rng, 0.0,
+                     token_bitmask);
+}
+
+SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& params,
+                    const std::vector<int32_t>& prompt_ids,
+                    const std::vector<int32_t>& output_ids,
+                    const std::vector<int32_t>& eos_token_ids, double u,
+                    const int32_t* token_bitmask) {
+  return sample_with(logits, vocab, params, prompt_ids, output_ids, eos_token_ids, nullptr, u,
+                     token_bitmask);
 }
 
 SampleResult logprobs_for(const float* logits, int64_t vocab, int32_t token, int64_t k) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "engine/sampling_params.h"
+#include "kernels/common/sampling.h"
 
 namespace octet {
 
@@ -59,6 +60,16 @@ struct SampleResult {
 /// (logit_bias, min_tokens, penalties). Then sample() is argmax() of the raw row (or an error
 /// for a non-finite logit): the runner may take it from Backend::argmax_rows instead.
 bool plain_greedy(const SamplingParams& params, int64_t num_output);
+
+/// Whether the backend can sample a request's next token (Backend::sample_rows, the same token
+/// as sample()): no logprobs, no structured output, no logits processor active with num_output
+/// tokens generated. plain_greedy() is this with a greedy temperature.
+bool device_sampleable(const SamplingParams& params, int64_t num_output);
+
+/// What Backend::sample_rows needs to draw the token sample() would draw from a row with
+/// params and uniform u: kGreedy for a greedy temperature, else kSample with 1 / temperature
+/// (FP32), min_p, top_p and top_k (0 when off). Only for device_sampleable() params.
+SampleRowParams device_sample_params(const SamplingParams& params, double u);
 
 /// Index of the largest logit; the lowest index wins ties (as torch.argmax). logits: [vocab].
 int32_t argmax(const float* logits, int64_t vocab);
@@ -115,6 +126,15 @@ SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& pa
                     const std::vector<int32_t>& prompt_ids,
                     const std::vector<int32_t>& output_ids,
                     const std::vector<int32_t>& eos_token_ids, std::mt19937_64& rng,
+                    const int32_t* token_bitmask = nullptr);
+
+/// sample() with the uniform of the draw given (drawn earlier from the request's RNG by
+/// uniform_from, e.g. before the step, for a row the backend was to sample) instead of taken
+/// from an RNG. u in [0, 1); unused for greedy requests.
+SampleResult sample(const float* logits, int64_t vocab, const SamplingParams& params,
+                    const std::vector<int32_t>& prompt_ids,
+                    const std::vector<int32_t>& output_ids,
+                    const std::vector<int32_t>& eos_token_ids, double u,
                     const int32_t* token_bitmask = nullptr);
 
 /// Sets logits[i] = -inf for every token i in [0, vocab) whose bit is clear in bitmask:

@@ -19,6 +19,7 @@
 
 #include "kernels/common/check.h"
 #include "kernels/common/dtype.h"
+#include "kernels/common/sampling.h"
 #include "kernels/common/views.h"
 
 namespace octet {
@@ -328,6 +329,16 @@ class Backend {
   /// ties: the lowest index) when every value of the row is finite, else -1 (the host then
   /// samples that row itself and reports the bad logit). x: [rows, width]; ids: [rows] int32.
   virtual void argmax_rows(const float* x, int64_t rows, int64_t width, int32_t* ids) = 0;
+
+  /// Tokens sampled on the device (kernels/common/sampling.h): ids[r] = the token the host
+  /// sampler (engine/sampler.h) would draw from row r with params[r], kSampleNonFinite when the
+  /// row holds NaN or +-inf, kSampleSkipped for mode kSkip. x: [rows, width] (rows of mode
+  /// kSample may be overwritten with their weights); params: [rows]; ids: [rows] int32.
+  virtual void sample_rows(float* x, int64_t rows, int64_t width, const SampleRowParams* params,
+                           int32_t* ids) = 0;
+  /// Whether the engine should sample on this backend (sample_rows) rather than read the logits
+  /// back: true where they cross a bus (CUDA); the CPU's host sampler is its fastest.
+  virtual bool samples_on_device() const { return false; }
 
   /// out[r, :] = x[rows[r], :] for r < num_rows (the rows whose logits are needed).
   /// x: [*, width]; rows: [num_rows]; out: [num_rows, width].

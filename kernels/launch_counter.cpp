@@ -191,4 +191,10 @@ void LaunchCounter::argmax_rows(const float* x, int64_t rows, int64_t w, int32_t
   inner().argmax_rows(x, rows, w, ids);
 }
 
+void LaunchCounter::sample_rows(float* x, int64_t rows, int64_t w, const SampleRowParams* p,
+                                int32_t* ids) {
+  launches_ += rows > 0 ? 1 : 0;
+  inner().sample_rows(x, rows, w, p, ids);
+}
+
 }  // namespace octet

@@ -344,6 +344,7 @@ LlamaActivations LlamaModel::new_activations(int64_t max_tokens, int64_t max_log
   a.last = f32(max_logit_rows, h);
   a.logits = f32(max_logit_rows, s.vocab_shard_size);
   a.sampled = f32(max_logit_rows, 1);  // int32 ids
+  a.sample_params = be.allocate(max_logit_rows * static_cast<int64_t>(sizeof(SampleRowParams)));
   if (s.world_size > 1) {
     if (be.exact_k_parts()) {  // FP8 row-parallel k parts, gathered (models/linear.h)
       a.amax = f32(std::max(max_tokens, max_logit_rows), 1);
@@ -522,6 +523,30 @@ void LlamaModel::read_logits(const LlamaActivations& act, int64_t rows, float* o
   backend_->download(act.gathered, 0, gathered.data(),
                      static_cast<int64_t>(gathered.size() * sizeof(float)));
   assemble_vocab_parallel_logits(gathered.data(), static_cast<int>(world), rows, vocab, vs, out);
+}
+
+void LlamaModel::read_logit_rows(const LlamaActivations& act, int64_t first, int64_t rows,
+                                 float* out) const {
+  OCTET_CHECK(shard_.world_size == 1, "read_logit_rows: vocabulary split over ",
+              shard_.world_size, " ranks");
+  OCTET_CHECK(first >= 0 && rows >= 0 && first + rows <= act.max_logit_rows,
+              "read_logit_rows: rows [", first, ", ", first + rows, ") of ", act.max_logit_rows);
+  const int64_t vocab = config_.vocab_size;
+  if (rows > 0) backend_->download(act.logits, first * vocab * 4, out, rows * vocab * 4);
+}
+
+void LlamaModel::read_sampled(const LlamaActivations& act, int64_t rows, const SampleRowParams* params,
+                              int32_t* ids) const {
+  OCTET_CHECK(shard_.world_size == 1, "read_sampled: vocabulary split over ",
+              shard_.world_size, " ranks");
+  OCTET_CHECK(rows <= act.max_logit_rows, "read_sampled: ", rows, " rows of ",
+              act.max_logit_rows);
+  if (rows == 0) return;
+  const int64_t bytes = rows * static_cast<int64_t>(sizeof(SampleRowParams));
+  backend_->upload(act.sample_params, 0, params, bytes);
+  backend_->sample_rows(act.logits.as<float>(), rows, config_.vocab_size,
+                        act.sample_params.as<const SampleRowParams>(), act.sampled.as<int32_t>());
+  backend_->download(act.sampled, 0, ids, rows * 4);
 }
 
 void LlamaModel::read_greedy(const LlamaActivations& act, int64_t rows, int32_t* ids) const {

@@ -99,6 +99,7 @@ struct LlamaActivations {
   Buffer last;                                  // [max_logit_rows, hidden] FP32
   Buffer logits;                                // [max_logit_rows, vocab_shard_size] FP32
   Buffer sampled;                               // [max_logit_rows] int32 (read_greedy)
+  Buffer sample_params;                         // [max_logit_rows] SampleRowParams
   Buffer gathered;  // [world, max_logit_rows, vocab_shard_size] FP32 (world > 1)
 };
 
@@ -185,10 +186,20 @@ class LlamaModel {
   /// Copies the first `rows` logits rows [rows, vocab] of the last forward into host `out`
   /// (world > 1: assembled from the gathered vocabulary shards).
   void read_logits(const LlamaActivations& act, int64_t rows, float* out) const;
+  /// Logits rows [first, first + rows) of the last forward into host `out` [rows, vocab].
+  /// World size 1 only (OCTET_CHECK).
+  void read_logit_rows(const LlamaActivations& act, int64_t first, int64_t rows,
+                       float* out) const;
   /// The greedy token of each of the first `rows` logits rows of the last forward, taken on the
   /// backend (Backend::argmax_rows: -1 for a row with a non-finite logit) into host `ids`:
   /// rows x 4 bytes cross instead of rows x vocab x 4. World size 1 only (OCTET_CHECK).
   void read_greedy(const LlamaActivations& act, int64_t rows, int32_t* ids) const;
+  /// The token of each of the first `rows` logits rows sampled on the backend with params:
+  /// [rows] (Backend::sample_rows; uploaded here) into host `ids`: a token, kSampleNonFinite or
+  /// kSampleSkipped (those rows' logits are intact for read_logit_rows). Rows sampled may have
+  /// their logits overwritten. World size 1 only (OCTET_CHECK).
+  void read_sampled(const LlamaActivations& act, int64_t rows, const SampleRowParams* params,
+                    int32_t* ids) const;
 
   /// forward() with activations and batch buffers made for this call; returns the logits rows
   /// downloaded (tests and one-off callers; the engine's runner keeps them preallocated).

@@ -176,8 +176,10 @@ struct RunnerLane {
 
   /// One step scheduling tokens[i] tokens of requests[i] (0: not in this step; in request
   /// order), then each scheduled request has them computed and, when that reached its last
-  /// token, next[i] appended. tokens and next: [requests.size()].
-  StepLogits step(const std::vector<int64_t>& tokens, const std::vector<int32_t>& next) {
+  /// token, next[i] appended. tokens and next: [requests.size()]. sampling: per scheduled
+  /// request, ModelRunner::execute's device sampling plan (empty: none).
+  StepLogits step(const std::vector<int64_t>& tokens, const std::vector<int32_t>& next,
+                  const std::vector<SampleRowParams>& sampling = {}) {
     REQUIRE(tokens.size() == requests.size());
     REQUIRE(next.size() == requests.size());
     SchedulerOutput out;
@@ -190,7 +192,7 @@ struct RunnerLane {
       out.num_scheduled_tokens.push_back(tokens[i]);
       out.total_num_scheduled_tokens += tokens[i];
     }
-    StepLogits logits = runner->execute(out, *kv);
+    StepLogits logits = runner->execute(out, *kv, sampling);
     for (size_t i = 0; i < requests.size(); ++i) {
       if (tokens[i] == 0) continue;
       Request& r = *requests[i];
@@ -201,10 +203,11 @@ struct RunnerLane {
   }
 
   /// step() with every request's remaining tokens (its prompt, or 1 when decoding).
-  StepLogits step_all(const std::vector<int32_t>& next) {
+  StepLogits step_all(const std::vector<int32_t>& next,
+                      const std::vector<SampleRowParams>& sampling = {}) {
     std::vector<int64_t> tokens;
     for (const auto& r : requests) tokens.push_back(r->num_tokens() - r->num_computed_tokens);
-    return step(tokens, next);
+    return step(tokens, next, sampling);
   }
 };
 

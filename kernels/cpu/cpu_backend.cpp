@@ -15,6 +15,7 @@
 #include "kernels/cpu/linear_bf16.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/sample_rows.h"
 #include "kernels/cpu/w8a8.h"
 #include "kernels/cpu/thread_team.h"
 
@@ -202,6 +203,12 @@ class CpuBackend final : public Backend {
                    float* out) override {
     for (int64_t r = 0; r < num_rows; ++r)
       std::copy_n(x + rows[r] * width, width, out + r * width);
+  }
+
+  void sample_rows(float* x, int64_t rows, int64_t width, const SampleRowParams* params,
+                   int32_t* ids) override {
+    for (int64_t r = 0; r < rows; ++r)
+      ids[r] = sample_row_reference(x + r * width, width, params[r]);
   }
 
   void argmax_rows(const float* x, int64_t rows, int64_t width, int32_t* ids) override {

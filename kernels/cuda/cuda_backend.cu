@@ -18,6 +18,7 @@
 #include "kernels/cuda/device_buffer.h"
 #include "kernels/cuda/device_scope.h"
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/sampling.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/hadamard.h"
 
@@ -468,6 +469,12 @@ class CudaBackend final : public Backend {
   void argmax_rows(const float* x, int64_t rows, int64_t width, int32_t* ids) override {
     ck::argmax_rows(x, rows, width, ids, stream_);
   }
+
+  void sample_rows(float* x, int64_t rows, int64_t width, const SampleRowParams* params,
+                   int32_t* ids) override {
+    ck::sample_rows(x, rows, width, params, ids, stream_);
+  }
+  bool samples_on_device() const override { return true; }
 
   void gather_rows(const float* x, int64_t width, const int64_t* rows, int64_t num_rows,
                    float* out) override {

@@ -1,8 +1,8 @@
 // Greedy tokens taken on the backend (Backend::argmax_rows, ModelRunner's StepLogits::
-// greedy_ids): a step whose every row is a plain greedy sample reads rows x 4 bytes of token ids
+// device_ids): a step whose every row is a plain greedy sample reads rows x 4 bytes of token ids
 // instead of the logits, and they are the argmax the host sampler takes of those logits; other
-// steps (logprobs asked, temperature > 0) read the logits; a row with a non-finite logit makes
-// the step fall back to the logits, so the host reports it. stories260K on the CPU (the CUDA
+// steps (logprobs asked, temperature > 0) read the logits; a row with a non-finite logit comes
+// back as its logits, so the host reports it. stories260K on the CPU (the CUDA
 // backend's kernel is checked against the same rule in test_backend_ops' argmax_rows case).
 #include <catch2/catch.hpp>
 
@@ -65,20 +65,20 @@ TEST_CASE("device greedy: plain greedy steps read token ids, the host's argmax o
   for (int step = 0; step < 6; ++step) {
     CAPTURE(step);
     const StepLogits g = greedy.step_all(next), f = full.step_all(next);
-    REQUIRE(f.greedy_ids.empty());
+    REQUIRE(f.device_ids.empty());
     REQUIRE(f.logits.size() == static_cast<size_t>(3 * vocab));
     CHECK(g.logits.empty());
-    REQUIRE(g.greedy_ids.size() == 3);
+    REQUIRE(g.device_ids.size() == 3);
     for (size_t i = 0; i < 3; ++i) {
-      CHECK(g.greedy_ids[static_cast<size_t>(g.sample_row[i])] ==
+      CHECK(g.device_ids[static_cast<size_t>(g.sample_row[i])] ==
             first_max(f.row(f.sample_row[i]), vocab));
-      next[i] = g.greedy_ids[static_cast<size_t>(g.sample_row[i])];  // both lanes fed the same
+      next[i] = g.device_ids[static_cast<size_t>(g.sample_row[i])];  // both lanes fed the same
     }
   }
   // Logprobs asked by one request: the step reads the logits.
   greedy.requests[1]->sampling_params.logprobs = 2;
   const StepLogits g = greedy.step_all(next);
-  CHECK(g.greedy_ids.empty());
+  CHECK(g.device_ids.empty());
   CHECK(g.logits.size() == static_cast<size_t>(3 * vocab));
 }
 
@@ -92,7 +92,7 @@ TEST_CASE("device greedy: logits processors, structured outputs, prompt logprobs
   Request& r = lane.add("a", testing::random_prompt(7, 3));
   r.sampling_params = testing::greedy_params(64, -1);
   int32_t next = 9;
-  REQUIRE_FALSE(lane.step_all({next}).greedy_ids.empty());
+  REQUIRE_FALSE(lane.step_all({next}).device_ids.empty());
   const auto plain = [] { return testing::greedy_params(64, -1); };
   std::vector<std::pair<const char*, SamplingParams>> cases;
   cases.emplace_back("min_tokens", plain());
@@ -115,17 +115,17 @@ TEST_CASE("device greedy: logits processors, structured outputs, prompt logprobs
     CAPTURE(name);
     r.sampling_params = params;
     const StepLogits s = lane.step_all({++next});
-    CHECK(s.greedy_ids.empty());
+    CHECK(s.device_ids.empty());
     CHECK(s.logits.size() == static_cast<size_t>(m.model->config().vocab_size));
     r.sampling_params = plain();
-    CHECK(lane.step_all({++next}).greedy_ids.size() == 1);
+    CHECK(lane.step_all({++next}).device_ids.size() == 1);
   }
   // A prefill asking for prompt logprobs, beside a plain greedy decode.
   Request& b = lane.add("b", testing::random_prompt(12, 4));
   b.sampling_params = plain();
   b.sampling_params.prompt_logprobs = 1;
   const StepLogits s = lane.step_all({++next, 3});
-  CHECK(s.greedy_ids.empty());
+  CHECK(s.device_ids.empty());
   CHECK_FALSE(s.logits.empty());
 }
 
@@ -139,13 +139,14 @@ TEST_CASE("device greedy: a non-finite logit falls back to the logits rows", "[e
   lane.add("b", testing::random_prompt(9, 2)).sampling_params = testing::greedy_params(4, -1);
   const StepLogits clean = lane.step_all({3, 4});
   CHECK(clean.logits.empty());
-  CHECK(clean.greedy_ids.size() == 2);
+  CHECK(clean.device_ids.size() == 2);
   poison->poison = true;
   const StepLogits bad = lane.step_all({5, 6});
-  CHECK(bad.greedy_ids.empty());
+  // Each row with a non-finite logit comes back as its logits, for the host to report.
+  REQUIRE(bad.device_ids == std::vector<int32_t>{kSampleNonFinite, kSampleNonFinite});
   REQUIRE(bad.logits.size() == 2 * 512);
-  CHECK(std::isnan(bad.logits[7]));
-  CHECK(std::isnan(bad.logits[512 + 7]));
+  CHECK(std::isnan(bad.row(0)[7]));
+  CHECK(std::isnan(bad.row(1)[7]));
 }
 
 }  // namespace octet

@@ -23,6 +23,7 @@
 #include "kernels/backend.h"
 #include "kernels/backend_op_reference.h"
 #include "kernels/backend_test_support.h"
+#include "kernels/cpu/sample_rows.h"
 #include "kernels/minifloat_reference.h"
 #include "kernels/mismatch_log.h"
 
@@ -524,6 +525,56 @@ void argmax_rows_case(Backend& be) {
   }
 }
 BACKEND_TEST_CASE("argmax_rows", argmax_rows_case)
+
+// ---- sample_rows ---------------------------------------------------------------------------------
+
+// Each row's token is the CPU reference's (kernels/cpu/sample_rows.h, itself checked against the
+// host sampler in test_device_sampling) for greedy, temperature, top_k, top_p (a flat row whose
+// top_p bucket holds thousands of tokens: several rounds of the walk), min_p, non-finite and
+// skipped rows mixed in one call; the rows not sampled keep their logits.
+void sample_rows_case(Backend& be) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int64_t width : {int64_t{1}, int64_t{7}, int64_t{256}, int64_t{257}, int64_t{1000},
+                        int64_t{49152}, int64_t{128256}}) {
+    CAPTURE(width);
+    const int64_t rows = 12;
+    std::vector<float> x(static_cast<size_t>(rows * width));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < width; ++j)
+        x[r * width + j] = normal(rng) * (r % 3 == 1 ? 0.05f : 3.0f);  // rows 1, 4, 7, 10 flat
+    x[2 * width] = std::numeric_limits<float>::quiet_NaN();  // row 2: non-finite
+    std::vector<SampleRowParams> p(static_cast<size_t>(rows));
+    const float inv_t[] = {1.0f, 1.0f / 0.7f, 1.0f / 1.3f};
+    for (int64_t r = 0; r < rows; ++r) {
+      SampleRowParams& q = p[static_cast<size_t>(r)];
+      q.mode = r == 3 ? SampleRowParams::kSkip
+                      : r == 0 || r == 9 ? SampleRowParams::kGreedy : SampleRowParams::kSample;
+      q.u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+      q.inv_temperature = inv_t[r % 3];
+      q.top_k = r == 5 ? 40 : r == 6 ? static_cast<int32_t>(width - 1) : 0;
+      q.top_p = r == 1 || r == 4 ? 0.9f : r == 7 ? 0.3f : r == 10 ? 0.999f : 1.0f;
+      q.min_p = r == 8 ? 0.05f : 0.0f;
+    }
+    p[11].u = std::nextafter(1.0, 0.0);
+    std::vector<int32_t> expect(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r)
+      expect[static_cast<size_t>(r)] =
+          sample_row_reference(x.data() + r * width, width, p[static_cast<size_t>(r)]);
+    CHECK(expect[2] == kSampleNonFinite);
+    CHECK(expect[3] == kSampleSkipped);
+    auto d_x = to_device(be, x);
+    const auto d_p = to_device(be, p);
+    auto d_ids = device_zeros<int32_t>(be, rows);
+    be.sample_rows(d_x.data(), rows, width, d_p.data(), d_ids.data());
+    CHECK(to_host(be, d_ids) == expect);
+    const std::vector<float> after = to_host(be, d_x);
+    for (int64_t r : {2, 3})
+      CHECK(std::memcmp(after.data() + r * width, x.data() + r * width,
+                        static_cast<size_t>(width) * sizeof(float)) == 0);
+  }
+}
+BACKEND_TEST_CASE("sample_rows", sample_rows_case)
 
 // ---- hadamard_rotate ----------------------------------------------------------------------------
 

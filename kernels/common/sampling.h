@@ -1,0 +1,147 @@
+// Sampling one token from a row of logits on the backend (Backend::sample_rows): the math of
+// engine/sampler.h's step 4 for a row with no logits processors, no logprobs and no grammar,
+// written once as __host__ __device__ scalar code so the CPU reference
+// (kernels/cpu/sample_rows.h)
+// and the CUDA kernel (kernels/cuda/sampling.cu) compute the same bits as the host sampler:
+//   w_i = exp((l_i - max) * inv_temperature) for tokens with l_i >= the top_k-th largest logit
+//         and w_i >= min_p, else 0 (exp_nonpositive: FP32, no FMA, engine/sampler.cpp's
+//         polynomial);
+//   top_p < 1: the nucleus (engine/sampler.cpp keep_nucleus): per binary exponent of w an
+//         FP64 mass (exact, so its order is free), the bucket where the mass from the top
+//         crosses top_p * total, walked in (w descending, id ascending) order in FP64;
+//   the draw: inverse CDF at u * total over blocks of kSampleBlock tokens in id order, each
+//         block's FP32 sum taken in kSampleLanes interleaved lanes and the blocks added in FP64.
+// Plain C++ with no CUDA include: under nvcc OCTET_SAMPLING_HD is __host__ __device__.
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define OCTET_SAMPLING_HD __host__ __device__
+#else
+#define OCTET_SAMPLING_HD
+#endif
+
+namespace octet {
+
+/// What Backend::sample_rows does with one row. 32 bytes, the same on host and device.
+struct SampleRowParams {
+  enum Mode : int32_t {
+    kSkip = 0,    // not sampled here: id -3 (the host samples the row from its logits)
+    kGreedy = 1,  // the first index of the row's largest value
+    kSample = 2,  // a draw from the filtered distribution
+  };
+  double u = 0.0;                // uniform in [0, 1) (sampler.h uniform_from), kSample only
+  float inv_temperature = 1.0f;  // 1.0f / temperature, divided in FP32 by the host
+  float min_p = 0.0f;            // 0: off
+  float top_p = 1.0f;            // 1: off
+  int32_t top_k = 0;             // 0 or >= the row's width: off
+  int32_t mode = kSkip;
+  int32_t pad = 0;
+};
+static_assert(sizeof(SampleRowParams) == 32, "SampleRowParams is uploaded as is");
+
+/// ids[r] values besides a token: a non-finite value in the row, a skipped row.
+inline constexpr int32_t kSampleNonFinite = -1;
+inline constexpr int32_t kSampleSkipped = -3;
+
+/// Tokens per block of the draw's sums, and the FP32 lanes inside a block.
+inline constexpr int64_t kSampleBlock = 256;
+inline constexpr int kSampleLanes = 8;
+
+namespace sampling_math {
+
+OCTET_SAMPLING_HD inline float mul(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+OCTET_SAMPLING_HD inline float add(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+OCTET_SAMPLING_HD inline float sub(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fsub_rn(a, b);
+#else
+  return a - b;
+#endif
+}
+OCTET_SAMPLING_HD inline uint32_t bits(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  return __builtin_bit_cast(uint32_t, x);
+#endif
+}
+OCTET_SAMPLING_HD inline float from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  return __builtin_bit_cast(float, u);
+#endif
+}
+
+// Cody-Waite ln 2 split and Cephes' expf polynomial (engine/sampler.cpp's vector exp uses these).
+inline constexpr float kLog2e = 1.44269504088896341f;
+inline constexpr float kLn2Hi = 0.693359375f;
+inline constexpr float kLn2Lo = 2.12194440e-4f;  // ln 2 = kLn2Hi - kLn2Lo
+inline constexpr float kExpP0 = 1.9875691500e-4f;
+inline constexpr float kExpP1 = 1.3981999507e-3f;
+inline constexpr float kExpP2 = 8.3334519073e-3f;
+inline constexpr float kExpP3 = 4.1665795894e-2f;
+inline constexpr float kExpP4 = 1.6666665459e-1f;
+inline constexpr float kExpP5 = 5.0000001201e-1f;
+
+/// exp(x) for x <= 0 or -inf, FP32, each operation rounded once: x = n ln2 + r, the
+/// polynomial in r, times 2^n. 0 below -87 and for -inf. Bit for bit engine/sampler.cpp's
+/// exp_nonpositive (test_device_sampling checks it over a sweep of inputs).
+OCTET_SAMPLING_HD inline float exp_nonpositive(float x) {
+  if (!(x >= -87.0f)) return 0.0f;
+  const int32_t ni = static_cast<int32_t>(sub(mul(x, kLog2e), 0.5f));  // truncation: ceil
+  const float n = static_cast<float>(ni);
+  const float r = add(sub(x, mul(n, kLn2Hi)), mul(n, kLn2Lo));
+  float p = add(mul(r, kExpP0), kExpP1);
+  p = add(mul(p, r), kExpP2);
+  p = add(mul(p, r), kExpP3);
+  p = add(mul(p, r), kExpP4);
+  p = add(mul(p, r), kExpP5);
+  p = add(add(mul(mul(p, r), r), r), 1.0f);
+  return mul(p, from_bits(static_cast<uint32_t>(ni + 127) << 23));
+}
+
+/// The weight of logit x in a row with largest value mx: 0 when x is below the top_k threshold
+/// or its weight below min_p.
+OCTET_SAMPLING_HD inline float survivor_weight(float x, float mx, float inv_temperature,
+                                               float threshold, float min_p) {
+  const float e = exp_nonpositive(mul(sub(x, mx), inv_temperature));
+  return x >= threshold && e >= min_p ? e : 0.0f;
+}
+
+/// A float's bits as an unsigned key that orders like the value (-0 just below +0).
+OCTET_SAMPLING_HD inline uint32_t order_key(float x) {
+  const uint32_t u = bits(x);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+OCTET_SAMPLING_HD inline float from_order_key(uint32_t k) {
+  return from_bits((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
+}
+
+/// The top_p walk's order as one ascending key: weight w (>= 0) descending, then id ascending.
+OCTET_SAMPLING_HD inline uint64_t nucleus_key(float w, int64_t id) {
+  return (static_cast<uint64_t>(~bits(w)) << 32) | static_cast<uint32_t>(id);
+}
+
+/// Whether token i with weight w stays in the nucleus that ends at (last_w, last_id).
+OCTET_SAMPLING_HD inline bool in_nucleus(float w, int64_t i, float last_w, int64_t last_id) {
+  return w > last_w || (w == last_w && i <= last_id);
+}
+
+}  // namespace sampling_math
+
+}  // namespace octet

@@ -1,0 +1,123 @@
+#include "kernels/cpu/sample_rows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace octet {
+namespace {
+
+using namespace sampling_math;
+
+thread_local std::vector<float> t_w;        // survivor weights: [width]
+thread_local std::vector<float> t_sorted;   // top_k selection: [width]
+thread_local std::vector<uint64_t> t_keys;  // top_p bucket, in walk order
+
+/// Zeroes w outside the top_p nucleus (engine/sampler.cpp keep_nucleus, written as a full sort
+/// of the crossing bucket).
+void nucleus(std::vector<float>& w, int64_t n, float top_p) {
+  double mass[256] = {};
+  for (int64_t i = 0; i < n; ++i) mass[bits(w[i]) >> 23] += w[i];  // exact: order-free
+  double total = 0.0;
+  for (int e = 255; e >= 0; --e) total += mass[e];
+  const double target = static_cast<double>(top_p) * total;
+  double before = 0.0;
+  int crossing = 0;
+  for (int e = 255; e > 0; --e) {
+    if (before + mass[e] >= target) {
+      crossing = e;
+      break;
+    }
+    before += mass[e];
+  }
+  std::vector<uint64_t>& keys = t_keys;
+  keys.clear();
+  for (int64_t i = 0; i < n; ++i)
+    if (static_cast<int>(bits(w[i]) >> 23) == crossing && w[i] > 0.0f)
+      keys.push_back(nucleus_key(w[i], i));
+  if (keys.empty()) return;
+  std::sort(keys.begin(), keys.end());
+  int64_t last_id = static_cast<uint32_t>(keys[0]);
+  for (uint64_t k : keys) {
+    if (before >= target) break;
+    const int64_t id = static_cast<uint32_t>(k);
+    before += w[id];
+    last_id = id;
+  }
+  const float last_w = w[last_id];
+  for (int64_t i = 0; i < n; ++i)
+    if (!in_nucleus(w[i], i, last_w, last_id)) w[i] = 0.0f;
+}
+
+/// FP32 sum of one block w: [n] (n <= kSampleBlock): kSampleLanes interleaved lanes over the
+/// whole groups, the tail, then the lanes in order.
+float block_sum(const float* w, int64_t n) {
+  float lane[kSampleLanes] = {};
+  int64_t i = 0;
+  for (; i + kSampleLanes <= n; i += kSampleLanes)
+    for (int j = 0; j < kSampleLanes; ++j) lane[j] = add(lane[j], w[i + j]);
+  float s = 0.0f;
+  for (; i < n; ++i) s = add(s, w[i]);
+  for (int j = 0; j < kSampleLanes; ++j) s = add(s, lane[j]);
+  return s;
+}
+
+/// The draw: the first token whose cumulative weight exceeds u * total, blocks summed in FP64;
+/// the last token with weight > 0 when rounding leaves the walk short.
+int32_t inverse_cdf(const float* w, int64_t n, double u) {
+  std::vector<double> blocks;
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += kSampleBlock) {
+    blocks.push_back(block_sum(w + b, std::min(kSampleBlock, n - b)));
+    total += blocks.back();
+  }
+  const double target = u * total;
+  double acc = 0.0;
+  int32_t last = -1;
+  for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    const int64_t b = static_cast<int64_t>(bi) * kSampleBlock, end = std::min(n, b + kSampleBlock);
+    if (acc + blocks[bi] <= target) {
+      acc += blocks[bi];
+      for (int64_t i = b; i < end; ++i)
+        if (w[i] > 0.0f) last = static_cast<int32_t>(i);
+      continue;
+    }
+    for (int64_t i = b; i < end; ++i) {
+      if (w[i] <= 0.0f) continue;
+      acc += w[i];
+      last = static_cast<int32_t>(i);
+      if (target < acc) return last;
+    }
+  }
+  return last;
+}
+
+}  // namespace
+
+void sample_row_weights(const float* x, int64_t width, const SampleRowParams& p,
+                        std::vector<float>& w) {
+  const float mx = *std::max_element(x, x + width);
+  float threshold = -INFINITY;
+  if (p.top_k > 0 && p.top_k < width) {
+    std::vector<float>& s = t_sorted;
+    s.assign(x, x + width);
+    std::nth_element(s.begin(), s.begin() + (p.top_k - 1), s.end(), std::greater<float>());
+    threshold = s[static_cast<size_t>(p.top_k - 1)];
+  }
+  w.resize(static_cast<size_t>(width));
+  for (int64_t i = 0; i < width; ++i)
+    w[i] = survivor_weight(x[i], mx, p.inv_temperature, threshold, p.min_p);
+  if (p.top_p < 1.0f) nucleus(w, width, p.top_p);
+}
+
+int32_t sample_row_reference(const float* x, int64_t width, const SampleRowParams& p) {
+  if (p.mode == SampleRowParams::kSkip) return kSampleSkipped;
+  for (int64_t i = 0; i < width; ++i)
+    if (!std::isfinite(x[i])) return kSampleNonFinite;
+  if (p.mode == SampleRowParams::kGreedy)
+    return static_cast<int32_t>(std::max_element(x, x + width) - x);  // the first of equals
+  sample_row_weights(x, width, p, t_w);
+  return inverse_cdf(t_w.data(), width, p.u);
+}
+
+}  // namespace octet

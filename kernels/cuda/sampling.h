@@ -1,0 +1,20 @@
+// Launcher of Backend::sample_rows on CUDA (sampling.cu): one block per row computes the token
+// kernels/common/sampling.h defines, the same as the CPU reference (kernels/cpu/sample_rows.h).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "kernels/common/sampling.h"
+
+namespace octet::cuda_kernels {
+
+/// ids[r] for row r of x: [rows, width] with params[r] (device memory). Rows of mode kSample
+/// are overwritten with their survivor weights; other rows are left as they are. Throws
+/// std::invalid_argument when width is outside [1, 2^28) (the exact FP64 bucket sums need
+/// fewer than 2^29 tokens).
+void sample_rows(float* x, int64_t rows, int64_t width, const SampleRowParams* params,
+                 int32_t* ids, cudaStream_t stream);
+
+}  // namespace octet::cuda_kernels
