@@ -602,7 +602,7 @@ void Engine::Impl::step() {
     return;
   }
   outputs->on_scheduled(out, Clock::now());  // queue time ends here, not after the step
-  const StepLogits logits = runner->execute(out, *kv, outputs->device_sampling(out));
+  const StepLogits logits = runner->execute(out, *kv, outputs->device_sampling(out, loaded->model->config().vocab_size));
   saturation->after_step(out, *kv, *runner,
                          loaded->model->shard().world_size > 1 ? loaded->ranks.get() : nullptr);
   const Clock::time_point now = Clock::now();

@@ -225,13 +225,15 @@ ModelRunner::~ModelRunner() {
     for (int64_t key : graph_keys_) k.model->backend().drop_graph(key);
 }
 
-void ModelRunner::plan_device_rows(const SchedulerOutput& out,
-                                   const std::vector<SampleRowParams>& sampling,
+void ModelRunner::plan_device_rows(const SchedulerOutput& out, const DeviceSampling& plan,
                                    int64_t num_rows, StepLogits& rows) const {
   rows.device_params.clear();
   if (ranks_[0].model->shard().world_size != 1 || num_rows == 0) return;
+  const std::vector<SampleRowParams>& sampling = plan.rows;
   OCTET_CHECK(sampling.empty() || sampling.size() == out.scheduled.size(), "execute: ",
               sampling.size(), " sampling entries for ", out.scheduled.size(), " requests");
+  OCTET_CHECK(static_cast<int64_t>(plan.edits.size()) <= kMaxSampleEdits, "execute: ",
+              plan.edits.size(), " logit edits");
   std::vector<SampleRowParams> params(static_cast<size_t>(num_rows));  // kSkip
   bool any_sample = false, all_greedy = true;
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
@@ -245,23 +247,28 @@ void ModelRunner::plan_device_rows(const SchedulerOutput& out,
                             static_cast<int64_t>(r.output_token_ids.size()))) {
       p.mode = SampleRowParams::kGreedy;
     }
+    if (p.mode != SampleRowParams::kSkip && p.edit_count > 0 && !device_sampling_)
+      p.mode = SampleRowParams::kSkip;  // argmax_rows knows no logits processing
     if (p.mode == SampleRowParams::kSample && !device_sampling_) p.mode = SampleRowParams::kSkip;
     any_sample = any_sample || p.mode == SampleRowParams::kSample;
     params[static_cast<size_t>(rows.sample_row[i])] = p;
   }
   for (const SampleRowParams& p : params)
-    all_greedy = all_greedy && p.mode == SampleRowParams::kGreedy;
+    all_greedy = all_greedy && p.mode == SampleRowParams::kGreedy && p.edit_count == 0;
   // Greedy-only steps: argmax_rows. Rows the host must see besides: the device samples the
   // others only where it samples at all (otherwise every row comes back, as before).
   if (all_greedy || (device_sampling_ && (any_sample || !sampling.empty()))) {
     bool any_device = false;
     for (const SampleRowParams& p : params) any_device = any_device || p.mode != 0;
-    if (any_device) rows.device_params = std::move(params);
+    if (any_device) {
+      rows.device_params = std::move(params);
+      rows.device_edits = plan.edits;
+    }
   }
 }
 
 StepLogits ModelRunner::execute(const SchedulerOutput& out, const KVCacheManager& kv,
-                                const std::vector<SampleRowParams>& sampling) {
+                                const DeviceSampling& sampling) {
   StepLogits rows;
   rows.vocab = ranks_[0].model->config().vocab_size;
   const ForwardBatch batch = build_batch(out, kv, rows);
@@ -337,12 +344,13 @@ void ModelRunner::read_rows(const LlamaModel& model, const LlamaActivations& act
   rows.device_ids.resize(static_cast<size_t>(num_rows));
   const bool greedy = std::all_of(rows.device_params.begin(), rows.device_params.end(),
                                   [](const SampleRowParams& p) {
-                                    return p.mode == SampleRowParams::kGreedy;
+                                    return p.mode == SampleRowParams::kGreedy && p.edit_count == 0;
                                   });
   if (greedy) {
     model.read_greedy(act, num_rows, rows.device_ids.data());
   } else {
-    model.read_sampled(act, num_rows, rows.device_params.data(), rows.device_ids.data());
+    model.read_sampled(act, num_rows, rows.device_params.data(), rows.device_edits,
+                       rows.device_ids.data());
   }
   // The rows the device did not sample (skipped, or a non-finite logit for the host to
   // report): their logits, one download per run of consecutive rows.

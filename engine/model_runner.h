@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/sampler.h"
 #include "engine/scheduler_output.h"
 #include "kernels/rank_group.h"
 #include "models/forward_batch.h"
@@ -30,6 +31,7 @@ struct StepLogits {
   // read instead. Greedy-only steps take Backend::argmax_rows, others Backend::sample_rows:
   // rows x 4 bytes cross instead of rows x vocab x 4 for every row the device sampled.
   std::vector<SampleRowParams> device_params;
+  std::vector<LogitEdit> device_edits;  // the rows' logits processing (DeviceSampling::edits)
   std::vector<int32_t> device_ids;
   // The logits rows read: [host rows, vocab]; row r at host_slot[r] (-1: not read), or at r
   // when host_slot is empty (every row read).
@@ -99,7 +101,7 @@ class ModelRunner {
   /// when every row is one (sampler.h plain_greedy), nothing else. kSample rows are sampled on
   /// the backend only where it samples_on_device() (or OCTET_DEVICE_SAMPLING=1), at world size 1.
   StepLogits execute(const SchedulerOutput& out, const KVCacheManager& kv,
-                     const std::vector<SampleRowParams>& sampling = {});
+                     const DeviceSampling& sampling = {});
 
   /// Multi-node, node 0: execute() sends each step's batch over `steps` (its root) to the
   /// other nodes before running its own ranks; end_steps() tells them to stop. Null: none.
@@ -131,7 +133,7 @@ class ModelRunner {
 
  private:
   // rows.device_params for this step (StepLogits), from `sampling` as execute() says.
-  void plan_device_rows(const SchedulerOutput& out, const std::vector<SampleRowParams>& sampling,
+  void plan_device_rows(const SchedulerOutput& out, const DeviceSampling& sampling,
                         int64_t num_rows, StepLogits& rows) const;
   // Rank 0's rows of the last forward (act) into rows: device tokens and logits (StepLogits).
   static void read_rows(const LlamaModel& model, const LlamaActivations& act, int64_t num_rows,

@@ -73,21 +73,28 @@ void OutputProcessor::on_scheduled(const SchedulerOutput& out, EngineClock::time
   }
 }
 
-std::vector<SampleRowParams> OutputProcessor::device_sampling(const SchedulerOutput& out) {
-  std::vector<SampleRowParams> plan(out.scheduled.size());
+DeviceSampling OutputProcessor::device_sampling(const SchedulerOutput& out, int64_t vocab) {
+  DeviceSampling plan;
+  plan.rows.resize(out.scheduled.size());
   drawn_u_.assign(out.scheduled.size(), -1.0);
   for (size_t i = 0; i < out.scheduled.size(); ++i) {
     const Request& r = *out.scheduled[i];
     const SamplingParams& p = r.sampling_params;
-    const int64_t num_output = static_cast<int64_t>(r.output_token_ids.size());
     if (r.num_computed_tokens + out.num_scheduled_tokens[i] != r.num_tokens() ||
-        p.max_tokens == 0 || !device_sampleable(p, num_output))
+        p.max_tokens == 0 || !device_sampleable(p))
       continue;
     RequestState& st = states_.at(r.request_id);
     if (st.grammar) continue;
+    const int64_t begin = static_cast<int64_t>(plan.edits.size());
+    const int64_t edits =
+        append_logit_edits(p, vocab, r.prompt_token_ids, r.output_token_ids, eos_token_ids_,
+                           kMaxSampleEdits - begin, plan.edits);
+    if (edits < 0) continue;  // the host: an id outside the vocabulary, or too many edits
     double u = 0.0;
     if (p.temperature >= kGreedyTemperature) u = drawn_u_[i] = uniform_from(st.rng);
-    plan[i] = device_sample_params(p, u);
+    plan.rows[i] = device_sample_params(p, u);
+    plan.rows[i].edit_begin = static_cast<int32_t>(begin);
+    plan.rows[i].edit_count = static_cast<int32_t>(edits);
   }
   return plan;
 }

@@ -75,11 +75,12 @@ class OutputProcessor {
   void on_scheduled(const SchedulerOutput& out, EngineClock::time_point now);
 
   /// Before the step runs: per scheduled request of `out`, how the backend may sample its next
-  /// token (ModelRunner::execute): mode kSkip unless it samples this step and is
-  /// device_sampleable (sampler.h). The uniform of each kSample row is drawn from the request's
-  /// RNG now; sample() uses that uniform if the row comes back to the host, so a seeded
-  /// request draws the same tokens wherever it is sampled.
-  std::vector<SampleRowParams> device_sampling(const SchedulerOutput& out);
+  /// token (ModelRunner::execute), its logits processing as LogitEdits over a `vocab`-token
+  /// row: mode kSkip unless it samples this step and is device_sampleable (sampler.h) within
+  /// kMaxSampleEdits. The uniform of each kSample row is drawn from the request's RNG now;
+  /// sample() uses that uniform if the row comes back to the host, so a seeded request draws
+  /// the same tokens wherever it is sampled.
+  DeviceSampling device_sampling(const SchedulerOutput& out, int64_t vocab);
 
   /// Prompt logprobs and sampling for every scheduled request of `out` that has logits rows;
   /// appends each sampled token to its Request. A request whose logprobs or sampling fail gets

@@ -295,13 +295,71 @@ int32_t inverse_cdf(const float* w, int64_t n, double u) {
 
 }  // namespace
 
-bool device_sampleable(const SamplingParams& params, int64_t num_output) {
-  return params.logprobs < 0 && !params.structured_outputs.active() &&
-         !has_processors(params, num_output);
+bool device_sampleable(const SamplingParams& params) {
+  return params.logprobs < 0 && !params.structured_outputs.active();
 }
 
 bool plain_greedy(const SamplingParams& params, int64_t num_output) {
-  return params.temperature < kGreedyTemperature && device_sampleable(params, num_output);
+  return params.temperature < kGreedyTemperature && device_sampleable(params) &&
+         !has_processors(params, num_output);
+}
+
+int64_t append_logit_edits(const SamplingParams& p, int64_t vocab,
+                           const std::vector<int32_t>& prompt_ids,
+                           const std::vector<int32_t>& output_ids,
+                           const std::vector<int32_t>& eos_token_ids, int64_t max_edits,
+                           std::vector<LogitEdit>& edits) {
+  const int64_t num_output = static_cast<int64_t>(output_ids.size());
+  if (!has_processors(p, num_output)) return 0;
+  if (!check_processor_ids(p, vocab, prompt_ids, output_ids).empty()) return -1;
+  // t_counts doubles as the token -> edit index map (index + 1; 0 between calls).
+  std::vector<int32_t>& at = t_counts;
+  if (static_cast<int64_t>(at.size()) < vocab) at.resize(static_cast<size_t>(vocab), 0);
+  const size_t first = edits.size();
+  const auto edit = [&](int32_t id) -> LogitEdit& {
+    if (at[id] == 0) {
+      edits.push_back(LogitEdit{});
+      edits.back().token = id;
+      at[id] = static_cast<int32_t>(edits.size() - first);
+    }
+    return edits[first + static_cast<size_t>(at[id] - 1)];
+  };
+  bool repeated_bias = false;  // the host adds each entry in turn: no one edit rounds so
+  for (const auto& [id, bias] : p.logit_bias) {
+    LogitEdit& e = edit(id);
+    repeated_bias = repeated_bias || (e.flags & LogitEdit::kBias) != 0;
+    e.flags |= LogitEdit::kBias;
+    e.bias = bias;
+  }
+  if (num_output < p.min_tokens)
+    for (const std::vector<int32_t>* ids : {&eos_token_ids, &p.stop_token_ids})
+      for (int32_t id : *ids)
+        if (id >= 0 && id < vocab) edit(id).flags |= LogitEdit::kMask;
+  if (p.repetition_penalty != 1.0f)
+    for (const std::vector<int32_t>* ids : {&prompt_ids, &output_ids})
+      for (int32_t id : *ids) {
+        LogitEdit& e = edit(id);
+        e.flags |= LogitEdit::kRepeat;
+        e.repetition = p.repetition_penalty;
+      }
+  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    for (int32_t id : output_ids) edit(id).pad += 1;  // the count, folded below
+    for (int32_t id : output_ids) {
+      LogitEdit& e = edit(id);
+      if (e.flags & LogitEdit::kCount) continue;
+      e.flags |= LogitEdit::kCount;
+      e.frequency = p.frequency_penalty * static_cast<float>(e.pad);  // as apply_processors
+      e.presence = p.presence_penalty;
+      e.pad = 0;
+    }
+  }
+  for (size_t k = first; k < edits.size(); ++k) at[edits[k].token] = 0;
+  const int64_t count = static_cast<int64_t>(edits.size() - first);
+  if (count > max_edits || repeated_bias) {
+    edits.resize(first);
+    return -1;
+  }
+  return count;
 }
 
 SampleRowParams device_sample_params(const SamplingParams& params, double u) {

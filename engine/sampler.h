@@ -62,14 +62,33 @@ struct SampleResult {
 bool plain_greedy(const SamplingParams& params, int64_t num_output);
 
 /// Whether the backend can sample a request's next token (Backend::sample_rows, the same token
-/// as sample()): no logprobs, no structured output, no logits processor active with num_output
-/// tokens generated. plain_greedy() is this with a greedy temperature.
-bool device_sampleable(const SamplingParams& params, int64_t num_output);
+/// as sample()): no logprobs and no structured output (logits processors are LogitEdits).
+bool device_sampleable(const SamplingParams& params);
+
+/// A step's sampling on the backend (OutputProcessor::device_sampling -> ModelRunner::execute):
+/// per scheduled request its row's params (mode kSkip: the host samples it), and the edits
+/// their edit_begin / edit_count index.
+struct DeviceSampling {
+  std::vector<SampleRowParams> rows;
+  std::vector<LogitEdit> edits;
+};
 
 /// What Backend::sample_rows needs to draw the token sample() would draw from a row with
 /// params and uniform u: kGreedy for a greedy temperature, else kSample with 1 / temperature
-/// (FP32), min_p, top_p and top_k (0 when off). Only for device_sampleable() params.
+/// (FP32), min_p, top_p and top_k (0 when off); no edits. Only for device_sampleable() params.
 SampleRowParams device_sample_params(const SamplingParams& params, double u);
+
+/// Appends to `edits` the LogitEdits that make a row's logits what apply_logits_processors()
+/// makes them (logit_bias, min_tokens masking eos_token_ids and stop_token_ids, repetition over
+/// prompt + output, frequency and presence over output), one per token touched, in token order
+/// of first touch; returns their count. Returns -1 (edits unchanged) for an id outside
+/// [0, vocab) (the host sampler reports it), a token listed twice in logit_bias, or more than
+/// max_edits edits.
+int64_t append_logit_edits(const SamplingParams& params, int64_t vocab,
+                           const std::vector<int32_t>& prompt_ids,
+                           const std::vector<int32_t>& output_ids,
+                           const std::vector<int32_t>& eos_token_ids, int64_t max_edits,
+                           std::vector<LogitEdit>& edits);
 
 /// Index of the largest logit; the lowest index wins ties (as torch.argmax). logits: [vocab].
 int32_t argmax(const float* logits, int64_t vocab);

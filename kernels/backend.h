@@ -331,11 +331,13 @@ class Backend {
   virtual void argmax_rows(const float* x, int64_t rows, int64_t width, int32_t* ids) = 0;
 
   /// Tokens sampled on the device (kernels/common/sampling.h): ids[r] = the token the host
-  /// sampler (engine/sampler.h) would draw from row r with params[r], kSampleNonFinite when the
-  /// row holds NaN or +-inf, kSampleSkipped for mode kSkip. x: [rows, width] (rows of mode
-  /// kSample may be overwritten with their weights); params: [rows]; ids: [rows] int32.
+  /// sampler (engine/sampler.h) would draw from row r with params[r] after its edits (logits
+  /// processing), kSampleNonFinite when the row holds NaN or +-inf or its processing fails (the
+  /// row is then left as it was), kSampleSkipped for mode kSkip. x: [rows, width] (rows sampled
+  /// may be overwritten); params: [rows]; edits: the rows' LogitEdits (null when none; their
+  /// `raw` fields are scratch); ids: [rows] int32.
   virtual void sample_rows(float* x, int64_t rows, int64_t width, const SampleRowParams* params,
-                           int32_t* ids) = 0;
+                           LogitEdit* edits, int32_t* ids) = 0;
   /// Whether the engine should sample on this backend (sample_rows) rather than read the logits
   /// back: true where they cross a bus (CUDA); the CPU's host sampler is its fastest.
   virtual bool samples_on_device() const { return false; }

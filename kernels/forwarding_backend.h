@@ -105,9 +105,9 @@ class ForwardingBackend : public Backend {
   void argmax_rows(const float* x, int64_t rows, int64_t w, int32_t* ids) override {
     in_->argmax_rows(x, rows, w, ids);
   }
-  void sample_rows(float* x, int64_t rows, int64_t w, const SampleRowParams* p,
+  void sample_rows(float* x, int64_t rows, int64_t w, const SampleRowParams* p, LogitEdit* e,
                    int32_t* ids) override {
-    in_->sample_rows(x, rows, w, p, ids);
+    in_->sample_rows(x, rows, w, p, e, ids);
   }
   bool samples_on_device() const override { return in_->samples_on_device(); }
 

@@ -192,9 +192,9 @@ void LaunchCounter::argmax_rows(const float* x, int64_t rows, int64_t w, int32_t
 }
 
 void LaunchCounter::sample_rows(float* x, int64_t rows, int64_t w, const SampleRowParams* p,
-                                int32_t* ids) {
+                                LogitEdit* e, int32_t* ids) {
   launches_ += rows > 0 ? 1 : 0;
-  inner().sample_rows(x, rows, w, p, ids);
+  inner().sample_rows(x, rows, w, p, e, ids);
 }
 
 }  // namespace octet

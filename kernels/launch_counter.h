@@ -62,7 +62,7 @@ class LaunchCounter final : public ForwardingBackend {
   void gather_rows(const float* x, int64_t w, const int64_t* rows, int64_t n,
                    float* out) override;
   void argmax_rows(const float* x, int64_t rows, int64_t w, int32_t* ids) override;
-  void sample_rows(float* x, int64_t rows, int64_t w, const SampleRowParams* p,
+  void sample_rows(float* x, int64_t rows, int64_t w, const SampleRowParams* p, LogitEdit* e,
                    int32_t* ids) override;
 
  private:

@@ -345,6 +345,7 @@ LlamaActivations LlamaModel::new_activations(int64_t max_tokens, int64_t max_log
   a.logits = f32(max_logit_rows, s.vocab_shard_size);
   a.sampled = f32(max_logit_rows, 1);  // int32 ids
   a.sample_params = be.allocate(max_logit_rows * static_cast<int64_t>(sizeof(SampleRowParams)));
+  a.sample_edits = be.allocate(kMaxSampleEdits * static_cast<int64_t>(sizeof(LogitEdit)));
   if (s.world_size > 1) {
     if (be.exact_k_parts()) {  // FP8 row-parallel k parts, gathered (models/linear.h)
       a.amax = f32(std::max(max_tokens, max_logit_rows), 1);
@@ -535,17 +536,25 @@ void LlamaModel::read_logit_rows(const LlamaActivations& act, int64_t first, int
   if (rows > 0) backend_->download(act.logits, first * vocab * 4, out, rows * vocab * 4);
 }
 
-void LlamaModel::read_sampled(const LlamaActivations& act, int64_t rows, const SampleRowParams* params,
+void LlamaModel::read_sampled(const LlamaActivations& act, int64_t rows,
+                              const SampleRowParams* params, const std::vector<LogitEdit>& edits,
                               int32_t* ids) const {
   OCTET_CHECK(shard_.world_size == 1, "read_sampled: vocabulary split over ",
               shard_.world_size, " ranks");
   OCTET_CHECK(rows <= act.max_logit_rows, "read_sampled: ", rows, " rows of ",
               act.max_logit_rows);
   if (rows == 0) return;
+  const int64_t n_edits = static_cast<int64_t>(edits.size());
+  OCTET_CHECK(n_edits <= kMaxSampleEdits, "read_sampled: ", n_edits, " edits");
   const int64_t bytes = rows * static_cast<int64_t>(sizeof(SampleRowParams));
   backend_->upload(act.sample_params, 0, params, bytes);
+  if (n_edits > 0)
+    backend_->upload(act.sample_edits, 0, edits.data(),
+                     n_edits * static_cast<int64_t>(sizeof(LogitEdit)));
   backend_->sample_rows(act.logits.as<float>(), rows, config_.vocab_size,
-                        act.sample_params.as<const SampleRowParams>(), act.sampled.as<int32_t>());
+                        act.sample_params.as<const SampleRowParams>(),
+                        n_edits > 0 ? act.sample_edits.as<LogitEdit>() : nullptr,
+                        act.sampled.as<int32_t>());
   backend_->download(act.sampled, 0, ids, rows * 4);
 }
 

@@ -100,6 +100,7 @@ struct LlamaActivations {
   Buffer logits;                                // [max_logit_rows, vocab_shard_size] FP32
   Buffer sampled;                               // [max_logit_rows] int32 (read_greedy)
   Buffer sample_params;                         // [max_logit_rows] SampleRowParams
+  Buffer sample_edits;                          // [kMaxSampleEdits] LogitEdit
   Buffer gathered;  // [world, max_logit_rows, vocab_shard_size] FP32 (world > 1)
 };
 
@@ -195,11 +196,11 @@ class LlamaModel {
   /// rows x 4 bytes cross instead of rows x vocab x 4. World size 1 only (OCTET_CHECK).
   void read_greedy(const LlamaActivations& act, int64_t rows, int32_t* ids) const;
   /// The token of each of the first `rows` logits rows sampled on the backend with params:
-  /// [rows] (Backend::sample_rows; uploaded here) into host `ids`: a token, kSampleNonFinite or
+  /// [rows] and their edits (at most kMaxSampleEdits) (Backend::sample_rows; uploaded here) into host `ids`: a token, kSampleNonFinite or
   /// kSampleSkipped (those rows' logits are intact for read_logit_rows). Rows sampled may have
   /// their logits overwritten. World size 1 only (OCTET_CHECK).
   void read_sampled(const LlamaActivations& act, int64_t rows, const SampleRowParams* params,
-                    int32_t* ids) const;
+                    const std::vector<LogitEdit>& edits, int32_t* ids) const;
 
   /// forward() with activations and batch buffers made for this call; returns the logits rows
   /// downloaded (tests and one-off callers; the engine's runner keeps them preallocated).

@@ -179,7 +179,7 @@ struct RunnerLane {
   /// token, next[i] appended. tokens and next: [requests.size()]. sampling: per scheduled
   /// request, ModelRunner::execute's device sampling plan (empty: none).
   StepLogits step(const std::vector<int64_t>& tokens, const std::vector<int32_t>& next,
-                  const std::vector<SampleRowParams>& sampling = {}) {
+                  const DeviceSampling& sampling = {}) {
     REQUIRE(tokens.size() == requests.size());
     REQUIRE(next.size() == requests.size());
     SchedulerOutput out;
@@ -204,7 +204,7 @@ struct RunnerLane {
 
   /// step() with every request's remaining tokens (its prompt, or 1 when decoding).
   StepLogits step_all(const std::vector<int32_t>& next,
-                      const std::vector<SampleRowParams>& sampling = {}) {
+                      const DeviceSampling& sampling = {}) {
     std::vector<int64_t> tokens;
     for (const auto& r : requests) tokens.push_back(r->num_tokens() - r->num_computed_tokens);
     return step(tokens, next, sampling);

@@ -37,9 +37,30 @@ struct SampleRowParams {
   float top_p = 1.0f;            // 1: off
   int32_t top_k = 0;             // 0 or >= the row's width: off
   int32_t mode = kSkip;
+  int32_t edit_begin = 0;        // the row's logits processing: edits [begin, begin + count)
+  int32_t edit_count = 0;
+};
+static_assert(sizeof(SampleRowParams) == 40, "SampleRowParams is uploaded as is");
+
+/// The logits processing of one token of a row (engine/sampler.h steps 2-3: logit_bias,
+/// min_tokens, repetition, frequency and presence penalties), applied by apply_edit() before the
+/// row is sampled. Each token of a row has at most one edit. 32 bytes.
+struct LogitEdit {
+  enum Flags : uint32_t { kBias = 1, kMask = 2, kRepeat = 4, kCount = 8 };
+  int32_t token = 0;
+  uint32_t flags = 0;
+  float bias = 0.0f;        // kBias: added
+  float repetition = 1.0f;  // kRepeat: l > 0 ? l / r : l * r
+  float frequency = 0.0f;   // kCount: frequency_penalty * count (FP32), subtracted
+  float presence = 0.0f;    // kCount: then presence_penalty, subtracted
+  float raw = 0.0f;         // the device's scratch: the logit before the edit
   int32_t pad = 0;
 };
-static_assert(sizeof(SampleRowParams) == 32, "SampleRowParams is uploaded as is");
+static_assert(sizeof(LogitEdit) == 32, "LogitEdit is uploaded as is");
+
+/// The most LogitEdits one step uploads (the buffer each activations set holds: 4 MiB); rows
+/// past it are sampled on the host.
+inline constexpr int64_t kMaxSampleEdits = 131072;
 
 /// ids[r] values besides a token: a non-finite value in the row, a skipped row.
 inline constexpr int32_t kSampleNonFinite = -1;
@@ -113,6 +134,24 @@ OCTET_SAMPLING_HD inline float exp_nonpositive(float x) {
   p = add(mul(p, r), kExpP5);
   p = add(add(mul(mul(p, r), r), r), 1.0f);
   return mul(p, from_bits(static_cast<uint32_t>(ni + 127) << 23));
+}
+
+OCTET_SAMPLING_HD inline float div(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+/// Logit l after edit e, in engine/sampler.cpp apply_processors' order: bias, mask,
+/// repetition, frequency, presence, each rounded once.
+OCTET_SAMPLING_HD inline float apply_edit(float l, const LogitEdit& e) {
+  if (e.flags & LogitEdit::kBias) l = add(l, e.bias);
+  if (e.flags & LogitEdit::kMask) l = from_bits(0xFF800000u);  // -inf
+  if (e.flags & LogitEdit::kRepeat) l = l > 0.0f ? div(l, e.repetition) : mul(l, e.repetition);
+  if (e.flags & LogitEdit::kCount) l = sub(sub(l, e.frequency), e.presence);
+  return l;
 }
 
 /// The weight of logit x in a row with largest value mx: 0 when x is below the top_k threshold

@@ -206,9 +206,9 @@ class CpuBackend final : public Backend {
   }
 
   void sample_rows(float* x, int64_t rows, int64_t width, const SampleRowParams* params,
-                   int32_t* ids) override {
+                   LogitEdit* edits, int32_t* ids) override {
     for (int64_t r = 0; r < rows; ++r)
-      ids[r] = sample_row_reference(x + r * width, width, params[r]);
+      ids[r] = sample_row_reference(x + r * width, width, params[r], edits);
   }
 
   void argmax_rows(const float* x, int64_t rows, int64_t width, int32_t* ids) override {

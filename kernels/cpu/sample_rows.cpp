@@ -110,10 +110,23 @@ void sample_row_weights(const float* x, int64_t width, const SampleRowParams& p,
   if (p.top_p < 1.0f) nucleus(w, width, p.top_p);
 }
 
-int32_t sample_row_reference(const float* x, int64_t width, const SampleRowParams& p) {
+int32_t sample_row_reference(const float* x, int64_t width, const SampleRowParams& p,
+                             const LogitEdit* edits) {
   if (p.mode == SampleRowParams::kSkip) return kSampleSkipped;
   for (int64_t i = 0; i < width; ++i)
     if (!std::isfinite(x[i])) return kSampleNonFinite;
+  if (p.edit_count > 0) {
+    thread_local std::vector<float> t_processed;
+    t_processed.assign(x, x + width);
+    for (int32_t k = 0; k < p.edit_count; ++k) {
+      const LogitEdit& e = edits[p.edit_begin + k];
+      float& l = t_processed[static_cast<size_t>(e.token)];
+      l = apply_edit(l, e);
+      if (std::isnan(l) || l == INFINITY) return kSampleNonFinite;
+    }
+    x = t_processed.data();
+    if (*std::max_element(x, x + width) == -INFINITY) return kSampleNonFinite;
+  }
   if (p.mode == SampleRowParams::kGreedy)
     return static_cast<int32_t>(std::max_element(x, x + width) - x);  // the first of equals
   sample_row_weights(x, width, p, t_w);

@@ -471,8 +471,8 @@ class CudaBackend final : public Backend {
   }
 
   void sample_rows(float* x, int64_t rows, int64_t width, const SampleRowParams* params,
-                   int32_t* ids) override {
-    ck::sample_rows(x, rows, width, params, ids, stream_);
+                   LogitEdit* edits, int32_t* ids) override {
+    ck::sample_rows(x, rows, width, params, edits, ids, stream_);
   }
   bool samples_on_device() const override { return true; }
 

@@ -173,7 +173,8 @@ __device__ void nucleus(float* w, int64_t n, float top_p, RowShared& s) {
 
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(float* __restrict__ x, int64_t width,
-                       const SampleRowParams* __restrict__ params, int32_t* __restrict__ ids) {
+                       const SampleRowParams* __restrict__ params, LogitEdit* __restrict__ edits,
+                       int32_t* __restrict__ ids) {
   extern __shared__ double dynamic[];  // per draw block: double sum, then int32 last
   __shared__ RowShared s;
   const SampleRowParams p = params[blockIdx.x];
@@ -192,6 +193,28 @@ __global__ void __launch_bounds__(kThreads)
   if (__syncthreads_or(bad)) {
     if (threadIdx.x == 0) ids[blockIdx.x] = kSampleNonFinite;
     return;
+  }
+  if (p.edit_count > 0) {
+    // The logits processing, each edited logit kept in its edit: a processed NaN or +inf, or
+    // every logit -inf, puts the row back as it was for the host sampler to report.
+    LogitEdit* e = edits + p.edit_begin;
+    bad = 0;
+    for (int k = threadIdx.x; k < p.edit_count; k += blockDim.x) {
+      const float raw = row[e[k].token];
+      const float l = apply_edit(raw, e[k]);
+      e[k].raw = raw;
+      row[e[k].token] = l;
+      bad |= isnan(l) || l == INFINITY;
+    }
+    bad = __syncthreads_or(bad);
+    mx = -INFINITY;
+    for (int64_t i = threadIdx.x; i < width && !bad; i += blockDim.x) mx = fmaxf(mx, row[i]);
+    mx = block_reduce<true>(mx, s.red_f);
+    if (bad || mx == -INFINITY) {
+      for (int k = threadIdx.x; k < p.edit_count; k += blockDim.x) row[e[k].token] = e[k].raw;
+      if (threadIdx.x == 0) ids[blockIdx.x] = kSampleNonFinite;
+      return;
+    }
   }
   mx = block_reduce<true>(mx, s.red_f);
   if (p.mode == SampleRowParams::kGreedy) {
@@ -272,7 +295,7 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 void sample_rows(float* x, int64_t rows, int64_t width, const SampleRowParams* params,
-                 int32_t* ids, cudaStream_t stream) {
+                 LogitEdit* edits, int32_t* ids, cudaStream_t stream) {
   if (width < 1 || width >= (int64_t{1} << 28))
     throw std::invalid_argument("cuda sample_rows: width " + std::to_string(width) +
                                 " outside [1, 2^28)");
@@ -287,7 +310,7 @@ void sample_rows(float* x, int64_t rows, int64_t width, const SampleRowParams* p
     opted_in = dynamic;
   }
   sample_rows_kernel<<<static_cast<unsigned>(rows), kThreads, dynamic, stream>>>(x, width, params,
-                                                                               ids);
+                                                                               edits, ids);
   OCTET_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,11 +10,12 @@
 
 namespace octet::cuda_kernels {
 
-/// ids[r] for row r of x: [rows, width] with params[r] (device memory). Rows of mode kSample
-/// are overwritten with their survivor weights; other rows are left as they are. Throws
+/// ids[r] for row r of x: [rows, width] with params[r] and its edits (device memory; null when
+/// no row has any). Rows sampled may be overwritten (processed logits, survivor weights); rows
+/// skipped or reported (kSampleNonFinite) are left as they were. Throws
 /// std::invalid_argument when width is outside [1, 2^28) (the exact FP64 bucket sums need
 /// fewer than 2^29 tokens).
 void sample_rows(float* x, int64_t rows, int64_t width, const SampleRowParams* params,
-                 int32_t* ids, cudaStream_t stream);
+                 LogitEdit* edits, int32_t* ids, cudaStream_t stream);
 
 }  // namespace octet::cuda_kernels

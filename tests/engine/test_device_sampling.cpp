@@ -10,6 +10,7 @@
 // The CUDA kernel is compared with the CPU reference in test_backend_ops ("sample_rows").
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -120,6 +121,88 @@ TEST_CASE("device sampling: the reference's weights are sampling_probs' and its 
   CHECK(distinct_top_p > 100);
 }
 
+TEST_CASE("device sampling: logits processors as LogitEdits give sample()'s token and errors",
+          "[engine][sampler]") {
+  std::mt19937_64 rng(99);
+  const std::vector<int32_t> eos = {2};
+  int64_t checked = 0;
+  for (int64_t vocab : {3, 64, 1000, 32000}) {
+    std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
+    for (int trial = 0; trial < 40; ++trial) {
+      CAPTURE(vocab, trial);
+      const std::vector<float> x = make_row(vocab, trial % 4, rng);
+      SamplingParams sp = sampling(trial % 5 == 0 ? 0.0f : 0.9f, trial % 3 == 0 ? 8 : 0,
+                                   trial % 2 ? 0.9f : 1.0f, 0.0f);
+      std::vector<int32_t> prompt(static_cast<size_t>(1 + trial % 9)), output;
+      for (int32_t& t : prompt) t = id(rng);
+      for (int k = 0; k < trial % 13; ++k) output.push_back(id(rng));
+      if (trial % 4 == 1) sp.repetition_penalty = 1.0f + 0.1f * static_cast<float>(trial % 7);
+      if (trial % 4 == 2) sp.frequency_penalty = 0.3f * static_cast<float>(trial % 5);
+      if (trial % 3 == 2) sp.presence_penalty = -0.5f;
+      if (trial % 5 == 3) {
+        const int32_t a = id(rng);
+        sp.logit_bias = {{a, 5.0f}, {static_cast<int32_t>((a + 1) % vocab), -3.0f}};
+      }
+      if (trial % 6 == 4) {
+        sp.min_tokens = 100;
+        sp.stop_token_ids = {id(rng)};
+      }
+      std::vector<LogitEdit> edits = {LogitEdit{}};  // an unrelated row's edit first
+      const int64_t n = append_logit_edits(sp, vocab, prompt, output, eos, 1 << 20, edits);
+      REQUIRE(n >= 0);
+      REQUIRE(static_cast<int64_t>(edits.size()) == 1 + n);
+      std::vector<int32_t> tokens;
+      for (size_t k = 1; k < edits.size(); ++k) tokens.push_back(edits[k].token);
+      std::sort(tokens.begin(), tokens.end());
+      CHECK(std::adjacent_find(tokens.begin(), tokens.end()) == tokens.end());  // one per token
+      // The edits make apply_logits_processors' row, bit for bit.
+      std::vector<float> processed = x, edited = x;
+      apply_logits_processors(processed.data(), vocab, sp, prompt, output, eos);
+      for (size_t k = 1; k < edits.size(); ++k)
+        edited[edits[k].token] = sampling_math::apply_edit(edited[edits[k].token], edits[k]);
+      REQUIRE(testing::first_difference(processed.data(), edited.data(), vocab) == -1);
+      const double u = uniform_from(rng);
+      SampleRowParams p = device_sample_params(sp, u);
+      p.edit_begin = 1;
+      p.edit_count = static_cast<int32_t>(n);
+      const SampleResult host = sample(x.data(), vocab, sp, prompt, output, eos, u);
+      const int32_t device = sample_row_reference(x.data(), vocab, p, edits.data());
+      CHECK(device == (host.ok() ? host.token_id : kSampleNonFinite));
+      ++checked;
+    }
+  }
+  CHECK(checked == 160);
+  // Errors: every token masked (vocab 2: EOS 0, stop 1), and a bias to +inf.
+  const std::vector<float> x = {1.0f, 2.0f};
+  SamplingParams sp = sampling(1.0f, 0, 1.0f, 0.0f);
+  sp.min_tokens = 5;
+  sp.stop_token_ids = {1};
+  std::vector<LogitEdit> edits;
+  REQUIRE(append_logit_edits(sp, 2, {0}, {}, {0}, 16, edits) == 2);
+  SampleRowParams p = device_sample_params(sp, 0.5);
+  p.edit_count = 2;
+  CHECK_FALSE(sample(x.data(), 2, sp, {0}, {}, {0}, 0.5).ok());
+  CHECK(sample_row_reference(x.data(), 2, p, edits.data()) == kSampleNonFinite);
+  SamplingParams big = sampling(1.0f, 0, 1.0f, 0.0f);
+  big.logit_bias = {{1, 3e38f}};
+  const std::vector<float> y = {1.0f, 3e38f};
+  edits.clear();
+  REQUIRE(append_logit_edits(big, 2, {0}, {}, {0}, 16, edits) == 1);
+  p = device_sample_params(big, 0.5);
+  p.edit_count = 1;
+  CHECK_FALSE(sample(y.data(), 2, big, {0}, {}, {0}, 0.5).ok());
+  CHECK(sample_row_reference(y.data(), 2, p, edits.data()) == kSampleNonFinite);
+  // Ids outside the vocabulary, and too many edits: the host's (-1, edits unchanged).
+  SamplingParams out = sampling(1.0f, 0, 1.0f, 0.0f);
+  out.repetition_penalty = 1.2f;
+  CHECK(append_logit_edits(out, 2, {0, 7}, {}, {0}, 16, edits) == -1);
+  CHECK(append_logit_edits(out, 64, {0, 1, 2, 3}, {}, {0}, 3, edits) == -1);
+  SamplingParams twice = sampling(1.0f, 0, 1.0f, 0.0f);
+  twice.logit_bias = {{1, 0.1f}, {1, 0.2f}};  // (l + 0.1) + 0.2 is no single edit's rounding
+  CHECK(append_logit_edits(twice, 64, {0}, {}, {0}, 16, edits) == -1);
+  CHECK(edits.size() == 1);
+}
+
 TEST_CASE("device sampling: greedy, non-finite and skipped rows, and the seeded RNG stream",
           "[engine][sampler]") {
   std::vector<float> x = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f};
@@ -181,10 +264,11 @@ TEST_CASE("device sampling: a planned step reads tokens, and only the logits row
   for (int step = 0; step < 5; ++step) {
     CAPTURE(step);
     std::vector<double> u(4);
-    std::vector<SampleRowParams> plan(4);
+    DeviceSampling plan;
+    plan.rows.resize(4);
     for (size_t i = 0; i < 3; ++i) {
       u[i] = uniform_from(rng);
-      plan[i] = device_sample_params(params[i], u[i]);
+      plan.rows[i] = device_sample_params(params[i], u[i]);
     }
     const StepLogits d = dev.step_all(next, plan), f = full.step_all(next);
     REQUIRE(d.device_ids.size() == 4);
@@ -209,7 +293,8 @@ TEST_CASE("device sampling: a planned step reads tokens, and only the logits row
   ScopedEnv off("OCTET_DEVICE_SAMPLING", "0");
   testing::RunnerLane host(m, layers, 256, 4, false);
   host.add("a", testing::random_prompt(5, 9)).sampling_params = params[1];
-  std::vector<SampleRowParams> plan = {device_sample_params(params[1], 0.5)};
+  DeviceSampling plan;
+  plan.rows = {device_sample_params(params[1], 0.5)};
   const StepLogits h = host.step_all({0}, plan);
   CHECK(h.device_ids.empty());
   CHECK(h.logits.size() == static_cast<size_t>(vocab));
@@ -234,8 +319,19 @@ TEST_CASE("device sampling: an engine sampling on the backend gives the host sam
       p.top_p = i % 2 == 1 ? 0.9f : 1.0f;
       p.min_p = i == 6 ? 0.05f : 0.0f;
       p.seed = 100 + i;
-      if (i == 5) p.logprobs = 2;                 // sampled on the host, beside the others
-      if (i == 7) p.repetition_penalty = 1.3f;    // a logits processor: the host
+      if (i == 5) p.logprobs = 2;  // sampled on the host, beside the others
+      if (i == 7) p.repetition_penalty = 1.3f;  // logits processors: LogitEdits
+      if (i == 3) {
+        p.frequency_penalty = 0.7f;
+        p.presence_penalty = -0.4f;
+        p.logit_bias = {{5, 2.5f}, {17, -100.0f}};
+      }
+      if (i == 4) {
+        p.min_tokens = 20;
+        p.stop_token_ids = {9, 11};
+        p.ignore_eos = false;
+        p.repetition_penalty = 0.8f;
+      }
       streams.push_back(engine->add_request("r" + std::to_string(i),
                                             testing::random_prompt(3 + 5 * i, 50 + i), p));
     }
@@ -247,7 +343,8 @@ TEST_CASE("device sampling: an engine sampling on the backend gives the host sam
   REQUIRE(host.size() == device.size());
   for (size_t i = 0; i < host.size(); ++i) {
     CAPTURE(i);
-    CHECK(host[i].size() == 24);
+    if (i != 4) CHECK(host[i].size() == 24);
+    CHECK(host[i].size() >= 20);
     CHECK(device[i] == host[i]);
   }
 }

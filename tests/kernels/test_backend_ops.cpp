@@ -566,7 +566,7 @@ void sample_rows_case(Backend& be) {
     auto d_x = to_device(be, x);
     const auto d_p = to_device(be, p);
     auto d_ids = device_zeros<int32_t>(be, rows);
-    be.sample_rows(d_x.data(), rows, width, d_p.data(), d_ids.data());
+    be.sample_rows(d_x.data(), rows, width, d_p.data(), nullptr, d_ids.data());
     CHECK(to_host(be, d_ids) == expect);
     const std::vector<float> after = to_host(be, d_x);
     for (int64_t r : {2, 3})
