@@ -557,19 +557,49 @@ void sample_rows_case(Backend& be) {
       q.min_p = r == 8 ? 0.05f : 0.0f;
     }
     p[11].u = std::nextafter(1.0, 0.0);
+    // Logits processing: rows 9 (greedy) and 10 get a bias, a mask, a repetition penalty and
+    // counts on their first tokens; row 8's bias of 3e38 on a logit near 3e38 makes +inf (the
+    // row is put back and reported).
+    std::vector<LogitEdit> edits;
+    for (int64_t r : {9, 10}) {
+      p[static_cast<size_t>(r)].edit_begin = static_cast<int32_t>(edits.size());
+      for (int32_t t = 0; t < std::min<int32_t>(4, static_cast<int32_t>(width)); ++t) {
+        LogitEdit e;
+        e.token = t;
+        e.flags = t == 0 ? LogitEdit::kBias : t == 1 ? LogitEdit::kMask
+                  : t == 2 ? LogitEdit::kRepeat : LogitEdit::kCount | LogitEdit::kRepeat;
+        e.bias = 6.0f;
+        e.repetition = 1.3f;
+        e.frequency = 0.75f;
+        e.presence = -0.5f;
+        edits.push_back(e);
+      }
+      p[static_cast<size_t>(r)].edit_count =
+          static_cast<int32_t>(edits.size()) - p[static_cast<size_t>(r)].edit_begin;
+    }
+    x[8 * width] = 3e38f;
+    LogitEdit inf;
+    inf.flags = LogitEdit::kBias;
+    inf.bias = 3e38f;
+    p[8].edit_begin = static_cast<int32_t>(edits.size());
+    p[8].edit_count = 1;
+    edits.push_back(inf);
     std::vector<int32_t> expect(static_cast<size_t>(rows));
     for (int64_t r = 0; r < rows; ++r)
       expect[static_cast<size_t>(r)] =
-          sample_row_reference(x.data() + r * width, width, p[static_cast<size_t>(r)]);
+          sample_row_reference(x.data() + r * width, width, p[static_cast<size_t>(r)],
+                               edits.data());
     CHECK(expect[2] == kSampleNonFinite);
     CHECK(expect[3] == kSampleSkipped);
+    CHECK(expect[8] == kSampleNonFinite);
     auto d_x = to_device(be, x);
     const auto d_p = to_device(be, p);
+    auto d_edits = to_device(be, edits);
     auto d_ids = device_zeros<int32_t>(be, rows);
-    be.sample_rows(d_x.data(), rows, width, d_p.data(), nullptr, d_ids.data());
+    be.sample_rows(d_x.data(), rows, width, d_p.data(), d_edits.data(), d_ids.data());
     CHECK(to_host(be, d_ids) == expect);
     const std::vector<float> after = to_host(be, d_x);
-    for (int64_t r : {2, 3})
+    for (int64_t r : {2, 3, 8})
       CHECK(std::memcmp(after.data() + r * width, x.data() + r * width,
                         static_cast<size_t>(width) * sizeof(float)) == 0);
   }
