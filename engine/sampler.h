@@ -17,6 +17,8 @@
 //      draw by inverse CDF over the survivors in ascending id order with exactly one 53-bit
 //      uniform from `rng`.
 // exp is a vectorised polynomial within a few ulp of std::exp (FP32), sums are FP64.
+// Backend::sample_rows draws the same token on the device (kernels/common/sampling.h; the
+// engine's plan: OutputProcessor::device_sampling).
 // min_p before top_k / top_p is vLLM v1's order (min_p is an "argmax-invariant" processor applied
 // right after temperature); it matters only for top_p, whose mass is then measured over the
 // min_p survivors.
