@@ -247,6 +247,11 @@ void ModelRunner::plan_device_rows(const SchedulerOutput& out, const DeviceSampl
                             static_cast<int64_t>(r.output_token_ids.size()))) {
       p.mode = SampleRowParams::kGreedy;
     }
+    OCTET_CHECK(p.edit_count >= 0 && p.edit_begin >= 0 &&
+                    static_cast<size_t>(p.edit_begin) + static_cast<size_t>(p.edit_count) <=
+                        plan.edits.size(),
+                "execute: edits [", p.edit_begin, ", +", p.edit_count, ") of ",
+                plan.edits.size());
     if (p.mode != SampleRowParams::kSkip && p.edit_count > 0 && !device_sampling_)
       p.mode = SampleRowParams::kSkip;  // argmax_rows knows no logits processing
     if (p.mode == SampleRowParams::kSample && !device_sampling_) p.mode = SampleRowParams::kSkip;
@@ -259,7 +264,8 @@ void ModelRunner::plan_device_rows(const SchedulerOutput& out, const DeviceSampl
   // others only where it samples at all (otherwise every row comes back, as before).
   if (all_greedy || (device_sampling_ && (any_sample || !sampling.empty()))) {
     bool any_device = false;
-    for (const SampleRowParams& p : params) any_device = any_device || p.mode != 0;
+    for (const SampleRowParams& p : params)
+      any_device = any_device || p.mode != SampleRowParams::kSkip;
     if (any_device) {
       rows.device_params = std::move(params);
       rows.device_edits = plan.edits;
