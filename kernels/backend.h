@@ -275,8 +275,8 @@ class Backend {
   /// Whether linear_w8a8 sums a weight's k parts (WeightRef::k_groups) one by one, each from
   /// zero, so that row-parallel ranks' gathered part sums give world size 1's bits (the CPU:
   /// tensor parallelism changes no bit). false (CUDA): one GEMM over all of k whatever
-  /// k_groups; row-parallel layers then all-reduce their outputs (models/linear.h) and outputs
-  /// move by rounding with the TP size, as in vLLM.
+  /// k_groups; row-parallel layers then all-reduce their outputs in BF16 (models/linear.h) and
+  /// outputs move by rounding with the TP size, as in vLLM.
   virtual bool exact_k_parts() const { return true; }
 
   /// Whether the loader should store the q/k/v and the gate/up FP8 weights of a layer side by
