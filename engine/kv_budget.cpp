@@ -54,8 +54,8 @@ int64_t activation_bytes(const LlamaModel& model, int64_t max_tokens, int64_t ma
   const LlamaActivations a = model.new_activations(max_tokens, std::max<int64_t>(max_rows, 1));
   int64_t n = 0;
   for (const Buffer* b : {&a.x, &a.xn, &a.q, &a.k, &a.v, &a.attn, &a.proj, &a.gate, &a.up, &a.qa,
-                          &a.a_scale, &a.amax, &a.partials, &a.gathered_partials, &a.last,
-                          &a.logits, &a.sampled, &a.gathered})
+                          &a.a_scale, &a.amax, &a.partials, &a.gathered_partials,
+                          &a.reduce_bf16, &a.last, &a.logits, &a.sampled, &a.gathered})
     n += b->bytes();
   return n;
 }

@@ -208,6 +208,15 @@ class Backend {
   /// per-token scale whose row is split over ranks (all-reduce max, then quantize_fp8_dynamic).
   virtual void row_amax(const float* x, int64_t m, int64_t k, float* amax) = 0;
 
+  /// out[i] = x[i] rounded to BF16 bits for i < count: to nearest even, finite values past the
+  /// BF16 range to +-inf, NaN -> 0x7FFF (cuda_bf16.h's __float2bfloat16_rn; kernels/common/
+  /// half.h float_to_bf16). x: [count] FP32; out: [count] uint16 BF16 bits (a row-parallel
+  /// output on its way to Communicator::all_reduce_sum_bf16).
+  virtual void f32_to_bf16(const float* x, int64_t count, uint16_t* out) = 0;
+  /// out[i] = x[i] widened to FP32, exactly (the BF16 bits are the FP32's top half; a NaN keeps
+  /// its payload). x: [count] BF16 bits; out: [count] FP32.
+  virtual void bf16_to_f32(const uint16_t* x, int64_t count, float* out) = 0;
+
   /// Dynamic per-token E4M3 quantization, vLLM's rule (kernels/cpu/w8a8.h): scale[i] =
   /// max(amax_i / 448, 1 / (448 * 512)), q = fp8(x / scale[i]). x: [m, k]; q: [m, k]; scale: [m].
   /// amax: [m] precomputed row maxima (tensor parallelism), or null to take them from x.
@@ -267,8 +276,8 @@ class Backend {
   /// Whether linear_w8a8 sums a weight's k parts (WeightRef::k_groups) one by one, each from
   /// zero, so that row-parallel ranks' gathered part sums give world size 1's bits (the CPU:
   /// tensor parallelism changes no bit). false (CUDA): one GEMM over all of k whatever
-  /// k_groups; row-parallel layers then all-reduce their outputs (models/linear.h) and outputs
-  /// move by rounding with the TP size, as in vLLM.
+  /// k_groups; row-parallel layers then all-reduce their outputs in BF16 (models/linear.h) and
+  /// outputs move by rounding with the TP size, as in vLLM.
   virtual bool exact_k_parts() const { return true; }
 
   /// Whether the loader should store the q/k/v and the gate/up FP8 weights of a layer side by

@@ -61,6 +61,12 @@ class ForwardingBackend : public Backend {
   void row_amax(const float* x, int64_t m, int64_t k, float* a) override {
     in_->row_amax(x, m, k, a);
   }
+  void f32_to_bf16(const float* x, int64_t count, uint16_t* out) override {
+    in_->f32_to_bf16(x, count, out);
+  }
+  void bf16_to_f32(const uint16_t* x, int64_t count, float* out) override {
+    in_->bf16_to_f32(x, count, out);
+  }
   void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* a, uint8_t* q,
                             float* s) override {
     in_->quantize_fp8_dynamic(x, m, k, a, q, s);

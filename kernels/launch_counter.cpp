@@ -87,6 +87,16 @@ void LaunchCounter::row_amax(const float* x, int64_t m, int64_t k, float* a) {
   inner().row_amax(x, m, k, a);
 }
 
+void LaunchCounter::f32_to_bf16(const float* x, int64_t count, uint16_t* out) {
+  launches_ += count > 0 ? 1 : 0;
+  inner().f32_to_bf16(x, count, out);
+}
+
+void LaunchCounter::bf16_to_f32(const uint16_t* x, int64_t count, float* out) {
+  launches_ += count > 0 ? 1 : 0;
+  inner().bf16_to_f32(x, count, out);
+}
+
 void LaunchCounter::quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* a,
                                          uint8_t* q, float* s) {
   launches_ += m > 0 ? 1 : 0;

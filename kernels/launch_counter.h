@@ -35,6 +35,8 @@ class LaunchCounter final : public ForwardingBackend {
                           uint8_t* q, float* s) override;
   void scale(float* x, int64_t count, float s) override;
   void row_amax(const float* x, int64_t m, int64_t k, float* a) override;
+  void f32_to_bf16(const float* x, int64_t count, uint16_t* out) override;
+  void bf16_to_f32(const uint16_t* x, int64_t count, float* out) override;
   void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* a, uint8_t* q,
                             float* s) override;
   void quantize_fp8_static(const float* x, int64_t m, int64_t k, float s, uint8_t* q) override;

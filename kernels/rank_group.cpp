@@ -52,6 +52,7 @@ class SingleRankCommunicator final : public Communicator {
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
   void all_reduce_sum(float*, int64_t) override {}
+  void all_reduce_sum_bf16(uint16_t*, int64_t) override {}
   void all_reduce_max(float*, int64_t) override {}
   void all_gather(const float* send, int64_t count, float* recv) override {
     if (send != recv) std::copy(send, send + count, recv);

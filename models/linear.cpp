@@ -185,6 +185,20 @@ void linear_forward_multi(Backend& backend, const LinearWeight* const* ws, int c
   backend.linear_w8a8_multi(qa, a_scale, ScaleGranularity::PerRow, m, refs.data(), ys, count);
 }
 
+namespace {
+
+// y: [count] FP32, this rank's partial outputs -> the sum over ranks in BF16 (vLLM's all-reduce
+// on GPUs: half FP32's bytes), widened back to FP32. bf16: [count] scratch.
+void all_reduce_bf16(Backend& backend, Communicator& comm, float* y, int64_t count,
+                     uint16_t* bf16) {
+  OCTET_CHECK(bf16 != nullptr || count == 0, "row-parallel BF16 all-reduce without scratch");
+  backend.f32_to_bf16(y, count, bf16);
+  comm.all_reduce_sum_bf16(bf16, count);
+  backend.bf16_to_f32(bf16, count, y);
+}
+
+}  // namespace
+
 void linear_forward_row_parallel(Backend& backend, Communicator& comm, const LinearWeight& w,
                                  const float* x, int64_t m, float* y, uint8_t* qa,
                                  float* a_scale, const RowParallelScratch& scratch,
@@ -197,13 +211,17 @@ void linear_forward_row_parallel(Backend& backend, Communicator& comm, const Lin
               ": x_quantized where the row's scale spans the ranks");
   if (w.format != DType::FP8_E4M3) {
     linear_forward(backend, w, x, m, y, qa, a_scale);
-    comm.all_reduce_sum(y, m * w.out_features);
+    if (backend.exact_k_parts()) {
+      comm.all_reduce_sum(y, m * w.out_features);
+    } else {
+      all_reduce_bf16(backend, comm, y, m * w.out_features, scratch.bf16);
+    }
     return;
   }
   const int64_t k = w.in_features, n = w.out_features;
   if (!backend.exact_k_parts()) {
     // vLLM's row-parallel layer: this rank's input columns quantized alone (its own dynamic
-    // per-token scale), one GEMM, the bias on rank 0 only, then the outputs summed.
+    // per-token scale), one GEMM, the bias on rank 0 only, then the outputs summed in BF16.
     WeightRef r = w.ref();
     if (comm.rank() != 0) r.bias = nullptr;
     if (w.static_input) {
@@ -214,7 +232,7 @@ void linear_forward_row_parallel(Backend& backend, Communicator& comm, const Lin
       if (!x_quantized) backend.quantize_fp8_dynamic(x, m, k, nullptr, qa, a_scale);
       backend.linear_w8a8(qa, a_scale, ScaleGranularity::PerRow, m, r, y);
     }
-    comm.all_reduce_sum(y, m * n);
+    all_reduce_bf16(backend, comm, y, m * n, scratch.bf16);
     return;
   }
   const float* scale = a_scale;

@@ -99,22 +99,28 @@ void linear_forward_add_norm(Backend& backend, const LinearWeight& w, const floa
                              float* residual, const float* norm_weight, float* out, float eps,
                              bool quantize_out);
 
-/// Scratch of a row-parallel FP8 layer at world size > 1 (backend memory, caller-owned):
-/// amax: [m]; partials: [w.k_groups, m, out]; gathered: [world * w.k_groups, m, out].
+/// Scratch of a row-parallel layer at world size > 1 (backend memory, caller-owned). FP8 on a
+/// backend with exact_k_parts(): amax: [m]; partials: [w.k_groups, m, out]; gathered: [world *
+/// w.k_groups, m, out]. Without exact_k_parts() (any format): bf16: [m, out] BF16 bits (2 bytes
+/// each), the outputs on their way through Communicator::all_reduce_sum_bf16.
 struct RowParallelScratch {
   float* amax = nullptr;
   float* partials = nullptr;
   float* gathered = nullptr;
+  uint16_t* bf16 = nullptr;
 };
 
 /// A row-parallel layer (o_proj, down_proj; models/tensor_parallel.h): y: [m, out] = the whole
-/// output on every rank, from this rank's input columns x: [m, in_shard]. FP8 on a backend with
-/// exact_k_parts() (the CPU): the whole row's dynamic scale (row_amax, all_reduce_max, quantize
-/// with it: codes equal world size 1's), this rank's k-part sums, all_gather, combine:
-/// bit-identical to world size 1. FP8 elsewhere (CUDA) and F32/BF16: the partial product (FP8:
-/// this rank's columns quantized alone; the bias on rank 0 only), then all_reduce_sum. World
-/// size 1: linear_forward. scratch is used only on the exact path. x_quantized (qa, a_scale
-/// hold this rank's x quantized per token) only at world size 1 or without exact k parts.
+/// output on every rank, from this rank's input columns x: [m, in_shard]. World size 1:
+/// linear_forward. On a backend with exact_k_parts() (the CPU): FP8 takes the whole row's
+/// dynamic scale (row_amax, all_reduce_max, quantize with it: codes equal world size 1's), this
+/// rank's k-part sums, all_gather, combine: bit-identical to world size 1; F32/BF16 the partial
+/// product, then all_reduce_sum (FP32, rank order). Without exact_k_parts() (CUDA), vLLM's
+/// layer: the partial product (FP8: this rank's columns quantized alone; the bias on rank 0
+/// only), rounded to BF16 into scratch.bf16 (Backend::f32_to_bf16), all_reduce_sum_bf16,
+/// widened back into y (bf16_to_f32): outputs move with the TP size by BF16 rounding.
+/// x_quantized (qa, a_scale hold this rank's x quantized per token) only at world size 1 or
+/// without exact k parts.
 void linear_forward_row_parallel(Backend& backend, Communicator& comm, const LinearWeight& w,
                                  const float* x, int64_t m, float* y, uint8_t* qa,
                                  float* a_scale, const RowParallelScratch& scratch,

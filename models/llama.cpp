@@ -351,6 +351,8 @@ LlamaActivations LlamaModel::new_activations(int64_t max_tokens, int64_t max_log
       a.amax = f32(std::max(max_tokens, max_logit_rows), 1);
       a.partials = f32(max_tokens * (k_groups_ / s.world_size), h);
       a.gathered_partials = f32(max_tokens * k_groups_, h);
+    } else {  // row-parallel outputs all-reduced in BF16 (models/linear.h)
+      a.reduce_bf16 = be.allocate(max_tokens * h * 2);
     }
     a.gathered = f32(s.world_size * max_logit_rows, s.vocab_shard_size);
   }
@@ -388,7 +390,8 @@ void LlamaModel::run_decoder(const ForwardBatchBuffers& device, int64_t n, int64
     linear_forward_row_parallel(be, comm, w, in, m, out, act.qa.as<uint8_t>(),
                                 act.a_scale.as<float>(),
                                 {act.amax.as<float>(), act.partials.as<float>(),
-                                 act.gathered_partials.as<float>()},
+                                 act.gathered_partials.as<float>(),
+                                 act.reduce_bf16.as<uint16_t>()},
                                 x_quantized);
   };
   // An RMSNorm whose output feeds only dynamic FP8 linears quantizes it in the same call.

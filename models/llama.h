@@ -96,6 +96,9 @@ struct LlamaActivations {
   Buffer amax;               // [max_tokens] FP32
   Buffer partials;           // [G / world, max_tokens, hidden] FP32
   Buffer gathered_partials;  // [G, max_tokens, hidden] FP32
+  // Row-parallel outputs in BF16 for the all-reduce (world > 1 without exact_k_parts(); else
+  // empty):
+  Buffer reduce_bf16;        // [max_tokens, hidden] BF16 bits
   Buffer last;                                  // [max_logit_rows, hidden] FP32
   Buffer logits;                                // [max_logit_rows, vocab_shard_size] FP32
   Buffer sampled;                               // [max_logit_rows] int32 (read_greedy)

@@ -7,7 +7,8 @@
 //       intermediate rows. Input replicated, output sharded; no communication. Per-row weight
 //       scales and biases are split with their rows; a per-tensor scale is replicated.
 //   row-parallel (input columns split):   o_proj by heads, down_proj by intermediate columns.
-//       Input sharded (the column-parallel output), output partial: all_reduce_sum after it.
+//       Input sharded (the column-parallel output), output partial: all-reduced after it
+//       (all_reduce_sum on the CPU; BF16 on CUDA, below).
 //       Scales (per output row or per tensor) are replicated. The bias stays on rank 0 only,
 //       so the all-reduce adds it exactly once (y = (p_0 + b) + p_1 + ... + p_{N-1}); the recipe
 //       needs no extra op.
@@ -47,6 +48,15 @@
 // (test_tensor_parallel_smollm2). The bias of an FP8 row-parallel layer is kept on every rank
 // (combine adds it once). F32 and BF16 row-parallel layers all-reduce in rank order: their
 // outputs move by ulps with TP (3.5e-5 on SmolLM2's FP32 logits), nothing downstream quantizes.
+// All of the above is the CPU's (Backend::exact_k_parts() true): on the CPU, TP changes no bit
+// of an FP8 model's output. CUDA (exact_k_parts() false) does what vLLM does instead: each rank
+// quantizes its own columns with its own per-token scale, runs one GEMM over its k, rounds its
+// partial output to BF16 and all-reduces it over NCCL in BF16 (ncclBfloat16, ncclSum), then
+// widens the sum back to FP32; F32/BF16 layers likewise. Outputs then move with the TP size (the
+// scales, the BF16 roundings and NCCL's reduction order all depend on it): no promise of bit-
+// identical outputs across TP sizes on the GPU. The all-reduce carries m x hidden x 2 bytes per
+// row-parallel linear per step, half FP32's (Llama-3.1-8B, hidden 4096: 8 KiB a token, 2 MiB at
+// 256 tokens, 64 such all-reduces a step).
 // Where the recipe applies it: models/linear.h linear_forward_row_parallel.
 #include <cstdint>
 #include <vector>

@@ -122,6 +122,14 @@ class CpuBackend final : public Backend {
     }, m * k >= 65536);
   }
 
+  void f32_to_bf16(const float* x, int64_t count, uint16_t* out) override {
+    for (int64_t i = 0; i < count; ++i) out[i] = float_to_bf16(x[i]);
+  }
+
+  void bf16_to_f32(const uint16_t* x, int64_t count, float* out) override {
+    for (int64_t i = 0; i < count; ++i) out[i] = bf16_to_float(x[i]);
+  }
+
   void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* amax, uint8_t* q,
                             float* scale) override {
     quantize_per_token_e4m3(x, m, k, amax, q, scale);  // amax null: the rows' own

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "kernels/common/check.h"
+#include "kernels/common/half.h"
 
 namespace octet::cpu {
 
@@ -382,6 +383,27 @@ void SocketCommunicator::all_reduce(Op op, float* buf, int64_t count, Reduce red
 
 void SocketCommunicator::all_reduce_sum(float* buf, int64_t count) {
   all_reduce(Op::Sum, buf, count, [](float a, float b) { return a + b; });
+}
+
+void SocketCommunicator::all_reduce_sum_bf16(uint16_t* buf, int64_t count) {
+  OCTET_CHECK(count >= 0 && (buf != nullptr || count == 0), "all_reduce_sum_bf16: count ", count);
+  begin(Op::SumBf16, 0, count);
+  const int64_t bytes = count * static_cast<int64_t>(sizeof(uint16_t));
+  if (rank_ == 0) {
+    scratch_.resize(static_cast<size_t>(count));  // the FP32 sums
+    peer_bf16_.resize(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) scratch_[i] = bf16_to_float(buf[i]);
+    for (int r = 1; r < world_size_; ++r) {  // rank order, in FP32: ((b0 + b1) + b2) + ...
+      recv_all(r, peer_bf16_.data(), bytes);
+      for (int64_t i = 0; i < count; ++i) scratch_[i] += bf16_to_float(peer_bf16_[i]);
+    }
+    for (int64_t i = 0; i < count; ++i) buf[i] = float_to_bf16(scratch_[i]);  // one rounding
+    for (int r = 1; r < world_size_; ++r) send_all(r, buf, bytes);
+  } else {
+    send_all(0, buf, bytes);
+    recv_all(0, buf, bytes);
+  }
+  ++seq_;
 }
 
 void SocketCommunicator::all_reduce_max(float* buf, int64_t count) {

@@ -15,7 +15,9 @@
 //
 // all_reduce_sum / _max reduce in rank order on rank 0 (out = b0; out = out op b_r for r = 1..N-1,
 // element by element), the same expression as ThreadCommunicator's, so the results are bit
-// identical to an in-process group of the same size.
+// identical to an in-process group of the same size. all_reduce_sum_bf16 sends BF16 (2 bytes an
+// element each way) and adds the widened values in FP32 in the same order on rank 0, rounding
+// each sum once: ThreadCommunicator's bits too.
 //
 // Errors: a peer that closes its connection or fails a read or write (process killed, machine
 // down, network error) makes the collective throw PeerLost naming both ranks; the
@@ -60,6 +62,8 @@ class SocketCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   void all_reduce_sum(float* buf, int64_t count) override;
+  /// BF16 on the wire; the sum as ThreadCommunicator's (communicator.h).
+  void all_reduce_sum_bf16(uint16_t* buf, int64_t count) override;
   void all_reduce_max(float* buf, int64_t count) override;
   /// recv may hold send in place (send == recv + rank * count); no other overlap.
   void all_gather(const float* send, int64_t count, float* recv) override;
@@ -75,7 +79,7 @@ class SocketCommunicator final : public Communicator {
   void set_silence_timeout(std::chrono::milliseconds timeout) { silence_timeout_ = timeout; }
 
  private:
-  enum class Op : uint32_t { Sum = 1, Max = 2, Gather = 3, Broadcast = 4 };
+  enum class Op : uint32_t { Sum = 1, Max = 2, Gather = 3, Broadcast = 4, SumBf16 = 5 };
   struct Header;
   template <class Reduce>
   void all_reduce(Op op, float* buf, int64_t count, Reduce reduce);
@@ -97,7 +101,8 @@ class SocketCommunicator final : public Communicator {
   uint64_t seq_ = 0;           // collectives so far
   bool broken_ = false;
   std::string broken_why_;
-  std::vector<float> scratch_;  // rank 0: one peer's buffer in a reduction
+  std::vector<float> scratch_;  // rank 0: one peer's buffer in a reduction (BF16's: the sums)
+  std::vector<uint16_t> peer_bf16_;  // rank 0: one peer's buffer in a BF16 reduction
   std::chrono::milliseconds silence_timeout_{0};  // 0: none
 };
 

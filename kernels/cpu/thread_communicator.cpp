@@ -9,17 +9,19 @@
 #include <omp.h>
 
 #include "kernels/common/check.h"
+#include "kernels/common/half.h"
 #include "kernels/cpu/thread_team.h"
 
 namespace octet::cpu {
 
 namespace {
 
-enum class Op { None, Sum, Max, Gather, Broadcast };
+enum class Op { None, Sum, SumBf16, Max, Gather, Broadcast };
 
 const char* op_name(Op op) {
   switch (op) {
     case Op::Sum: return "all_reduce_sum";
+    case Op::SumBf16: return "all_reduce_sum_bf16";
     case Op::Max: return "all_reduce_max";
     case Op::Gather: return "all_gather";
     case Op::Broadcast: return "broadcast";
@@ -56,7 +58,7 @@ class ThreadGroup {
                     p0.count, ", root ", p0.root, "), rank ", r, " called ", op_name(p.op),
                     "(count ", p.count, ", root ", p.root, ")");
       }
-      if (p0.op == Op::Sum || p0.op == Op::Max) {
+      if (p0.op == Op::Sum || p0.op == Op::SumBf16 || p0.op == Op::Max) {
         if (static_cast<int64_t>(scratch_.size()) < p0.count) scratch_.resize(p0.count);
       }
     });
@@ -128,9 +130,11 @@ ThreadCommunicator::~ThreadCommunicator() = default;
 
 namespace {
 
-/// buf[count] = reduce over ranks in rank order, each rank reducing its chunk into scratch.
-template <class Reduce>
-void all_reduce(ThreadGroup& g, int rank, Op op, float* buf, int64_t count, Reduce reduce) {
+/// buf[count] = reduce over ranks in rank order, each rank reducing its chunk into the FP32
+/// scratch: out = widen(b0); out = reduce(out, widen(b_r)) for r = 1..N-1; buf = narrow(out).
+template <class T, class Widen, class Reduce, class Narrow>
+void all_reduce(ThreadGroup& g, int rank, Op op, T* buf, int64_t count, Widen widen,
+                Reduce reduce, Narrow narrow) {
   OCTET_CHECK(count >= 0 && (buf != nullptr || count == 0), op_name(op), ": count ", count);
   const std::vector<Post>& posts = g.post_and_wait(rank, Post{op, buf, count, 0});
   const int world = g.world();
@@ -138,27 +142,39 @@ void all_reduce(ThreadGroup& g, int rank, Op op, float* buf, int64_t count, Redu
   const int64_t lo = std::min(count, rank * chunk);
   const int64_t hi = std::min(count, lo + chunk);
   float* out = g.scratch();
-  const auto* first = static_cast<const float*>(posts[0].ptr);
-  std::copy(first + lo, first + hi, out + lo);
+  const auto* first = static_cast<const T*>(posts[0].ptr);
+  for (int64_t i = lo; i < hi; ++i) out[i] = widen(first[i]);
   for (int r = 1; r < world; ++r) {  // rank order: ((b0 op b1) op b2) op ...
-    const auto* src = static_cast<const float*>(posts[r].ptr);
-    for (int64_t i = lo; i < hi; ++i) out[i] = reduce(out[i], src[i]);
+    const auto* src = static_cast<const T*>(posts[r].ptr);
+    for (int64_t i = lo; i < hi; ++i) out[i] = reduce(out[i], widen(src[i]));
   }
   g.wait_all_read();  // every chunk written, every buf read
-  std::copy(out, out + count, buf);
+  for (int64_t i = 0; i < count; ++i) buf[i] = narrow(out[i]);
 }
+
+// Lambdas (one type each) so that the reductions inline.
+constexpr auto same = [](float x) { return x; };
+constexpr auto widen_bf16 = [](uint16_t b) { return bf16_to_float(b); };
+constexpr auto round_bf16 = [](float x) { return float_to_bf16(x); };
 
 }  // namespace
 
 void ThreadCommunicator::all_reduce_sum(float* buf, int64_t count) {
   if (!group_) return;
-  all_reduce(*group_, rank_, Op::Sum, buf, count, [](float a, float b) { return a + b; });
+  all_reduce(*group_, rank_, Op::Sum, buf, count, same, [](float a, float b) { return a + b; },
+             same);
+}
+
+void ThreadCommunicator::all_reduce_sum_bf16(uint16_t* buf, int64_t count) {
+  if (!group_) return;
+  all_reduce(*group_, rank_, Op::SumBf16, buf, count, widen_bf16,
+             [](float a, float b) { return a + b; }, round_bf16);
 }
 
 void ThreadCommunicator::all_reduce_max(float* buf, int64_t count) {
   if (!group_) return;
-  all_reduce(*group_, rank_, Op::Max, buf, count,
-             [](float a, float b) { return std::fmax(a, b); });
+  all_reduce(*group_, rank_, Op::Max, buf, count, same,
+             [](float a, float b) { return std::fmax(a, b); }, same);
 }
 
 void ThreadCommunicator::all_gather(const float* send, int64_t count, float* recv) {

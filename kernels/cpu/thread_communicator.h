@@ -7,7 +7,8 @@
 // last to arrive checks that all ranks called the same op with the same count; then each rank
 // reads the others' buffers; (B) once all have read, each rank writes its own result. All-reduce
 // splits the elements into N chunks, rank r reducing chunk r in rank order (0, 1, ..., N-1) into
-// a shared scratch, so the sum is one fixed expression per element and bit-identical everywhere.
+// a shared FP32 scratch, so the sum is one fixed expression per element and bit-identical
+// everywhere (the BF16 all-reduce widens each input and rounds the FP32 sum once).
 //
 // A rank that throws must not leave its peers waiting at a barrier forever: RankThreads::run and
 // run_on_ranks abort the group, which wakes the peers with CommunicatorAborted, then rethrow the
@@ -45,6 +46,8 @@ class ThreadCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   void all_reduce_sum(float* buf, int64_t count) override;
+  /// Reduced as all_reduce_sum, in FP32, then each sum rounded to BF16 (communicator.h).
+  void all_reduce_sum_bf16(uint16_t* buf, int64_t count) override;
   void all_reduce_max(float* buf, int64_t count) override;
   /// recv may hold send in place (send == recv + rank * count); no other overlap.
   void all_gather(const float* send, int64_t count, float* recv) override;

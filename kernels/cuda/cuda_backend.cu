@@ -238,6 +238,14 @@ class CudaBackend final : public Backend {
     ck::row_amax(x, m, k, amax, stream_);
   }
 
+  void f32_to_bf16(const float* x, int64_t count, uint16_t* out) override {
+    ck::f32_to_bf16(x, out, count, stream_);
+  }
+
+  void bf16_to_f32(const uint16_t* x, int64_t count, float* out) override {
+    ck::bf16_to_f32(x, out, count, stream_);
+  }
+
   void quantize_fp8_dynamic(const float* x, int64_t m, int64_t k, const float* amax, uint8_t* q,
                             float* scale) override {
     ck::quantize_fp8_dynamic(x, m, k, amax, q, scale, stream_);

@@ -375,6 +375,12 @@ __global__ void f32_to_bf16_kernel(const float* __restrict__ src, uint16_t* __re
     dst[idx] = cm::bf16_from_float(src[idx]);
 }
 
+__global__ void bf16_to_f32_kernel(const uint16_t* __restrict__ src, float* __restrict__ dst,
+                                   int64_t total) {
+  for (int64_t idx = grid_start(); idx < total; idx += grid_stride())
+    dst[idx] = cm::bf16_to_float(src[idx]);
+}
+
 __global__ void e4m3_to_bf16_kernel(const uint8_t* __restrict__ src, int64_t src_ld,
                                     uint16_t* __restrict__ dst, int64_t dst_ld, int64_t rows,
                                     int64_t cols) {
@@ -562,6 +568,12 @@ void add_bias(float* y, const float* bias, int64_t m, int64_t n, cudaStream_t st
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t count, cudaStream_t stream) {
   if (count == 0) return;
   f32_to_bf16_kernel<<<elem_blocks(count), kElemThreads, 0, stream>>>(src, dst, count);
+  OCTET_CUDA_CHECK_LAUNCH();
+}
+
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t count, cudaStream_t stream) {
+  if (count == 0) return;
+  bf16_to_f32_kernel<<<elem_blocks(count), kElemThreads, 0, stream>>>(src, dst, count);
   OCTET_CUDA_CHECK_LAUNCH();
 }
 

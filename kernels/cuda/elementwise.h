@@ -84,6 +84,8 @@ void w8a8_scale_split(const float* acc, int64_t m, int64_t n, const float* a_sca
 void add_bias(float* y, const float* bias, int64_t m, int64_t n, cudaStream_t stream);
 /// FP32 -> BF16 bits, round to nearest even (NaN stays NaN), count values.
 void f32_to_bf16(const float* src, uint16_t* dst, int64_t count, cudaStream_t stream);
+/// BF16 bits -> FP32, exactly, count values.
+void bf16_to_f32(const uint16_t* src, float* dst, int64_t count, cudaStream_t stream);
 /// E4M3 codes -> BF16 bits, exactly (every E4M3 value is a BF16 value): the sm_80 W8A16 path.
 /// src rows of `cols` codes at stride src_ld, dst rows of `cols` at stride dst_ld, `rows` rows.
 void e4m3_to_bf16(const uint8_t* src, int64_t src_ld, uint16_t* dst, int64_t dst_ld,

@@ -103,6 +103,16 @@ void NcclCommunicator::all_reduce_sum(float* buf, int64_t count) {
              "ncclAllReduce(sum)", as_comm(comm_), rank_, world_size_, device_);
 }
 
+void NcclCommunicator::all_reduce_sum_bf16(uint16_t* buf, int64_t count) {
+  OCTET_CHECK(!aborted_, "all_reduce_sum_bf16 after abort()");
+  OCTET_CHECK(count >= 0 && (buf != nullptr || count == 0), "all_reduce_sum_bf16: count ",
+              count);
+  if (count == 0) return;
+  check_nccl(ncclAllReduce(buf, buf, static_cast<size_t>(count), ncclBfloat16, ncclSum,
+                           as_comm(comm_), as_stream(stream_)),
+             "ncclAllReduce(bf16 sum)", as_comm(comm_), rank_, world_size_, device_);
+}
+
 void NcclCommunicator::all_reduce_max(float* buf, int64_t count) {
   OCTET_CHECK(!aborted_, "all_reduce_max after abort()");
   OCTET_CHECK(count >= 0 && (buf != nullptr || count == 0), "all_reduce_max: count ", count);

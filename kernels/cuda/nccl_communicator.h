@@ -63,6 +63,11 @@ class NcclCommunicator final : public Communicator {
   /// buf[count] (device floats) = the element-wise sum over ranks (ncclAllReduce, ncclSum,
   /// in place); bit-identical on every rank, in NCCL's order (see above).
   void all_reduce_sum(float* buf, int64_t count) override;
+  /// buf[count] (device BF16 bits) = the element-wise sum over ranks (ncclAllReduce,
+  /// ncclBfloat16, ncclSum, in place): half all_reduce_sum's bytes. Bit-identical on every
+  /// rank; NCCL adds in FP32 and rounds each partial sum to BF16 in its order (see above), so
+  /// the result may differ from the CPU communicators' (one rounding) in the last bits.
+  void all_reduce_sum_bf16(uint16_t* buf, int64_t count) override;
   /// buf[count] = the element-wise max over ranks (ncclMax; NaN handling as NCCL's).
   void all_reduce_max(float* buf, int64_t count) override;
   /// recv[world_size * count] = every rank's send[count] in rank order (ncclAllGather); send

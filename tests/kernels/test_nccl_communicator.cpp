@@ -3,7 +3,9 @@
 // were found (OCTET_HAVE_NCCL); otherwise its one case reports skipped (77), never passed, and
 // scripts/gpu_check counts that as a failure on a GPU machine. Without a GPU each test
 // exits with 77 (skipped). With one GPU the world-1 cases run (NCCL runs one rank per GPU);
-// with two or more, every collective runs over all GPUs, one thread per rank.
+// with two or more, every collective runs over all GPUs, one thread per rank. The BF16 sum
+// (all_reduce_sum_bf16) is checked on integers exact in any order, and at world 2 on sums that
+// round (one addition: the CPU communicators' bits).
 #if OCTET_HAVE_NCCL
 
 #include <cuda_runtime_api.h>
@@ -152,6 +154,64 @@ TEST_CASE("nccl: collectives over every GPU match the host reference", "[nccl][c
     CHECK(std::memcmp(got[r].data(), got[0].data(), n * sizeof(float)) == 0);
   }
 
+  // all_reduce_sum_bf16 over the first n BF16s of each buf. Integers of at most 8 significant
+  // bits in every partial sum (|sum| <= 8 x 21): exact in BF16 whatever NCCL's order. At world
+  // 2 also values whose sum rounds: one addition, so NCCL's result is the CPU communicators'
+  // (the FP32 sum rounded once, to nearest even) bit for bit.
+  auto bf16_of = [](float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return static_cast<uint16_t>(u >> 16);  // exact for the values below
+  };
+  auto widen = [](uint16_t b) {
+    const uint32_t u = static_cast<uint32_t>(b) << 16;
+    float v;
+    std::memcpy(&v, &u, 4);
+    return v;
+  };
+  auto round_bf16 = [](float v) {  // RNE, finite v (the reference of kernels/common/half.h's rule)
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  };
+  auto bvalue = [](int rank, int64_t i) { return static_cast<float>(i % 29 - 14 + rank); };
+  // Rank r's rounding input: 1 + (i % 128) 2^-7 on rank 0 (a BF16), 2^-8 x odd on rank 1.
+  auto rvalue = [&](int rank, int64_t i) {
+    return rank == 0 ? widen(static_cast<uint16_t>(0x3F80 + i % 128))
+                     : widen(bf16_of(static_cast<float>(2 * (i % 5) + 1) * 0.00390625f));
+  };
+  for (const bool rounding : {false, true}) {
+    if (rounding && world != 2) continue;
+    INFO("bf16, rounding inputs " << rounding);
+    std::vector<std::vector<uint16_t>> got16(world);
+    on_ranks(world, mem, [&](int r) {
+      std::vector<uint16_t> h(n);
+      for (int64_t i = 0; i < n; ++i) h[i] = bf16_of(rounding ? rvalue(r, i) : bvalue(r, i));
+      auto* buf16 = reinterpret_cast<uint16_t*>(mem[r].buf);
+      errors.check(cudaMemcpyAsync(buf16, h.data(), n * 2, cudaMemcpyHostToDevice,
+                                   mem[r].stream),
+                   "upload bf16");
+      comms[r]->all_reduce_sum_bf16(buf16, n);
+      got16[r].resize(n);
+      errors.check(cudaMemcpyAsync(got16[r].data(), buf16, n * 2, cudaMemcpyDeviceToHost,
+                                   mem[r].stream),
+                   "download bf16");
+      errors.check(cudaStreamSynchronize(mem[r].stream), "cudaStreamSynchronize");
+    });
+    REQUIRE(errors.first == "");
+    for (int r = 0; r < world; ++r) {
+      INFO("rank " << r);
+      int64_t bad = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        float sum = 0.0f;
+        for (int q = 0; q < world; ++q) sum += rounding ? rvalue(q, i) : bvalue(q, i);
+        if (got16[r][i] != (rounding ? round_bf16(sum) : bf16_of(sum))) ++bad;
+      }
+      CHECK(bad == 0);
+      CHECK(got16[r] == got16[0]);
+    }
+  }
+
   // all_reduce_max: rank r holds -value except at i % world == r, where it holds +1000 + i.
   on_ranks(world, mem, [&](int r) {
     std::vector<float> h(n);
@@ -252,6 +312,14 @@ TEST_CASE("nccl: a communicator from an id joins as its rank, bad arguments are 
   CHECK(out[0] == 1.5f);
   CHECK(out[1] == -2.0f);
   CHECK(out[2] == 3.25f);
+  // BF16, one rank: unchanged (1.5, -2, 3.25; a NaN's payload too).
+  const uint16_t in16[4] = {0x3FC0, 0xC000, 0x4050, 0x7FC1};
+  CUDA_REQUIRE(cudaMemcpy(d, in16, sizeof in16, cudaMemcpyHostToDevice));
+  comm.all_reduce_sum_bf16(reinterpret_cast<uint16_t*>(d), 4);
+  comm.all_reduce_sum_bf16(reinterpret_cast<uint16_t*>(d), 0);
+  uint16_t out16[4] = {};
+  CUDA_REQUIRE(cudaMemcpy(out16, d, sizeof out16, cudaMemcpyDeviceToHost));
+  CHECK(std::memcmp(out16, in16, sizeof in16) == 0);
   cudaFree(d);
 
   CHECK_THROWS_AS(NcclCommunicator(id, 1, 1, 0, nullptr), std::invalid_argument);

@@ -21,6 +21,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "kernels/bf16_sum_cases.h"
 #include "kernels/cpu/socket_communicator.h"
 #include "kernels/cpu/thread_communicator.h"
 
@@ -108,6 +109,52 @@ TEST_CASE("socket communicator: all_reduce_sum adds in rank order, bit for bit a
         CHECK(std::memcmp(got[r].data(), expect.data(), expect.size() * 4) == 0);
         CHECK(std::memcmp(got[r].data(), threaded[r].data(), expect.size() * 4) == 0);
       }
+    }
+  }
+}
+
+TEST_CASE("socket communicator: all_reduce_sum_bf16, the hand-worked cases and the rank-order "
+          "FP32 sum rounded once, bit for bit as the thread communicator") {
+  for (int world : {2, 3}) {
+    INFO("world " << world);
+    const octet_test::Bf16CaseBuffers cases = octet_test::bf16_case_buffers(world);
+    const int64_t hand = static_cast<int64_t>(cases.want.size());
+    REQUIRE(hand > 0);
+    const int64_t count = hand + 100003;  // the hand cases, then bulk values
+    auto input = [&](int r, int64_t i) {
+      return i < hand ? cases.per_rank[r][i] : octet_test::bf16_bulk_value(r, i);
+    };
+    std::vector<uint16_t> expect(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) {
+      std::vector<uint16_t> inputs;
+      for (int r = 0; r < world; ++r) inputs.push_back(input(r, i));
+      expect[i] = i < hand ? cases.want[i] : octet_test::reference_bf16_sum(inputs);
+    }
+    std::vector<std::vector<uint16_t>> threaded(static_cast<size_t>(world));
+    octet::cpu::run_on_ranks(world, [&](int r, Communicator& comm) {
+      std::vector<uint16_t> b(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) b[i] = input(r, i);
+      comm.all_reduce_sum_bf16(b.data(), count);
+      threaded[r] = b;
+    });
+    std::vector<std::vector<uint16_t>> got(static_cast<size_t>(world));
+    run_socket_ranks(world, [&](int r, SocketCommunicator& comm) {
+      std::vector<uint16_t> b(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) b[i] = input(r, i);
+      comm.all_reduce_sum_bf16(b.data(), count);
+      comm.all_reduce_sum_bf16(b.data(), 0);  // nothing, and the group stays in step
+      got[r] = b;
+    });
+    for (int64_t e = 0; e < hand; ++e) {
+      INFO(cases.what[e] << ": want 0x" << std::hex << cases.want[e] << ", rank 0 got 0x"
+                         << got[0][e]);
+      CHECK(got[0][e] == cases.want[e]);
+    }
+    for (int r = 0; r < world; ++r) {
+      INFO("rank " << r);
+      REQUIRE(got[r].size() == expect.size());
+      CHECK(std::memcmp(got[r].data(), expect.data(), expect.size() * 2) == 0);
+      CHECK(std::memcmp(got[r].data(), threaded[r].data(), expect.size() * 2) == 0);
     }
   }
 }

@@ -2,6 +2,7 @@
 // sizes 1..4 against values the test computes itself, bit-identical all-reduce results on every
 // rank, many collectives in a row (no deadlock, no lost wake-up), and exceptions that cross ranks.
 #include <atomic>
+#include <bit>
 #include <csignal>
 #include <functional>
 #include <thread>
@@ -21,6 +22,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "kernels/bf16_sum_cases.h"
 #include "kernels/cpu/thread_communicator.h"
 
 using octet::Communicator;
@@ -88,6 +90,61 @@ TEST_CASE("the rank-order sum is order-sensitive for the test's data", "[comm]")
     differ += bits(fwd) != bits(rev);
   }
   REQUIRE(differ > 10);
+}
+
+TEST_CASE("all_reduce_sum_bf16: the hand-worked cases (ties, RNE, negatives, inf, NaN)",
+          "[comm][bf16]") {
+  for (int world : {2, 3}) {
+    const octet_test::Bf16CaseBuffers cases = octet_test::bf16_case_buffers(world);
+    const int64_t count = static_cast<int64_t>(cases.want.size());
+    REQUIRE(count > 0);
+    std::vector<std::vector<uint16_t>> result(world);
+    run_on_ranks(world, [&](int rank, Communicator& comm) {
+      std::vector<uint16_t> buf = cases.per_rank[rank];
+      comm.all_reduce_sum_bf16(buf.data(), count);
+      result[rank] = std::move(buf);
+    });
+    for (int64_t e = 0; e < count; ++e) {
+      INFO("world " << world << ": " << cases.what[e] << ", want 0x" << std::hex << cases.want[e]
+                    << ", rank 0 got 0x" << result[0][e]);
+      // The hand value is the independent reference's too (guards the table).
+      std::vector<uint16_t> inputs;
+      for (int r = 0; r < world; ++r) inputs.push_back(cases.per_rank[r][e]);
+      CHECK(octet_test::reference_bf16_sum(inputs) == cases.want[e]);
+      for (int r = 0; r < world; ++r) CHECK(result[r][e] == cases.want[e]);
+    }
+  }
+}
+
+TEST_CASE("all_reduce_sum_bf16 gives every rank the rank-order FP32 sum rounded once",
+          "[comm][bf16]") {
+  for (int world : {1, 2, 3, 4}) {
+    for (int64_t count : kCounts) {
+      CAPTURE(world, count);
+      std::vector<std::vector<uint16_t>> result(world);
+      run_on_ranks(world, [&](int rank, Communicator& comm) {
+        std::vector<uint16_t> buf(count);
+        for (int64_t i = 0; i < count; ++i) buf[i] = octet_test::bf16_bulk_value(rank, i);
+        comm.all_reduce_sum_bf16(buf.data(), count);
+        result[rank] = std::move(buf);
+      });
+      int64_t bad = 0, rounded = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        std::vector<uint16_t> inputs;
+        float exact = 0.0f;
+        for (int r = 0; r < world; ++r) {
+          inputs.push_back(octet_test::bf16_bulk_value(r, i));
+          exact += std::bit_cast<float>(static_cast<uint32_t>(inputs.back()) << 16);
+        }
+        const uint16_t want = octet_test::reference_bf16_sum(inputs);  // world 1: the input
+        rounded += (static_cast<uint32_t>(want) << 16) != std::bit_cast<uint32_t>(exact);
+        for (int r = 0; r < world; ++r) bad += result[r][i] != want;
+      }
+      CHECK(bad == 0);
+      // Most sums need rounding (the test is not about BF16-exact values alone).
+      if (world > 1 && count > 7) CHECK(rounded > count / 2);
+    }
+  }
 }
 
 TEST_CASE("all_reduce_max is the element-wise max with NaN ignored", "[comm]") {
@@ -182,6 +239,9 @@ TEST_CASE("world size 1 is a no-op communicator", "[comm]") {
   c.all_reduce_sum(buf.data(), 3);
   c.all_reduce_max(buf.data(), 3);
   REQUIRE(buf == std::vector<float>{1.5f, -2.0f, 3.25f});
+  std::vector<uint16_t> bf16 = {0x3F81, 0x7FC1, 0x8000};  // a NaN payload kept as is
+  c.all_reduce_sum_bf16(bf16.data(), 3);
+  REQUIRE(bf16 == std::vector<uint16_t>{0x3F81, 0x7FC1, 0x8000});
   std::vector<float> recv(3);
   c.all_gather(buf.data(), 3, recv.data());
   REQUIRE(recv == buf);
@@ -212,6 +272,14 @@ TEST_CASE("thousands of mixed collectives in a row neither deadlock nor mix up",
           const float want = static_cast<float>(world * (it + i) + world * (world - 1) / 2);
           if (buf[i] != want) ++wrong;
         }
+        // BF16: small integers, exact (a float's top half); rank + 1 and 2 on each rank.
+        const auto bf16 = [](float v) {
+          return static_cast<uint16_t>(std::bit_cast<uint32_t>(v) >> 16);
+        };
+        uint16_t h[2] = {bf16(static_cast<float>(rank + 1)), bf16(2.0f)};
+        comm.all_reduce_sum_bf16(h, 2);
+        if (h[0] != bf16(static_cast<float>(world * (world + 1) / 2)) || h[1] != bf16(2.0f * world))
+          ++wrong;
         float m = static_cast<float>(rank * it);
         comm.all_reduce_max(&m, 1);
         if (m != static_cast<float>((world - 1) * it)) ++wrong;

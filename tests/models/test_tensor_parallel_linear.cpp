@@ -13,6 +13,7 @@
 #include "kernels/backend.h"
 #include "kernels/common/fp8.h"
 #include "kernels/forwarding_backend.h"
+#include "kernels/minifloat_reference.h"
 #include "kernels/rank_group.h"
 #include "models/linear.h"
 #include "models/tensor_parallel.h"
@@ -34,6 +35,34 @@ struct NoExactParts final : ForwardingBackend {
   NoExactParts() : ForwardingBackend(make_backend("cpu")) {}
   bool exact_k_parts() const override { return false; }
 };
+
+// BF16 rounding and widening written from the format (minifloat_reference.h), not octet's.
+float bf16_round(float x) {
+  const uint32_t code =
+      octet_test::round_to_code(octet_test::kBf16, x, octet_test::Overflow::kToInfinity, 0x7FFF);
+  return static_cast<float>(octet_test::code_value(octet_test::kBf16, code));
+}
+
+// The BF16 all-reduce's result (kernels/communicator.h) of the ranks' outputs ys[r]: each
+// rounded to BF16 (Backend::f32_to_bf16), the widened values added in rank order in FP32,
+// the sum rounded once, widened back (bf16_to_f32).
+std::vector<float> bf16_reduced(const std::vector<std::vector<float>>& ys) {
+  std::vector<float> out(ys[0].size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    float acc = bf16_round(ys[0][i]);
+    for (size_t r = 1; r < ys.size(); ++r) acc += bf16_round(ys[r][i]);
+    out[i] = bf16_round(acc);
+  }
+  return out;
+}
+
+// The same outputs summed in FP32 in rank order (the all_reduce_sum of the CPU's path).
+std::vector<float> f32_reduced(const std::vector<std::vector<float>>& ys) {
+  std::vector<float> out = ys[0];
+  for (size_t r = 1; r < ys.size(); ++r)
+    for (size_t i = 0; i < out.size(); ++i) out[i] += ys[r][i];
+  return out;
+}
 
 }  // namespace
 
@@ -138,12 +167,13 @@ TEST_CASE("tp linear: row-parallel FP8 codes, scales and outputs equal the unsha
 
 // A backend without exact k parts (CUDA): each rank quantizes its own input columns (its own
 // per-token scale), runs one linear_w8a8 with the bias on rank 0 only, and the outputs are
-// summed in rank order (all_reduce_sum): every rank's y equals ((y_0 + y_1) + ...) of those
-// products computed alone, bit for bit, and the float64 product of the dequantized weight
-// within the activations' FP8 rounding (a bias added on every rank would miss it by 50 x
-// (world - 1)).
+// summed in BF16 (f32_to_bf16, all_reduce_sum_bf16, bf16_to_f32): every rank's y equals those
+// products computed alone, each rounded to BF16, added in rank order in FP32 and rounded once,
+// bit for bit (the thread communicator's definition), and the float64 product of the
+// dequantized weight within the activations' FP8 rounding and the BF16 roundings (a bias added
+// on every rank would miss it by 50 x (world - 1)).
 TEST_CASE("tp linear: without exact k parts, row-parallel FP8 is vLLM's local quantization "
-          "and an all-reduce, the bias once",
+          "and a BF16 all-reduce, the bias once",
           "[tp]") {
   const int64_t m = 5, k = 168, n = 24;
   const std::vector<float> x = random_vec(m * k, 11, 1.0f);
@@ -176,8 +206,8 @@ TEST_CASE("tp linear: without exact k parts, row-parallel FP8 is vLLM's local qu
       return xr;
     };
     // Expected: each rank's product alone on the plain CPU backend (bias on rank 0 only), summed
-    // in rank order.
-    std::vector<float> want(m * n, 0.0f);
+    // in BF16 as above.
+    std::vector<std::vector<float>> alone(world);
     for (int r = 0; r < world; ++r) {
       std::unique_ptr<Backend> be = make_backend("cpu");
       HostLinearWeight w = shard(r);
@@ -189,10 +219,13 @@ TEST_CASE("tp linear: without exact k parts, row-parallel FP8 is vLLM's local qu
       be->upload(bx, 0, xr.data(), m * kr * 4);
       linear_forward(*be, lw, bx.as<float>(), m, by.as<float>(), bq.as<uint8_t>(),
                      bs.as<float>());
-      std::vector<float> yr(m * n);
-      be->download(by, 0, yr.data(), m * n * 4);
-      for (int64_t i = 0; i < m * n; ++i) want[i] = r == 0 ? yr[i] : want[i] + yr[i];
+      alone[r].resize(m * n);
+      be->download(by, 0, alone[r].data(), m * n * 4);
     }
+    const std::vector<float> want = bf16_reduced(alone), fp32_sum = f32_reduced(alone);
+    int64_t moved = 0;  // outputs the BF16 sum moves off the FP32 one (the test is not vacuous)
+    for (int64_t i = 0; i < m * n; ++i) moved += want[i] != fp32_sum[i];
+    CHECK(moved > m * n / 2);
     std::vector<std::vector<float>> y(world);
     auto group = make_rank_group("cpu", world);
     group->run([&](int r, Communicator& comm) {
@@ -200,10 +233,12 @@ TEST_CASE("tp linear: without exact k parts, row-parallel FP8 is vLLM's local qu
       const LinearWeight lw = upload_linear(be, shard(r));
       const std::vector<float> xr = columns(r);
       Buffer bx = be.allocate(m * kr * 4), bq = be.allocate(m * kr), bs = be.allocate(m * 4),
-             by = be.allocate(m * n * 4);
+             by = be.allocate(m * n * 4), bh = be.allocate(m * n * 2);
       be.upload(bx, 0, xr.data(), m * kr * 4);
+      // Only the BF16 scratch: none of the exact path's.
       linear_forward_row_parallel(be, comm, lw, bx.as<float>(), m, by.as<float>(),
-                                  bq.as<uint8_t>(), bs.as<float>(), {});  // no scratch needed
+                                  bq.as<uint8_t>(), bs.as<float>(),
+                                  {nullptr, nullptr, nullptr, bh.as<uint16_t>()});
       y[r].resize(m * n);
       be.download(by, 0, y[r].data(), m * n * 4);
     });
@@ -218,9 +253,82 @@ TEST_CASE("tp linear: without exact k parts, row-parallel FP8 is vLLM's local qu
           mag += std::fabs(p);
         }
         // E4M3 codes carry 3 mantissa bits: a relative rounding of at most 2^-4 each, and
-        // 2^-9 of the rank's row max below the normal range.
-        CHECK(std::fabs(y[0][i * n + o] - ref) <= 0.0625 * mag + 0.01);
+        // 2^-9 of the rank's row max below the normal range. BF16 keeps 8 significant bits:
+        // each rank's output and the sum round by at most 2^-8 of their size.
+        double bf16_terms = std::fabs(y[0][i * n + o]);
+        for (int r = 0; r < world; ++r) bf16_terms += std::fabs(alone[r][i * n + o]);
+        CHECK(std::fabs(y[0][i * n + o] - ref) <= 0.0625 * mag + 0.01 + 0x1p-8 * bf16_terms);
       }
+  }
+}
+
+}  // namespace octet
+
+namespace octet {
+
+// F32 weights (--quantization none): the CPU (exact k parts) keeps the FP32 all-reduce in rank
+// order, so y equals ((y_0 + y_1) + ...) of the ranks' products computed alone, bit for bit;
+// without exact k parts (CUDA) the outputs go through the BF16 all-reduce as the FP8 ones do.
+// Each rank's product alone (bias on rank 0 only, as shard_row_parallel keeps it) is the
+// expectation's input on both paths.
+TEST_CASE("tp linear: F32 row-parallel all-reduces in FP32 on the CPU and in BF16 without "
+          "exact k parts",
+          "[tp]") {
+  const int64_t m = 3, k = 96, n = 40;
+  const std::vector<float> x = random_vec(m * k, 21, 1.0f);
+  const std::vector<float> wf = random_vec(n * k, 22, 0.05f), bias = random_vec(n, 23, 0.5f);
+  for (int world : {2, 3, 4}) {
+    INFO("world " << world);
+    const int64_t kr = k / world;
+    auto shard = [&](int r) {
+      HostLinearView<float> v{wf.data(), n, k, nullptr, 0, bias.data()};
+      const HostLinearShard<float> sh = shard_row_parallel(v, r * kr, (r + 1) * kr, r == 0);
+      HostLinearWeight w;
+      w.name = "down_proj";
+      w.out_features = n;
+      w.in_features = kr;
+      w.w_f32 = sh.weight;
+      w.bias = sh.bias;
+      return w;
+    };
+    auto columns = [&](int r) {
+      std::vector<float> xr(m * kr);
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < kr; ++j) xr[i * kr + j] = x[i * k + r * kr + j];
+      return xr;
+    };
+    // One rank's y on `be`, alone (comm null: linear_forward) or row-parallel over comm.
+    auto run = [&](Backend& be, Communicator* comm, int r) {
+      const LinearWeight lw = upload_linear(be, shard(r));
+      const std::vector<float> xr = columns(r);
+      Buffer bx = be.allocate(m * kr * 4), by = be.allocate(m * n * 4),
+             bh = be.allocate(m * n * 2);
+      be.upload(bx, 0, xr.data(), m * kr * 4);
+      if (comm == nullptr)
+        linear_forward(be, lw, bx.as<float>(), m, by.as<float>(), nullptr, nullptr);
+      else
+        linear_forward_row_parallel(be, *comm, lw, bx.as<float>(), m, by.as<float>(), nullptr,
+                                    nullptr, {nullptr, nullptr, nullptr, bh.as<uint16_t>()});
+      std::vector<float> y(m * n);
+      be.download(by, 0, y.data(), m * n * 4);
+      return y;
+    };
+    std::vector<std::vector<float>> alone(world);
+    for (int r = 0; r < world; ++r) alone[r] = run(*make_backend("cpu"), nullptr, r);
+    const std::vector<float> fp32_sum = f32_reduced(alone), bf16_sum = bf16_reduced(alone);
+    REQUIRE(fp32_sum != bf16_sum);  // the two paths are told apart
+    std::vector<std::vector<float>> exact(world), inexact(world);
+    auto group = make_rank_group("cpu", world);
+    group->run([&](int r, Communicator& comm) {
+      exact[r] = run(*make_backend("cpu"), &comm, r);
+      NoExactParts be;
+      inexact[r] = run(be, &comm, r);
+    });
+    for (int r = 0; r < world; ++r) {
+      INFO("rank " << r);
+      CHECK(exact[r] == fp32_sum);
+      CHECK(inexact[r] == bf16_sum);
+    }
   }
 }
 
