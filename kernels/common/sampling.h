@@ -24,7 +24,7 @@
 
 namespace octet {
 
-/// What Backend::sample_rows does with one row. 32 bytes, the same on host and device.
+/// What Backend::sample_rows does with one row. 40 bytes, the same on host and device.
 struct SampleRowParams {
   enum Mode : int32_t {
     kSkip = 0,    // not sampled here: id -3 (the host samples the row from its logits)

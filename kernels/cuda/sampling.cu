@@ -4,7 +4,8 @@
 // select on order keys), the top_p bucket masses are exact FP64 sums (shared atomics: order-
 // free), and every order-dependent sum (the top_p walk, each block's lanes, the blocks) runs in
 // one thread in the reference's order. Costs a handful of passes over a row (L2-resident: a
-// 128K vocabulary is 512 KB) and a few microseconds of single-thread FP64 walks per row.
+// 128K vocabulary is 512 KB) and a few microseconds of single-thread FP64 walks per row, except
+// top_p on nearly flat rows (see nucleus()).
 #include "kernels/cuda/sampling.h"
 
 #include <cuda_runtime.h>
@@ -22,11 +23,12 @@ namespace {
 using namespace sampling_math;
 
 constexpr int kThreads = 1024;
+constexpr int kRound = 2 * kThreads;  // top_p walk keys sorted per round
 
 struct RowShared {
   double mass[256];           // top_p: FP64 mass per binary exponent of w
   unsigned int hist[256];     // radix-select histogram
-  unsigned long long keys[kThreads];  // one round of the top_p walk, sorted
+  unsigned long long keys[kRound];  // one round of the top_p walk, sorted
   float red_f[32];
   unsigned long long prefix;  // radix select result
   unsigned int remaining;     // radix select rank still to find
@@ -72,19 +74,18 @@ __device__ unsigned long long radix_select(int64_t n, unsigned long long k, Key 
   return prefix;
 }
 
-/// Bitonic sort of s.keys[0, kThreads) ascending.
+/// Bitonic sort of s.keys[0, kRound) ascending: each thread orders one pair a step.
 __device__ void sort_keys(RowShared& s) {
-  for (int size = 2; size <= kThreads; size *= 2)
+  for (int size = 2; size <= kRound; size *= 2)
     for (int stride = size / 2; stride > 0; stride /= 2) {
       __syncthreads();
-      const int i = threadIdx.x, j = i ^ stride;
-      if (j > i) {
-        const bool up = (i & size) == 0;
-        const unsigned long long a = s.keys[i], b = s.keys[j];
-        if ((a > b) == up) {
-          s.keys[i] = b;
-          s.keys[j] = a;
-        }
+      const int t = threadIdx.x;
+      const int i = (t / stride) * 2 * stride + t % stride, j = i + stride;
+      const bool up = (i & size) == 0;
+      const unsigned long long a = s.keys[i], b = s.keys[j];
+      if ((a > b) == up) {
+        s.keys[i] = b;
+        s.keys[j] = a;
       }
     }
   __syncthreads();
@@ -122,25 +123,26 @@ __device__ void nucleus(float* w, int64_t n, float top_p, RowShared& s) {
     return w[i] > 0.0f && static_cast<int>(bits(w[i]) >> 23) == crossing;
   };
   const auto key = [&](int64_t i) { return static_cast<unsigned long long>(nucleus_key(w[i], i)); };
-  // Rounds of up to kThreads candidates in walk order: those with a key above `low`.
+  // Rounds of up to kRound candidates in walk order: those with a key above `low`. A row
+  // whose crossing bucket holds most of a large vocabulary (a nearly flat distribution) takes
+  // width / kRound rounds of ~10 passes each: the slow case (~milliseconds a row).
   bool any_low = false;
   unsigned long long low = 0;
-  for (;;) {
+  if (threadIdx.x == 0) s.count = 0;
+  __syncthreads();
+  unsigned int mine = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) mine += in_bucket(i) ? 1u : 0u;
+  atomicAdd(&s.count, mine);
+  __syncthreads();
+  unsigned int left = s.count;
+  while (left > 0) {
     const auto above = [&](int64_t i) { return in_bucket(i) && (!any_low || key(i) > low); };
-    if (threadIdx.x == 0) s.count = 0;
-    __syncthreads();
-    unsigned int mine = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) mine += above(i) ? 1u : 0u;
-    atomicAdd(&s.count, mine);
-    __syncthreads();
-    const unsigned int left = s.count;
-    if (left == 0) break;
-    const unsigned int take = left < kThreads ? left : kThreads;
+    const unsigned int take = left < kRound ? left : kRound;
     unsigned long long high = ~0ull;
     if (take < left) high = radix_select<64, true>(n, take, key, above, s);
     __syncthreads();
     if (threadIdx.x == 0) s.count = 0;
-    s.keys[threadIdx.x] = ~0ull;
+    s.keys[threadIdx.x] = s.keys[threadIdx.x + kThreads] = ~0ull;
     __syncthreads();
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
       if (above(i) && key(i) <= high) s.keys[atomicAdd(&s.count, 1u)] = key(i);
@@ -151,13 +153,14 @@ __device__ void nucleus(float* w, int64_t n, float top_p, RowShared& s) {
           s.flag = 1;
           break;
         }
-        const int64_t id = static_cast<uint32_t>(s.keys[t]);
-        s.before += w[id];
-        s.last_id = id;
+        const unsigned long long k = s.keys[t];
+        s.before += from_bits(~static_cast<uint32_t>(k >> 32));  // the key's weight
+        s.last_id = static_cast<uint32_t>(k);
       }
     }
     __syncthreads();
-    if (s.flag || take == left) break;
+    if (s.flag) break;
+    left -= take;
     any_low = true;
     low = s.keys[take - 1];
     __syncthreads();
@@ -171,7 +174,7 @@ __device__ void nucleus(float* w, int64_t n, float top_p, RowShared& s) {
   __syncthreads();
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 1)
     sample_rows_kernel(float* __restrict__ x, int64_t width,
                        const SampleRowParams* __restrict__ params, LogitEdit* __restrict__ edits,
                        int32_t* __restrict__ ids) {
@@ -302,12 +305,19 @@ void sample_rows(float* x, int64_t rows, int64_t width, const SampleRowParams* p
   if (rows == 0) return;
   const int64_t blocks = (width + kSampleBlock - 1) / kSampleBlock;
   const size_t dynamic = static_cast<size_t>(blocks) * (sizeof(double) + sizeof(int32_t));
-  thread_local size_t opted_in = 48 * 1024 - sizeof(RowShared);  // per device thread
-  if (dynamic > opted_in) {
+  if (dynamic + sizeof(RowShared) > 48 * 1024) {  // past the default: opt in (per device)
+    int device = 0, optin = 0;
+    OCTET_CUDA_CHECK(cudaGetDevice(&device));
+    OCTET_CUDA_CHECK(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (dynamic + sizeof(RowShared) > static_cast<size_t>(optin))
+      throw std::invalid_argument("cuda sample_rows: width " + std::to_string(width) +
+                                  " needs " + std::to_string(dynamic + sizeof(RowShared)) +
+                                  " bytes of shared memory, more than the device's " +
+                                  std::to_string(optin));
     OCTET_CUDA_CHECK(cudaFuncSetAttribute(sample_rows_kernel,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(dynamic)));
-    opted_in = dynamic;
   }
   sample_rows_kernel<<<static_cast<unsigned>(rows), kThreads, dynamic, stream>>>(x, width, params,
                                                                                edits, ids);

@@ -14,7 +14,8 @@ namespace octet::cuda_kernels {
 /// no row has any). Rows sampled may be overwritten (processed logits, survivor weights); rows
 /// skipped or reported (kSampleNonFinite) are left as they were. Throws
 /// std::invalid_argument when width is outside [1, 2^28) (the exact FP64 bucket sums need
-/// fewer than 2^29 tokens).
+/// fewer than 2^29 tokens) or its per-block sums pass the device's shared memory (12 bytes per
+/// 256 tokens: ~4.7M tokens on an H100).
 void sample_rows(float* x, int64_t rows, int64_t width, const SampleRowParams* params,
                  LogitEdit* edits, int32_t* ids, cudaStream_t stream);
 
