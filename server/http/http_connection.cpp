@@ -15,6 +15,7 @@ Session::Session(tcp::socket&& socket, Shared& shared, bool probe_only)
       strand_(socket_.get_executor()),
       read_deadline_(strand_),
       write_deadline_(strand_),
+      paused_hold_(strand_),
       shared_(shared),
       ctx_(shared.ctx),
       buffer_(static_cast<size_t>(shared.ctx.config.max_header_bytes) + kReadSlackBytes),
@@ -160,6 +161,7 @@ void Session::close() {
   end_request(499);  // a request whose response was not completely written
   read_deadline_.cancel();
   write_deadline_.cancel();
+  paused_hold_.release();
   if (job_) job_->abort();
   beast::error_code ec;
   socket_.shutdown(tcp::socket::shutdown_both, ec);

@@ -46,14 +46,20 @@ inline std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(std::min(seconds, 1e12) * 1000.0));
 }
 
-/// Pipelined bytes a connection may buffer while its response is produced; beyond it the
-/// session stops reading (TCP back-pressure) until the response is done.
+/// Pipelined bytes a connection may buffer while its response is produced; from there on the
+/// session stops reading (TCP back-pressure on the client) until the response is written,
+/// however many requests the client has sent.
 inline constexpr size_t kMaxPipelinedBytes = 8 << 10;
+/// Bytes one read of the disconnect watch takes (into the read buffer, kept for the next
+/// request): a paused buffer holds less than kMaxPipelinedBytes + kWatchReadBytes.
+inline constexpr size_t kWatchReadBytes = 4 << 10;
 /// The read buffer holds at most --max-header-bytes plus this many bytes not parsed yet (a
 /// head, a chunk-size line, a chunked body's trailer, pipelined bytes): beyond it a request
 /// gets 431. Body bytes pass through it (they are parsed as they arrive), so it bounds a
 /// trailer, which Beast parses only once all of it is buffered, by about --max-header-bytes.
 inline constexpr size_t kReadSlackBytes = 16 << 10;
+// Pipelined bytes alone never fill the read buffer: only a head or trailer too large gets 431.
+static_assert(kMaxPipelinedBytes + kWatchReadBytes <= kReadSlackBytes);
 /// A read buffer grown past this (a large head) is shrunk once the request is parsed.
 inline constexpr size_t kKeptBufferBytes = 64 << 10;
 /// Bytes per async_write of a response; the write deadline (--read-timeout) is re-armed per
@@ -137,6 +143,32 @@ class Deadline {
   uint64_t gen_ = 0;
 };
 
+/// Keeps a session alive while none of its I/O is pending (the disconnect watch paused by
+/// pipelined bytes while the engine, whose notify holds only a weak reference, produces the
+/// response): a timer wait that never expires holds the reference until release(). Without it
+/// the session was destroyed mid-response, closing the connection with no answer.
+class Hold {
+ public:
+  explicit Hold(const net::any_io_executor& ex) : timer_(ex) {}
+  /// Holds `owner` until release(); does nothing while already held.
+  void take(std::shared_ptr<void> owner) {
+    if (held_) return;
+    held_ = true;
+    timer_.expires_at(net::steady_timer::time_point::max());
+    timer_.async_wait([owner = std::move(owner)](beast::error_code) {});
+  }
+  /// Lets the reference go (the cancelled wait's handler drops it, on the executor).
+  void release() {
+    if (!held_) return;
+    held_ = false;
+    timer_.cancel();
+  }
+
+ private:
+  net::steady_timer timer_;
+  bool held_ = false;
+};
+
 /// The outcome of preparing a request off the I/O threads: a reply, or a started job.
 struct Prepared {
   Reply reply;
@@ -197,6 +229,7 @@ class Session : public std::enable_shared_from_this<Session> {
   tcp::socket socket_;
   net::any_io_executor strand_;  // the socket's executor: a strand of the io_context
   Deadline read_deadline_, write_deadline_;
+  Hold paused_hold_;  // held while the disconnect watch is paused (watch())
   Shared& shared_;
   ServerContext& ctx_;
   beast::flat_buffer buffer_;
@@ -217,7 +250,9 @@ class Session : public std::enable_shared_from_this<Session> {
   CancelFlag prepare_cancel_;  // set when the client leaves while preparing_ (prepare_cancel.h)
   bool watching_ = false;
   bool repump_pending_ = false;  // pump() posted itself (GenerationJob::backlog)
-  bool resume_after_watch_ = false;
+  // What end_response left for the cancelled disconnect watch's completion to do.
+  enum class AfterWatch { kNothing, kReadNext, kLinger };
+  AfterWatch after_watch_ = AfterWatch::kNothing;
   bool closed_ = false;
   // The current request (begin_request .. end_request).
   bool request_active_ = false;

@@ -1,9 +1,10 @@
 // A Session's response (http_connection.h): the pump turns a generation's outputs into bytes a
 // bounded batch (kUpdatesPerPump) per handler and cuts off a client that leaves more than
 // kMaxQueuedWriteBytes unsent; the disconnect watch keeps one read pending while a response is
-// produced (a gone client's engine requests are aborted at once, pipelined bytes are kept up
-// to kMaxPipelinedBytes); the write queue sends in slices under the write deadline; the end of
-// a response leads to the next request or to the close.
+// produced (a gone client's engine requests are aborted at once; pipelined bytes are kept, and
+// from kMaxPipelinedBytes on the watch pauses: back-pressure, never a close); the write queue
+// sends in slices under the write deadline; the end of a response leads to the next request
+// or to the close.
 #include "server/http/http_connection.h"
 
 #include <mutex>
@@ -81,12 +82,17 @@ void Session::pump() {
   }
 }
 
+/// Keeps one read pending while a request is prepared or answered. With kMaxPipelinedBytes
+/// buffered it pauses instead (the client's further requests wait in TCP until this response is
+/// written): no read is pending then and the engine's notify holds only a weak reference, so
+/// paused_hold_ keeps the session until end_response or close.
 void Session::watch() {
   if (watching_ || closed_) return;
-  if (buffer_.max_size() - buffer_.size() < 4096) return;  // full of pipelined bytes: paused
+  if (buffer_.size() >= kMaxPipelinedBytes) return paused_hold_.take(shared_from_this());
+  paused_hold_.release();  // the pending read holds the session
   watching_ = true;
   socket_.async_read_some(
-      buffer_.prepare(4096),
+      buffer_.prepare(kWatchReadBytes),  // fits: kMaxPipelinedBytes + kWatchReadBytes <= slack
       net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t n) {
         self->on_watch(ec, n);
       }));
@@ -96,11 +102,10 @@ void Session::on_watch(beast::error_code ec, size_t n) {
   RequestLogScope scope(request_id_);
   watching_ = false;
   if (!ec) buffer_.commit(n);  // a pipelined request: kept for the next read
-  if (resume_after_watch_) {
-    resume_after_watch_ = false;
-    if (!ec || ec == net::error::operation_aborted) read_header();
-    else close();
-    return;
+  if (after_watch_ != AfterWatch::kNothing) {  // cancelled by end_response
+    const AfterWatch next = std::exchange(after_watch_, AfterWatch::kNothing);
+    if (ec && ec != net::error::operation_aborted) return close();
+    return next == AfterWatch::kReadNext ? read_header() : linger();
   }
   if (ec) {
     if (response_done_ && writing_) {
@@ -121,8 +126,7 @@ void Session::on_watch(beast::error_code ec, size_t n) {
     close();
     return;
   }
-  // Beyond a few KiB of pipelined bytes, stop reading until this response is done.
-  if ((job_ || preparing_) && buffer_.size() < kMaxPipelinedBytes) watch();
+  if (job_ || preparing_) watch();  // pauses once kMaxPipelinedBytes are buffered
 }
 
 void Session::queue_write(std::string data) {
@@ -170,22 +174,24 @@ void Session::on_write(beast::error_code ec, size_t written) {
 }
 
 /// The whole response is on the wire: next request (keep-alive) or close.
+/// Pipelined bytes after a Connection: close request are read and discarded (linger), never
+/// answered; closing with them unread would reset the connection and could lose the response.
 void Session::end_response() {
   response_done_ = false;
+  paused_hold_.release();  // the caller's handler holds the session
   end_request(status_);
   job_.reset();
   if (!keep_alive_) {
     beast::error_code ec;
     socket_.shutdown(tcp::socket::shutdown_send, ec);
-    if (watching_) return close();
-    return linger();
   }
   if (watching_) {
-    resume_after_watch_ = true;
+    after_watch_ = keep_alive_ ? AfterWatch::kReadNext : AfterWatch::kLinger;
     beast::error_code ec;
-    socket_.cancel(ec);  // the watch completes with operation_aborted, then reads on
+    socket_.cancel(ec);  // the watch completes with operation_aborted, then goes on
     return;
   }
+  if (!keep_alive_) return linger();
   read_header();
 }
 
