@@ -429,7 +429,8 @@ TEST_CASE("/health answers at once while large requests are prepared", "[http][s
       statuses[i] = status_of(r.bytes);
       done_s[i] = std::chrono::duration<double>(Clock::now() - t0).count();
     });
-  std::this_thread::sleep_for(1s);  // the bodies are in; tokenizing runs
+  std::this_thread::sleep_for(500ms);  // the bodies are in (~10 ms on loopback); tokenizing runs
+  const double asked_s = std::chrono::duration<double>(Clock::now() - t0).count();
   const Received health = roundtrip(server.port(), get("/health"), 30);
   const double health_s = std::chrono::duration<double>(Clock::now() - t0).count();
   for (auto& t : clients) t.join();
@@ -437,9 +438,10 @@ TEST_CASE("/health answers at once while large requests are prepared", "[http][s
   CHECK(statuses == std::vector<int>{200, 200});
   INFO("health answered at " << health_s << " s; the large requests at " << done_s[0]
                              << " s and " << done_s[1] << " s");
-  // The point of the test holds only if tokenizing was still going when /health was asked.
-  REQUIRE(std::min(done_s[0], done_s[1]) > 1.5);
-  CHECK(health_s < 1.3);
+  // The point of the test holds only if tokenizing was still going when /health was answered
+  // (relative times: an idle fast machine tokenizes both in ~1.3 s, a loaded one in several).
+  REQUIRE(std::min(done_s[0], done_s[1]) > health_s + 0.2);
+  CHECK(health_s - asked_s < 0.3);
 }
 
 TEST_CASE("accept errors back off instead of spinning the log", "[http][serve]") {
