@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -531,12 +532,12 @@ BACKEND_TEST_CASE("argmax_rows", argmax_rows_case)
 // Each row's token is the CPU reference's (kernels/cpu/sample_rows.h, itself checked against the
 // host sampler in test_device_sampling) for greedy, temperature, top_k, top_p (a flat row whose
 // top_p bucket holds thousands of tokens: several rounds of the walk), min_p, non-finite and
-// skipped rows mixed in one call; the rows not sampled keep their logits.
-void sample_rows_case(Backend& be) {
+// skipped rows mixed in one call; the rows not sampled keep their logits. Small widths (what
+// gpu_check's sanitizers run) and vocabulary-sized ones.
+void sample_rows_widths(Backend& be, std::initializer_list<int64_t> widths) {
   std::mt19937 rng(31);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (int64_t width : {int64_t{1}, int64_t{7}, int64_t{256}, int64_t{257}, int64_t{1000},
-                        int64_t{49152}, int64_t{128256}}) {
+  for (int64_t width : widths) {
     CAPTURE(width);
     const int64_t rows = 12;
     std::vector<float> x(static_cast<size_t>(rows * width));
@@ -604,7 +605,10 @@ void sample_rows_case(Backend& be) {
                         static_cast<size_t>(width) * sizeof(float)) == 0);
   }
 }
+void sample_rows_case(Backend& be) { sample_rows_widths(be, {1, 7, 256, 257, 1000}); }
+void sample_rows_vocab_case(Backend& be) { sample_rows_widths(be, {49152, 128256}); }
 BACKEND_TEST_CASE("sample_rows", sample_rows_case)
+BACKEND_TEST_CASE("sample_rows vocabulary widths", sample_rows_vocab_case)
 
 // ---- hadamard_rotate ----------------------------------------------------------------------------
 
