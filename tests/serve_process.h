@@ -103,6 +103,24 @@ class ServeProcess {
   int port() const { return port_; }
   std::string log() const { return slurp(log_); }
   pid_t pid() const { return pid_; }
+  /// Sends `sig` to the server.
+  void signal(int sig) const {
+    if (pid_ > 0) kill(pid_, sig);
+  }
+  /// The server's exit code once it exits within timeout_s (then it is gone), else -1.
+  int wait_exit(double timeout_s) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(timeout_s);
+    while (pid_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    return -1;
+  }
 
  private:
   std::string log_;

@@ -229,6 +229,20 @@ void serve(ServeConfig& cfg) {
     while (ctx.active_jobs.load() > 0 && std::chrono::steady_clock::now() < grace)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  // Sessions that answered their last request and are reading what their client still sends
+  // (a pipeline cut by the shutdown's Connection: close) close within kLingerSeconds (1 s):
+  // closing them now, with bytes unread, would reset the connection and could lose the answers
+  // already sent. Waited for until none has lingered for 100 ms, at most 1.5 s.
+  {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+    auto quiet_since = std::chrono::steady_clock::now();
+    while (std::chrono::steady_clock::now() < until) {
+      const auto now = std::chrono::steady_clock::now();
+      if (ctx.lingering.load() > 0) quiet_since = now;
+      if (now - quiet_since >= std::chrono::milliseconds(100)) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   http.reset();    // stops the I/O threads; open sessions abort their requests
   ctx.engine.store(nullptr);
   engine.reset();  // aborts anything left

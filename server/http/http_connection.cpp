@@ -141,6 +141,10 @@ void Session::reply_and_close(int status, const std::string& message,
 /// before the client reads it.
 void Session::linger() {
   if (closed_) return;
+  if (!lingering_) {
+    lingering_ = true;
+    ++ctx_.lingering;  // the serve command's shutdown waits for these (a bounded while)
+  }
   read_deadline_.arm(kLingerSeconds, [self = shared_from_this()] { self->close(); });
   drain();
 }
@@ -158,6 +162,8 @@ void Session::drain() {
 void Session::close() {
   if (closed_) return;
   closed_ = true;
+  if (lingering_) --ctx_.lingering;
+  lingering_ = false;
   end_request(499);  // a request whose response was not completely written
   read_deadline_.cancel();
   write_deadline_.cancel();

@@ -254,6 +254,7 @@ class Session : public std::enable_shared_from_this<Session> {
   enum class AfterWatch { kNothing, kReadNext, kLinger };
   AfterWatch after_watch_ = AfterWatch::kNothing;
   bool closed_ = false;
+  bool lingering_ = false;  // counted in ctx_.lingering until close()
   // The current request (begin_request .. end_request).
   bool request_active_ = false;
   std::string request_id_;

@@ -24,7 +24,9 @@ void Session::on_header(beast::error_code ec) {
   // What the head decides is taken from the head alone: a chunked body's trailer fields are
   // merged into the same field list by Beast, and must not authenticate or reframe.
   http10_ = req.version() < 11;
-  keep_alive_ = req.keep_alive() && !http10_;
+  // Shutting down: this request's answer (a 503) is the connection's last, so a pipelining
+  // client sees Connection: close and the rest of its pipeline is read and dropped (linger).
+  keep_alive_ = req.keep_alive() && !http10_ && !ctx_.shutting_down.load();
   authorization_ = std::string(req[http::field::authorization]);
   const bool has_body = parser_->chunked() || parser_->content_length().value_or(0) > 0;
   if (probe_only_) {

@@ -18,6 +18,7 @@ struct ServerContext {
   std::atomic<Engine*> engine{nullptr};  // set once loaded; owned by the serve command
   std::string chat_template;          // --chat-template file or the model's; set before engine
   std::atomic<bool> shutting_down{false};
+  std::atomic<int64_t> lingering{0};     // sessions reading and discarding before their close
   std::atomic<int64_t> active_jobs{0};   // generation requests whose response is not yet sent
   ServerMetrics metrics;
   int64_t created = 0;                // Unix seconds at start-up (/v1/models)

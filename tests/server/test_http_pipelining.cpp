@@ -1,7 +1,8 @@
 // HTTP/1.1 pipelining against the real `octet serve` on stories260K over loopback: many requests
 // in one write behind a running completion are answered in order, one response each, however
 // many bytes they take (the server stops reading while its buffer is full, and never drops the
-// connection); a pipeline is cut after a Connection: close request. Helpers in serve_process.h.
+// connection); a pipeline is cut after a Connection: close request, and by SIGTERM after a 503
+// that closes it cleanly. Helpers in serve_process.h.
 #include <catch2/catch.hpp>
 
 #include "serve_process.h"
@@ -30,6 +31,7 @@ struct Response {
   int status = 0;
   std::string request_id;  // the X-Request-Id the request sent, echoed
   bool chunked = false;
+  bool keep_alive = true;  // no Connection: close
   std::string body;  // de-chunked
 };
 
@@ -56,7 +58,7 @@ std::vector<Response> parse_responses(const std::string& bytes) {
     }
     const auto& m = p.get();
     out.push_back({static_cast<int>(m.result_int()), std::string(m["X-Request-Id"]),
-                   p.chunked(), m.body()});
+                   p.chunked(), m.keep_alive(), m.body()});
     at += used;
   }
   return out;
@@ -230,4 +232,66 @@ TEST_CASE("a request over the limits in a pipeline gets 431 or 413 after those b
     got.pop_back();
     check_in_order(got, n, 2);
   }
+}
+
+TEST_CASE("SIGTERM during a pipeline: the answers sent arrive, the last a 503 with close",
+          "[http][serve]") {
+  ServeProcess server({});
+  // 2000 one-token completions in one write (never all answered before the signal); SIGTERM
+  // once 20 have come back. The server finishes the request it is on, answers the next 503
+  // with Connection: close, reads and drops the rest, and closes cleanly (no reset, which
+  // would discard answers the client has not read yet).
+  const int n = 2000;
+  const std::string pipeline = pipeline_of(n, 20, 1);
+  const int fd = connect_to(server.port(), 30);
+  std::thread sender([&] {
+    size_t off = 0;
+    while (off < pipeline.size()) {
+      const ssize_t k = send(fd, pipeline.data() + off, pipeline.size() - off, MSG_NOSIGNAL);
+      if (k <= 0) return;  // the server closed: the rest is never read
+      off += static_cast<size_t>(k);
+    }
+  });
+  std::string bytes;
+  std::array<char, 65536> buf{};
+  bool signalled = false;
+  int end_errno = 0;
+  for (;;) {
+    const ssize_t k = recv(fd, buf.data(), buf.size(), 0);
+    if (k <= 0) {
+      end_errno = k == 0 ? 0 : errno;
+      break;
+    }
+    bytes.append(buf.data(), static_cast<size_t>(k));
+    if (!signalled && parse_responses(bytes).size() >= 20) {
+      server.signal(SIGTERM);
+      signalled = true;
+    }
+  }
+  shutdown(fd, SHUT_RDWR);
+  sender.join();
+  close(fd);
+  const int code = server.wait_exit(30);
+  INFO(log_tail(server));
+  REQUIRE(signalled);
+  CHECK(end_errno == 0);  // a clean close, not ECONNRESET (or a timeout)
+  const std::vector<Response> got = parse_responses(bytes);
+  REQUIRE(got.size() >= 21);
+  CHECK(got.size() < static_cast<size_t>(n));
+  // The answers in order: 200s (the requests taken before the signal), then 503s (a request
+  // whose head was read just before it may get one with keep-alive), the last one closing.
+  size_t ok = 0;
+  while (ok < got.size() && got[ok].status == 200) ++ok;
+  CHECK(ok >= 20);
+  check_in_order(std::vector<Response>(got.begin(), got.begin() + static_cast<long>(ok)),
+                 static_cast<int>(ok), 1);
+  for (size_t i = ok; i < got.size(); ++i) {
+    INFO("response " << i << ": " << got[i].body);
+    CHECK(got[i].status == 503);
+    CHECK(got[i].request_id == "pipe-" + std::to_string(i));
+    CHECK(got[i].body.find("shutting down") != std::string::npos);
+  }
+  CHECK(got.size() - ok <= 2);
+  CHECK_FALSE(got.back().keep_alive);
+  CHECK(code == 0);
 }
