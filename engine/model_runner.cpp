@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -139,13 +140,18 @@ ForwardBatch ModelRunner::build_batch(const SchedulerOutput& out, const KVCacheM
 namespace {
 
 // Whether kSample rows are sampled on `be`: its samples_on_device(), unless
-// OCTET_DEVICE_SAMPLING is "1" (on, e.g. the CPU reference in tests) or "0" (off).
+// OCTET_DEVICE_SAMPLING says on (1, true, yes, on: e.g. the CPU reference in tests) or off (0,
+// false, no, off), as the serve options' boolean environment variables.
 bool device_sampling_on(const Backend& be) {
   const char* v = std::getenv("OCTET_DEVICE_SAMPLING");
   if (v == nullptr || *v == '\0') return be.samples_on_device();
-  const std::string s = v;
-  if (s == "1" || s == "0") return s == "1";
-  throw std::invalid_argument("OCTET_DEVICE_SAMPLING must be 0 or 1, not '" + s + "'");
+  std::string s = v;
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  throw std::invalid_argument(
+      "OCTET_DEVICE_SAMPLING must be 1, true, yes, on, 0, false, no or off, not '" +
+      std::string(v) + "'");
 }
 
 }  // namespace

@@ -298,9 +298,15 @@ TEST_CASE("device sampling: a planned step reads tokens, and only the logits row
   const StepLogits h = host.step_all({0}, plan);
   CHECK(h.device_ids.empty());
   CHECK(h.logits.size() == static_cast<size_t>(vocab));
-  ScopedEnv bad("OCTET_DEVICE_SAMPLING", "yes");
+  {
+    ScopedEnv word("OCTET_DEVICE_SAMPLING", "Off");  // the serve options' boolean words
+    testing::RunnerLane off_lane(m, layers, 256, 4, false);
+    off_lane.add("a", testing::random_prompt(5, 9)).sampling_params = params[1];
+    CHECK(off_lane.step_all({0}, plan).device_ids.empty());
+  }
+  ScopedEnv bad("OCTET_DEVICE_SAMPLING", "banana");
   CHECK_THROWS_WITH(testing::RunnerLane(m, layers, 256, 4, false),
-                    Catch::Contains("OCTET_DEVICE_SAMPLING must be 0 or 1"));
+                    Catch::Contains("OCTET_DEVICE_SAMPLING must be 1, true, yes, on, 0, false"));
 }
 
 TEST_CASE("device sampling: an engine sampling on the backend gives the host sampler's tokens",
