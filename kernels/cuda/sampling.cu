@@ -24,6 +24,9 @@ using namespace sampling_math;
 
 constexpr int kThreads = 1024;
 constexpr int kRound = 2 * kThreads;  // top_p walk keys sorted per round
+// block_reduce<true> stands 0 in for absent warps: every warp present keeps a row's max right
+// when all its logits are negative.
+static_assert(kThreads == 32 * kWarpSize, "sample_rows_kernel needs 32 full warps");
 
 struct RowShared {
   double mass[256];           // top_p: FP64 mass per binary exponent of w
