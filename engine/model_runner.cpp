@@ -1,13 +1,12 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
-#include <cctype>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
+#include "engine/device_sampling_env.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/model_loader.h"
 #include "engine/request.h"
@@ -139,22 +138,14 @@ ForwardBatch ModelRunner::build_batch(const SchedulerOutput& out, const KVCacheM
 
 namespace {
 
-// Whether kSample rows are sampled on `be`: its samples_on_device(), unless
-// OCTET_DEVICE_SAMPLING says on (1, true, yes, on: e.g. the CPU reference in tests) or off (0,
-// false, no, off), as the serve options' boolean environment variables.
+// Whether kSample rows are sampled on `be`: its samples_on_device() unless overridden.
 bool device_sampling_on(const Backend& be) {
-  const char* v = std::getenv("OCTET_DEVICE_SAMPLING");
-  if (v == nullptr || *v == '\0') return be.samples_on_device();
-  std::string s = v;
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
-  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
-  throw std::invalid_argument(
-      "OCTET_DEVICE_SAMPLING must be 1, true, yes, on, 0, false, no or off, not '" +
-      std::string(v) + "'");
+  const int forced = device_sampling_override();
+  return forced < 0 ? be.samples_on_device() : forced == 1;
 }
 
 }  // namespace
+
 
 ModelRunner::ModelRunner(const LlamaModel& model, PagedKVCache& cache,
                          int64_t max_num_batched_tokens, int64_t max_num_seqs) {

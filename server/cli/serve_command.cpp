@@ -21,6 +21,7 @@
 #include "config/file_read.h"
 #include "config/serve_config.h"
 #include "engine/engine.h"
+#include "engine/device_sampling_env.h"
 #include "server/openai/chat_render.h"
 #include "server/cli/command.h"
 #include "server/cli/commands.h"
@@ -266,6 +267,7 @@ int run_serve(int argc, const char* const* argv) {
   try {
     args = ServeConfig::with_environment(std::vector<std::string>(argv, argv + argc),
                                          [](const std::string& name) { return std::getenv(name.c_str()); });
+    device_sampling_override();  // a bad OCTET_DEVICE_SAMPLING fails here, not after loading
   } catch (const std::invalid_argument& e) {
     std::cerr << "octet serve: " << e.what() << "\n";
     return 2;
