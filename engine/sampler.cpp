@@ -129,18 +129,10 @@ void keep_nucleus(float* w, int64_t n, float top_p) {
     std::memcpy(&bits, &w[i], sizeof bits);
     mass[bits >> 23] += w[i];  // w in [0, 1]: the sign bit is 0
   }
-  double total = 0.0;
-  for (int e = 255; e >= 0; --e) total += mass[e];
-  const double target = static_cast<double>(top_p) * total;
-  double before = 0.0;
-  int crossing = 0;
-  for (int e = 255; e > 0; --e) {
-    if (before + mass[e] >= target) {
-      crossing = e;
-      break;
-    }
-    before += mass[e];
-  }
+  const sampling_math::NucleusCrossing start = sampling_math::nucleus_crossing(mass, top_p);
+  const double target = start.target;
+  double before = start.before;
+  const int crossing = start.crossing;
   std::vector<Candidate>& c = t_nucleus;
   c.clear();
   for (int64_t i = 0; i < n; ++i) {
@@ -244,54 +236,9 @@ bool has_processors(const SamplingParams& p, int64_t num_output) {
          p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
 }
 
-/// Sum of w: [n] in a fixed order: FP32 blocks of kBlock (8 lanes), added in FP64.
-constexpr int64_t kBlock = 256;
-float block_sum(const float* w, int64_t n) {
-  float lane[8] = {};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) lane[j] += w[i + j];
-  float s = 0.0f;
-  for (; i < n; ++i) s += w[i];
-  for (int j = 0; j < 8; ++j) s += lane[j];
-  return s;
-}
-
-/// Inverse CDF over w: [n] in id order at u in [0, 1): the first token whose cumulative weight
-/// exceeds u * total. Blocks first, then tokens inside the block; if rounding leaves the walk
-/// short, the last token with weight > 0 so far.
-int32_t inverse_cdf(const float* w, int64_t n, double u) {
-  thread_local std::vector<double> blocks;
-  blocks.clear();
-  double total = 0.0;
-  for (int64_t b = 0; b < n; b += kBlock) {
-    blocks.push_back(block_sum(w + b, std::min(kBlock, n - b)));
-    total += blocks.back();
-  }
-  const double target = u * total;
-  double acc = 0.0;
-  int32_t last = -1;
-  for (size_t bi = 0; bi < blocks.size(); ++bi) {
-    const int64_t b = static_cast<int64_t>(bi) * kBlock;
-    if (acc + blocks[bi] <= target) {
-      acc += blocks[bi];
-      if (blocks[bi] > 0.0)
-        for (int64_t i = std::min(n, b + kBlock) - 1; i >= b; --i)
-          if (w[i] > 0.0f) {
-            last = static_cast<int32_t>(i);
-            break;
-          }
-      continue;
-    }
-    for (int64_t i = b; i < std::min(n, b + kBlock); ++i) {
-      if (w[i] <= 0.0f) continue;
-      acc += w[i];
-      last = static_cast<int32_t>(i);
-      if (target < acc) return last;
-    }
-  }
-  return last;
-}
+/// The draw's blocks (kernels/common/sampling.h), also the logprobs sum's FP32 partial sums.
+constexpr int64_t kBlock = kSampleBlock;
+using sampling_math::inverse_cdf;
 
 }  // namespace
 

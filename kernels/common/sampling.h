@@ -14,7 +14,9 @@
 // Plain C++ with no CUDA include: under nvcc OCTET_SAMPLING_HD is __host__ __device__.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #if defined(__CUDACC__)
 #define OCTET_SAMPLING_HD __host__ __device__
@@ -176,9 +178,82 @@ OCTET_SAMPLING_HD inline uint64_t nucleus_key(float w, int64_t id) {
   return (static_cast<uint64_t>(~bits(w)) << 32) | static_cast<uint32_t>(id);
 }
 
+/// Where the top_p walk starts, from mass[256]: the FP64 sums of the weights by binary exponent
+/// (bits(w) >> 23; exact, so in any order). target = top_p * total; crossing: the exponent
+/// where the mass from the top first reaches target (0 when none does); before: the mass above
+/// it.
+struct NucleusCrossing {
+  double before;
+  double target;
+  int crossing;
+};
+OCTET_SAMPLING_HD inline NucleusCrossing nucleus_crossing(const double* mass, float top_p) {
+  double total = 0.0;
+  for (int e = 255; e >= 0; --e) total += mass[e];
+  NucleusCrossing c{0.0, static_cast<double>(top_p) * total, 0};
+  for (int e = 255; e > 0; --e) {
+    if (c.before + mass[e] >= c.target) {
+      c.crossing = e;
+      break;
+    }
+    c.before += mass[e];
+  }
+  return c;
+}
+
+/// FP32 sum of one draw block w: [n] (n <= kSampleBlock): kSampleLanes interleaved lanes over
+/// the whole groups, the tail, then the lanes in order.
+OCTET_SAMPLING_HD inline float block_sum(const float* w, int64_t n) {
+  float lane[kSampleLanes] = {};
+  int64_t i = 0;
+  for (; i + kSampleLanes <= n; i += kSampleLanes)
+    for (int j = 0; j < kSampleLanes; ++j) lane[j] = add(lane[j], w[i + j]);
+  float s = 0.0f;
+  for (; i < n; ++i) s = add(s, w[i]);
+  for (int j = 0; j < kSampleLanes; ++j) s = add(s, lane[j]);
+  return s;
+}
+
 /// Whether token i with weight w stays in the nucleus that ends at (last_w, last_id).
 OCTET_SAMPLING_HD inline bool in_nucleus(float w, int64_t i, float last_w, int64_t last_id) {
   return w > last_w || (w == last_w && i <= last_id);
+}
+
+/// The draw on the host: the first token of w: [n] (weights >= 0) whose cumulative weight
+/// exceeds u * total, blocks of kSampleBlock summed by block_sum and added in FP64; if rounding
+/// leaves the walk short, the last token with weight > 0; -1 when every weight is 0.
+inline int32_t inverse_cdf(const float* w, int64_t n, double u) {
+  thread_local std::vector<double> blocks;
+  blocks.clear();
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += kSampleBlock) {
+    blocks.push_back(block_sum(w + b, std::min(kSampleBlock, n - b)));
+    total += blocks.back();
+  }
+  const double target = u * total;
+  double acc = 0.0;
+  int32_t last = -1;
+  for (size_t bi = 0; bi < blocks.size(); ++bi) {
+    const int64_t b = static_cast<int64_t>(bi) * kSampleBlock;
+    const int64_t end = std::min(n, b + kSampleBlock);
+    if (acc + blocks[bi] <= target) {
+      acc += blocks[bi];
+      if (blocks[bi] > 0.0)
+        for (int64_t i = end - 1; i >= b; --i)
+          if (w[i] > 0.0f) {
+            last = static_cast<int32_t>(i);
+            break;
+          }
+      continue;
+    }
+    for (int64_t i = b; i < end; ++i) {
+      if (w[i] <= 0.0f) continue;
+      acc += w[i];
+      last = static_cast<int32_t>(i);
+      if (target < acc) return last;
+    }
+  }
+  return last;
 }
 
 }  // namespace sampling_math

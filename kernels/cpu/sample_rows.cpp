@@ -18,18 +18,10 @@ thread_local std::vector<uint64_t> t_keys;  // top_p bucket, in walk order
 void nucleus(std::vector<float>& w, int64_t n, float top_p) {
   double mass[256] = {};
   for (int64_t i = 0; i < n; ++i) mass[bits(w[i]) >> 23] += w[i];  // exact: order-free
-  double total = 0.0;
-  for (int e = 255; e >= 0; --e) total += mass[e];
-  const double target = static_cast<double>(top_p) * total;
-  double before = 0.0;
-  int crossing = 0;
-  for (int e = 255; e > 0; --e) {
-    if (before + mass[e] >= target) {
-      crossing = e;
-      break;
-    }
-    before += mass[e];
-  }
+  const NucleusCrossing start = nucleus_crossing(mass, top_p);
+  const double target = start.target;
+  double before = start.before;
+  const int crossing = start.crossing;
   std::vector<uint64_t>& keys = t_keys;
   keys.clear();
   for (int64_t i = 0; i < n; ++i)
@@ -47,49 +39,6 @@ void nucleus(std::vector<float>& w, int64_t n, float top_p) {
   const float last_w = w[last_id];
   for (int64_t i = 0; i < n; ++i)
     if (!in_nucleus(w[i], i, last_w, last_id)) w[i] = 0.0f;
-}
-
-/// FP32 sum of one block w: [n] (n <= kSampleBlock): kSampleLanes interleaved lanes over the
-/// whole groups, the tail, then the lanes in order.
-float block_sum(const float* w, int64_t n) {
-  float lane[kSampleLanes] = {};
-  int64_t i = 0;
-  for (; i + kSampleLanes <= n; i += kSampleLanes)
-    for (int j = 0; j < kSampleLanes; ++j) lane[j] = add(lane[j], w[i + j]);
-  float s = 0.0f;
-  for (; i < n; ++i) s = add(s, w[i]);
-  for (int j = 0; j < kSampleLanes; ++j) s = add(s, lane[j]);
-  return s;
-}
-
-/// The draw: the first token whose cumulative weight exceeds u * total, blocks summed in FP64;
-/// the last token with weight > 0 when rounding leaves the walk short.
-int32_t inverse_cdf(const float* w, int64_t n, double u) {
-  std::vector<double> blocks;
-  double total = 0.0;
-  for (int64_t b = 0; b < n; b += kSampleBlock) {
-    blocks.push_back(block_sum(w + b, std::min(kSampleBlock, n - b)));
-    total += blocks.back();
-  }
-  const double target = u * total;
-  double acc = 0.0;
-  int32_t last = -1;
-  for (size_t bi = 0; bi < blocks.size(); ++bi) {
-    const int64_t b = static_cast<int64_t>(bi) * kSampleBlock, end = std::min(n, b + kSampleBlock);
-    if (acc + blocks[bi] <= target) {
-      acc += blocks[bi];
-      for (int64_t i = b; i < end; ++i)
-        if (w[i] > 0.0f) last = static_cast<int32_t>(i);
-      continue;
-    }
-    for (int64_t i = b; i < end; ++i) {
-      if (w[i] <= 0.0f) continue;
-      acc += w[i];
-      last = static_cast<int32_t>(i);
-      if (target < acc) return last;
-    }
-  }
-  return last;
 }
 
 }  // namespace

@@ -102,21 +102,10 @@ __device__ void nucleus(float* w, int64_t n, float top_p, RowShared& s) {
     if (w[i] > 0.0f) atomicAdd(&s.mass[bits(w[i]) >> 23], static_cast<double>(w[i]));
   __syncthreads();
   if (threadIdx.x == 0) {
-    double total = 0.0;
-    for (int e = 255; e >= 0; --e) total += s.mass[e];
-    const double target = static_cast<double>(top_p) * total;
-    double before = 0.0;
-    int crossing = 0;
-    for (int e = 255; e > 0; --e) {
-      if (before + s.mass[e] >= target) {
-        crossing = e;
-        break;
-      }
-      before += s.mass[e];
-    }
-    s.before = before;
-    s.target = target;
-    s.crossing = crossing;
+    const NucleusCrossing start = nucleus_crossing(s.mass, top_p);
+    s.before = start.before;
+    s.target = start.target;
+    s.crossing = start.crossing;
     s.last_id = -1;
     s.flag = 0;  // 1: the walk is done
   }
@@ -255,13 +244,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t b = threadIdx.x; b < blocks; b += blockDim.x) {
     const float* w = row + b * kSampleBlock;
     const int64_t len = min(kSampleBlock, width - b * kSampleBlock);
-    float lane[kSampleLanes] = {};
-    int64_t i = 0;
-    for (; i + kSampleLanes <= len; i += kSampleLanes)
-      for (int j = 0; j < kSampleLanes; ++j) lane[j] = add(lane[j], w[i + j]);
-    float sum = 0.0f;
-    for (; i < len; ++i) sum = add(sum, w[i]);
-    for (int j = 0; j < kSampleLanes; ++j) sum = add(sum, lane[j]);
+    const float sum = block_sum(w, len);
     int32_t last = -1;
     for (int64_t t = len - 1; t >= 0; --t)
       if (w[t] > 0.0f) {
