@@ -11,18 +11,15 @@
 //         crosses top_p * total, walked in (w descending, id ascending) order in FP64;
 //   the draw: inverse CDF at u * total over blocks of kSampleBlock tokens in id order, each
 //         block's FP32 sum taken in kSampleLanes interleaved lanes and the blocks added in FP64.
-// Plain C++ with no CUDA include: under nvcc OCTET_SAMPLING_HD is __host__ __device__.
+// Plain C++ with no CUDA include: under nvcc OCTET_HD is __host__ __device__.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <vector>
 
-#if defined(__CUDACC__)
-#define OCTET_SAMPLING_HD __host__ __device__
-#else
-#define OCTET_SAMPLING_HD
-#endif
+#include "kernels/common/rounded_math.h"
+
 
 namespace octet {
 
@@ -74,41 +71,7 @@ inline constexpr int kSampleLanes = 8;
 
 namespace sampling_math {
 
-OCTET_SAMPLING_HD inline float mul(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-OCTET_SAMPLING_HD inline float add(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-OCTET_SAMPLING_HD inline float sub(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fsub_rn(a, b);
-#else
-  return a - b;
-#endif
-}
-OCTET_SAMPLING_HD inline uint32_t bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  return __builtin_bit_cast(uint32_t, x);
-#endif
-}
-OCTET_SAMPLING_HD inline float from_bits(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  return __builtin_bit_cast(float, u);
-#endif
-}
+using namespace rounded;  // each FP32 operation rounded once, float bit casts
 
 // Cody-Waite ln 2 split and Cephes' expf polynomial (engine/sampler.cpp's vector exp uses these).
 inline constexpr float kLog2e = 1.44269504088896341f;
@@ -124,62 +87,55 @@ inline constexpr float kExpP5 = 5.0000001201e-1f;
 /// exp(x) for x <= 0 or -inf, FP32, each operation rounded once: x = n ln2 + r, the
 /// polynomial in r, times 2^n. 0 below -87 and for -inf. Bit for bit engine/sampler.cpp's
 /// exp_nonpositive (test_device_sampling checks it over a sweep of inputs).
-OCTET_SAMPLING_HD inline float exp_nonpositive(float x) {
+OCTET_HD inline float exp_nonpositive(float x) {
   if (!(x >= -87.0f)) return 0.0f;
-  const int32_t ni = static_cast<int32_t>(sub(mul(x, kLog2e), 0.5f));  // truncation: ceil
+  const int32_t ni = static_cast<int32_t>(sub_rn(mul_rn(x, kLog2e), 0.5f));  // truncation: ceil
   const float n = static_cast<float>(ni);
-  const float r = add(sub(x, mul(n, kLn2Hi)), mul(n, kLn2Lo));
-  float p = add(mul(r, kExpP0), kExpP1);
-  p = add(mul(p, r), kExpP2);
-  p = add(mul(p, r), kExpP3);
-  p = add(mul(p, r), kExpP4);
-  p = add(mul(p, r), kExpP5);
-  p = add(add(mul(mul(p, r), r), r), 1.0f);
-  return mul(p, from_bits(static_cast<uint32_t>(ni + 127) << 23));
-}
-
-OCTET_SAMPLING_HD inline float div(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
+  const float r = add_rn(sub_rn(x, mul_rn(n, kLn2Hi)), mul_rn(n, kLn2Lo));
+  float p = add_rn(mul_rn(r, kExpP0), kExpP1);
+  p = add_rn(mul_rn(p, r), kExpP2);
+  p = add_rn(mul_rn(p, r), kExpP3);
+  p = add_rn(mul_rn(p, r), kExpP4);
+  p = add_rn(mul_rn(p, r), kExpP5);
+  p = add_rn(add_rn(mul_rn(mul_rn(p, r), r), r), 1.0f);
+  return mul_rn(p, bits_float(static_cast<uint32_t>(ni + 127) << 23));
 }
 
 /// Logit l after edit e, in engine/sampler.cpp apply_processors' order: bias, mask,
 /// repetition, frequency, presence, each rounded once.
-OCTET_SAMPLING_HD inline float apply_edit(float l, const LogitEdit& e) {
-  if (e.flags & LogitEdit::kBias) l = add(l, e.bias);
-  if (e.flags & LogitEdit::kMask) l = from_bits(0xFF800000u);  // -inf
-  if (e.flags & LogitEdit::kRepeat) l = l > 0.0f ? div(l, e.repetition) : mul(l, e.repetition);
-  if (e.flags & LogitEdit::kCount) l = sub(sub(l, e.frequency), e.presence);
+OCTET_HD inline float apply_edit(float l, const LogitEdit& e) {
+  if (e.flags & LogitEdit::kBias) l = add_rn(l, e.bias);
+  if (e.flags & LogitEdit::kMask) l = bits_float(0xFF800000u);  // -inf
+  if (e.flags & LogitEdit::kRepeat)
+    l = l > 0.0f ? div_rn(l, e.repetition) : mul_rn(l, e.repetition);
+  if (e.flags & LogitEdit::kCount) l = sub_rn(sub_rn(l, e.frequency), e.presence);
   return l;
 }
 
 /// The weight of logit x in a row with largest value mx: 0 when x is below the top_k threshold
 /// or its weight below min_p.
-OCTET_SAMPLING_HD inline float survivor_weight(float x, float mx, float inv_temperature,
+OCTET_HD inline float survivor_weight(float x, float mx, float inv_temperature,
                                                float threshold, float min_p) {
-  const float e = exp_nonpositive(mul(sub(x, mx), inv_temperature));
+  const float e = exp_nonpositive(mul_rn(sub_rn(x, mx), inv_temperature));
   return x >= threshold && e >= min_p ? e : 0.0f;
 }
 
 /// A float's bits as an unsigned key that orders like the value (-0 just below +0).
-OCTET_SAMPLING_HD inline uint32_t order_key(float x) {
-  const uint32_t u = bits(x);
+OCTET_HD inline uint32_t order_key(float x) {
+  const uint32_t u = float_bits(x);
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
-OCTET_SAMPLING_HD inline float from_order_key(uint32_t k) {
-  return from_bits((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
+OCTET_HD inline float from_order_key(uint32_t k) {
+  return bits_float((k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k);
 }
 
 /// The top_p walk's order as one ascending key: weight w (>= 0) descending, then id ascending.
-OCTET_SAMPLING_HD inline uint64_t nucleus_key(float w, int64_t id) {
-  return (static_cast<uint64_t>(~bits(w)) << 32) | static_cast<uint32_t>(id);
+OCTET_HD inline uint64_t nucleus_key(float w, int64_t id) {
+  return (static_cast<uint64_t>(~float_bits(w)) << 32) | static_cast<uint32_t>(id);
 }
 
 /// Where the top_p walk starts, from mass[256]: the FP64 sums of the weights by binary exponent
-/// (bits(w) >> 23; exact, so in any order). target = top_p * total; crossing: the exponent
+/// (bits >> 23; exact, so in any order). target = top_p * total; crossing: the exponent
 /// where the mass from the top first reaches target (0 when none does); before: the mass above
 /// it.
 struct NucleusCrossing {
@@ -187,7 +143,7 @@ struct NucleusCrossing {
   double target;
   int crossing;
 };
-OCTET_SAMPLING_HD inline NucleusCrossing nucleus_crossing(const double* mass, float top_p) {
+OCTET_HD inline NucleusCrossing nucleus_crossing(const double* mass, float top_p) {
   double total = 0.0;
   for (int e = 255; e >= 0; --e) total += mass[e];
   NucleusCrossing c{0.0, static_cast<double>(top_p) * total, 0};
@@ -203,19 +159,19 @@ OCTET_SAMPLING_HD inline NucleusCrossing nucleus_crossing(const double* mass, fl
 
 /// FP32 sum of one draw block w: [n] (n <= kSampleBlock): kSampleLanes interleaved lanes over
 /// the whole groups, the tail, then the lanes in order.
-OCTET_SAMPLING_HD inline float block_sum(const float* w, int64_t n) {
+OCTET_HD inline float block_sum(const float* w, int64_t n) {
   float lane[kSampleLanes] = {};
   int64_t i = 0;
   for (; i + kSampleLanes <= n; i += kSampleLanes)
-    for (int j = 0; j < kSampleLanes; ++j) lane[j] = add(lane[j], w[i + j]);
+    for (int j = 0; j < kSampleLanes; ++j) lane[j] = add_rn(lane[j], w[i + j]);
   float s = 0.0f;
-  for (; i < n; ++i) s = add(s, w[i]);
-  for (int j = 0; j < kSampleLanes; ++j) s = add(s, lane[j]);
+  for (; i < n; ++i) s = add_rn(s, w[i]);
+  for (int j = 0; j < kSampleLanes; ++j) s = add_rn(s, lane[j]);
   return s;
 }
 
 /// Whether token i with weight w stays in the nucleus that ends at (last_w, last_id).
-OCTET_SAMPLING_HD inline bool in_nucleus(float w, int64_t i, float last_w, int64_t last_id) {
+OCTET_HD inline bool in_nucleus(float w, int64_t i, float last_w, int64_t last_id) {
   return w > last_w || (w == last_w && i <= last_id);
 }
 

@@ -17,7 +17,7 @@ thread_local std::vector<uint64_t> t_keys;  // top_p bucket, in walk order
 /// of the crossing bucket).
 void nucleus(std::vector<float>& w, int64_t n, float top_p) {
   double mass[256] = {};
-  for (int64_t i = 0; i < n; ++i) mass[bits(w[i]) >> 23] += w[i];  // exact: order-free
+  for (int64_t i = 0; i < n; ++i) mass[float_bits(w[i]) >> 23] += w[i];  // exact: order-free
   const NucleusCrossing start = nucleus_crossing(mass, top_p);
   const double target = start.target;
   double before = start.before;
@@ -25,7 +25,7 @@ void nucleus(std::vector<float>& w, int64_t n, float top_p) {
   std::vector<uint64_t>& keys = t_keys;
   keys.clear();
   for (int64_t i = 0; i < n; ++i)
-    if (static_cast<int>(bits(w[i]) >> 23) == crossing && w[i] > 0.0f)
+    if (static_cast<int>(float_bits(w[i]) >> 23) == crossing && w[i] > 0.0f)
       keys.push_back(nucleus_key(w[i], i));
   if (keys.empty()) return;
   std::sort(keys.begin(), keys.end());

@@ -15,58 +15,17 @@
 #include <cstdint>
 #include <cstring>
 
-#if defined(__CUDACC__)
-#define OCTET_HD __host__ __device__
-#else
-#define OCTET_HD
-#endif
+#include "kernels/common/rounded_math.h"
 
 namespace octet::cuda_math {
 
-// ---- Bits and correctly rounded operations ---------------------------------------------------
+// ---- Bits and correctly rounded operations (kernels/common/rounded_math.h) --------------------
 
-OCTET_HD inline uint32_t float_bits(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-#endif
-}
-
-OCTET_HD inline float bits_float(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-#endif
-}
-
-/// a * b, a + b, a / b rounded to nearest even, never fused with a neighbouring operation.
-OCTET_HD inline float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-OCTET_HD inline float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-OCTET_HD inline float div_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fdiv_rn(a, b);
-#else
-  return a / b;
-#endif
-}
+using rounded::add_rn;
+using rounded::bits_float;
+using rounded::div_rn;
+using rounded::float_bits;
+using rounded::mul_rn;
 
 OCTET_HD inline float max_ignore_nan(float a, float b) { return fmaxf(a, b); }
 

@@ -99,7 +99,7 @@ __device__ void nucleus(float* w, int64_t n, float top_p, RowShared& s) {
   for (int b = threadIdx.x; b < 256; b += blockDim.x) s.mass[b] = 0.0;
   __syncthreads();
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
-    if (w[i] > 0.0f) atomicAdd(&s.mass[bits(w[i]) >> 23], static_cast<double>(w[i]));
+    if (w[i] > 0.0f) atomicAdd(&s.mass[float_bits(w[i]) >> 23], static_cast<double>(w[i]));
   __syncthreads();
   if (threadIdx.x == 0) {
     const NucleusCrossing start = nucleus_crossing(s.mass, top_p);
@@ -112,7 +112,7 @@ __device__ void nucleus(float* w, int64_t n, float top_p, RowShared& s) {
   __syncthreads();
   const int crossing = s.crossing;
   const auto in_bucket = [&](int64_t i) {
-    return w[i] > 0.0f && static_cast<int>(bits(w[i]) >> 23) == crossing;
+    return w[i] > 0.0f && static_cast<int>(float_bits(w[i]) >> 23) == crossing;
   };
   const auto key = [&](int64_t i) { return static_cast<unsigned long long>(nucleus_key(w[i], i)); };
   // Rounds of up to kRound candidates in walk order: those with a key above `low`. A row
@@ -146,7 +146,7 @@ __device__ void nucleus(float* w, int64_t n, float top_p, RowShared& s) {
           break;
         }
         const unsigned long long k = s.keys[t];
-        s.before += from_bits(~static_cast<uint32_t>(k >> 32));  // the key's weight
+        s.before += bits_float(~static_cast<uint32_t>(k >> 32));  // the key's weight
         s.last_id = static_cast<uint32_t>(k);
       }
     }
