@@ -1,11 +1,12 @@
-// The kernels CudaBackend (cuda_backend.cu) queues for one Backend call, op by op: the launch
-// model that kernels/launch_counter.h tallies while another backend runs the ops (the CPU
-// rehearsal of `octet bench latency --device cuda`'s kernels per decode step), and that the GPU
-// test test_cuda_launch_count checks against the kernel nodes of a captured decode graph.
+// The kernels CudaBackend (cuda_backend_ops.cu, cuda_backend_linear.cu) queues for one Backend
+// call, op by op: the launch model that kernels/launch_counter.h tallies while another backend
+// runs the ops (the CPU rehearsal of `octet bench latency --device cuda`'s kernels per decode
+// step), and that the GPU test test_cuda_launch_count checks against the kernel nodes of a
+// captured decode graph.
 // Plain C++17 without CUDA types. Assumes an sm_89+ GPU (FP8 tensor cores) on which cuBLASLt
 // has a batch-invariant algorithm for every shape lt_refusal accepts (gemm_policy.h), operands
 // 16-byte aligned. Memory copies (attention plan uploads) are not kernels and not counted.
-// Keep it in step with cuda_backend.cu: a change of dispatch there changes a count here.
+// Keep it in step with those files: a change of dispatch there changes a count here.
 #pragma once
 
 #include <cstdint>

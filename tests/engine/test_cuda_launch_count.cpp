@@ -1,7 +1,7 @@
 // The CPU rehearsal of the kernel count (kernels/launch_counter.h with launch_model.h's rules)
 // against the real thing: the kernel nodes of the CUDA backend's batch-1 decode graph
 // (Backend::graph_kernel_count), for stories260K on the FP32 and FP8 paths, through `bench
-// latency`'s engine. A change of dispatch in cuda_backend.cu that launch_model.h does not
+// latency`'s engine. A change of dispatch in cuda_backend_*.cu that launch_model.h does not
 // follow fails here. Needs a GPU (exit 77 without one).
 #include <catch2/catch.hpp>
 

@@ -1,5 +1,5 @@
 // kernels/cuda/launch_model.h: the kernels the CUDA backend queues per call, by hand from
-// cuda_backend.cu's dispatch (the rules LaunchCounter applies; test_bench_latency counts whole
+// cuda_backend_*.cu's dispatch (the rules LaunchCounter applies; test_bench_latency counts whole
 // decode steps with them).
 #include <catch2/catch.hpp>
 
