@@ -70,6 +70,15 @@ std::string kernel_figures_json(const std::string& device) {
   j["attention_slope_ms_per_1k"] = to_json(f.attention_slope_ms_per_1k);
   j["attention_slope_ms_per_1k_32_layers"] = to_json(f.attention_slope_ms_per_1k_32_layers);
   j["fp8_over_bf16_attention_slope"] = to_json(f.fp8_over_bf16_attention_slope);
+  const OuterVecFigure& o = f.fp8_outer_vec;
+  j["fp8_outer_vec"] = {{"status", o.status},
+                        {"m", o.m},
+                        {"n", o.n},
+                        {"k", o.k},
+                        {"ms", to_json(o.ms)},
+                        {"plain_ms", to_json(o.plain_ms)},
+                        {"equal_fraction", to_json(o.equal_fraction)},
+                        {"max_rel_diff", to_json(o.max_rel_diff)}};
   return j.dump();
 }
 

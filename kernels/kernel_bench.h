@@ -61,6 +61,15 @@ struct AttentionFigure {
   Figure fraction_of_copy;  // gbs / d2d_copy_gbs
 };
 
+/// cuBLASLt's outer-vector FP8 scales against octet's GEMM and epilogue kernel, one shape
+/// (kernels/cuda/kernel_figures.h time_outer_vec_fp8). CUDA only.
+struct OuterVecFigure {
+  std::string status;  // "accepted", "refused: <cuBLASLt's answer>" or "n/a (reason)"
+  int64_t m = 0, n = 0, k = 0;
+  Figure ms, plain_ms;                  // the outer-vector GEMM; octet's GEMM + epilogue
+  Figure equal_fraction, max_rel_diff;  // outputs with octet's bits; largest relative difference
+};
+
 /// What `octet bench kernels --device D --json` prints (docs/benchmarks.md, "Device figures").
 struct KernelFigures {
   std::string device;  // the backend's name
@@ -80,6 +89,7 @@ struct KernelFigures {
   std::map<std::string, Figure> attention_slope_ms_per_1k;
   std::map<std::string, Figure> attention_slope_ms_per_1k_32_layers;
   Figure fp8_over_bf16_attention_slope;  // fp8_e4m3 slope / bf16 slope (the seed's: 0.54)
+  OuterVecFigure fp8_outer_vec;          // Llama-3.1-8B's o_proj at m = 2048 (CUDA)
 };
 
 /// Measures the figures on `device` ("cpu", "cuda", "cuda:N"): on CUDA at Llama-3.1-8B sizes

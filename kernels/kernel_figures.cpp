@@ -172,6 +172,28 @@ void time_gemms_cuda(const std::string& device, const Sizes& sizes, std::vector<
     }
   }
 }
+
+// cuBLASLt's outer-vector FP8 scales at f's shape; a CUDA error becomes the status, so the
+// other figures still print.
+void outer_vec_cuda(const std::string& device, const Sizes& sizes, OuterVecFigure& f) {
+  const Figure none = Figure::none("n/a (not accepted)");
+  f.ms = f.plain_ms = f.equal_fraction = f.max_rel_diff = none;
+  try {
+    const auto t =
+        cuda_kernels::time_outer_vec_fp8(cuda_index(device), f.m, f.n, f.k, sizes.gemm_repeats);
+    if (t.plain_ms > 0) f.plain_ms = Figure::of(t.plain_ms);
+    if (!t.accepted) {
+      f.status = "refused: " + t.why;
+      return;
+    }
+    f.status = "accepted";
+    f.ms = t.ms > 0 ? Figure::of(t.ms) : Figure::none("n/a (the timer read 0)");
+    f.equal_fraction = Figure::of(t.equal_fraction);
+    f.max_rel_diff = Figure::of(t.max_rel_diff);
+  } catch (const std::exception& e) {
+    f.status = std::string("n/a (") + e.what() + ")";
+  }
+}
 #endif
 
 // The CPU backend's linears: BF16 weights with FP32 activations (Backend::linear), FP8 W8A8
@@ -374,15 +396,21 @@ KernelFigures measure_kernel_figures(const std::string& device) {
   f.sizes = cuda ? "llama-3.1-8b" : "cpu rehearsal (shapes / 8, m <= 64, peak 512^3, contexts "
                                     "256-2048, batch 1 and 4)";
   f.gemm = gemm_cases(sizes);
+  f.fp8_outer_vec.m = 2048, f.fp8_outer_vec.n = 4096, f.fp8_outer_vec.k = 4096;  // 8B's o_proj
   if (cuda) {
 #if defined(OCTET_HAVE_CUDA)
     time_gemms_cuda(resolve_device(device), sizes, f.gemm);
     f.d2d_copy_gbs = Figure::of(cuda_kernels::d2d_copy_gbs(cuda_index(resolve_device(device)),
                                                            sizes.copy_bytes, 20));
+    outer_vec_cuda(resolve_device(device), sizes, f.fp8_outer_vec);
 #endif
   } else {
     time_gemms_cpu(*be, sizes, f.gemm);
     f.d2d_copy_gbs = Figure::of(host_copy_gbs(sizes.copy_bytes, 5));
+    const Figure none = Figure::none("n/a (CUDA only: cuBLASLt's scale modes)");
+    f.fp8_outer_vec.status = none.na;
+    f.fp8_outer_vec.ms = f.fp8_outer_vec.plain_ms = none;
+    f.fp8_outer_vec.equal_fraction = f.fp8_outer_vec.max_rel_diff = none;
   }
   summarize_gemms(sizes, f);
   time_attention(*be, sizes, f);

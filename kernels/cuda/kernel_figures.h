@@ -1,10 +1,12 @@
 // The CUDA half of `octet bench kernels --device cuda` (kernel_figures.cu): cuBLASLt GEMM times
-// through the production wrapper (gemm.h LtGemm::matmul) and the device-to-device copy
-// bandwidth, both timed with CUDA events. Plain C++, so that kernels/kernel_figures.cpp reaches
-// it without nvcc (as kernel_bench.h is reached from engine/).
+// through the production wrapper (gemm.h LtGemm::matmul), cuBLASLt's outer-vector FP8 scales
+// against it, and the device-to-device copy bandwidth, all timed with CUDA events. Plain C++,
+// so that kernels/kernel_figures.cpp reaches it without nvcc (as kernel_bench.h is reached
+// from engine/).
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace octet::cuda_kernels {
@@ -31,6 +33,23 @@ struct GemmTiming {
 /// on a CUDA error (cudaErrorMemoryAllocation included).
 std::vector<GemmTiming> time_lt_gemms(int device, const std::vector<GemmTimingCase>& cases,
                                       int repeats);
+
+/// cuBLASLt's outer-vector FP8 scales (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F on A and B:
+/// d[i, j] = a_scale[i] w_scale[j] sum_t act[i, t] w[j, t], FP32 out) against octet's path
+/// (LtGemm::matmul, then the w8a8_scale epilogue kernel), on the same E4M3 operands and scales.
+struct OuterVecTiming {
+  bool accepted = false;  // cuBLASLt offered an algorithm under LtGemm's preference and ran it
+  std::string why;        // !accepted: the call that refused and its status
+  double ms = 0.0;        // median of `repeats`: the outer-vector GEMM
+  double plain_ms = 0.0;  // median of `repeats`: octet's GEMM plus its epilogue kernel
+  double equal_fraction = 0.0;  // outputs whose bits equal octet's
+  double max_rel_diff = 0.0;    // max |outer - octet| / |octet| over the outputs
+};
+
+/// Runs that comparison on GPU `device` for one m x n x k, after 3 untimed calls of each.
+/// Operands as time_lt_gemms'; per-token and per-channel scales in [2^-8, 2^-7). Reports a
+/// refusal in `why` (never throws for one); throws std::runtime_error on a CUDA error.
+OuterVecTiming time_outer_vec_fp8(int device, int64_t m, int64_t n, int64_t k, int repeats);
 
 /// Device-to-device copy bandwidth of GPU `device`, GB/s counting read and write (2 * bytes /
 /// time): cudaMemcpyAsync device to device, the median of `repeats` copies of `bytes` (each
