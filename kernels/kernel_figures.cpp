@@ -402,7 +402,6 @@ KernelFigures measure_kernel_figures(const std::string& device) {
     time_gemms_cuda(resolve_device(device), sizes, f.gemm);
     f.d2d_copy_gbs = Figure::of(cuda_kernels::d2d_copy_gbs(cuda_index(resolve_device(device)),
                                                            sizes.copy_bytes, 20));
-    outer_vec_cuda(resolve_device(device), sizes, f.fp8_outer_vec);
 #endif
   } else {
     time_gemms_cpu(*be, sizes, f.gemm);
@@ -414,6 +413,10 @@ KernelFigures measure_kernel_figures(const std::string& device) {
   }
   summarize_gemms(sizes, f);
   time_attention(*be, sizes, f);
+#if defined(OCTET_HAVE_CUDA)
+  // Last: a fault in an untried cuBLASLt mode would poison the context for any figure after it.
+  if (cuda) outer_vec_cuda(resolve_device(device), sizes, f.fp8_outer_vec);
+#endif
   return f;
 }
 
