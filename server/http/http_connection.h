@@ -229,7 +229,7 @@ class Session : public std::enable_shared_from_this<Session> {
   tcp::socket socket_;
   net::any_io_executor strand_;  // the socket's executor: a strand of the io_context
   Deadline read_deadline_, write_deadline_;
-  Hold paused_hold_;  // held while the disconnect watch is paused (watch())
+  Hold paused_hold_;  // held while the disconnect watch is paused or ended by a half-close
   Shared& shared_;
   ServerContext& ctx_;
   beast::flat_buffer buffer_;
@@ -249,6 +249,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bool preparing_ = false;  // the current request is on a preparation thread
   CancelFlag prepare_cancel_;  // set when the client leaves while preparing_ (prepare_cancel.h)
   bool watching_ = false;
+  // The client shut down its sending side (end-of-file; `nc -N`, HTTP/1.0 tools): it may still
+  // read, so the requests it sent are answered; nothing more is read, the watch included.
+  bool peer_eof_ = false;
   bool repump_pending_ = false;  // pump() posted itself (GenerationJob::backlog)
   // What end_response left for the cancelled disconnect watch's completion to do.
   enum class AfterWatch { kNothing, kReadNext, kLinger };
