@@ -21,8 +21,10 @@
 // run (503 beyond); a client that leaves meanwhile has its job aborted on arrival.
 //
 // Protocol: request heads are checked by validate_request_head (http_message.h) before the
-// body is read; authentication (routes.h authorized) comes before routing; HTTP/1.0 clients
-// get one response per connection and close-delimited streams.
+// body is read; routing reads the target's origin-form (origin_form: an absolute-form target
+// is routed on its path, any other form gets 400); authentication (routes.h authorized) comes
+// before routing; HTTP/1.0 clients get one response per connection and close-delimited
+// streams.
 //
 // Limits: request headers over max_header_bytes get 431, bodies over max_body_bytes 413 (both
 // close the connection); a chunked body's trailer counts against max_header_bytes too (the read
