@@ -57,7 +57,7 @@ void Session::on_header(beast::error_code ec) {
   // declared Content-Length up front: idle clients declaring 16 MiB each could hold it all).
   body_lease_ = BodyLease(&shared_.body_budget, 0);
   if (req[http::field::expect] == "100-continue") queue_write("HTTP/1.1 100 Continue\r\n\r\n");
-  read_deadline_.arm(ctx_.config.read_timeout, [self = shared_from_this()] { self->close(); });
+  arm_read_timeout(ctx_.config.read_timeout);
   on_body_part(beast::error_code{});  // no body (is_done already), or body bytes buffered
 }
 

@@ -364,6 +364,40 @@ TEST_CASE("a request head must arrive within --read-timeout once begun", "[http]
   CHECK(after < 15.0);  // about 2 s; far below the 60 s idle timeout
 }
 
+TEST_CASE("a request not complete within --read-timeout gets 408, an idle connection just closes",
+          "[http][serve]") {
+  // They were closed with no answer. All four connections wait at once (about 2 s in all).
+  ServeProcess server({"--idle-timeout", "2", "--read-timeout", "1"});
+  const int body = connect_to(server.port());   // 30 of 100 body bytes
+  const int head = connect_to(server.port());   // half a head
+  const int after = connect_to(server.port());  // a whole request, then half a head
+  const int idle = connect_to(server.port());   // no byte at all
+  send_all(body, "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n" +
+                     std::string(30, ' '));
+  send_all(head, "POST /v1/completions HTTP/1.1\r\nHost: t\r\n");
+  send_all(after, "GET /health HTTP/1.1\r\nHost: t\r\n\r\nGET /health HTTP/1.1\r\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const int fd : {body, head, after}) {
+    const Received r = read_all(fd);
+    close(fd);
+    INFO(r.bytes);
+    CHECK(r.closed);
+    const size_t at = r.bytes.find("HTTP/1.1 408 Request Timeout\r\n");
+    REQUIRE(at != std::string::npos);
+    CHECK(r.bytes.find("Connection: close\r\n", at) != std::string::npos);
+    CHECK(r.bytes.find("--read-timeout", at) != std::string::npos);
+    CHECK(count_of(r.bytes, "HTTP/1.1 ") == (fd == after ? 2 : 1));  // /health's 200 first
+  }
+  const Received r = read_all(idle);
+  close(idle);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r.closed);
+  CHECK(r.bytes.empty());
+  CHECK(waited < 8.0);  // about 2 s (--idle-timeout)
+  CHECK(server.log().find("POST /v1/completions 408") != std::string::npos);  // access log
+}
+
 TEST_CASE("serve --max-total-body-bytes bounds the bodies held across connections", "[http][serve]") {
   ServeProcess server({"--max-body-bytes", "1000", "--max-total-body-bytes", "1500"});
   // A holds the 900 body bytes it has sent (its body is incomplete); B's 1000 do not fit.
