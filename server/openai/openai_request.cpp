@@ -153,8 +153,7 @@ std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
   for (const auto& t : v) {
     auto i = as_integer(t);
     if (!i || *i < 0 || *i > std::numeric_limits<int32_t>::max())
-      throw bad_request(std::string("'") + key +
-                            "' must hold integer token ids in [0, 2147483647], got " +
+      throw bad_request(std::string("'") + key + "' must hold token ids in [0, 2147483647], got " +
                             describe_json(t),
                         key);
     ids.push_back(static_cast<int32_t>(*i));
@@ -193,7 +192,8 @@ void parse_common(Fields& f, GenerateRequest& r) {
   }
   if (const json* v = f.get("stop")) p.stop = parse_stop(*v);
   if (const json* v = f.get("stop_token_ids")) {
-    if (!v->is_array()) throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids");
+    if (!v->is_array())
+      throw bad_request("'stop_token_ids' must be a list of token ids", "stop_token_ids");
     p.stop_token_ids = parse_token_ids(*v, "stop_token_ids");
   }
   if (auto v = f.boolean("ignore_eos")) p.ignore_eos = *v;
