@@ -46,7 +46,6 @@ void Session::read_header() {
   parser_->header_limit(static_cast<uint32_t>(ctx_.config.max_header_bytes));  // validated
   parser_->body_limit(static_cast<uint64_t>(ctx_.config.max_body_bytes));
   if (buffer_.size() > 0) return read_header_bytes();  // a pipelined request has begun
-  if (peer_eof_) return close();  // half-closed, and every request it sent is answered
   // Idle (keep-alive) until the first byte of a request; from then on the whole head must
   // arrive within --read-timeout (a head trickled a byte at a time held its connection for
   // the whole idle timeout, and again after each byte).
@@ -171,7 +170,7 @@ void Session::reply_and_close(int status, const std::string& message,
 /// Closing with unread bytes would reset the connection, and a reset can discard the answer
 /// before the client reads it.
 void Session::linger() {
-  if (closed_ || peer_eof_) return close();  // half-closed: nothing more will come
+  if (closed_) return;
   if (!lingering_) {
     lingering_ = true;
     ++ctx_.lingering;  // the serve command's shutdown waits for these (a bounded while)

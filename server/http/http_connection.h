@@ -233,7 +233,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Deadline read_deadline_, write_deadline_;
   double read_timeout_s_ = 0;    // the begun request's limit (arm_read_timeout)
   bool read_timed_out_ = false;  // it passed: the cancelled read's completion answers 408
-  Hold paused_hold_;  // held while the disconnect watch is paused or ended by a half-close
+  Hold paused_hold_;  // held while the disconnect watch is paused (watch())
   Shared& shared_;
   ServerContext& ctx_;
   beast::flat_buffer buffer_;
@@ -253,9 +253,6 @@ class Session : public std::enable_shared_from_this<Session> {
   bool preparing_ = false;  // the current request is on a preparation thread
   CancelFlag prepare_cancel_;  // set when the client leaves while preparing_ (prepare_cancel.h)
   bool watching_ = false;
-  // The client shut down its sending side (end-of-file; `nc -N`, HTTP/1.0 tools): it may still
-  // read, so the requests it sent are answered; nothing more is read, the watch included.
-  bool peer_eof_ = false;
   bool repump_pending_ = false;  // pump() posted itself (GenerationJob::backlog)
   // What end_response left for the cancelled disconnect watch's completion to do.
   enum class AfterWatch { kNothing, kReadNext, kLinger };

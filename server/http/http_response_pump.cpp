@@ -88,10 +88,7 @@ void Session::pump() {
 /// paused_hold_ keeps the session until end_response or close.
 void Session::watch() {
   if (watching_ || closed_) return;
-  // After a half-close there is nothing more to read (a read would end at once, again and
-  // again): no read is pending, so paused_hold_ keeps the session, as when paused.
-  if (peer_eof_ || buffer_.size() >= kMaxPipelinedBytes)
-    return paused_hold_.take(shared_from_this());
+  if (buffer_.size() >= kMaxPipelinedBytes) return paused_hold_.take(shared_from_this());
   paused_hold_.release();  // the pending read holds the session
   watching_ = true;
   socket_.async_read_some(
@@ -105,17 +102,11 @@ void Session::on_watch(beast::error_code ec, size_t n) {
   RequestLogScope scope(request_id_);
   watching_ = false;
   if (!ec) buffer_.commit(n);  // a pipelined request: kept for the next read
-  // End-of-file is a half-close, not a departure: the client shut down its sending side and
-  // may still read, so the requests it sent are answered (a reset or a failed write is a
-  // client gone). Its pipelined requests are in buffer_ and are answered in order.
-  const bool eof = ec == net::error::eof;
-  if (eof) peer_eof_ = true;
   if (after_watch_ != AfterWatch::kNothing) {  // cancelled by end_response
     const AfterWatch next = std::exchange(after_watch_, AfterWatch::kNothing);
-    if (ec && ec != net::error::operation_aborted && !eof) return close();
+    if (ec && ec != net::error::operation_aborted) return close();
     return next == AfterWatch::kReadNext ? read_header() : linger();
   }
-  if (eof) return watch();  // holds the session until the response ends
   if (ec) {
     if (response_done_ && writing_) {
       // The whole response is queued and its last write in flight: a client that read it and

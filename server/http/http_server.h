@@ -7,12 +7,8 @@
 // flag), where the session drains the stream without blocking and writes SSE chunks. So 64+
 // concurrent streams cost one small heap object and a socket each, never a thread each, and no
 // HTTP thread ever waits on the model. While a response is being generated the session keeps
-// one read pending on the socket: a reset means the client went away, and its engine requests
-// are aborted at once (streaming or not), which frees their KV blocks. End-of-file is a
-// half-close (`nc -N`, HTTP/1.0 tools: the client may still read): the requests received are
-// answered in order, then the connection closes. A client that closed its socket entirely
-// looks the same until a write to it fails: a stream is aborted within a chunk or two, a
-// non-streaming request runs to its end (its answer is then dropped).
+// one read pending on the socket: end-of-file or a reset means the client went away, and its
+// engine requests are aborted at once (streaming or not), which frees their KV blocks.
 //
 // Preparation: parsing a body, rendering the chat template, tokenizing and detokenizing run
 // on a pool of num_prepare_threads threads, never on an I/O thread (/health, /metrics and
