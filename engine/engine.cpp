@@ -322,9 +322,9 @@ std::vector<std::shared_ptr<RequestStream>> Engine::add_requests(std::vector<New
     RequestState& st = pr.st;
     st.stream = std::make_shared<RequestStream>();
     st.arrival = Clock::now();
-    st.rng.seed(params.seed >= 0 ? static_cast<uint64_t>(params.seed)
-                                 : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
-                                       std::random_device{}());
+    st.rng.seed(params.seed ? static_cast<uint64_t>(*params.seed)  // two's complement
+                            : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                                  std::random_device{}());
     pr.immediate = params.max_tokens == 0 && params.prompt_logprobs < 0;
     if (!pr.immediate) {
       st.detok =

@@ -4,6 +4,7 @@
 // validate() is in sampling_params.cpp.
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -55,7 +56,9 @@ struct SamplingParams {
   int64_t top_k = 0;         // keep the k most likely tokens (ties at the k-th kept); 0/-1 = all;
                              // at most kMaxTopK
   float min_p = 0.0f;        // drop tokens with p < min_p * p_max; in [0, 1]
-  int64_t seed = -1;         // -1 = nondeterministic; else the request's own RNG stream
+  // none = nondeterministic; else the request's own RNG stream, seeded with the value's two's
+  // complement (any int64 is a seed; the OpenAI server reads a request's -1 as none)
+  std::optional<int64_t> seed;
   float presence_penalty = 0.0f;    // [-2, 2], subtracted once per token seen in the output
   float frequency_penalty = 0.0f;   // [-2, 2], subtracted per occurrence in the output
   float repetition_penalty = 1.0f;  // [0.01, 100]; prompt + output tokens: l > 0 ? l / p : l * p

@@ -109,7 +109,7 @@ int run_generate(int argc, const char* const* argv) {
     SamplingParams params;
     params.temperature = static_cast<float>(cfg.temperature);
     params.top_p = static_cast<float>(cfg.top_p);
-    params.seed = cfg.seed;
+    if (cfg.seed != -1) params.seed = cfg.seed;  // -1: nondeterministic
     params.max_tokens = cfg.max_tokens;
     params.ignore_eos = cfg.ignore_eos;
     std::vector<std::shared_ptr<RequestStream>> streams;

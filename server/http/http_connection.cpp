@@ -1,8 +1,11 @@
 // One HTTP connection's life (Session, http_connection.h): reading a request's head and body
 // within the idle and read timeouts, holding the body's bytes against the server-wide
-// --max-total-body-bytes budget as they are buffered, answering read errors (431, 413, 400),
-// refusing and closing, lingering after a close so that the answer is not lost to a reset.
+// --max-total-body-bytes budget as they are buffered, answering read errors (431, 413, 400)
+// and a request not complete in time (408), refusing and closing, lingering after a close so
+// that the answer is not lost to a reset.
 #include "server/http/http_connection.h"
+
+#include <sstream>
 
 #include "server/http/http_message.h"
 #include "server/http/request_log.h"
@@ -38,6 +41,7 @@ void Session::start() {
 
 void Session::read_header() {
   if (closed_) return;
+  read_timed_out_ = false;
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(ctx_.config.max_header_bytes));  // validated
   parser_->body_limit(static_cast<uint64_t>(ctx_.config.max_body_bytes));
@@ -61,9 +65,8 @@ void Session::read_header() {
 /// Reads and parses the request head, which must be complete within --read-timeout.
 void Session::read_header_bytes() {
   if (closed_) return;
-  const double limit = probe_only_ ? std::min(ctx_.config.read_timeout, kProbeIdleSeconds)
-                                   : ctx_.config.read_timeout;
-  read_deadline_.arm(limit, [self = shared_from_this()] { self->close(); });
+  arm_read_timeout(probe_only_ ? std::min(ctx_.config.read_timeout, kProbeIdleSeconds)
+                               : ctx_.config.read_timeout);
   http::async_read_header(
       socket_, buffer_, *parser_,
       net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -93,13 +96,40 @@ void Session::on_body_part(beast::error_code ec) {
                                     std::to_string(shared_.body_budget.capacity()) +
                                     " bytes, --max-total-body-bytes); retry later");
   }
-  if (!parser_->is_done()) return read_body();
+  if (!parser_->is_done()) {
+    // The deadline may have passed as this part arrived: no further read would be cancelled.
+    if (read_timed_out_) return on_read_error(net::error::operation_aborted);
+    return read_body();
+  }
   read_deadline_.cancel();
   if (buffer_.capacity() > kKeptBufferBytes) buffer_.shrink_to_fit();
   handle(parser_->release());
 }
 
+/// A request has begun (a byte of its head arrived): its head, then its body, must each be
+/// complete within `seconds`, or it gets 408 (on_read_timeout).
+void Session::arm_read_timeout(double seconds) {
+  read_timeout_s_ = seconds;
+  read_timed_out_ = false;
+  read_deadline_.arm(seconds, [self = shared_from_this()] { self->on_read_timeout(); });
+}
+
+/// The begun request is not complete in time: the pending read is cancelled, and its
+/// completion answers 408 and closes (on_read_error). cancel() would also cut a 100 Continue
+/// still being written; then the connection just closes, as before 408 was sent.
+void Session::on_read_timeout() {
+  read_timed_out_ = true;
+  beast::error_code ec;
+  socket_.cancel(ec);
+}
+
 void Session::on_read_error(beast::error_code ec) {
+  if (std::exchange(read_timed_out_, false) && ec == net::error::operation_aborted && !closed_) {
+    std::ostringstream limit;
+    limit << read_timeout_s_;
+    return reply_and_close(408, "the request was not complete within " + limit.str() +
+                                    " s (--read-timeout); the connection is closed");
+  }
   if (ec == http::error::header_limit) {
     reply_and_close(431, "request headers larger than " +
                              std::to_string(ctx_.config.max_header_bytes) + " bytes");

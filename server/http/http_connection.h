@@ -197,6 +197,8 @@ class Session : public std::enable_shared_from_this<Session> {
   void read_header_bytes();
   void read_body();
   void on_body_part(beast::error_code ec);
+  void arm_read_timeout(double seconds);
+  void on_read_timeout();
   void on_read_error(beast::error_code ec);
   void reply_and_close(int status, const std::string& message, const std::string& code = "");
   void linger();
@@ -229,6 +231,8 @@ class Session : public std::enable_shared_from_this<Session> {
   tcp::socket socket_;
   net::any_io_executor strand_;  // the socket's executor: a strand of the io_context
   Deadline read_deadline_, write_deadline_;
+  double read_timeout_s_ = 0;    // the begun request's limit (arm_read_timeout)
+  bool read_timed_out_ = false;  // it passed: the cancelled read's completion answers 408
   Hold paused_hold_;  // held while the disconnect watch is paused (watch())
   Shared& shared_;
   ServerContext& ctx_;

@@ -1,5 +1,6 @@
 #include "server/http/http_message.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include <boost/beast/http.hpp>
@@ -95,6 +96,22 @@ std::optional<HeadError> validate_request_head(const http::request_header<>& hea
   if (hosts == 0 && head.version() >= 11)
     return HeadError{400, "an HTTP/1.1 request needs a Host header"};
   return std::nullopt;
+}
+
+std::optional<std::string> origin_form(std::string_view target) {
+  if (!target.empty() && target[0] == '/') return std::string(target);
+  const size_t colon = target.find("://");
+  if (colon == std::string_view::npos) return std::nullopt;
+  const std::string scheme = lower_trimmed(target.substr(0, colon));
+  if (scheme.size() != colon || (scheme != "http" && scheme != "https")) return std::nullopt;
+  const std::string_view rest = target.substr(colon + 3);
+  const size_t end = std::min(rest.find('/'), rest.find('?'));  // the authority's end
+  const std::string_view authority = rest.substr(0, end);
+  if (authority.empty() || authority.find('@') != std::string_view::npos) return std::nullopt;
+  if (end == std::string_view::npos) return std::string("/");
+  const std::string_view path_and_query = rest.substr(end);
+  return path_and_query[0] == '/' ? std::string(path_and_query)
+                                  : "/" + std::string(path_and_query);
 }
 
 }  // namespace octet::server

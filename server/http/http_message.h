@@ -2,9 +2,11 @@
 // Bytes on the wire for HTTP/1.1 responses (RFC 9112): complete responses with a
 // Content-Length, server-sent-event streams in chunked transfer coding (HTTP/1.1) or
 // close-delimited (HTTP/1.0) (https://html.spec.whatwg.org/multipage/server-sent-events.html),
-// and the checks a request head must pass before its body is read.
+// and the checks a request head must pass before its body is read (its framing and Host, the
+// form of its target).
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <boost/beast/http/message.hpp>
 
@@ -41,5 +43,13 @@ struct HeadError {
 /// at most one (3.2). Returns the error to answer, or nullopt when the head is acceptable.
 std::optional<HeadError> validate_request_head(
     const boost::beast::http::request_header<>& head);
+
+/// The origin-form (path and query) of a request target, which routing reads (RFC 9112 3.2):
+/// an origin-form target ("/v1/models?x=1") as it is; an absolute-form one, which servers
+/// must accept ("http://host:8000/v1/models?x=1", scheme http or https in any case), as its
+/// path ("/" when empty) and query. nullopt for any other target: authority-form
+/// ("host:443", CONNECT's), asterisk-form ("*"), another scheme, an empty host or one with
+/// userinfo (RFC 9110 4.2.1, 4.2.4), or garbage.
+std::optional<std::string> origin_form(std::string_view target);
 
 }  // namespace octet::server

@@ -14,13 +14,20 @@ namespace octet::server::detail {
 void Session::on_header(beast::error_code ec) {
   read_deadline_.cancel();
   if (ec) return on_read_error(ec);
-  const auto& req = parser_->get();
+  auto& req = parser_->get();
+  // Routing, the access log and handle() read the target's origin-form (an absolute-form
+  // target, "http://host/v1/models", becomes "/v1/models").
+  const std::optional<std::string> origin = origin_form(req.target());
+  if (origin && *origin != req.target()) req.target(*origin);
   const std::string target(req.target());
   begin_request(std::string(req.method_string()), target.substr(0, target.find('?')),
                 std::string_view(req["X-Request-Id"]));
   RequestLogScope scope(request_id_);
   if (auto error = validate_request_head(req.base()))
     return reply_and_close(error->status, error->message);
+  if (!origin)
+    return reply_and_close(400, "malformed request target '" + target.substr(0, 200) +
+                                    "': a path (/v1/completions) or an http(s) URI is expected");
   // What the head decides is taken from the head alone: a chunked body's trailer fields are
   // merged into the same field list by Beast, and must not authenticate or reframe.
   http10_ = req.version() < 11;
@@ -50,7 +57,7 @@ void Session::on_header(beast::error_code ec) {
   // declared Content-Length up front: idle clients declaring 16 MiB each could hold it all).
   body_lease_ = BodyLease(&shared_.body_budget, 0);
   if (req[http::field::expect] == "100-continue") queue_write("HTTP/1.1 100 Continue\r\n\r\n");
-  read_deadline_.arm(ctx_.config.read_timeout, [self = shared_from_this()] { self->close(); });
+  arm_read_timeout(ctx_.config.read_timeout);
   on_body_part(beast::error_code{});  // no body (is_done already), or body bytes buffered
 }
 

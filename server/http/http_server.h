@@ -17,17 +17,19 @@
 // run (503 beyond); a client that leaves meanwhile has its job aborted on arrival.
 //
 // Protocol: request heads are checked by validate_request_head (http_message.h) before the
-// body is read; authentication (routes.h authorized) comes before routing; HTTP/1.0 clients
-// get one response per connection and close-delimited streams.
+// body is read; routing reads the target's origin-form (origin_form: an absolute-form target
+// is routed on its path, any other form gets 400); authentication (routes.h authorized) comes
+// before routing; HTTP/1.0 clients get one response per connection and close-delimited
+// streams.
 //
 // Limits: request headers over max_header_bytes get 431, bodies over max_body_bytes 413 (both
 // close the connection); a chunked body's trailer counts against max_header_bytes too (the read
 // buffer holds at most max_header_bytes + 16 KiB not parsed yet: 431 beyond). A keep-alive
 // connection idle for idle_timeout seconds is closed; once a request's first byte arrived, its
-// head and then its body must each arrive within read_timeout seconds, and a response write
-// that takes longer than read_timeout closes the connection (slow clients cannot pin
-// connections). The API key, route and method are checked at header time when a body follows
-// (401/404/405 and close, the body unread). At most max_connections sessions live; beyond,
+// head and then its body must each arrive within read_timeout seconds (408 and close beyond),
+// and a response write that takes longer than read_timeout closes the connection (slow
+// clients cannot pin connections). The API key, route and method are checked at header time
+// when a body follows (401/404/405 and close, the body unread). At most max_connections sessions live; beyond,
 // kReservedProbeConnections more may ask only GET /health or GET /metrics (http_limits.h), and
 // the rest are answered 503 and closed. Request bodies take the bytes actually buffered from a
 // server-wide max_total_body_bytes budget (503 beyond) until prepared; while a response is

@@ -153,8 +153,7 @@ std::vector<int32_t> parse_token_ids(const json& v, const char* key) {
   for (const auto& t : v) {
     auto i = as_integer(t);
     if (!i || *i < 0 || *i > std::numeric_limits<int32_t>::max())
-      throw bad_request(std::string("'") + key +
-                            "' must hold integer token ids in [0, 2147483647], got " +
+      throw bad_request(std::string("'") + key + "' must hold token ids in [0, 2147483647], got " +
                             describe_json(t),
                         key);
     ids.push_back(static_cast<int32_t>(*i));
@@ -174,15 +173,15 @@ void parse_common(Fields& f, GenerateRequest& r) {
   if (auto v = f.float32("presence_penalty")) p.presence_penalty = *v;
   if (auto v = f.float32("frequency_penalty")) p.frequency_penalty = *v;
   if (auto v = f.float32("repetition_penalty")) p.repetition_penalty = *v;
-  if (auto v = f.integer("seed")) {
-    // -1 is "no seed" (SamplingParams, and clients that send -1 for random); other negative
-    // seeds would silently become unseeded, so they are rejected.
-    if (*v < -1)
-      throw bad_request("'seed' must be in [0, " +
-                            std::to_string(std::numeric_limits<int64_t>::max()) +
-                            "] (or -1 for none), got " + std::to_string(*v),
+  if (const json* v = f.get("seed")) {
+    // Any 64-bit integer, as vLLM's; -1 keeps its meaning of no seed (clients send it for a
+    // random one), every other value seeds the request's RNG (SamplingParams::seed).
+    const std::optional<int64_t> seed = as_integer(*v);
+    if (!seed)
+      throw bad_request("'seed' must be an integer in [-2^63, 2^63) (-1: no seed), got " +
+                            (v->is_number() ? f.as_sent("seed", *v) : type_name(*v)),
                         "seed");
-    p.seed = *v;
+    if (*seed != -1) p.seed = *seed;
   }
   if (auto v = f.integer("n")) {
     if (*v < 1 || *v > kMaxN)
@@ -193,7 +192,8 @@ void parse_common(Fields& f, GenerateRequest& r) {
   }
   if (const json* v = f.get("stop")) p.stop = parse_stop(*v);
   if (const json* v = f.get("stop_token_ids")) {
-    if (!v->is_array()) throw bad_request("'stop_token_ids' must be a list of integers", "stop_token_ids");
+    if (!v->is_array())
+      throw bad_request("'stop_token_ids' must be a list of token ids", "stop_token_ids");
     p.stop_token_ids = parse_token_ids(*v, "stop_token_ids");
   }
   if (auto v = f.boolean("ignore_eos")) p.ignore_eos = *v;
@@ -561,11 +561,10 @@ void keep_chat_template_kwargs_order(GenerateRequest& r, const std::string& body
   if (ordered.size() == r.chat_template_kwargs.size()) r.chat_template_kwargs = std::move(ordered);
 }
 
-int64_t choice_seed(int64_t seed, int64_t i) {
-  if (seed < 0) return seed;
-  // (seed + i) mod 2^63, in uint64 where it cannot overflow: stays a valid seed in [0, 2^63).
-  return static_cast<int64_t>((static_cast<uint64_t>(seed) + static_cast<uint64_t>(i)) &
-                              static_cast<uint64_t>(std::numeric_limits<int64_t>::max()));
+std::optional<int64_t> choice_seed(std::optional<int64_t> seed, int64_t i) {
+  if (!seed) return seed;
+  // In uint64, where it cannot overflow: the RNG seeds (two's complements) are seed's + i.
+  return static_cast<int64_t>(static_cast<uint64_t>(*seed) + static_cast<uint64_t>(i));
 }
 
 int64_t resolve_max_tokens(int64_t n_prompt, std::optional<int64_t> requested,

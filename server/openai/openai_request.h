@@ -113,9 +113,9 @@ void keep_chat_template_kwargs_order(GenerateRequest& r, const std::string& body
 /// `literals` (optional) receives the text of the top-level floating-point members.
 nlohmann::json parse_json_body(const std::string& text, NumberLiterals* literals = nullptr);
 
-/// The seed of choice i of a request seeded with `seed` (vLLM: seed + i), as (seed + i) mod
-/// 2^63 so that it never overflows and stays >= 0; -1 (no seed) stays -1.
-int64_t choice_seed(int64_t seed, int64_t i);
+/// The seed of choice i of a request seeded with `seed` (vLLM: seed + i), wrapping from 2^63 - 1
+/// to -2^63 (the RNG seed, the two's complement, is seed's + i mod 2^64); none stays none.
+std::optional<int64_t> choice_seed(std::optional<int64_t> seed, int64_t i);
 
 /// max_tokens for one prompt of n_prompt tokens: `requested` (>= 0) as given (the Engine checks
 /// it against the context at add_requests), or all the context left (max_tokens_left(), which

@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -113,6 +115,35 @@ TEST_CASE("engine: a request is validated once, at add_requests, with typed erro
             .error == "");
   // Nothing refused reached the engine.
   CHECK(engine->stats().num_requests_waiting == 0);
+}
+
+TEST_CASE("engine: every int64 seeds a stream of its own, the same seed gives the same tokens",
+          "[engine][edges][seed]") {
+  auto engine = Engine::create(base_args());
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.max_tokens = 48;
+  p.ignore_eos = true;
+  int run_id = 0;
+  const auto run = [&](std::optional<int64_t> seed) {
+    p.seed = seed;
+    const Result r =
+        collect_outcome(*engine->add_request("s" + std::to_string(run_id++), {1, 5, 6}, p));
+    REQUIRE(r.error.empty());
+    return r.token_ids;
+  };
+  // Negative seeds are seeds too (their two's complements seed the RNG), -1 included: the
+  // OpenAI server reads a request's -1 as none before the engine sees it.
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const int64_t seed : {int64_t{-5}, int64_t{-1}, int64_t{0}, kMin, kMax}) {
+    INFO("seed " << seed);
+    CHECK(run(seed) == run(seed));
+  }
+  const auto minus5 = run(-5);
+  CHECK(minus5 != run(5));
+  CHECK(minus5 != run(-6));
+  CHECK(run(kMin) != run(kMax));
 }
 
 }  // namespace octet

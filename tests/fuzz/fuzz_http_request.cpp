@@ -1,13 +1,15 @@
 // fuzz-layer: server
 // libFuzzer harness: bytes off the socket -> Boost.Beast http::request_parser<string_body> with
 // octet's limits (ServeConfig's max_header_bytes and max_body_bytes, as http_connection.cpp sets
-// them), fed in pieces as async reads deliver them; then octet's head validation (validate_request_head), routing (route_for, authorized)
+// them), fed in pieces as async reads deliver them; then octet's head validation
+// (validate_request_head, origin_form), routing (route_for, authorized)
 // on every request that parsed, and the next request on the same buffer (keep-alive
 // pipelining). Beast's parse errors are expected; a crash or sanitizer report is a finding.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 
 // Boost <= 1.85 asserts "n >= 5" in basic_parser::parse_chunk_header when a chunked body arrives
@@ -40,15 +42,18 @@ octet::server::ServerContext& context() {
 // the point where a handler would run).
 void route(const http::request<http::string_body>& req) {
   const octet::server::ServerContext& ctx = context();
-  const std::string target(req.target());
-  std::string method;
-  const octet::server::Route r = octet::server::route_for(target, &method);
   // The RFC 9112 head rules (Host, Transfer-Encoding, Content-Length) run first, as in
-  // Session::on_header; a rejected head gets its status and is not routed.
+  // Session::on_header; a rejected head gets its status and is not routed. Routing reads the
+  // target's origin-form (a target of another form gets 400).
   if (const auto err = octet::server::validate_request_head(req)) {
     if (err->status < 400 || err->status > 599 || err->message.empty()) __builtin_trap();
     return;
   }
+  const std::optional<std::string> target = octet::server::origin_form(req.target());
+  if (!target) return;
+  if (target->empty() || (*target)[0] != '/') __builtin_trap();
+  std::string method;
+  const octet::server::Route r = octet::server::route_for(*target, &method);
   const bool ok = octet::server::authorized(ctx, r, std::string(req[http::field::authorization]));
   if (r == octet::server::Route::kNotFound) return;
   const bool method_ok = std::string(req.method_string()) == method;

@@ -127,6 +127,25 @@ TEST_CASE("validate_request_head applies RFC 9112 6.1, 6.3 and 3.2", "[http]") {
   CHECK(e10->status == 400);
 }
 
+TEST_CASE("origin_form: origin-form as sent, absolute-form as its path and query (RFC 9112 3.2)",
+          "[http]") {
+  using octet::server::origin_form;
+  CHECK(origin_form("/v1/models?x=1") == "/v1/models?x=1");
+  CHECK(origin_form("/") == "/");
+  CHECK(origin_form("http://localhost:18080/v1/completions") == "/v1/completions");
+  CHECK(origin_form("https://h/v1/models?a=1&b=/c") == "/v1/models?a=1&b=/c");
+  CHECK(origin_form("HTTP://h/health") == "/health");  // schemes are case-insensitive
+  CHECK(origin_form("http://h") == "/");
+  CHECK(origin_form("http://h?x=1") == "/?x=1");
+  CHECK(origin_form("http://[::1]:8000/health") == "/health");
+  for (const char* bad : {"", "*", "localhost:80", "v1/models", "ftp://h/health",
+                          "http:/h/health", "http:///health", "http://user@h/health",
+                          " http://h/health", "htt p://h/health", "://h/health"}) {
+    INFO("'" << bad << "'");
+    CHECK_FALSE(origin_form(bad));
+  }
+}
+
 TEST_CASE("AcceptBackoff doubles from 10 ms to 1 s and resets, logs are rate-limited", "[http]") {
   octet::server::AcceptBackoff b;
   std::vector<int64_t> delays;
@@ -225,6 +244,33 @@ TEST_CASE("bad Transfer-Encoding and Host get 400 and close", "[http][serve]") {
   CHECK(status_of(roundtrip(server.port(), get("/health")).bytes) == 200);
 }
 
+TEST_CASE("an absolute-form target is routed on its path, other forms get 400", "[http][serve]") {
+  ServeProcess server({});
+  const int p = server.port();
+  // RFC 9112 3.2.2: a server must accept the absolute-form (it was a 404, "no such endpoint").
+  const Received c = roundtrip(p, post("http://localhost:18080/v1/completions",
+                                       R"({"prompt":"Once","max_tokens":3,"ignore_eos":true})"));
+  INFO(c.bytes);
+  CHECK(status_of(c.bytes) == 200);
+  CHECK(c.bytes.find("\"completion_tokens\":3") != std::string::npos);
+  CHECK(status_of(roundtrip(p, get("HTTPS://example.com/health?probe=1")).bytes) == 200);
+  CHECK(status_of(roundtrip(p, get("http://[::1]:8000/v1/models")).bytes) == 200);
+  const Received root = roundtrip(p, get("http://localhost"));
+  CHECK(status_of(root.bytes) == 404);
+  CHECK(root.bytes.find("no such endpoint: GET /\"") != std::string::npos);
+  // Authority-form (CONNECT's), asterisk-form, other schemes and garbage: a 400 that says so.
+  for (const std::string target : {"localhost:80", "*", "ftp://h/health", "v1/models",
+                                   "http://user@h/health"}) {
+    const std::string method = target == "localhost:80" ? "CONNECT" : "GET";
+    const Received r = roundtrip(p, method + " " + target + " HTTP/1.1\r\nHost: t\r\n\r\n");
+    INFO(method << " " << target << ": " << r.bytes);
+    CHECK(status_of(r.bytes) == 400);
+    CHECK(r.bytes.find("malformed request target") != std::string::npos);
+    CHECK(r.closed);
+  }
+  CHECK(server.log().find("POST /v1/completions 200") != std::string::npos);  // logged as path
+}
+
 TEST_CASE("serve --api-key: 401 before 404/405, /tokenize behind it, /health and /metrics open",
           "[http][serve]") {
   ServeProcess server({"--api-key", "sekret"});
@@ -316,6 +362,40 @@ TEST_CASE("a request head must arrive within --read-timeout once begun", "[http]
   close(fd);
   CHECK(closed);
   CHECK(after < 15.0);  // about 2 s; far below the 60 s idle timeout
+}
+
+TEST_CASE("a request not complete within --read-timeout gets 408, an idle connection just closes",
+          "[http][serve]") {
+  // They were closed with no answer. All four connections wait at once (about 2 s in all).
+  ServeProcess server({"--idle-timeout", "2", "--read-timeout", "1"});
+  const int body = connect_to(server.port());   // 30 of 100 body bytes
+  const int head = connect_to(server.port());   // half a head
+  const int after = connect_to(server.port());  // a whole request, then half a head
+  const int idle = connect_to(server.port());   // no byte at all
+  send_all(body, "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n" +
+                     std::string(30, ' '));
+  send_all(head, "POST /v1/completions HTTP/1.1\r\nHost: t\r\n");
+  send_all(after, "GET /health HTTP/1.1\r\nHost: t\r\n\r\nGET /health HTTP/1.1\r\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const int fd : {body, head, after}) {
+    const Received r = read_all(fd);
+    close(fd);
+    INFO(r.bytes);
+    CHECK(r.closed);
+    const size_t at = r.bytes.find("HTTP/1.1 408 Request Timeout\r\n");
+    REQUIRE(at != std::string::npos);
+    CHECK(r.bytes.find("Connection: close\r\n", at) != std::string::npos);
+    CHECK(r.bytes.find("--read-timeout", at) != std::string::npos);
+    CHECK(count_of(r.bytes, "HTTP/1.1 ") == (fd == after ? 2 : 1));  // /health's 200 first
+  }
+  const Received r = read_all(idle);
+  close(idle);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(r.closed);
+  CHECK(r.bytes.empty());
+  CHECK(waited < 8.0);  // about 2 s (--idle-timeout)
+  CHECK(server.log().find("POST /v1/completions 408") != std::string::npos);  // access log
 }
 
 TEST_CASE("serve --max-total-body-bytes bounds the bodies held across connections", "[http][serve]") {

@@ -6,7 +6,10 @@
 // hand from vLLM's protocol.py / renderers/params.py and Hugging Face's apply_chat_template.
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -63,6 +66,39 @@ bool contains(const std::string& haystack, const std::string& needle) {
 }
 
 }  // namespace
+
+TEST_CASE("seed: any 64-bit integer as vLLM's, -1 no seed, one range in every error",
+          "[server][parity][seed]") {
+  // Negative seeds other than -1 were refused ("'seed' must be in [0, 2^63 - 1] (or -1 for
+  // none)"); vLLM takes any int64.
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const std::pair<const char*, int64_t> seeds[] = {
+      {"-5", -5}, {"-2", -2}, {"-5.0", -5}, {"0", 0}, {"-9223372036854775808", kMin},
+      {"9223372036854775807", kMax}};
+  for (const auto& [text, seed] : seeds) {
+    INFO(text);
+    const GenerateRequest r = parse_completion_request(
+        parse_json_body(std::string(R"({"prompt": "x", "seed": )") + text + "}"));
+    CHECK(r.params.seed == seed);
+  }
+  CHECK_FALSE(parse_completion_request(parse_json_body(R"({"prompt": "x", "seed": -1})"))
+                  .params.seed);
+  // Out of int64 or not an integer: one message, naming the one valid range.
+  const std::pair<const char*, const char*> bad[] = {
+      {"9223372036854775808", "9223372036854775808"},
+      {"-9223372036854775809", "-9223372036854775809"},
+      {"1e30", "1e30"}, {"1.5", "1.5"}, {R"("7")", "string"}, {"true", "boolean"}};
+  for (const auto& [text, got] : bad) {
+    INFO(text);
+    const ApiError e =
+        completion_text_error(std::string(R"({"prompt": "x", "seed": )") + text + "}");
+    CHECK(e.status() == 400);
+    CHECK(e.param() == "seed");
+    CHECK(std::string(e.what()) ==
+          std::string("'seed' must be an integer in [-2^63, 2^63) (-1: no seed), got ") + got);
+  }
+}
 
 TEST_CASE("out-of-range integers are quoted as sent", "[server][parity]") {
   const struct {

@@ -71,7 +71,7 @@ TEST_CASE("completion defaults follow OpenAI", "[server][request]") {
   CHECK(r.params.prompt_logprobs == -1);
   CHECK(r.params.temperature == 1.0f);
   CHECK(r.params.top_p == 1.0f);
-  CHECK(r.params.seed == -1);
+  CHECK_FALSE(r.params.seed);  // none: nondeterministic
   CHECK(r.params.stop.empty());
   CHECK(r.priority == 0);
   CHECK(r.unknown_fields.empty());
@@ -188,7 +188,7 @@ TEST_CASE("stop as a list, null fields keep defaults", "[server][request]") {
       {{"stop", {"a", "bc"}}, {"temperature", nullptr}, {"seed", nullptr}, {"n", nullptr}}));
   CHECK(r.params.stop == std::vector<std::string>{"a", "bc"});
   CHECK(r.params.temperature == 1.0f);
-  CHECK(r.params.seed == -1);
+  CHECK_FALSE(r.params.seed);
   CHECK(r.n == 1);
 }
 

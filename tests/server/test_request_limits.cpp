@@ -246,8 +246,7 @@ TEST_CASE("every numeric field is validated into the range its type holds",
       {R"("logprobs": -9223372036854775808)", "logprobs"},
       {R"("prompt_logprobs": 9223372036854775807)", "prompt_logprobs"},
       {R"("seed": 9223372036854775808)", "seed"},
-      {R"("seed": -2)", "seed"},
-      {R"("seed": -9223372036854775808)", "seed"},
+      {R"("seed": -9223372036854775809)", "seed"},
       {R"("priority": 9223372036854775808)", "priority"},
       {R"("priority": 1e19)", "priority"},
       {R"("top_k": 9223372036854775807)", "top_k"},
@@ -300,9 +299,12 @@ TEST_CASE("every numeric field is validated into the range its type holds",
   CHECK(ok.max_tokens == std::numeric_limits<int64_t>::max());
   CHECK(ok.priority == std::numeric_limits<int64_t>::min());
   CHECK(ok.params.logit_bias.size() == 2);
-  // seed -1 is "no seed".
-  CHECK(parse_completion_request(parse_json_body(R"({"prompt": "hi", "seed": -1})"))
-            .params.seed == -1);
+  // Every int64 is a seed (as vLLM), but -1 is "no seed".
+  const GenerateRequest min_seed = parse_completion_request(
+      parse_json_body(R"({"prompt": "hi", "seed": -9223372036854775808})"));
+  CHECK(min_seed.params.seed == std::numeric_limits<int64_t>::min());
+  CHECK_FALSE(parse_completion_request(parse_json_body(R"({"prompt": "hi", "seed": -1})"))
+                  .params.seed);
 }
 
 TEST_CASE("out-of-range errors show the value as sent, not a float rounding of it",
@@ -324,13 +326,17 @@ TEST_CASE("out-of-range errors show the value as sent, not a float rounding of i
 
 TEST_CASE("choice seeds never overflow", "[server][request][limits]") {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
   CHECK(choice_seed(5, 0) == 5);
   CHECK(choice_seed(5, 2) == 7);
-  CHECK(choice_seed(-1, 3) == -1);
+  CHECK_FALSE(choice_seed(std::nullopt, 3));  // no seed stays none
+  CHECK(choice_seed(-3, 2) == -1);            // a seed like any other in the engine
   CHECK(choice_seed(kMax, 0) == kMax);
-  CHECK(choice_seed(kMax, 1) == 0);  // (2^63 - 1 + 1) mod 2^63
-  CHECK(choice_seed(kMax, 127) == 126);
+  // Wrapping as the two's complements (the RNG seeds) do: 2^63 - 1 + 1 is 2^63 mod 2^64.
+  CHECK(choice_seed(kMax, 1) == kMin);
+  CHECK(choice_seed(kMax, 127) == kMin + 126);
   CHECK(choice_seed(kMax - 1, 1) == kMax);
+  CHECK(choice_seed(-1, 1) == 0);
 }
 
 TEST_CASE("the context-length check never overflows and gives exact counts",

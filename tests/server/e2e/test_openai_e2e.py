@@ -306,6 +306,18 @@ def test_same_seed_same_text_alone_and_under_load(server, client):
         assert [f.result() for f in seeded] == [alone] * 4
 
 
+def test_any_64_bit_seed(client):
+    # As vLLM: every 64-bit integer is a seed (negative ones were refused); -1 is no seed.
+    for seed in (-5, -2**63, 2**63 - 1):
+        body = dict(model=MODEL_NAME, prompt="Write a short story about a cat.", max_tokens=12,
+                    temperature=1.0, seed=seed)
+        assert (client.completions.create(**body).choices[0].text
+                == client.completions.create(**body).choices[0].text), seed
+    assert client.completions.create(model=MODEL_NAME, prompt="x", max_tokens=1, seed=-1).choices
+    with pytest.raises(openai.BadRequestError, match=r"must be an integer in \[-2\^63, 2\^63\)"):
+        client.completions.create(model=MODEL_NAME, prompt="x", max_tokens=1, seed=2**63)
+
+
 # ---- logprobs and echo ---------------------------------------------------------------------
 
 def test_completion_logprobs_shape(client):
