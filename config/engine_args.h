@@ -81,7 +81,9 @@ EngineArgs model_engine_args(const Config& c) {
   a.model = c.model;
   a.load_format = c.load_format;
   a.tokenizer = c.tokenizer;
-  if constexpr (requires { c.seed; }) a.seed = c.seed;
+  // The dummy weights' seed: generate's sampling seed may be any int64, and a negative one
+  // keeps the default weights (-1).
+  if constexpr (requires { c.seed; }) a.seed = c.seed < 0 ? -1 : c.seed;
   a.quantization = c.quantization;
   a.weight_strategy = c.weight_strategy;
   a.device = c.device;

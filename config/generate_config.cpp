@@ -58,7 +58,6 @@ void GenerateConfig::validate() const {
   if (int(!prompt.empty()) + int(!prompt_ids.empty()) + int(!prompts_file.empty()) != 1)
     throw std::invalid_argument("give exactly one of --prompt TEXT, --prompt-ids 1,2,3 and "
                                 "--prompts-file FILE (an empty value counts as not given)");
-  if (seed < -1) throw std::invalid_argument("--seed must be >= 0, or -1 for a random seed");
   if (max_tokens < 0 || max_tokens > SchedulerConfig::kMaxTokens)
     throw std::invalid_argument("--max-tokens must be in [0, " +
                                 std::to_string(SchedulerConfig::kMaxTokens) + "]");

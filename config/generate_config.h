@@ -113,8 +113,9 @@ struct GenerateConfig {
     v(c.max_tokens, "max_tokens", "maximum number of tokens to generate (>= 0)");
     v(c.temperature, "temperature", "sampling temperature; 0 (below 1e-5) = greedy");
     v(c.top_p, "top_p", "nucleus sampling mass in (0, 1]");
-    v(c.seed, "seed", "random seed of sampling and of --load-format dummy weights; -1 = "
-                      "nondeterministic sampling and the fixed default weight seed 0");
+    v(c.seed, "seed", "random seed of sampling (any 64-bit integer, as the server's 'seed'; "
+                      "-1 = nondeterministic) and of --load-format dummy weights (a negative "
+                      "seed: the fixed default weight seed 0)");
     v(c.ignore_eos, "ignore_eos", "keep generating after the end-of-sequence token");
     v(c.json, "json", "print one JSON object per prompt and line (prompt_token_ids, "
                       "token_ids, text, finish_reason, tokens_per_second) instead of text");

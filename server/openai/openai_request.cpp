@@ -183,11 +183,10 @@ void parse_common(Fields& f, GenerateRequest& r) {
                         "seed");
     if (*seed != -1) p.seed = *seed;
   }
-  if (auto v = f.integer("n")) {
+  static const std::string n_rule = "in [1, " + std::to_string(kMaxN) + "]";
+  if (auto v = f.integer("n", n_rule.c_str())) {
     if (*v < 1 || *v > kMaxN)
-      throw bad_request("'n' must be in [1, " + std::to_string(kMaxN) + "], got " +
-                            std::to_string(*v),
-                        "n");
+      throw bad_request("'n' must be " + n_rule + ", got " + std::to_string(*v), "n");
     r.n = *v;
   }
   if (const json* v = f.get("stop")) p.stop = parse_stop(*v);
@@ -197,7 +196,7 @@ void parse_common(Fields& f, GenerateRequest& r) {
     p.stop_token_ids = parse_token_ids(*v, "stop_token_ids");
   }
   if (auto v = f.boolean("ignore_eos")) p.ignore_eos = *v;
-  if (auto v = f.integer("min_tokens")) {
+  if (auto v = f.integer("min_tokens", ">= 0")) {
     if (*v < 0)
       throw bad_request("'min_tokens' must be >= 0, got " + std::to_string(*v), "min_tokens");
     p.min_tokens = *v;
@@ -301,7 +300,7 @@ void validate_sampling(const GenerateRequest& r) {
 std::optional<int64_t> parse_max_tokens(Fields& f, const char* key,
                                         std::optional<int64_t> absent_default) {
   if (!f.present(key)) return absent_default;
-  auto v = f.integer(key);
+  auto v = f.integer(key, ">= 0 (or null for up to the context limit)");
   if (!v) return std::nullopt;  // null
   if (*v < 0)
     throw bad_request(std::string("'") + key + "' must be >= 0 (or null for up to the context "
@@ -322,7 +321,9 @@ void check_min_tokens(const GenerateRequest& r, const char* max_key) {
 /// the whole vocabulary, kLogprobsWholeVocab); nullopt when absent or null. --max-logprobs and
 /// the vocabulary bound the count later (resolve_logprobs, the engine).
 std::optional<int64_t> logprob_count(Fields& f, const char* key) {
-  auto v = f.integer(key);
+  static const std::string rule =
+      "in [0, " + std::to_string(kMaxLogprobCount) + "] or -1 (the whole vocabulary)";
+  auto v = f.integer(key, rule.c_str());
   if (!v) return std::nullopt;
   if (*v == -1) return kLogprobsWholeVocab;
   if (*v < 0 || *v > kMaxLogprobCount)
@@ -355,7 +356,7 @@ void parse_vllm_extras(Fields& f, GenerateRequest& r) {
   r.continuous_usage = r.continuous_usage && r.include_usage;  // vLLM: only with include_usage
   if (auto v = f.boolean("return_token_ids")) r.return_token_ids = *v;
   if (auto v = f.boolean("return_tokens_as_token_ids")) r.return_tokens_as_token_ids = *v;
-  if (auto v = f.integer("truncate_prompt_tokens")) {
+  if (auto v = f.integer("truncate_prompt_tokens", ">= -1 (-1: the context limit)")) {
     if (*v < -1)
       throw bad_request("'truncate_prompt_tokens' must be >= -1 (-1: the context limit), got " +
                             std::to_string(*v),

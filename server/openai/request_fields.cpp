@@ -34,7 +34,10 @@ std::optional<int64_t> as_integer(const json& v) {
   if (v.is_number_integer()) return v.get<int64_t>();
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) <= 9007199254740992.0)
+    // An integral double of magnitude below 2^63 (pydantic's int from float: 1e16 is 10^16).
+    // Not -2^63: the integer literals just below int64 (-9223372036854775809 ...) parse as
+    // doubles that round to it.
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9223372036854775808.0)
       return static_cast<int64_t>(d);
   }
   return std::nullopt;
@@ -81,19 +84,20 @@ std::optional<float> Fields::float32(const char* key) {
   return f;
 }
 
-std::optional<int64_t> Fields::integer(const char* key) {
+std::optional<int64_t> Fields::integer(const char* key, const char* rule) {
   const json* v = get(key);
   if (!v) return std::nullopt;
   auto i = as_integer(*v);
-  if (!i)
-    throw bad_request(std::string("'") + key + "' must be an integer" +
-                          (v->is_number_unsigned() ||
-                                   (v->is_number_float() &&
-                                    v->get<double>() == std::floor(v->get<double>()))
-                               ? " in [-2^63, 2^63)"
-                               : "") +
-                          ", got " + (v->is_number() ? as_sent(key, *v) : type_name(*v)),
+  if (!i) {
+    const bool integral = v->is_number_unsigned() ||
+                          (v->is_number_float() && v->get<double>() == std::floor(v->get<double>()));
+    const std::string range = rule != nullptr ? std::string(" ") + rule
+                              : integral      ? std::string(" in [-2^63, 2^63)")
+                                              : std::string();
+    throw bad_request(std::string("'") + key + "' must be an integer" + range + ", got " +
+                          (v->is_number() ? as_sent(key, *v) : type_name(*v)),
                       key);
+  }
   return i;
 }
 

@@ -30,8 +30,9 @@ nlohmann::json parse_json_text(const std::string& text, const std::string& field
 /// as error messages name it.
 std::string type_name(const nlohmann::json& v);
 
-/// The integer a JSON number holds (2 and 2.0 both do; 2^53 < |float| and anything beyond
-/// int64 do not), or nullopt.
+/// The integer a JSON number holds (2, 2.0 and 1e16 do: an integer in int64, or an integral
+/// float of magnitude below 2^63, as pydantic reads an int from a float; 2.5 does not), or
+/// nullopt.
 std::optional<int64_t> as_integer(const nlohmann::json& v);
 
 /// Reads the fields of one request object and remembers which keys were looked at. Every
@@ -52,8 +53,9 @@ class Fields {
   /// A number that a float holds: beyond FLT_MAX is a 400; a nonzero value below the smallest
   /// float keeps its sign as the smallest denormal (vLLM reads doubles: 1e-300 stays > 0).
   std::optional<float> float32(const char* key);
-  /// An integer in int64 (2.0 qualifies).
-  std::optional<int64_t> integer(const char* key);
+  /// An integer in int64 (2.0 qualifies). `rule` (e.g. "in [1, 128]"), when given, is the
+  /// field's own range, quoted instead of int64's when the value is no int64 integer.
+  std::optional<int64_t> integer(const char* key, const char* rule = nullptr);
   std::optional<bool> boolean(const char* key);
   std::optional<std::string> string(const char* key);
 

@@ -72,6 +72,20 @@ TEST_CASE("generate with a text prompt and a seed is reproducible", "[cli]") {
   CHECK(ja["prompt_token_ids"][0] == 1);  // BOS added for the llama tokenizer
 }
 
+TEST_CASE("generate takes any 64-bit seed, as the server's 'seed'", "[cli]") {
+  const std::string args = "generate --model " + kStories +
+                           " --prompt-ids 1 --max-tokens 40 --temperature 1.0 --json --seed ";
+  auto ids = [&](const std::string& seed) {
+    const RunResult r = run(args + seed);
+    INFO(seed << ": " << r.output);
+    REQUIRE(r.exit_code == 0);
+    return nlohmann::json::parse(r.output)["token_ids"];
+  };
+  for (const char* seed : {"-5", "-9223372036854775808", "9223372036854775807"})
+    CHECK(ids(seed) == ids(seed));
+  CHECK(ids("-5") != ids("5"));
+}
+
 TEST_CASE("a tiny temperature is greedy (as vLLM), not an overflow", "[cli]") {
   const RunResult a = run("generate --model " + kStories +
                           " --prompt-ids 1 --max-tokens 30 --temperature 1e-39 --json "

@@ -75,7 +75,10 @@ TEST_CASE("seed: any 64-bit integer as vLLM's, -1 no seed, one range in every er
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   const std::pair<const char*, int64_t> seeds[] = {
       {"-5", -5}, {"-2", -2}, {"-5.0", -5}, {"0", 0}, {"-9223372036854775808", kMin},
-      {"9223372036854775807", kMax}};
+      {"9223372036854775807", kMax},
+      // Integral floats beyond 2^53, as pydantic reads an int from a float.
+      {"1e16", 10000000000000000}, {"4611686018427387904.0", int64_t{1} << 62},
+      {"-1e18", -1000000000000000000}};
   for (const auto& [text, seed] : seeds) {
     INFO(text);
     const GenerateRequest r = parse_completion_request(
@@ -88,7 +91,8 @@ TEST_CASE("seed: any 64-bit integer as vLLM's, -1 no seed, one range in every er
   const std::pair<const char*, const char*> bad[] = {
       {"9223372036854775808", "9223372036854775808"},
       {"-9223372036854775809", "-9223372036854775809"},
-      {"1e30", "1e30"}, {"1.5", "1.5"}, {R"("7")", "string"}, {"true", "boolean"}};
+      {"1e30", "1e30"}, {"1.5", "1.5"}, {R"("7")", "string"}, {"true", "boolean"},
+      {"9.223372036854775808e18", "9.223372036854775808e18"}};  // 2^63 as a float
   for (const auto& [text, got] : bad) {
     INFO(text);
     const ApiError e =

@@ -249,7 +249,21 @@ TEST_CASE("exact messages for common errors", "[server][request]") {
   CHECK(std::string(completion_error(completion({{"temperature", "hot"}})).what()) ==
         "'temperature' must be a number, got string");
   CHECK(std::string(completion_error(completion({{"n", 2.5}})).what()) ==
-        "'n' must be an integer, got 2.5");
+        "'n' must be an integer in [1, 128], got 2.5");
+  // A field with its own range quotes it, not int64's, for a value beyond int64.
+  CHECK(std::string(completion_error(completion({{"n", 10000000000000000000ull}})).what()) ==
+        "'n' must be an integer in [1, 128], got 10000000000000000000");
+  CHECK(std::string(completion_error(completion({{"min_tokens", 1e19}})).what()) ==
+        "'min_tokens' must be an integer >= 0, got 1e+19");
+  CHECK(std::string(completion_error(completion({{"max_tokens", "many"}})).what()) ==
+        "'max_tokens' must be an integer >= 0 (or null for up to the context limit), got string");
+  CHECK(std::string(completion_error(completion({{"logprobs", 1.5}})).what()) ==
+        "'logprobs' must be an integer in [0, 2147483647] or -1 (the whole vocabulary), got 1.5");
+  CHECK(std::string(completion_error(completion({{"truncate_prompt_tokens", 1e30}})).what()) ==
+        "'truncate_prompt_tokens' must be an integer >= -1 (-1: the context limit), got 1e+30");
+  // A field without one keeps int64's range.
+  CHECK(std::string(completion_error(completion({{"priority", 1e30}})).what()) ==
+        "'priority' must be an integer in [-2^63, 2^63), got 1e+30");
   CHECK(std::string(completion_error(json::array()).what()) ==
         "the request body must be a JSON object, got array");
 }
