@@ -87,7 +87,8 @@ struct ServeConfig {
     v(c.idle_timeout, "idle_timeout",
       "seconds a keep-alive connection may stay idle before it is closed");
     v(c.read_timeout, "read_timeout",
-      "seconds a client may take to send a request body, or to read a response write");
+      "seconds a client may take to send a request's head, then its body (408 Request "
+      "Timeout beyond), or to read a response write");
     v(c.shutdown_timeout, "shutdown_timeout",
       "seconds in-flight requests may take to finish after SIGTERM or SIGINT");
     v(c.max_num_waiting, "max_num_waiting",

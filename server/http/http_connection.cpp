@@ -45,6 +45,7 @@ void Session::read_header() {
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(ctx_.config.max_header_bytes));  // validated
   parser_->body_limit(static_cast<uint64_t>(ctx_.config.max_body_bytes));
+  skip_empty_lines();
   if (buffer_.size() > 0) return read_header_bytes();  // a pipelined request has begun
   // Idle (keep-alive) until the first byte of a request; from then on the whole head must
   // arrive within --read-timeout (a head trickled a byte at a time held its connection for
@@ -58,8 +59,36 @@ void Session::read_header() {
                          self->read_deadline_.cancel();
                          return self->on_read_error(ec);
                        }
-                       self->read_header_bytes();
+                       self->read_first_bytes();
                      }));
+}
+
+/// Empty lines (CRLF or LF) before a request line are skipped, not a bad request (RFC 9112
+/// 2.2: a client may send a stray CRLF after a request body).
+void Session::skip_empty_lines() {
+  const auto data = buffer_.data();
+  const auto* p = static_cast<const char*>(data.data());
+  size_t n = 0;
+  while (n < data.size() && (p[n] == '\r' || p[n] == '\n')) ++n;
+  buffer_.consume(n);
+}
+
+/// The first bytes of a connection's next request: empty lines alone leave it idle, anything
+/// else begins the request (its head then has --read-timeout).
+void Session::read_first_bytes() {
+  if (closed_) return;
+  socket_.async_read_some(
+      buffer_.prepare(kWatchReadBytes),  // as a watch read: within kReadSlackBytes
+      net::bind_executor(strand_, [self = shared_from_this()](beast::error_code ec, size_t n) {
+        if (ec) {
+          self->read_deadline_.cancel();
+          return self->on_read_error(ec);
+        }
+        self->buffer_.commit(n);
+        self->skip_empty_lines();
+        if (self->buffer_.size() == 0) return self->read_header();  // still idle
+        self->read_header_bytes();
+      }));
 }
 
 /// Reads and parses the request head, which must be complete within --read-timeout.

@@ -195,6 +195,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // ---- reading a request, body accounting, errors, linger and close (http_connection.cpp)
   void read_header();
   void read_header_bytes();
+  void skip_empty_lines();
+  void read_first_bytes();
   void read_body();
   void on_body_part(beast::error_code ec);
   void arm_read_timeout(double seconds);

@@ -1,6 +1,7 @@
 #include "server/http/http_message.h"
 
 #include <algorithm>
+#include <cctype>
 #include <sstream>
 
 #include <boost/beast/http.hpp>
@@ -98,7 +99,44 @@ std::optional<HeadError> validate_request_head(const http::request_header<>& hea
   return std::nullopt;
 }
 
+namespace {
+
+// RFC 3986 3.2: host [":" port], host an IP literal in brackets or a name of unreserved,
+// percent-encoded and sub-delimiter characters (no userinfo), port at most 65535.
+bool valid_authority(std::string_view a) {
+  std::string_view port;
+  if (!a.empty() && a[0] == '[') {
+    const size_t close = a.find(']');
+    if (close == std::string_view::npos || close == 1) return false;
+    for (char c : a.substr(1, close - 1))
+      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') return false;
+    const std::string_view after = a.substr(close + 1);
+    if (!after.empty() && after[0] != ':') return false;
+    port = after.empty() ? after : after.substr(1);
+  } else {
+    const size_t colon = a.find(':');
+    const std::string_view host = a.substr(0, colon);
+    if (host.empty()) return false;
+    for (char c : host)
+      if (!std::isalnum(static_cast<unsigned char>(c)) &&
+          std::string_view("-._~%!$&'()*+,;=").find(c) == std::string_view::npos)
+        return false;
+    port = colon == std::string_view::npos ? std::string_view() : a.substr(colon + 1);
+  }
+  if (port.size() > 5) return false;
+  uint32_t value = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + static_cast<uint32_t>(c - '0');
+  }
+  return value <= 65535;
+}
+
+}  // namespace
+
 std::optional<std::string> origin_form(std::string_view target) {
+  // No fragment in any request target (RFC 9112 3.2: origin-form and absolute-URI have none).
+  if (target.find('#') != std::string_view::npos) return std::nullopt;
   if (!target.empty() && target[0] == '/') return std::string(target);
   const size_t colon = target.find("://");
   if (colon == std::string_view::npos) return std::nullopt;
@@ -106,8 +144,7 @@ std::optional<std::string> origin_form(std::string_view target) {
   if (scheme.size() != colon || (scheme != "http" && scheme != "https")) return std::nullopt;
   const std::string_view rest = target.substr(colon + 3);
   const size_t end = std::min(rest.find('/'), rest.find('?'));  // the authority's end
-  const std::string_view authority = rest.substr(0, end);
-  if (authority.empty() || authority.find('@') != std::string_view::npos) return std::nullopt;
+  if (!valid_authority(rest.substr(0, end))) return std::nullopt;
   if (end == std::string_view::npos) return std::string("/");
   const std::string_view path_and_query = rest.substr(end);
   return path_and_query[0] == '/' ? std::string(path_and_query)

@@ -48,8 +48,8 @@ std::optional<HeadError> validate_request_head(
 /// an origin-form target ("/v1/models?x=1") as it is; an absolute-form one, which servers
 /// must accept ("http://host:8000/v1/models?x=1", scheme http or https in any case), as its
 /// path ("/" when empty) and query. nullopt for any other target: authority-form
-/// ("host:443", CONNECT's), asterisk-form ("*"), another scheme, an empty host or one with
-/// userinfo (RFC 9110 4.2.1, 4.2.4), or garbage.
+/// ("host:443", CONNECT's), asterisk-form ("*"), another scheme, an empty or malformed host,
+/// userinfo (RFC 9110 4.2.1, 4.2.4), a port over 65535, a fragment ('#'), or garbage.
 std::optional<std::string> origin_form(std::string_view target);
 
 }  // namespace octet::server

@@ -295,3 +295,33 @@ TEST_CASE("SIGTERM during a pipeline: the answers sent arrive, the last a 503 wi
   CHECK_FALSE(got.back().keep_alive);
   CHECK(code == 0);
 }
+
+TEST_CASE("empty lines before a request line are skipped (RFC 9112 2.2)", "[http][serve]") {
+  ServeProcess server({});
+  // A CRLF before the first request, a stray CRLF after a body (older clients send one), and
+  // an LF and CRLFs before the last; all in one write, then the same split across writes.
+  const std::string data = "\r\n" + completion("pipe-0", 2, false) + "\r\n" +
+                           completion("pipe-1", 2, false) + "\n\r\n\r\n" +
+                           completion("pipe-2", 2, false, /*close=*/true);
+  for (bool split : {false, true}) {
+    INFO((split ? "split" : "one write"));
+    const int fd = connect_to(server.port(), 30);
+    Received r;
+    if (!split) {
+      r = send_and_read(fd, data);
+    } else {
+      REQUIRE(send(fd, "\r\n", 2, MSG_NOSIGNAL) == 2);  // alone: the connection stays idle
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      r = send_and_read(fd, data.substr(2));
+    }
+    close(fd);
+    INFO(log_tail(server));
+    CHECK(r.closed);
+    const std::vector<Response> got = parse_responses(r.bytes);
+    REQUIRE(got.size() == 3);
+    for (int i = 0; i < 3; ++i) {
+      CHECK(got[static_cast<size_t>(i)].status == 200);
+      CHECK(got[static_cast<size_t>(i)].request_id == "pipe-" + std::to_string(i));
+    }
+  }
+}

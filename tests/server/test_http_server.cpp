@@ -138,9 +138,20 @@ TEST_CASE("origin_form: origin-form as sent, absolute-form as its path and query
   CHECK(origin_form("http://h") == "/");
   CHECK(origin_form("http://h?x=1") == "/?x=1");
   CHECK(origin_form("http://[::1]:8000/health") == "/health");
+  CHECK(origin_form("http://[::1]/health") == "/health");
+  CHECK(origin_form("http://127.0.0.1:65535/health") == "/health");
+  CHECK(origin_form("http://h:/health") == "/health");  // an empty port is allowed
+  CHECK(origin_form("http://my-host.example_1%41/health") == "/health");
   for (const char* bad : {"", "*", "localhost:80", "v1/models", "ftp://h/health",
                           "http:/h/health", "http:///health", "http://user@h/health",
-                          " http://h/health", "htt p://h/health", "://h/health"}) {
+                          " http://h/health", "htt p://h/health", "://h/health",
+                          // fragments, malformed hosts and ports
+                          "/v1/completions#frag", "http://h#x/v1/completions",
+                          "http://h/v1/completions#x", "http://[::1/v1/completions",
+                          "http://[]/health", "http://[::1]x/health", "http://[g::1]/health",
+                          "http://h:99999999/v1/completions", "http://h:65536/health",
+                          "http://h:80x/health", "http://:80/health", "http://h h/health",
+                          "http://h\\/health"}) {
     INFO("'" << bad << "'");
     CHECK_FALSE(origin_form(bad));
   }
