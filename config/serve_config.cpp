@@ -12,6 +12,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "config/file_read.h"
+#include "config/json_string_list.h"
 
 namespace octet {
 
@@ -25,6 +26,10 @@ std::string flag(const std::string& key) {
 }
 
 }  // namespace
+
+bool ServeConfig::is_json_list(const std::string& key) {
+  return key == "allowed_origins" || key == "allowed_methods" || key == "allowed_headers";
+}
 
 void ServeConfig::apply_config_file(const std::string& path) {
   const std::string where = "--config " + path;
@@ -66,6 +71,21 @@ void ServeConfig::apply_config_file(const std::string& path) {
     const YAML::Node node = root[key];
     if (std::string(key) == "config")
       throw std::invalid_argument(where + ": 'config' cannot be set in a file");
+    if constexpr (std::is_same_v<T, std::string>) {
+      // A JSON-list option as a YAML sequence (allowed_origins: [http://a.example]); as a
+      // scalar it is the JSON text itself, as the flag takes it.
+      if (is_json_list(key) && !node.IsScalar()) {
+        const std::string error = where + ": '" + key + "' must be a list of strings";
+        if (!node.IsSequence()) throw std::invalid_argument(error);
+        std::vector<std::string> items;
+        for (const auto& item : node) {
+          if (!item.IsScalar()) throw std::invalid_argument(error);
+          items.push_back(item.Scalar());
+        }
+        field = json_string_list(items);
+        return;
+      }
+    }
     if (!node.IsScalar())
       throw std::invalid_argument(where + ": '" + key + "' must be a scalar");
     try {
@@ -151,6 +171,9 @@ void ServeConfig::validate() const {
     throw std::invalid_argument(
         "--root-path must be a path prefix such as /llm: starting with '/', not ending with '/', "
         "without ?, #, % or whitespace, got '" + root_path.substr(0, 64) + "'");
+  parse_json_string_list(allowed_origins, "--allowed-origins");
+  parse_json_string_list(allowed_methods, "--allowed-methods");
+  parse_json_string_list(allowed_headers, "--allowed-headers");
   if (!tool_call_parser.empty() && tool_call_parser != "hermes" &&
       tool_call_parser != "llama3_json" && tool_call_parser != "mistral")
     throw std::invalid_argument("--tool-call-parser must be hermes, llama3_json or mistral, got '" +

@@ -24,6 +24,11 @@ struct ServeConfig {
   int64_t port = 8000;
   std::string served_model_name;     // "" = the --model argument as given (vLLM's default)
   std::string api_key;  // "" = none; else required on every path but /health and /metrics
+  // CORS (vLLM's flags, Starlette's CORSMiddleware): JSON lists of strings, server/http/cors.h.
+  std::string allowed_origins = R"(["*"])";
+  std::string allowed_methods = R"(["*"])";
+  std::string allowed_headers = R"(["*"])";
+  bool allow_credentials = false;
   std::string root_path;             // "" = none; "/llm": /llm/v1/... is answered as /v1/...
   std::string chat_template;         // Jinja file overriding the model's template ("" = none)
   bool special_tokens_in_content = true;  // false = message contents are plain text
@@ -63,6 +68,23 @@ struct ServeConfig {
     v(c.api_key, "api_key",
       "require 'Authorization: Bearer KEY' on every path except /health and /metrics "
       "(default: none)");
+    v(c.allowed_origins, "allowed_origins",
+      "CORS, as vLLM's flag: JSON list of the origins whose browser pages may call the API "
+      "([\"*\"]: any; '[\"http://localhost:3000\"]': that one; []: none; in a --config "
+      "file also a YAML list). A preflight (OPTIONS with Origin and "
+      "Access-Control-Request-Method) is answered before --api-key is checked; a response to "
+      "an allowed Origin carries Access-Control-Allow-Origin");
+    v(c.allowed_methods, "allowed_methods",
+      "CORS, as vLLM's flag: JSON list of the methods a preflight may ask for ([\"*\"]: "
+      "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT)");
+    v(c.allowed_headers, "allowed_headers",
+      "CORS, as vLLM's flag: JSON list of the request headers a preflight may ask for "
+      "([\"*\"]: any, echoed back; Accept, Accept-Language, Content-Language and "
+      "Content-Type are always allowed)");
+    v(c.allow_credentials, "allow_credentials",
+      "CORS, as vLLM's flag: let pages send requests with credentials (cookies, fetch's "
+      "credentials: \"include\"): responses to an allowed origin name that origin (never "
+      "\"*\") and carry Access-Control-Allow-Credentials: true");
     v(c.root_path, "root_path",
       "path prefix under which a reverse proxy forwards requests, as vLLM's --root-path: with "
       "/llm, /llm/v1/completions is answered as /v1/completions (paths without the prefix "
@@ -131,16 +153,23 @@ struct ServeConfig {
   /// few hundred bytes per node, so a small cap keeps a hostile file's parse small.
   static constexpr size_t kMaxConfigFileBytes = size_t{256} << 10;
 
+  /// True for the options whose value is a JSON list of strings (parse_json_string_list):
+  /// allowed_origins, allowed_methods, allowed_headers. A --config file may give them as a
+  /// YAML sequence of strings or as a string holding the JSON list.
+  static bool is_json_list(const std::string& key);
+
   /// Reads a YAML mapping of option keys (snake_case, as visit() names them) into this config.
   /// A bad file, named with its path: std::runtime_error (exit 1) when it cannot be read, is
   /// larger than kMaxConfigFileBytes, is not YAML, or sets a key twice (with its line); a bad
   /// option in it, named with its key: std::invalid_argument (exit 2, as the flag) for a key
-  /// that is not an option (or is "config"), a value of the wrong type or not a mapping.
+  /// that is not an option (or is "config"), a value of the wrong type or not a mapping (a
+  /// sequence is a value only for is_json_list keys).
   void apply_config_file(const std::string& path);
 
   /// Throws std::invalid_argument naming the flag for values out of range (port outside
   /// [0, 65535], non-positive limits or timeouts, timeouts over kMaxTimeoutSeconds, byte limits
-  /// the HTTP parser cannot hold, ...) and for invalid engine options.
+  /// the HTTP parser cannot hold, a CORS list that is not a JSON list of strings, ...) and for
+  /// invalid engine options.
   void validate() const;
 
   /// The environment variable of option `key`: "OCTET_" and the key in upper case

@@ -68,6 +68,13 @@ ServeConfig parse(std::vector<std::string> args) {
 /// The value to type for a documented default ("" stands for the empty string).
 std::string typed(const OptionDoc& o) { return o.default_value == "\"\"" ? "" : o.default_value; }
 
+/// `s` as a YAML double-quoted scalar (a default may hold quotes: ["*"]).
+std::string yaml_quoted(const std::string& s) {
+  std::string q = "\"";
+  for (char c : s) q += c == '"' || c == '\\' ? std::string("\\") + c : std::string(1, c);
+  return q + "\"";
+}
+
 }  // namespace
 
 TEST_CASE("docs/config.md is what octet serve --help-config-markdown prints",
@@ -108,7 +115,7 @@ TEST_CASE("every documented YAML key is read with its documented default",
   std::ostringstream yaml;
   for (const OptionDoc& o : octet::describe_options<ServeConfig>()) {
     if (o.key == "config") continue;  // documented as not a file key
-    yaml << o.key << ": " << (o.type == "string" ? "\"" + typed(o) + "\"" : o.default_value)
+    yaml << o.key << ": " << (o.type == "string" ? yaml_quoted(typed(o)) : o.default_value)
          << "\n";
   }
   const std::string path = "/tmp/octet_config_reference_" + std::to_string(getpid()) + ".yaml";

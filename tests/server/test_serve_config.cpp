@@ -276,3 +276,70 @@ TEST_CASE("the YAML config path is validated the same way", "[server][config]") 
   CHECK(c.num_prepare_threads == 3);
   std::remove(ok.c_str());
 }
+
+TEST_CASE("CORS options are vLLM's JSON lists, from flags, YAML and the environment",
+          "[server][config][cors]") {
+  auto error = [](const std::vector<std::string>& args) {
+    try {
+      ServeConfig c = parse(args);
+      c.validate();
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  const ServeConfig d = parse({"--model", "m"});
+  CHECK(d.allowed_origins == R"(["*"])");
+  CHECK(d.allowed_methods == R"(["*"])");
+  CHECK(d.allowed_headers == R"(["*"])");
+  CHECK_FALSE(d.allow_credentials);
+  const ServeConfig f = parse({"--model", "m", "--allowed-origins", R"(["http://a.example"])",
+                               "--allowed-methods", "[]", "--allow-credentials"});
+  CHECK(f.allowed_origins == R"(["http://a.example"])");
+  CHECK(f.allowed_methods == "[]");
+  CHECK(f.allow_credentials);
+  CHECK(error({"--model", "m", "--allowed-origins", R"(["http://a.example", "*"])",
+               "--allowed-headers", R"(["Authorization", "X-Custom"])"}) == "(no error)");
+  // vLLM parses them with json.loads; anything but a list of strings is refused by name.
+  CHECK(error({"--model", "m", "--allowed-origins", "*"}) ==
+        R"(--allowed-origins must be a JSON list of strings such as '["http://localhost:3000"]', )"
+        R"(got '*' (not JSON))");
+  CHECK(error({"--model", "m", "--allowed-methods", R"("GET")"}) ==
+        R"(--allowed-methods must be a JSON list of strings such as '["http://localhost:3000"]', )"
+        R"(got '"GET"' (not a list))");
+  CHECK(error({"--model", "m", "--allowed-headers", R"(["a", 2])"}) ==
+        R"(--allowed-headers must be a JSON list of strings such as '["http://localhost:3000"]', )"
+        R"(got '["a", 2]' (element 1 is not a string))");
+  CHECK(error({"--model", "m", "--allowed-headers", R"(["a\u000d\u000ab"])"}) ==
+        R"(--allowed-headers must be a JSON list of strings such as '["http://localhost:3000"]', )"
+        R"(got '["a\u000d\u000ab"]' (element 0 holds a control character))");
+  CHECK(error({"--model", "m", "--allowed-origins", ""}).rfind("--allowed-origins must be", 0) ==
+        0);
+
+  // YAML: a sequence of strings, or the JSON text as a string (vLLM's form).
+  const std::string yaml = write_yaml(
+      "model: m\nallowed_origins: [http://a.example, \"https://b.example:8443\"]\n"
+      "allowed_methods: '[\"GET\", \"POST\"]'\nallowed_headers: []\nallow_credentials: true\n");
+  const ServeConfig y = parse({"--config", yaml});
+  CHECK(y.allowed_origins == R"(["http://a.example","https://b.example:8443"])");
+  CHECK(y.allowed_methods == R"(["GET", "POST"])");
+  CHECK(y.allowed_headers == "[]");
+  CHECK(y.allow_credentials);
+  CHECK(error({"--config", yaml}) == "(no error)");
+  const std::string nested = write_yaml("allowed_origins: [[a]]\n");
+  CHECK(error({"--config", nested}) ==
+        "--config " + nested + ": 'allowed_origins' must be a list of strings");
+  const std::string mapping = write_yaml("allowed_headers: {a: b}\n");
+  CHECK(error({"--config", mapping}) ==
+        "--config " + mapping + ": 'allowed_headers' must be a list of strings");
+  const std::string not_json = write_yaml("model: m\nallowed_origins: http://a.example\n");
+  CHECK(error({"--config", not_json}).rfind("--allowed-origins must be a JSON list", 0) == 0);
+  for (const auto& p : {yaml, nested, mapping, not_json}) std::remove(p.c_str());
+
+  // OCTET_ALLOWED_ORIGINS becomes the flag.
+  const std::vector<std::string> args =
+      ServeConfig::with_environment({"serve"}, [](const std::string& name) -> const char* {
+        return name == "OCTET_ALLOWED_ORIGINS" ? R"(["http://a.example"])" : nullptr;
+      });
+  CHECK(args == std::vector<std::string>{"serve", "--allowed-origins", R"(["http://a.example"])"});
+}
