@@ -42,6 +42,8 @@ void Session::start() {
 void Session::read_header() {
   if (closed_) return;
   read_timed_out_ = false;
+  preflight_.reset();
+  cors_fields_.clear();  // a head that does not parse gets no CORS fields
   parser_.emplace();
   parser_->header_limit(static_cast<uint32_t>(ctx_.config.max_header_bytes));  // validated
   parser_->body_limit(static_cast<uint64_t>(ctx_.config.max_body_bytes));
@@ -188,9 +190,8 @@ void Session::reply_and_close(int status, const std::string& message,
   body_lease_.reset();
   const int s = status;
   status_ = s;
-  queue_write(with_request_id(
-      serialize_response(s, "application/json", dump(error_json(s, message, "", code)), false),
-      request_id_));
+  queue_write(with_request_fields(
+      serialize_response(s, "application/json", dump(error_json(s, message, "", code)), false)));
   response_done_ = true;
 }
 

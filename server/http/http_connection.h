@@ -3,7 +3,7 @@
 // one connection's Session and what the sessions share. A Session's member functions are
 // defined by idea, one file each:
 //   http_connection.cpp     reading a request, body accounting, errors, linger and close
-//   http_routing.cpp        routing at header time (access, probe slots) and the replies
+//   http_routing.cpp        routing at header time (CORS, access, probe slots) and the replies
 //   http_prepare.cpp        preparation of a body off the I/O threads
 //   http_response_pump.cpp  the response pump, the disconnect watch and the write queue
 //   http_access_log.cpp     the request id and the access-log line of each request
@@ -26,8 +26,9 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
-#include "server/openai/generation_job.h"
+#include "server/http/cors.h"
 #include "server/http/http_limits.h"
+#include "server/openai/generation_job.h"
 #include "server/openai/prepare_cancel.h"
 #include "server/openai/routes.h"
 #include "server/openai/server_context.h"
@@ -80,6 +81,7 @@ struct Shared {
   ServerContext& ctx;
   net::thread_pool& prepare_pool;
   ByteBudget body_budget;
+  const CorsPolicy cors;  // --allowed-origins, ... (cors.h)
   std::atomic<int64_t> connections{0};  // Sessions alive (regular slots)
   std::atomic<int64_t> probe_connections{0};  // probe-only Sessions (kReservedProbeConnections)
   std::atomic<int64_t> rejecting{0};    // connections being answered 503 and closed
@@ -211,6 +213,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_header(beast::error_code ec);
   std::optional<ApiError> access_error(std::string_view method_name, const std::string& target);
   void handle(http::request<http::string_body> req);
+  std::string with_request_fields(std::string response) const;
 
   // ---- preparation off the I/O threads (http_prepare.cpp) --------------------------------
   void prepare(Route route, std::string what, std::string body);
@@ -241,6 +244,8 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   BodyLease body_lease_;  // the current request body's bytes in shared_.body_budget
   std::string authorization_;  // the current request head's Authorization field
+  std::optional<CorsPreflight> preflight_;  // the answer when the request is a CORS preflight
+  std::string cors_fields_;  // CORS header lines for its responses (CorsPolicy::response_fields)
   std::optional<http::request_parser<http::string_body>> parser_;
   std::unique_ptr<GenerationJob> job_;
   std::shared_ptr<std::atomic<bool>> notify_pending_;

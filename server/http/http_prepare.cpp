@@ -86,9 +86,8 @@ void Session::on_prepared(Prepared result) {
   }
   if (result.job) return start_job(std::move(result.job));
   status_ = result.reply.status;
-  queue_write(with_request_id(serialize_response(result.reply.status, result.reply.content_type,
-                                                 result.reply.body, keep_alive_),
-                              request_id_));
+  queue_write(with_request_fields(serialize_response(
+      result.reply.status, result.reply.content_type, result.reply.body, keep_alive_)));
   response_done_ = true;
 }
 

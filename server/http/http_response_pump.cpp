@@ -37,7 +37,7 @@ void Session::start_job(std::unique_ptr<GenerationJob> job) {
     // HTTP/1.0 has no chunked coding: the stream's end is the connection's close.
     if (http10_) keep_alive_ = false;
     status_ = 200;
-    queue_write(with_request_id(sse_head(keep_alive_, /*chunked=*/!http10_), request_id_));
+    queue_write(with_request_fields(sse_head(keep_alive_, /*chunked=*/!http10_)));
   }
   watch();
   pump();
@@ -76,8 +76,8 @@ void Session::pump() {
     }
   } else if (job_->done()) {
     status_ = job_->status();
-    queue_write(with_request_id(
-        serialize_response(job_->status(), "application/json", data, keep_alive_), request_id_));
+    queue_write(with_request_fields(
+        serialize_response(job_->status(), "application/json", data, keep_alive_)));
     response_done_ = true;
   }
 }

@@ -1,7 +1,8 @@
 // Routing of a Session's request (http_connection.h): at header time, before any body byte
-// is read, the head checks, the reserved probe slots (GET /health and GET /metrics only), the
-// API key, the route and the method; once the request is whole, the replies that come at once
-// and the hand-off of the others to preparation (http_prepare.cpp).
+// is read, the CORS fields of its responses, the head checks, the reserved probe slots (GET
+// /health and GET /metrics only), the API key, the route and the method; once the request is
+// whole, a CORS preflight's answer (before the key and the route), the replies that come at
+// once and the hand-off of the others to preparation (http_prepare.cpp).
 #include "server/http/http_connection.h"
 
 #include <spdlog/spdlog.h>
@@ -11,8 +12,38 @@
 
 namespace octet::server::detail {
 
+namespace {
+
+std::optional<std::string_view> field_of(const http::request_header<>& head,
+                                         std::string_view name) {
+  const auto it = head.find(name);
+  if (it == head.end()) return std::nullopt;
+  return std::string_view(it->value().data(), it->value().size());
+}
+
+/// What CORS reads of a head (the request's own fields: a trailer is not merged in yet).
+CorsRequest cors_request(const http::request_header<>& head) {
+  CorsRequest r;
+  r.method = std::string_view(head.method_string().data(), head.method_string().size());
+  r.origin = field_of(head, "Origin");
+  r.request_method = field_of(head, "Access-Control-Request-Method");
+  r.request_headers = field_of(head, "Access-Control-Request-Headers");
+  r.has_cookie = head.count(http::field::cookie) > 0;
+  return r;
+}
+
+}  // namespace
+
 void Session::on_header(beast::error_code ec) {
   read_deadline_.cancel();
+  if (!ec || ec == http::error::body_limit) {
+    // The head parsed (a Content-Length over --max-body-bytes is refused once it has): every
+    // answer to an allowed Origin carries the CORS fields, errors included, so that a page can
+    // read why it was refused; a preflight is answered in handle().
+    const CorsRequest cors = cors_request(parser_->get().base());
+    if (CorsPolicy::is_preflight(cors)) preflight_ = shared_.cors.preflight(cors);
+    cors_fields_ = shared_.cors.response_fields(cors);
+  }
   if (ec) return on_read_error(ec);
   auto& req = parser_->get();
   // Routing, the access log and handle() read the target's origin-form (an absolute-form
@@ -46,7 +77,7 @@ void Session::on_header(beast::error_code ec) {
                                       "); only GET /health and GET /metrics are answered now; "
                                       "retry later");
   }
-  if (has_body) {
+  if (has_body && !preflight_) {
     // Authentication, route and method before any body byte is read: a client without the
     // key (or on a path that takes no body) holds no body budget. The body is not read, so
     // the connection closes after the answer.
@@ -90,19 +121,26 @@ void Session::handle(http::request<http::string_body> req) {
   const Route route = route_for(target, &method, ctx_.config.root_path);
   Reply reply;
   try {
-    if (auto error = access_error(req.method_string(), target)) throw *error;
-    switch (route) {
-      case Route::kHealth: reply = handle_health(ctx_); break;
-      case Route::kMetrics: reply = handle_metrics(ctx_); break;
-      case Route::kVersion: reply = handle_version(); break;
-      case Route::kModels: reply = handle_models(ctx_); break;
-      case Route::kTokenize:
-      case Route::kDetokenize:
-      case Route::kCompletions:
-      case Route::kChatCompletions:
-        prepare(route, std::string(req.method_string()) + " " + path, std::move(req.body()));
-        return;
-      case Route::kNotFound: break;
+    if (preflight_) {
+      // A CORS preflight, on any path: browsers send it without credentials, so before the
+      // key. It was decided from the head (on_header), never from a chunked body's trailer.
+      cors_fields_ = preflight_->fields;
+      reply = Reply{preflight_->status, "text/plain; charset=utf-8", preflight_->body};
+    } else {
+      if (auto error = access_error(req.method_string(), target)) throw *error;
+      switch (route) {
+        case Route::kHealth: reply = handle_health(ctx_); break;
+        case Route::kMetrics: reply = handle_metrics(ctx_); break;
+        case Route::kVersion: reply = handle_version(); break;
+        case Route::kModels: reply = handle_models(ctx_); break;
+        case Route::kTokenize:
+        case Route::kDetokenize:
+        case Route::kCompletions:
+        case Route::kChatCompletions:
+          prepare(route, std::string(req.method_string()) + " " + path, std::move(req.body()));
+          return;
+        case Route::kNotFound: break;
+      }
     }
   } catch (const ApiError& e) {
     if (e.status() >= 500)
@@ -115,8 +153,16 @@ void Session::handle(http::request<http::string_body> req) {
                                             keep_alive_);
   if (req.method() == http::verb::head)  // the head alone, with the GET's Content-Length
     response.resize(response.find("\r\n\r\n") + 4);
-  queue_write(with_request_id(std::move(response), request_id_));
+  queue_write(with_request_fields(std::move(response)));
   response_done_ = true;
+}
+
+/// `response` with this request's X-Request-Id and CORS fields after its status line.
+std::string Session::with_request_fields(std::string response) const {
+  response = with_request_id(std::move(response), request_id_);
+  const size_t eol = response.find("\r\n");
+  if (eol != std::string::npos) response.insert(eol + 2, cors_fields_);
+  return response;
 }
 
 }  // namespace octet::server::detail

@@ -99,7 +99,8 @@ struct HttpServer::Impl {
 
   explicit Impl(ServerContext& c)
       : ctx(c),
-        shared{c, prepare_pool, ByteBudget(c.config.max_total_body_bytes)},
+        shared{c, prepare_pool, ByteBudget(c.config.max_total_body_bytes),
+               CorsPolicy::from_config(c.config)},
         prepare_pool(static_cast<size_t>(c.config.num_prepare_threads)) {}
 
   void accept() {

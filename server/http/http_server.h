@@ -19,8 +19,9 @@
 // Protocol: request heads are checked by validate_request_head (http_message.h) before the
 // body is read; routing reads the target's origin-form (origin_form: an absolute-form target
 // is routed on its path, any other form gets 400); authentication (routes.h authorized) comes
-// before routing; HTTP/1.0 clients get one response per connection and close-delimited
-// streams.
+// before routing, and a CORS preflight before both (cors.h; every response to a head with an
+// allowed Origin, errors and streams included, carries the CORS fields); HTTP/1.0 clients get
+// one response per connection and close-delimited streams.
 //
 // Limits: request headers over max_header_bytes get 431, bodies over max_body_bytes 413 (both
 // close the connection); a chunked body's trailer counts against max_header_bytes too (the read

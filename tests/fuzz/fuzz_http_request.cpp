@@ -2,8 +2,8 @@
 // libFuzzer harness: bytes off the socket -> Boost.Beast http::request_parser<string_body> with
 // octet's limits (ServeConfig's max_header_bytes and max_body_bytes, as http_connection.cpp sets
 // them), fed in pieces as async reads deliver them; then octet's head validation
-// (validate_request_head, origin_form), routing (route_for, authorized)
-// on every request that parsed, and the next request on the same buffer (keep-alive
+// (validate_request_head, origin_form), the CORS fields (CorsPolicy), routing (route_for,
+// authorized) on every request that parsed, and the next request on the same buffer (keep-alive
 // pipelining). Beast's parse errors are expected; a crash or sanitizer report is a finding.
 #include <algorithm>
 #include <cstddef>
@@ -20,6 +20,7 @@
 #include <boost/beast/http.hpp>
 
 #include "config/serve_config.h"
+#include "server/http/cors.h"
 #include "server/http/http_message.h"
 #include "server/openai/routes.h"
 #include "server/openai/server_context.h"
@@ -38,10 +39,51 @@ octet::server::ServerContext& context() {
   return *ctx;
 }
 
+/// CORS fields are whole "Name: value\r\n" lines: no CR, LF or NUL of the request's
+/// values inside one (a response head split by an Origin would be a finding).
+void check_fields(const std::string& fields) {
+  size_t start = 0;
+  while (start < fields.size()) {
+    const size_t end = fields.find("\r\n", start);
+    if (end == std::string::npos) __builtin_trap();
+    const std::string_view line(fields.data() + start, end - start);
+    if (line.find(": ") == std::string_view::npos ||
+        line.find_first_of(std::string_view("\r\n\0", 3)) != std::string_view::npos)
+      __builtin_trap();
+    start = end + 2;
+  }
+}
+
+/// What Session::on_header computes for CORS, under vLLM's defaults and under lists.
+void cors(const http::request_header<>& head) {
+  static const octet::server::CorsPolicy any({"*"}, {"*"}, {"*"}, false);
+  static const octet::server::CorsPolicy listed({"http://a.example"}, {"GET", "POST"},
+                                                {"X-Custom"}, true);
+  auto field = [&](std::string_view name) -> std::optional<std::string_view> {
+    const auto it = head.find(name);
+    if (it == head.end()) return std::nullopt;
+    return std::string_view(it->value().data(), it->value().size());
+  };
+  octet::server::CorsRequest r;
+  r.method = std::string_view(head.method_string().data(), head.method_string().size());
+  r.origin = field("Origin");
+  r.request_method = field("Access-Control-Request-Method");
+  r.request_headers = field("Access-Control-Request-Headers");
+  r.has_cookie = head.count(http::field::cookie) > 0;
+  for (const octet::server::CorsPolicy* p : {&any, &listed}) {
+    check_fields(p->response_fields(r));
+    if (!octet::server::CorsPolicy::is_preflight(r)) continue;
+    const octet::server::CorsPreflight answer = p->preflight(r);
+    if (answer.status != 200 && answer.status != 400) __builtin_trap();
+    check_fields(answer.fields);
+  }
+}
+
 // What the session does with a request that parsed (http_routing.cpp's Session::handle, up to
 // the point where a handler would run).
 void route(const http::request<http::string_body>& req) {
   const octet::server::ServerContext& ctx = context();
+  cors(req.base());  // on every head that parsed, before its checks
   // The RFC 9112 head rules (Host, Transfer-Encoding, Content-Length) run first, as in
   // Session::on_header; a rejected head gets its status and is not routed. Routing reads the
   // target's origin-form (a target of another form gets 400).
