@@ -64,6 +64,17 @@ struct Timer {
     std::sort(gaps.begin(), gaps.end());
     return gaps[gaps.size() / 2];
   }
+  // Median ms of call(0) .. call(n - 1), each between two events (n: the events less one).
+  template <class Call>
+  double series(Call&& call) {
+    const int n = static_cast<int>(events.size()) - 1;
+    for (int i = 0; i < n; ++i) {
+      record(i);
+      call(i);
+    }
+    record(n);
+    return median_ms();
+  }
 };
 
 // p[i] = (hash(seed, i) & and_mask) | or_bits for i < n: BF16 or pairs of E4M3 codes of
@@ -139,28 +150,17 @@ std::string outer_vec_setup(OuterVecLt& lt, int64_t m, int64_t n, int64_t k,
   };
   if (!ok(cublasLtCreate(&lt.handle), "cublasLtCreate")) return why;
   if (!ok(cublasLtMatmulDescCreate(&lt.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc")) return why;
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  const int8_t fast_accum = 0;
+  auto set = [&](cublasLtMatmulDescAttributes_t attr, const auto& value, const char* what) {
+    ok(cublasLtMatmulDescSetAttribute(lt.desc, attr, &value, sizeof(value)), what);
+  };
   const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
-  ok(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)),
-     "TRANSA");
-  ok(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)),
-     "TRANSB");
-  ok(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast_accum,
-                                    sizeof(fast_accum)),
-     "FAST_ACCUM");
-  ok(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode,
-                                    sizeof(mode)),
-     "A_SCALE_MODE OUTER_VEC_32F");
-  ok(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode,
-                                    sizeof(mode)),
-     "B_SCALE_MODE OUTER_VEC_32F");
-  ok(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &w_scale,
-                                    sizeof(w_scale)),
-     "A_SCALE_POINTER");
-  ok(cublasLtMatmulDescSetAttribute(lt.desc, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scale,
-                                    sizeof(a_scale)),
-     "B_SCALE_POINTER");
+  set(CUBLASLT_MATMUL_DESC_TRANSA, CUBLAS_OP_T, "TRANSA");
+  set(CUBLASLT_MATMUL_DESC_TRANSB, CUBLAS_OP_N, "TRANSB");
+  set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, int8_t{0}, "FAST_ACCUM");
+  set(CUBLASLT_MATMUL_DESC_A_SCALE_MODE, mode, "A_SCALE_MODE OUTER_VEC_32F");
+  set(CUBLASLT_MATMUL_DESC_B_SCALE_MODE, mode, "B_SCALE_MODE OUTER_VEC_32F");
+  set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, w_scale, "A_SCALE_POINTER");
+  set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, a_scale, "B_SCALE_POINTER");
   const auto uk = static_cast<uint64_t>(k), un = static_cast<uint64_t>(n),
              um = static_cast<uint64_t>(m);
   ok(cublasLtMatrixLayoutCreate(&lt.a, CUDA_R_8F_E4M3, uk, un, k), "layout A");
@@ -231,12 +231,9 @@ std::vector<GemmTiming> time_lt_gemms(int device, const std::vector<GemmTimingCa
     if (t.on_cublaslt) {
       for (int i = 1; i < kWarmup; ++i)
         lt.matmul(type, act.p, w_at(i), c.m, c.n, c.k, c.k, static_cast<float*>(d.p));
-      for (int i = 0; i < repeats; ++i) {
-        timer.record(i);
+      t.median_ms = timer.series([&](int i) {
         lt.matmul(type, act.p, w_at(kWarmup + i), c.m, c.n, c.k, c.k, static_cast<float*>(d.p));
-      }
-      timer.record(repeats);
-      t.median_ms = timer.median_ms();
+      });
     }
     check(cudaGetLastError(), "LtGemm::matmul");
     check(cudaStreamSynchronize(timer.stream), "cudaStreamSynchronize");
@@ -280,12 +277,7 @@ OuterVecTiming time_outer_vec_fp8(int device, int64_t m, int64_t n, int64_t k, i
     return t;
   }
   for (int i = 1; i < kWarmup; ++i) run_plain();
-  for (int i = 0; i < repeats; ++i) {
-    timer.record(i);
-    run_plain();
-  }
-  timer.record(repeats);
-  t.plain_ms = timer.median_ms();
+  t.plain_ms = timer.series([&](int) { run_plain(); });
 
   OuterVecLt lt;
   t.why = outer_vec_setup(lt, m, n, k, as, ws);
@@ -311,12 +303,7 @@ OuterVecTiming time_outer_vec_fp8(int device, int64_t m, int64_t n, int64_t k, i
     return t;
   }
   for (int i = 1; i < kWarmup; ++i) run_outer();
-  for (int i = 0; i < repeats; ++i) {
-    timer.record(i);
-    run_outer();
-  }
-  timer.record(repeats);
-  t.ms = timer.median_ms();
+  t.ms = timer.series([&](int) { run_outer(); });
   check(cudaStreamSynchronize(timer.stream), "cudaStreamSynchronize");
   t.accepted = true;
 
@@ -342,13 +329,10 @@ double d2d_copy_gbs(int device, int64_t bytes, int repeats) {
   check(cudaMemsetAsync(src.p, 1, n, timer.stream), "cudaMemsetAsync");
   check(cudaMemcpyAsync(dst.p, src.p, n, cudaMemcpyDeviceToDevice, timer.stream),
         "cudaMemcpyAsync");
-  for (int i = 0; i < repeats; ++i) {
-    timer.record(i);
+  const double ms = timer.series([&](int) {
     check(cudaMemcpyAsync(dst.p, src.p, n, cudaMemcpyDeviceToDevice, timer.stream),
           "cudaMemcpyAsync");
-  }
-  timer.record(repeats);
-  const double ms = timer.median_ms();
+  });
   return ms > 0 ? 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9 : 0.0;
 }
 
